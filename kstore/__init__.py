@@ -1,0 +1,38 @@
+"""kstore: Kafka's broker log storage as an embeddable library.
+
+    import kstore
+    with kstore.Log.open("data/clicks-0", {"segment.bytes": 1 << 20}) as log:
+        info = log.append([(b"k", b"v")])
+        log.read(info.first_offset)
+"""
+from __future__ import annotations
+
+import crcmod.predefined as _crcmod
+
+from kstore import _core
+
+# The software CRC tables come from crcmod's definitions (the design card's oracle).
+_core._init_crc_tables(_crcmod.Crc("crc-32c").table, _crcmod.Crc("crc-32").table)
+
+from kstore import compression as _compression  # noqa: E402  (registers the codecs)
+from kstore._core import AppendInfo, Record, crc32, crc32c  # noqa: E402
+from kstore.config import LogConfig  # noqa: E402
+from kstore.errors import (CorruptRecordError, IndexOffsetOverflowError,  # noqa: E402
+                           InvalidConfigError, InvalidOffsetError, InvalidRecordError,
+                           KStoreError, KStoreStateError, LogDirOfflineError,
+                           LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
+                           RecordTooLargeError, UnsupportedCodecError)
+from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
+from kstore.index import OffsetIndex, TimeIndex  # noqa: E402
+from kstore.log import Log  # noqa: E402
+from kstore.segment import LogSegment  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppendInfo", "CorruptRecordError", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
+    "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
+    "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",
+    "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",
+    "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops",
+]

@@ -1,0 +1,1521 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: embedsignature=True
+"""kstore's compiled core: the loops that touch segment and index bytes.
+
+Everything here treats bytes from disk as hostile: every length and offset read from a file is
+checked against the bounds of the buffer before it is used, and malformed input raises
+``kstore.CorruptRecordError`` (never IndexError, struct.error or a crash).  Byte layouts are
+Kafka's (docs/format.md); all integers on disk are big-endian.
+"""
+cimport cython
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t, int64_t, uintptr_t
+from libc.string cimport memcpy, memset, memcmp
+from libc.stdlib cimport malloc, realloc, free
+from libc.errno cimport errno
+from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
+from posix.unistd cimport sysconf, _SC_PAGESIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.long cimport PyLong_FromLongLong
+
+import os
+import numpy as np
+
+from kstore.errors import (CorruptRecordError, InvalidRecordError, UnsupportedCodecError,
+                           RecordTooLargeError)
+
+cdef extern from "_kstore.h" nogil:
+    uint32_t ks_crc32c(uint32_t crc, const unsigned char *p, size_t n)
+    uint32_t ks_crc32c_table(uint32_t crc, const unsigned char *p, size_t n)
+    uint32_t ks_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+    uint32_t ks_crc32(uint32_t crc, const unsigned char *p, size_t n)
+    void ks_fill_tables(uint32_t t[8][256], const uint32_t *base)
+    void ks_init_shift()
+    int ks_cpu_has_crc32c()
+    uint32_t ks_crc32c_tab[8][256]
+    uint32_t ks_crc32_tab[8][256]
+    int ks_crc32c_use_hw
+    int KS_HAVE_HW_CRC
+
+cdef enum:
+    LOG_OVERHEAD = 12
+    HEADER_UP_TO_MAGIC = 17
+    V2_OVERHEAD = 61
+    V0_OVERHEAD = 14
+    V1_OVERHEAD = 22
+    INT32_MAX = 2147483647
+    NO_TIMESTAMP = -1
+    CODEC_MASK = 7
+    TS_TYPE_BIT = 8
+    TXN_BIT = 16
+    CONTROL_BIT = 32
+    HORIZON_BIT = 64
+    H_OK = 0
+    H_END = 1
+    H_CORRUPT = 2
+    R_END = 0
+    R_CORRUPT = 1
+    R_CRC = 2
+    R_OFFSET_ORDER = 3
+    R_OVERFLOW = 4
+    R_BELOW_BASE = 5
+
+# ---------------------------------------------------------------------------------------------
+# Format constants (Kafka: LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, LegacyRecord overheads)
+# ---------------------------------------------------------------------------------------------
+LOG_OVERHEAD_ = LOG_OVERHEAD
+RECORD_BATCH_OVERHEAD = V2_OVERHEAD
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+OFFSET_WARM_ENTRIES = 8192 // 8
+TIME_WARM_ENTRIES = 8192 // 12
+
+# attribute bits
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+# Python-level codec hooks, installed by kstore.compression at import.
+_decompress = None
+_compress = None
+
+def _set_codecs(decompress, compress):
+    global _decompress, _compress
+    _decompress = decompress
+    _compress = compress
+
+# ---------------------------------------------------------------------------------------------
+# Big-endian loads / stores and zig-zag varints
+# ---------------------------------------------------------------------------------------------
+cdef inline int32_t ld32(const uint8_t* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+
+cdef inline uint32_t ldu32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+cdef inline int16_t ld16(const uint8_t* p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | <uint16_t>p[1])
+
+cdef inline int64_t ld64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<uint64_t>ldu32(p) << 32) | <uint64_t>ldu32(p + 4))
+
+cdef inline void st32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24); p[1] = <uint8_t>(v >> 16); p[2] = <uint8_t>(v >> 8); p[3] = <uint8_t>v
+
+cdef inline void st16(uint8_t* p, uint16_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 8); p[1] = <uint8_t>v
+
+cdef inline void st64(uint8_t* p, uint64_t v) noexcept nogil:
+    st32(p, <uint32_t>(v >> 32)); st32(p + 4, <uint32_t>v)
+
+cdef inline int varint_size(int64_t v) noexcept nogil:
+    cdef uint64_t u = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef int n = 1
+    while u >= 0x80:
+        u >>= 7
+        n += 1
+    return n
+
+cdef inline Py_ssize_t put_varint(uint8_t* p, Py_ssize_t pos, int64_t v) noexcept nogil:
+    cdef uint64_t u = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    while u >= 0x80:
+        p[pos] = <uint8_t>((u & 0x7f) | 0x80)
+        pos += 1
+        u >>= 7
+    p[pos] = <uint8_t>u
+    return pos + 1
+
+cdef inline Py_ssize_t get_varlong(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t* out,
+                                   int max_bytes) noexcept nogil:
+    """Decode a zig-zag varint at pos; returns the next position or -1 if malformed/truncated."""
+    cdef uint64_t u = 0
+    cdef int shift = 0
+    cdef int n = 0
+    cdef uint8_t b
+    while True:
+        if pos >= end or n >= max_bytes:
+            return -1
+        b = p[pos]
+        pos += 1
+        n += 1
+        u |= (<uint64_t>(b & 0x7f)) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
+    return pos
+
+# ---------------------------------------------------------------------------------------------
+# CRC
+# ---------------------------------------------------------------------------------------------
+cdef bint _crc_ready = False
+
+def _init_crc_tables(crc32c_table, crc32_table):
+    """Seed the slice-by-8 tables from crcmod's CRC-32C and CRC-32 definitions."""
+    global _crc_ready, ks_crc32c_use_hw
+    cdef uint32_t base[256]
+    cdef int i
+    if len(crc32c_table) != 256 or len(crc32_table) != 256:
+        raise ValueError("CRC tables must have 256 entries")
+    for i in range(256):
+        base[i] = crc32c_table[i]
+    ks_fill_tables(ks_crc32c_tab, base)
+    for i in range(256):
+        base[i] = crc32_table[i]
+    ks_fill_tables(ks_crc32_tab, base)
+    ks_init_shift()
+    _crc_ready = True
+    ks_crc32c_use_hw = 1 if (KS_HAVE_HW_CRC and ks_cpu_has_crc32c()) else 0
+
+def crc32c_implementation():
+    """'sse4.2' when the CPU's crc32 instruction is in use, else 'table'."""
+    return "sse4.2" if ks_crc32c_use_hw else "table"
+
+def _force_table_crc(bint force):
+    """Test hook: use the table path even where the instruction exists."""
+    global ks_crc32c_use_hw
+    ks_crc32c_use_hw = 0 if force else (1 if (KS_HAVE_HW_CRC and ks_cpu_has_crc32c()) else 0)
+
+def crc32c(data, uint32_t value=0):
+    """CRC-32C (Castagnoli) of a bytes-like object; chainable like zlib.crc32."""
+    cdef const uint8_t[::1] mv = data
+    cdef uint32_t r
+    with nogil:
+        r = ks_crc32c(value, &mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0])
+    return r
+
+def crc32c_table(data, uint32_t value=0):
+    """CRC-32C through the software table only (the fallback path)."""
+    cdef const uint8_t[::1] mv = data
+    cdef uint32_t r
+    with nogil:
+        r = ks_crc32c_table(value, &mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0])
+    return r
+
+def crc32c_hw(data, uint32_t value=0):
+    """CRC-32C through the crc32 instruction; raises RuntimeError if the CPU lacks it."""
+    if not (KS_HAVE_HW_CRC and ks_cpu_has_crc32c()):
+        raise RuntimeError("this CPU/build has no crc32 instruction")
+    cdef const uint8_t[::1] mv = data
+    cdef uint32_t r
+    with nogil:
+        r = ks_crc32c_hw(value, &mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0])
+    return r
+
+def crc32(data, uint32_t value=0):
+    """CRC-32 (IEEE, as zlib.crc32): the checksum of Kafka v0/v1 messages."""
+    cdef const uint8_t[::1] mv = data
+    cdef uint32_t r
+    with nogil:
+        r = ks_crc32(value, &mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0])
+    return r
+
+# ---------------------------------------------------------------------------------------------
+# Mapping: a shared mmap of a file, with buffer exports counted so close() never unmaps
+# memory that a view, a numpy array or a running nogil scan still uses.
+# ---------------------------------------------------------------------------------------------
+cdef uint8_t _empty_byte = 0
+cdef Py_ssize_t PAGE = sysconf(_SC_PAGESIZE)
+
+cdef class Mapping:
+    """A MAP_SHARED mapping of the first `length` bytes of a file descriptor.
+
+    The mapping may be longer than the file (the segment writer maps `segment.bytes` and grows the
+    file underneath with fallocate); callers must only touch bytes below the file's length.
+    Views (memoryview, numpy.frombuffer) keep the memory mapped after close() until released.
+    """
+    cdef uint8_t* addr
+    cdef readonly Py_ssize_t length
+    cdef readonly bint writable
+    cdef int exports
+    cdef int pins
+    cdef bint closing
+
+    def __cinit__(self, int fd, Py_ssize_t length, bint writable=False):
+        cdef void* p
+        cdef int prot = PROT_READ
+        self.addr = NULL
+        self.length = 0
+        self.writable = writable
+        if length < 0:
+            raise ValueError("negative mapping length")
+        if length > 0:
+            if writable:
+                prot = prot | PROT_WRITE
+            p = mmap(NULL, <size_t>length, prot, MAP_SHARED, fd, 0)
+            if p == MAP_FAILED:
+                e = errno
+                raise OSError(e, os.strerror(e))
+            self.addr = <uint8_t*>p
+            self.length = length
+
+    cdef inline void _unmap(self) noexcept:
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.length)
+            self.addr = NULL
+
+    cdef inline void pin(self) noexcept:
+        self.pins += 1
+
+    cdef inline void unpin(self) noexcept:
+        self.pins -= 1
+        if self.closing and self.pins == 0 and self.exports == 0:
+            self._unmap()
+
+    cdef inline const uint8_t* ptr(self) except NULL:
+        if self.closing:
+            raise ValueError("mapping is closed")
+        if self.addr == NULL:
+            return &_empty_byte
+        return self.addr
+
+    @property
+    def closed(self):
+        return self.closing
+
+    @property
+    def in_use(self):
+        """True while views or scans still hold the memory."""
+        return self.exports > 0 or self.pins > 0
+
+    def close(self):
+        """Unmap now, or as soon as the last view is released."""
+        self.closing = True
+        if self.exports == 0 and self.pins == 0:
+            self._unmap()
+
+    def __dealloc__(self):
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.length)
+            self.addr = NULL
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if self.closing:
+            raise BufferError("mapping is closed")
+        PyBuffer_FillInfo(buffer, self, <void*>(self.addr if self.addr != NULL else &_empty_byte),
+                          self.length, 0 if self.writable else 1, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self.exports -= 1
+        if self.closing and self.exports == 0 and self.pins == 0:
+            self._unmap()
+
+    def flush(self, Py_ssize_t start=0, Py_ssize_t end=-1):
+        """msync(MS_SYNC) the pages covering [start, end)."""
+        cdef Py_ssize_t a, b
+        cdef int rc
+        if self.addr == NULL:
+            return
+        if end < 0 or end > self.length:
+            end = self.length
+        if start < 0:
+            start = 0
+        if end <= start:
+            return
+        a = (start // PAGE) * PAGE
+        b = end
+        with nogil:
+            rc = msync(self.addr + a, <size_t>(b - a), MS_SYNC)
+        if rc != 0:
+            e = errno
+            raise OSError(e, os.strerror(e))
+
+    def write(self, Py_ssize_t pos, data):
+        """Copy a bytes-like object into the mapping at pos (bounds-checked)."""
+        cdef const uint8_t[::1] mv = data
+        cdef Py_ssize_t n = mv.shape[0]
+        if not self.writable:
+            raise ValueError("mapping is read-only")
+        if pos < 0 or pos + n > self.length:
+            raise ValueError(f"write of {n} bytes at {pos} outside mapping of {self.length}")
+        if n:
+            memcpy(<void*>(self.ptr() + pos), &mv[0], n)
+
+    def zero(self, Py_ssize_t start, Py_ssize_t end):
+        """Zero [start, end) (used to wipe a truncated tail in place)."""
+        if not self.writable:
+            raise ValueError("mapping is read-only")
+        if start < 0 or end > self.length or start > end:
+            raise ValueError("zero range outside mapping")
+        if end > start:
+            memset(<void*>(self.ptr() + start), 0, end - start)
+
+    def read(self, Py_ssize_t pos, Py_ssize_t n):
+        """Copy n bytes at pos out as bytes."""
+        if pos < 0 or n < 0 or pos + n > self.length:
+            raise ValueError(f"read of {n} bytes at {pos} outside mapping of {self.length}")
+        return PyBytes_FromStringAndSize(<const char*>(self.ptr() + pos), n)
+
+    def is_zero(self, Py_ssize_t start, Py_ssize_t end):
+        """True if every byte in [start, end) is zero."""
+        cdef const uint8_t* p = self.ptr()
+        cdef Py_ssize_t i
+        if start < 0 or end > self.length:
+            raise ValueError("range outside mapping")
+        for i in range(start, end):
+            if p[i] != 0:
+                return False
+        return True
+
+# ---------------------------------------------------------------------------------------------
+# Record, AppendInfo
+# ---------------------------------------------------------------------------------------------
+_EMPTY = ()
+
+@cython.freelist(512)
+cdef class Record:
+    """One record: offset, timestamp (ms, -1 if none), key, value (None = tombstone), headers.
+
+    As an input to Log.append only key, value, timestamp and headers matter; offset is -1.
+    """
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly tuple headers
+    cdef readonly int timestamp_type     # 0 CreateTime, 1 LogAppendTime, -1 none
+
+    def __init__(self, key, value, timestamp=None, headers=None, *, int64_t offset=-1,
+                 int timestamp_type=0):
+        self.key = key
+        self.value = value
+        self.timestamp = -1 if timestamp is None else timestamp
+        self.headers = _EMPTY if not headers else tuple(tuple(h) for h in headers)
+        self.offset = offset
+        self.timestamp_type = timestamp_type if timestamp is not None else -1
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={list(self.headers)!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        cdef Record o = other
+        return (self.offset == o.offset and self.timestamp == o.timestamp and self.key == o.key
+                and self.value == o.value and self.headers == o.headers)
+
+    def __hash__(self):
+        return hash((self.offset, self.timestamp, self.key, self.value, self.headers))
+
+    def __reduce__(self):
+        return (_make_record, (self.offset, self.timestamp, self.key, self.value, self.headers,
+                               self.timestamp_type))
+
+def _make_record(offset, timestamp, key, value, headers, timestamp_type):
+    cdef Record r = Record.__new__(Record)
+    r.offset = offset
+    r.timestamp = timestamp
+    r.key = key
+    r.value = value
+    r.headers = headers
+    r.timestamp_type = timestamp_type
+    return r
+
+@cython.freelist(64)
+cdef class AppendInfo:
+    """What an append did: offsets assigned, timestamps, size on disk."""
+    cdef readonly int64_t first_offset
+    cdef readonly int64_t last_offset
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t log_append_time    # -1 unless message.timestamp.type=LogAppendTime
+    cdef readonly Py_ssize_t record_count
+    cdef readonly Py_ssize_t size
+
+    def __repr__(self):
+        return (f"AppendInfo(first_offset={self.first_offset}, last_offset={self.last_offset}, "
+                f"max_timestamp={self.max_timestamp}, log_append_time={self.log_append_time}, "
+                f"record_count={self.record_count}, size={self.size})")
+
+def empty_append_info(int64_t next_offset):
+    """AppendInfo of an append with no records (nothing written)."""
+    cdef AppendInfo a = AppendInfo.__new__(AppendInfo)
+    a.first_offset = next_offset
+    a.last_offset = next_offset - 1
+    a.max_timestamp = NO_TIMESTAMP
+    a.log_append_time = -1
+    a.record_count = 0
+    a.size = 0
+    return a
+
+# ---------------------------------------------------------------------------------------------
+# BatchBuilder: encodes appends into a reusable scratch buffer (v2 batch, or v0/v1 messages)
+# ---------------------------------------------------------------------------------------------
+cdef inline int _bytes_arg(object o, const uint8_t** p, Py_ssize_t* n, list keep) except -1:
+    """Point p/n at a bytes-like object's data; None gives n = -1."""
+    if o is None:
+        n[0] = -1
+        p[0] = NULL
+        return 0
+    if type(o) is bytes:
+        p[0] = <const uint8_t*>PyBytes_AS_STRING(o)
+        n[0] = PyBytes_GET_SIZE(o)
+        return 0
+    if isinstance(o, str):
+        raise TypeError("str")
+    b = bytes(o)     # bytearray, memoryview, numpy bytes... (copy; rare path)
+    keep.append(b)
+    p[0] = <const uint8_t*>PyBytes_AS_STRING(b)
+    n[0] = PyBytes_GET_SIZE(b)
+    return 0
+
+cdef class BatchBuilder:
+    """Reusable encoder for one append call. After build(), the encoded bytes are in the buffer
+    (see .size, getvalue(), copy_to()), and the attributes describe the batch."""
+    cdef uint8_t* buf
+    cdef Py_ssize_t cap
+    cdef readonly Py_ssize_t size
+    cdef readonly Py_ssize_t count
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t last_offset
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t first_timestamp
+    cdef readonly int64_t offset_of_max_timestamp
+    cdef readonly Py_ssize_t max_entry_size
+    cdef readonly int magic
+
+    def __cinit__(self):
+        self.cap = 1 << 16
+        self.buf = <uint8_t*>malloc(self.cap)
+        if self.buf == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    cdef int _ensure(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t c
+        cdef uint8_t* nb
+        if need <= self.cap:
+            return 0
+        c = self.cap
+        while c < need:
+            c *= 2
+        nb = <uint8_t*>realloc(self.buf, c)
+        if nb == NULL:
+            raise MemoryError()
+        self.buf = nb
+        self.cap = c
+        return 0
+
+    def getvalue(self):
+        return PyBytes_FromStringAndSize(<char*>self.buf, self.size)
+
+    def info(self, int64_t log_append_time):
+        """The AppendInfo describing the last build()."""
+        cdef AppendInfo a = AppendInfo.__new__(AppendInfo)
+        a.first_offset = self.base_offset
+        a.last_offset = self.last_offset
+        a.max_timestamp = self.max_timestamp
+        a.log_append_time = log_append_time
+        a.record_count = self.count
+        a.size = self.size
+        return a
+
+    def copy_to(self, Mapping m, Py_ssize_t pos):
+        """memcpy the encoded batch into a writable mapping at pos."""
+        if not m.writable:
+            raise ValueError("mapping is read-only")
+        if pos < 0 or pos + self.size > m.length:
+            raise ValueError(f"batch of {self.size} bytes at {pos} exceeds mapping of {m.length}")
+        memcpy(<void*>(m.ptr() + pos), self.buf, self.size)
+
+    def build(self, records, int magic, int64_t base_offset, int64_t now, bint log_append_time,
+              int64_t ts_min, int64_t ts_max, bint require_key, int codec,
+              int32_t leader_epoch=-1):
+        """Encode `records` (list/tuple of (key, value[, ts[, headers]]) or Record) as one append.
+
+        CreateTime timestamps must lie in [ts_min, ts_max]; a missing timestamp means `now`.
+        Returns the record count (0 writes nothing).
+        """
+        cdef Py_ssize_t n, i, L
+        cdef object item, key, value, ts_obj, headers
+        cdef int64_t ts
+        cdef int64_t* tss
+        cdef list keep = []
+        cdef bint is_list
+        if type(records) is list:
+            is_list = True
+            n = PyList_GET_SIZE(records)
+        elif type(records) is tuple:
+            is_list = False
+            n = PyTuple_GET_SIZE(records)
+        else:
+            raise TypeError("records must be a list or tuple")
+        self.size = 0
+        self.count = n
+        self.magic = magic
+        self.base_offset = base_offset
+        self.last_offset = base_offset + n - 1
+        self.max_timestamp = NO_TIMESTAMP
+        self.first_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.max_entry_size = 0
+        if n == 0:
+            return 0
+        if codec < 0 or codec > 4 or (codec == 4 and magic < 2):
+            raise UnsupportedCodecError(f"compression codec {codec} is not valid for magic {magic}")
+        if magic == 2:
+            self._build_v2(records, is_list, n, base_offset, now, log_append_time, ts_min, ts_max,
+                           require_key, codec, leader_epoch, keep)
+        elif magic == 1 or magic == 0:
+            self._build_legacy(records, is_list, n, magic, base_offset, now, log_append_time,
+                               ts_min, ts_max, require_key, codec, keep)
+        else:
+            raise ValueError(f"unknown magic {magic}")
+        return n
+
+    cdef tuple _unpack_slow(self, object item, Py_ssize_t i):
+        cdef Record r
+        if isinstance(item, Record):
+            r = <Record>item
+            return (r.key, r.value, None if r.timestamp < 0 else r.timestamp, r.headers)
+        if isinstance(item, (tuple, list)) and 2 <= len(item) <= 4:
+            t = tuple(item) + (None,) * (4 - len(item))
+            return t
+        if isinstance(item, (tuple, list)):
+            raise InvalidRecordError(
+                f"record {i}: expected (key, value[, timestamp[, headers]]), got {len(item)} fields")
+        raise InvalidRecordError(
+            f"record {i}: expected a (key, value[, timestamp[, headers]]) tuple or "
+            f"kstore.Record, got {type(item).__name__}")
+
+    cdef int64_t _timestamp(self, object ts_obj, Py_ssize_t i, int64_t now, bint lat,
+                            int64_t ts_min, int64_t ts_max) except? -2:
+        cdef int64_t ts
+        if lat:
+            return now
+        if ts_obj is None:
+            return now
+        try:
+            ts = ts_obj
+        except (TypeError, OverflowError):
+            raise InvalidRecordError(f"record {i}: timestamp must be an int (ms), got {ts_obj!r}")
+        if ts < 0:
+            raise InvalidRecordError(f"record {i}: timestamp {ts} is negative")
+        if ts < ts_min or ts > ts_max:
+            raise InvalidRecordError(
+                f"record {i}: timestamp {ts} is outside the allowed range [{ts_min}, {ts_max}] "
+                f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+        return ts
+
+    cdef list _headers(self, object headers, Py_ssize_t i):
+        cdef list out = []
+        if headers is None:
+            return out
+        try:
+            it = list(headers)
+        except TypeError:
+            raise InvalidRecordError(f"record {i}: headers must be a sequence of (key, value)")
+        for h in it:
+            try:
+                hk, hv = h
+            except (TypeError, ValueError):
+                raise InvalidRecordError(f"record {i}: header {h!r} is not a (key, value) pair")
+            if isinstance(hk, str):
+                hkb = (<str>hk).encode("utf-8")
+            elif isinstance(hk, (bytes, bytearray, memoryview)):
+                hkb = bytes(hk)
+                try:
+                    hkb.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidRecordError(f"record {i}: header key {hk!r} is not UTF-8")
+            else:
+                raise InvalidRecordError(f"record {i}: header key must be str, got {type(hk).__name__}")
+            if hv is None:
+                hvb = None
+            elif isinstance(hv, str):
+                raise InvalidRecordError(f"record {i}: header value must be bytes or None, not str")
+            else:
+                try:
+                    hvb = bytes(hv)
+                except TypeError:
+                    raise InvalidRecordError(
+                        f"record {i}: header value must be bytes or None, got {type(hv).__name__}")
+            out.append((hkb, hvb))
+        return out
+
+    cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
+                       int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
+                       int codec, int32_t leader_epoch, list keep) except -1:
+        cdef Py_ssize_t i, pos, body, klen, vlen, hcount, j, L
+        cdef const uint8_t* kp
+        cdef const uint8_t* vp
+        cdef object item, key, value, ts_obj, headers
+        cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
+        cdef int64_t off_max = -1
+        cdef list hdrs
+        cdef bytes hk, hv
+        cdef uint32_t crc
+        cdef int16_t attrs
+        self._ensure(V2_OVERHEAD + 64)
+        pos = V2_OVERHEAD
+        for i in range(n):
+            item = <object>(PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i))
+            if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
+                L = PyTuple_GET_SIZE(item)
+                key = <object>PyTuple_GET_ITEM(item, 0)
+                value = <object>PyTuple_GET_ITEM(item, 1)
+                ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
+                headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
+            else:
+                key, value, ts_obj, headers = self._unpack_slow(item, i)
+            try:
+                _bytes_arg(key, &kp, &klen, keep)
+            except TypeError:
+                raise InvalidRecordError(f"record {i}: key must be bytes-like or None, not {type(key).__name__}")
+            try:
+                _bytes_arg(value, &vp, &vlen, keep)
+            except TypeError:
+                raise InvalidRecordError(f"record {i}: value must be bytes-like or None, not {type(value).__name__}")
+            if require_key and klen < 0:
+                raise InvalidRecordError(
+                    f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+            ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+            if i == 0:
+                base_ts = ts
+            if ts > max_ts:
+                max_ts = ts
+                off_max = base_offset + i
+            hcount = 0
+            hdrs = None
+            if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
+                hdrs = self._headers(headers, i)
+                hcount = len(hdrs)
+            # body size
+            body = 1 + varint_size(ts - base_ts) + varint_size(i) + varint_size(klen) + \
+                (klen if klen > 0 else 0) + varint_size(vlen) + (vlen if vlen > 0 else 0) + \
+                varint_size(hcount)
+            if hcount:
+                for j in range(hcount):
+                    hk = hdrs[j][0]
+                    hv = hdrs[j][1]
+                    body += varint_size(len(hk)) + len(hk)
+                    body += varint_size(-1 if hv is None else len(hv)) + (0 if hv is None else len(hv))
+            self._ensure(pos + body + 10)
+            pos = put_varint(self.buf, pos, body)
+            self.buf[pos] = 0
+            pos += 1
+            pos = put_varint(self.buf, pos, ts - base_ts)
+            pos = put_varint(self.buf, pos, i)
+            pos = put_varint(self.buf, pos, klen)
+            if klen > 0:
+                memcpy(self.buf + pos, kp, klen)
+                pos += klen
+            pos = put_varint(self.buf, pos, vlen)
+            if vlen > 0:
+                memcpy(self.buf + pos, vp, vlen)
+                pos += vlen
+            pos = put_varint(self.buf, pos, hcount)
+            if hcount:
+                for j in range(hcount):
+                    hk = hdrs[j][0]
+                    hv = hdrs[j][1]
+                    pos = put_varint(self.buf, pos, len(hk))
+                    memcpy(self.buf + pos, PyBytes_AS_STRING(hk), len(hk))
+                    pos += len(hk)
+                    if hv is None:
+                        pos = put_varint(self.buf, pos, -1)
+                    else:
+                        pos = put_varint(self.buf, pos, len(hv))
+                        memcpy(self.buf + pos, PyBytes_AS_STRING(hv), len(hv))
+                        pos += len(hv)
+            if len(keep) > 64:
+                del keep[:]
+        if codec != 0:
+            raw = PyBytes_FromStringAndSize(<char*>self.buf + V2_OVERHEAD, pos - V2_OVERHEAD)
+            comp = _compress(codec, raw)
+            self._ensure(V2_OVERHEAD + len(comp))
+            memcpy(self.buf + V2_OVERHEAD, PyBytes_AS_STRING(comp), len(comp))
+            pos = V2_OVERHEAD + len(comp)
+        attrs = <int16_t>(codec | (TS_TYPE_BIT if lat else 0))
+        st64(self.buf, <uint64_t>base_offset)
+        st32(self.buf + 8, <uint32_t>(pos - LOG_OVERHEAD))
+        st32(self.buf + 12, <uint32_t>leader_epoch)
+        self.buf[16] = 2
+        st16(self.buf + 21, <uint16_t>attrs)
+        st32(self.buf + 23, <uint32_t>(n - 1))
+        st64(self.buf + 27, <uint64_t>base_ts)
+        st64(self.buf + 35, <uint64_t>max_ts)
+        st64(self.buf + 43, <uint64_t>(-1))    # producerId
+        st16(self.buf + 51, <uint16_t>(-1))    # producerEpoch
+        st32(self.buf + 53, <uint32_t>(-1))    # baseSequence
+        st32(self.buf + 57, <uint32_t>n)
+        with nogil:
+            crc = ks_crc32c(0, self.buf + 21, pos - 21)
+        st32(self.buf + 17, crc)
+        self.size = pos
+        self.max_entry_size = pos
+        self.max_timestamp = max_ts
+        self.first_timestamp = base_ts
+        # Kafka (3.8+) indexes the batch's last offset for its max timestamp ("shallow" offset)
+        self.offset_of_max_timestamp = base_offset + n - 1
+        return 0
+
+    cdef Py_ssize_t _put_legacy(self, Py_ssize_t pos, int magic, int64_t offset, int attrs,
+                                int64_t ts, const uint8_t* kp, Py_ssize_t klen,
+                                const uint8_t* vp, Py_ssize_t vlen) except -1:
+        cdef Py_ssize_t size = (V1_OVERHEAD if magic == 1 else V0_OVERHEAD) + \
+            (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
+        cdef Py_ssize_t start = pos
+        cdef uint32_t crc
+        self._ensure(pos + LOG_OVERHEAD + size)
+        st64(self.buf + pos, <uint64_t>offset)
+        st32(self.buf + pos + 8, <uint32_t>size)
+        pos += 16
+        self.buf[pos] = <uint8_t>magic
+        self.buf[pos + 1] = <uint8_t>attrs
+        pos += 2
+        if magic == 1:
+            st64(self.buf + pos, <uint64_t>ts)
+            pos += 8
+        st32(self.buf + pos, <uint32_t>klen)
+        pos += 4
+        if klen > 0:
+            memcpy(self.buf + pos, kp, klen)
+            pos += klen
+        st32(self.buf + pos, <uint32_t>vlen)
+        pos += 4
+        if vlen > 0:
+            memcpy(self.buf + pos, vp, vlen)
+            pos += vlen
+        crc = ks_crc32(0, self.buf + start + 16, pos - start - 16)
+        st32(self.buf + start + 12, crc)
+        if pos - start > self.max_entry_size:
+            self.max_entry_size = pos - start
+        return pos
+
+    cdef int _build_legacy(self, object records, bint is_list, Py_ssize_t n, int magic,
+                           int64_t base_offset, int64_t now, bint lat, int64_t ts_min,
+                           int64_t ts_max, bint require_key, int codec, list keep) except -1:
+        cdef Py_ssize_t i, pos = 0, klen, vlen, L
+        cdef const uint8_t* kp
+        cdef const uint8_t* vp
+        cdef object item, key, value, ts_obj, headers
+        cdef int64_t ts, max_ts = NO_TIMESTAMP, off, off_max = -1, first_ts = NO_TIMESTAMP
+        cdef int attrs = (TS_TYPE_BIT if (lat and magic == 1) else 0)
+        for i in range(n):
+            item = <object>(PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i))
+            if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
+                L = PyTuple_GET_SIZE(item)
+                key = <object>PyTuple_GET_ITEM(item, 0)
+                value = <object>PyTuple_GET_ITEM(item, 1)
+                ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
+                headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
+            else:
+                key, value, ts_obj, headers = self._unpack_slow(item, i)
+            if headers is not None and len(headers) != 0:
+                raise InvalidRecordError(
+                    f"record {i}: headers need message format v2 (this topic writes v{magic})")
+            try:
+                _bytes_arg(key, &kp, &klen, keep)
+            except TypeError:
+                raise InvalidRecordError(f"record {i}: key must be bytes-like or None, not {type(key).__name__}")
+            try:
+                _bytes_arg(value, &vp, &vlen, keep)
+            except TypeError:
+                raise InvalidRecordError(f"record {i}: value must be bytes-like or None, not {type(value).__name__}")
+            if require_key and klen < 0:
+                raise InvalidRecordError(
+                    f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+            if magic == 1:
+                ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+            else:
+                ts = NO_TIMESTAMP
+            if i == 0:
+                first_ts = ts
+            if ts > max_ts:
+                max_ts = ts
+                off_max = base_offset + i
+            # compressed: inner offsets are relative (v1) or absolute (v0)
+            if codec == 0:
+                off = base_offset + i
+            else:
+                off = i if magic == 1 else base_offset + i
+            pos = self._put_legacy(pos, magic, off, attrs, ts, kp, klen, vp, vlen)
+            if len(keep) > 64:
+                del keep[:]
+        if codec != 0:
+            raw = PyBytes_FromStringAndSize(<char*>self.buf, pos)
+            comp = _compress(codec, raw)
+            self.max_entry_size = 0
+            wrapper_ts = now if lat else max_ts
+            pos = self._put_legacy(0, magic, base_offset + n - 1, attrs | codec, wrapper_ts,
+                                   NULL, -1, <const uint8_t*>PyBytes_AS_STRING(comp), len(comp))
+            if lat:
+                max_ts = now
+        self.size = pos
+        self.max_timestamp = max_ts
+        self.first_timestamp = first_ts
+        self.offset_of_max_timestamp = (base_offset + n - 1) if codec != 0 else off_max
+        return 0
+
+# ---------------------------------------------------------------------------------------------
+# Batch headers: shallow iteration over a run of batches (no CRC), used by offset translation
+# ---------------------------------------------------------------------------------------------
+cdef struct BatchHeader:
+    int64_t base_offset      # first offset (v2); for v0/v1 = the entry's offset
+    int64_t last_offset
+    int32_t size             # total bytes incl. LOG_OVERHEAD
+    int magic
+    int attrs
+    int64_t max_timestamp
+    int64_t base_timestamp
+    int32_t count
+
+# status codes of _parse_header
+cdef inline int _parse_header(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, BatchHeader* h,
+                              const char** why) noexcept nogil:
+    cdef int64_t size
+    cdef int32_t delta
+    if end - pos < HEADER_UP_TO_MAGIC:
+        why[0] = "fewer than 17 bytes left for a batch header"
+        return H_END
+    size = ld32(p + pos + 8)
+    if size < V0_OVERHEAD:
+        why[0] = "record size is smaller than the minimum record overhead (14)"
+        return H_CORRUPT
+    if pos + LOG_OVERHEAD + size > end:
+        why[0] = "the batch runs past the end of the data"
+        return H_END
+    h.size = <int32_t>(size + LOG_OVERHEAD)
+    h.magic = p[pos + 16]
+    h.base_offset = ld64(p + pos)
+    if h.magic == 2:
+        if size < V2_OVERHEAD - LOG_OVERHEAD:
+            why[0] = "v2 batch is smaller than the batch header (61 bytes)"
+            return H_CORRUPT
+        h.attrs = <uint16_t>ld16(p + pos + 21)
+        delta = ld32(p + pos + 23)
+        if delta < 0:
+            why[0] = "negative lastOffsetDelta"
+            return H_CORRUPT
+        h.last_offset = h.base_offset + delta
+        h.base_timestamp = ld64(p + pos + 27)
+        h.max_timestamp = ld64(p + pos + 35)
+        h.count = ld32(p + pos + 57)
+        if h.count < 0:
+            why[0] = "negative record count"
+            return H_CORRUPT
+    elif h.magic == 1 or h.magic == 0:
+        if h.magic == 1 and size < V1_OVERHEAD:
+            why[0] = "v1 message is smaller than its overhead (22 bytes)"
+            return H_CORRUPT
+        h.attrs = p[pos + 17]
+        h.last_offset = h.base_offset
+        h.max_timestamp = ld64(p + pos + 18) if h.magic == 1 else NO_TIMESTAMP
+        h.base_timestamp = h.max_timestamp
+        h.count = 1
+    else:
+        why[0] = "unknown magic byte"
+        return H_CORRUPT
+    return H_OK
+
+cdef inline bint _crc_ok(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, uint32_t* stored,
+                         uint32_t* computed) noexcept nogil:
+    if h.magic == 2:
+        stored[0] = ldu32(p + pos + 17)
+        computed[0] = ks_crc32c(0, p + pos + 21, h.size - 21)
+    else:
+        stored[0] = ldu32(p + pos + 12)
+        computed[0] = ks_crc32(0, p + pos + 16, h.size - 16)
+    return stored[0] == computed[0]
+
+cdef inline bint _legacy_lengths_ok(const uint8_t* p, Py_ssize_t pos, BatchHeader* h) noexcept nogil:
+    """Key and value lengths of a v0/v1 message must add up to its size exactly."""
+    cdef Py_ssize_t q = pos + LOG_OVERHEAD + (V1_OVERHEAD - 8 if h.magic == 1 else V0_OVERHEAD - 8)
+    cdef Py_ssize_t end = pos + h.size
+    cdef int32_t klen, vlen
+    if q + 4 > end:
+        return False
+    klen = ld32(p + q)
+    if klen < -1 or q + 4 + (klen if klen > 0 else 0) + 4 > end:
+        return False
+    q += 4 + (klen if klen > 0 else 0)
+    vlen = ld32(p + q)
+    if vlen < -1:
+        return False
+    return q + 4 + (vlen if vlen > 0 else 0) == end
+
+def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):
+    """Kafka's searchForOffsetWithSize: position of the first batch at or after `start` whose
+    last offset >= target, or -1 if none before `end` (headers only, no CRC)."""
+    cdef const uint8_t* p
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    p = m.ptr()
+    while True:
+        if _parse_header(p, pos, end, &h, &why) != H_OK:
+            return -1
+        if h.last_offset >= target:
+            return pos
+        pos += h.size
+
+def batch_headers(Mapping m, Py_ssize_t start, Py_ssize_t end):
+    """List of (position, base_offset, last_offset, size, magic, attrs, max_timestamp, count)
+    for the well-formed batches in [start, end); stops at the first malformed one."""
+    cdef const uint8_t* p
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    cdef list out = []
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    p = m.ptr()
+    while _parse_header(p, pos, end, &h, &why) == H_OK:
+        out.append((pos, h.base_offset, h.last_offset, h.size, h.magic, h.attrs,
+                    h.max_timestamp, h.count))
+        pos += h.size
+    return out
+
+# ---------------------------------------------------------------------------------------------
+# Recovery scan (Kafka LogSegment.recover): validate batches, rebuild both indexes
+# ---------------------------------------------------------------------------------------------
+OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_interval,
+                 Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
+                 bint verify_crc=True):
+    """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
+
+    Returns a dict: valid_bytes, next_offset (-1 if no batch), max_timestamp,
+    offset_of_max_timestamp, first_batch_timestamp, batches, offset_entries / time_entries
+    (big-endian structured arrays in the on-disk layout), status ('end', 'corrupt', 'crc',
+    'offset_order', 'overflow', 'below_base'), reason (text) and tail_zero (whether the bytes
+    after valid_bytes are all zero, i.e. a preallocated tail rather than garbage).
+    Runs without the GIL.
+    """
+    if end < 0 or end > m.length:
+        raise ValueError("scan end outside mapping")
+    cdef Py_ssize_t cap_o = max_offset_entries if max_offset_entries > 0 else 0
+    cdef Py_ssize_t cap_t = max_time_entries if max_time_entries > 0 else 0
+    cdef Py_ssize_t bound = end // (index_interval + 1) + 2
+    if cap_o > bound:
+        cap_o = bound
+    if cap_t > bound:
+        cap_t = bound
+    oarr = np.zeros(cap_o, dtype=OFFSET_DTYPE)
+    tarr = np.zeros(cap_t, dtype=TIME_DTYPE)
+    cdef uint8_t[::1] ob = oarr.view(np.uint8) if cap_o else np.zeros(1, np.uint8)
+    cdef uint8_t[::1] tb = tarr.view(np.uint8) if cap_t else np.zeros(1, np.uint8)
+    cdef uint8_t* op = &ob[0]
+    cdef uint8_t* tp = &tb[0]
+    cdef Py_ssize_t no = 0, nt = 0
+    cdef const uint8_t* p
+    cdef Py_ssize_t valid = 0, last_entry_pos = 0, batches = 0
+    cdef int64_t prev_last = -1, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
+    cdef int64_t last_time_ts = NO_TIMESTAMP, last_time_off = -1
+    cdef int status = R_END, hs
+    cdef BatchHeader h
+    cdef const char* why = ""
+    cdef uint32_t stored = 0, computed = 0
+    cdef bint have_prev = False
+    cdef bint tail_zero = True
+    cdef Py_ssize_t i
+    p = m.ptr()
+    m.pin()
+    try:
+        with nogil:
+            while True:
+                hs = _parse_header(p, valid, end, &h, &why)
+                if hs == H_END:
+                    status = R_END
+                    break
+                if hs == H_CORRUPT:
+                    status = R_CORRUPT
+                    break
+                if verify_crc and not _crc_ok(p, valid, &h, &stored, &computed):
+                    status = R_CRC
+                    break
+                if h.magic < 2 and not _legacy_lengths_ok(p, valid, &h):
+                    status = R_CORRUPT
+                    why = "key/value lengths do not match the message size"
+                    break
+                if h.base_offset < base_offset:
+                    status = R_BELOW_BASE
+                    break
+                if have_prev and ((h.magic == 2 and h.base_offset <= prev_last) or
+                                  h.last_offset <= prev_last):
+                    status = R_OFFSET_ORDER
+                    break
+                if h.last_offset - base_offset > INT32_MAX:
+                    status = R_OVERFLOW
+                    break
+                if batches == 0:
+                    first_ts = h.max_timestamp
+                if h.max_timestamp > max_ts:
+                    max_ts = h.max_timestamp
+                    off_max = h.last_offset
+                if valid - last_entry_pos > index_interval:
+                    if no < cap_o:
+                        st32(op + 8 * no, <uint32_t>(h.last_offset - base_offset))
+                        st32(op + 8 * no + 4, <uint32_t>valid)
+                        no += 1
+                    # TimeIndex.maybeAppend: only a strictly larger timestamp is written
+                    if max_ts > last_time_ts and nt < cap_t:
+                        st64(tp + 12 * nt, <uint64_t>max_ts)
+                        st32(tp + 12 * nt + 8, <uint32_t>(off_max - base_offset))
+                        nt += 1
+                        last_time_ts = max_ts
+                        last_time_off = off_max
+                    last_entry_pos = valid
+                prev_last = h.last_offset
+                have_prev = True
+                valid += h.size
+                batches += 1
+            for i in range(valid, end):
+                if p[i] != 0:
+                    tail_zero = False
+                    break
+    finally:
+        m.unpin()
+    names = {R_END: "end", R_CORRUPT: "corrupt", R_CRC: "crc", R_OFFSET_ORDER: "offset_order",
+             R_OVERFLOW: "overflow", R_BELOW_BASE: "below_base"}
+    if status == R_CRC:
+        reason = f"CRC mismatch in the batch at position {valid} (stored {stored:#010x}, computed {computed:#010x})"
+    elif status == R_OFFSET_ORDER:
+        reason = f"offsets of the batch at position {valid} do not follow the previous batch's last offset {prev_last}"
+    elif status == R_OVERFLOW:
+        reason = f"the batch at position {valid} has offset {h.last_offset}, more than 2^31-1 above the base offset {base_offset}"
+    elif status == R_BELOW_BASE:
+        reason = f"the batch at position {valid} has offset {h.base_offset}, below the segment's base offset {base_offset}"
+    elif valid < end:
+        reason = f"at position {valid}: {why.decode('ascii')}"
+    else:
+        reason = ""
+    return {
+        "valid_bytes": valid,
+        "next_offset": prev_last + 1 if have_prev else -1,
+        "max_timestamp": max_ts,
+        "offset_of_max_timestamp": off_max,
+        "first_batch_timestamp": first_ts,
+        "batches": batches,
+        "offset_entries": oarr[:no],
+        "time_entries": tarr[:nt],
+        "status": names[status],
+        "reason": reason,
+        "tail_zero": tail_zero,
+    }
+
+# ---------------------------------------------------------------------------------------------
+# Record decoding
+# ---------------------------------------------------------------------------------------------
+cdef inline object _corrupt(str msg, Py_ssize_t position):
+    e = CorruptRecordError(msg)
+    e.position = position
+    return e
+
+cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                                   int64_t base_offset, int64_t base_ts, int64_t max_ts,
+                                   int32_t count, bint lat, int64_t min_offset,
+                                   Py_ssize_t max_records, list out, Py_ssize_t err_pos) except -1:
+    """Decode `count` v2 records from p[pos:end) into out (skipping offsets < min_offset);
+    stops after max_records. Returns the number appended."""
+    cdef int32_t i
+    cdef int64_t rlen, tsd, offd, klen, vlen, hcount, hk, hv, j
+    cdef Py_ssize_t rend, q
+    cdef Py_ssize_t added = 0
+    cdef Record r
+    cdef object key, value
+    cdef list hdrs
+    cdef int tstype = 1 if lat else 0
+    for i in range(count):
+        q = get_varlong(p, pos, end, &rlen, 5)
+        if q < 0 or rlen < 0 or rlen > end - q:
+            raise _corrupt(f"record {i} of the batch has a malformed or oversized length", err_pos)
+        rend = q + rlen
+        if q >= rend:
+            raise _corrupt(f"record {i} of the batch is empty", err_pos)
+        # offset delta lets us skip without decoding the rest
+        q += 1   # attributes
+        q = get_varlong(p, q, rend, &tsd, 10)
+        if q < 0:
+            raise _corrupt(f"record {i}: malformed timestamp delta", err_pos)
+        q = get_varlong(p, q, rend, &offd, 5)
+        if q < 0:
+            raise _corrupt(f"record {i}: malformed offset delta", err_pos)
+        if base_offset + offd < min_offset:
+            pos = rend
+            continue
+        q = get_varlong(p, q, rend, &klen, 5)
+        if q < 0 or klen < -1 or klen > rend - q:
+            raise _corrupt(f"record {i}: malformed key length", err_pos)
+        if klen >= 0:
+            key = PyBytes_FromStringAndSize(<const char*>(p + q), klen)
+            q += klen
+        else:
+            key = None
+        q = get_varlong(p, q, rend, &vlen, 5)
+        if q < 0 or vlen < -1 or vlen > rend - q:
+            raise _corrupt(f"record {i}: malformed value length", err_pos)
+        if vlen >= 0:
+            value = PyBytes_FromStringAndSize(<const char*>(p + q), vlen)
+            q += vlen
+        else:
+            value = None
+        q = get_varlong(p, q, rend, &hcount, 5)
+        if q < 0 or hcount < 0 or hcount > rend - q:
+            raise _corrupt(f"record {i}: malformed header count", err_pos)
+        r = Record.__new__(Record)
+        if hcount:
+            hdrs = []
+            for j in range(hcount):
+                q = get_varlong(p, q, rend, &hk, 5)
+                if q < 0 or hk < 0 or hk > rend - q:
+                    raise _corrupt(f"record {i}: malformed header key length", err_pos)
+                try:
+                    hks = PyUnicode_DecodeUTF8(<const char*>(p + q), hk, NULL)
+                except UnicodeDecodeError:
+                    raise _corrupt(f"record {i}: header key is not UTF-8", err_pos)
+                q += hk
+                q = get_varlong(p, q, rend, &hv, 5)
+                if q < 0 or hv < -1 or hv > rend - q:
+                    raise _corrupt(f"record {i}: malformed header value length", err_pos)
+                if hv >= 0:
+                    hvb = PyBytes_FromStringAndSize(<const char*>(p + q), hv)
+                    q += hv
+                else:
+                    hvb = None
+                hdrs.append((hks, hvb))
+            r.headers = tuple(hdrs)
+        else:
+            r.headers = _EMPTY
+        if q != rend:
+            raise _corrupt(f"record {i}: {rend - q} unexpected bytes after the headers", err_pos)
+        r.offset = base_offset + offd
+        r.timestamp = max_ts if lat else base_ts + tsd
+        r.key = key
+        r.value = value
+        r.timestamp_type = tstype
+        out.append(r)
+        added += 1
+        pos = rend
+        if added >= max_records:
+            return added
+    if pos != end:
+        raise _corrupt(f"{end - pos} bytes remain after the batch's {count} records", err_pos)
+    return added
+
+cdef object _decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize_t err_pos):
+    if _decompress is None:
+        raise UnsupportedCodecError("no codecs registered")
+    data = PyBytes_FromStringAndSize(<const char*>p, n)
+    try:
+        return _decompress(codec, data)
+    except (UnsupportedCodecError, RecordTooLargeError):
+        raise
+    except Exception as exc:
+        raise _corrupt(f"cannot decompress {CODEC_NAMES.get(codec, codec)} data: {exc}", err_pos)
+
+cdef Py_ssize_t _decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
+                               int64_t min_offset, Py_ssize_t max_records, list out,
+                               Py_ssize_t err_pos, bint verify_crc, int depth,
+                               int64_t abs_delta, int64_t wrapper_ts, bint wrapper_lat) except -1:
+    """Decode one v0/v1 message (a compressed wrapper recursively) into out."""
+    cdef Py_ssize_t q = pos + LOG_OVERHEAD + 4 + 2
+    cdef Py_ssize_t end = pos + h.size
+    cdef int32_t klen, vlen
+    cdef int codec = h.attrs & CODEC_MASK
+    cdef int64_t ts = NO_TIMESTAMP
+    cdef Record r
+    cdef Py_ssize_t added = 0, ipos, iend, n
+    cdef BatchHeader ih
+    cdef const char* why
+    cdef const uint8_t* ip
+    cdef int hs
+    cdef int64_t last_rel, offset
+    cdef bint lat = (h.magic == 1) and (h.attrs & TS_TYPE_BIT) != 0
+    cdef uint32_t s, c
+    if not _legacy_lengths_ok(p, pos, h):
+        raise _corrupt("key/value lengths do not match the message size", err_pos)
+    if h.magic == 1:
+        ts = ld64(p + q)
+        q += 8
+    klen = ld32(p + q)
+    q += 4
+    key = PyBytes_FromStringAndSize(<const char*>(p + q), klen) if klen >= 0 else None
+    q += klen if klen > 0 else 0
+    vlen = ld32(p + q)
+    q += 4
+    if codec == 0:
+        offset = h.base_offset + abs_delta
+        if offset < min_offset:
+            return 0
+        r = Record.__new__(Record)
+        r.offset = offset
+        if wrapper_lat:
+            r.timestamp = wrapper_ts
+            r.timestamp_type = 1
+        else:
+            r.timestamp = ts
+            r.timestamp_type = (1 if lat else 0) if h.magic == 1 else -1
+        r.key = key
+        r.value = PyBytes_FromStringAndSize(<const char*>(p + q), vlen) if vlen >= 0 else None
+        r.headers = _EMPTY
+        out.append(r)
+        return 1
+    if depth > 0:
+        raise _corrupt("nested compressed message", err_pos)
+    if codec > 3:
+        raise _corrupt(f"invalid compression codec {codec} for magic {h.magic}", err_pos)
+    if vlen < 0:
+        raise _corrupt("compressed wrapper message has a null value", err_pos)
+    inner = _decompress_value(codec, p + q, vlen, err_pos)
+    cdef const uint8_t[::1] mv = inner
+    n = mv.shape[0]
+    ip = &mv[0] if n else &_empty_byte
+    # first pass: find the last inner offset (v1 inner offsets are relative)
+    ipos = 0
+    last_rel = -1
+    while ipos < n:
+        hs = _parse_header(ip, ipos, n, &ih, &why)
+        if hs != H_OK or ih.magic > 1:
+            raise _corrupt("malformed message inside a compressed wrapper", err_pos)
+        last_rel = ih.base_offset
+        ipos += ih.size
+    ipos = 0
+    while ipos < n:
+        _parse_header(ip, ipos, n, &ih, &why)
+        if verify_crc and not _crc_ok(ip, ipos, &ih, &s, &c):
+            raise _corrupt(f"CRC mismatch in a message inside a compressed wrapper "
+                           f"(stored {s:#010x}, computed {c:#010x})", err_pos)
+        if (ih.attrs & CODEC_MASK) != 0:
+            raise _corrupt("nested compressed message", err_pos)
+        if h.magic == 1:
+            # abs = wrapper offset - last relative + relative
+            offset = h.base_offset - last_rel + ih.base_offset
+        else:
+            offset = ih.base_offset
+        ih.base_offset = offset
+        ih.last_offset = offset
+        added += _decode_legacy(ip, ipos, &ih, min_offset, max_records - added, out, err_pos,
+                                verify_crc, depth + 1, 0, ts if lat else NO_TIMESTAMP, lat)
+        if added >= max_records:
+            break
+        ipos += ih.size
+    return added
+
+cdef Py_ssize_t _decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, int64_t min_offset,
+                              Py_ssize_t max_records, list out, bint verify_crc,
+                              bint include_control) except -1:
+    cdef uint32_t s, c
+    cdef int codec
+    cdef const uint8_t* rp
+    cdef Py_ssize_t n
+    if verify_crc and not _crc_ok(p, pos, h, &s, &c):
+        raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+    if h.magic < 2:
+        return _decode_legacy(p, pos, h, min_offset, max_records, out, pos, verify_crc, 0, 0,
+                              NO_TIMESTAMP, False)
+    if (h.attrs & CONTROL_BIT) and not include_control:
+        return 0
+    codec = h.attrs & CODEC_MASK
+    if h.count > h.last_offset - h.base_offset + 1:
+        raise _corrupt(f"record count {h.count} exceeds the batch's offset range", pos)
+    if codec == 0:
+        return _decode_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
+                                  h.base_timestamp, h.max_timestamp, h.count,
+                                  (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records, out, pos)
+    if codec > 4:
+        raise _corrupt(f"invalid compression codec {codec}", pos)
+    inner = _decompress_value(codec, p + pos + V2_OVERHEAD, h.size - V2_OVERHEAD, pos)
+    cdef const uint8_t[::1] mv = inner
+    n = mv.shape[0]
+    rp = &mv[0] if n else &_empty_byte
+    return _decode_v2_records(rp, 0, n, h.base_offset, h.base_timestamp, h.max_timestamp,
+                              h.count, (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records,
+                              out, pos)
+
+cdef tuple _read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
+                       Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
+                       bint strict, bint min_one):
+    """Decode batches from pos until end / max_records / max_bytes (at least one batch if
+    min_one). Returns (next_position, next_offset_hint, bytes_used). A malformed header raises
+    if strict."""
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t used = 0, start_len = len(out), added = 0
+    cdef int hs
+    cdef int64_t next_offset = -1
+    while added < max_records:
+        hs = _parse_header(p, pos, end, &h, &why)
+        if hs == H_END:
+            if strict and pos < end:
+                raise _corrupt(f"incomplete batch: {why.decode('ascii')}", pos)
+            break
+        if hs == H_CORRUPT:
+            raise _corrupt(why.decode("ascii"), pos)
+        if h.last_offset < min_offset:
+            pos += h.size
+            continue
+        if used + h.size > max_bytes and (used > 0 or not min_one):
+            break
+        added += _decode_batch(p, pos, &h, min_offset, max_records - added, out, verify_crc, False)
+        used += h.size
+        if added >= max_records and len(out) > start_len:
+            # stopped inside or at the end of this batch
+            next_offset = (<Record>out[len(out) - 1]).offset + 1
+            if next_offset > h.last_offset:
+                pos += h.size
+            return (pos, next_offset, used)
+        pos += h.size
+        next_offset = h.last_offset + 1
+    return (pos, next_offset, used)
+
+def read_records(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t min_offset,
+                 Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
+                 bint min_one=True):
+    """Decode records with offset >= min_offset from the batches in [start, end) into out.
+
+    Returns (next_position, next_offset, bytes_used): where to continue. Raises
+    CorruptRecordError (with .position) on a malformed batch. With min_one, at least one batch is
+    decoded even if larger than max_bytes.
+    """
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("read range outside mapping")
+    cdef const uint8_t* p = m.ptr()
+    m.pin()
+    try:
+        return _read_range(p, start, end, min_offset, max_records, max_bytes, verify_crc, out, False, min_one)
+    finally:
+        m.unpin()
+
+def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True):
+    """Decode every record in a bytes-like run of batches (e.g. from read_batches or a file)."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0]
+    cdef list out = []
+    if n == 0:
+        return out
+    _read_range(&mv[0], 0, n, min_offset, <Py_ssize_t>1 << 62, <Py_ssize_t>1 << 62, verify_crc,
+                out, True, True)
+    return out
+
+cdef inline Py_ssize_t _floor_slot(const uint8_t* p, Py_ssize_t n, Py_ssize_t esize, int key_off,
+                                   bint key64, int64_t add, int64_t target, Py_ssize_t warm) noexcept nogil:
+    """Kafka's largestLowerBoundSlotFor with the warm-section optimisation (KAFKA-6432).
+    key(i) = add + (int64 or int32 at p + i*esize + key_off). Returns -1 if target < key(0)."""
+    cdef Py_ssize_t lo, hi, mid, first_hot
+    cdef int64_t k
+    if n <= 0:
+        return -1
+    first_hot = n - 1 - warm
+    if first_hot < 0:
+        first_hot = 0
+    k = add + (ld64(p + first_hot * esize + key_off) if key64 else ld32(p + first_hot * esize + key_off))
+    if k < target:
+        lo = first_hot
+        hi = n - 1
+    else:
+        k = add + (ld64(p + key_off) if key64 else ld32(p + key_off))
+        if k > target:
+            return -1
+        lo = 0
+        hi = first_hot
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        k = add + (ld64(p + mid * esize + key_off) if key64 else ld32(p + mid * esize + key_off))
+        if k > target:
+            hi = mid - 1
+        elif k < target:
+            lo = mid
+        else:
+            return mid
+    return lo
+
+cdef inline Py_ssize_t _checked_entries(Mapping m, Py_ssize_t n, Py_ssize_t esize) except -2:
+    if n < 0 or n * esize > m.length:
+        raise ValueError(f"{n} index entries do not fit a mapping of {m.length} bytes")
+    return n
+
+def offset_index_floor_slot(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """Slot of the largest entry with offset <= target, or -1."""
+    _checked_entries(m, n, 8)
+    return _floor_slot(m.ptr(), n, 8, 0, False, base_offset, target, 1024)
+
+def offset_index_lookup(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """OffsetIndex.lookup: (offset, position) of the floor entry, or (base_offset, 0)."""
+    _checked_entries(m, n, 8)
+    cdef const uint8_t* p = m.ptr()
+    cdef Py_ssize_t s = _floor_slot(p, n, 8, 0, False, base_offset, target, 1024)
+    if s < 0:
+        return (base_offset, 0)
+    return (base_offset + ld32(p + 8 * s), ld32(p + 8 * s + 4))
+
+def time_index_lookup(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t ts):
+    """TimeIndex.lookup: (timestamp, offset) of the floor entry by timestamp, or (-1, base)."""
+    _checked_entries(m, n, 12)
+    cdef const uint8_t* p = m.ptr()
+    cdef Py_ssize_t s = _floor_slot(p, n, 12, 0, True, 0, ts, 682)
+    if s < 0:
+        return (NO_TIMESTAMP, base_offset)
+    return (ld64(p + 12 * s), base_offset + ld32(p + 12 * s + 8))
+
+def time_index_floor_slot_by_offset(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """Slot of the largest time entry whose offset <= target (TimeIndex.truncateTo), or -1."""
+    _checked_entries(m, n, 12)
+    return _floor_slot(m.ptr(), n, 12, 8, False, base_offset, target, 682)
+
+def index_entry(Mapping m, Py_ssize_t slot, int entry_size):
+    """Raw entry at slot: (relative_offset, position) or (timestamp, relative_offset)."""
+    if slot < 0 or (slot + 1) * entry_size > m.length:
+        raise ValueError(f"index slot {slot} outside mapping")
+    cdef const uint8_t* p = m.ptr() + slot * entry_size
+    if entry_size == 8:
+        return (ld32(p), ld32(p + 4))
+    return (ld64(p), ld32(p + 8))
+
+def put_offset_entry(Mapping m, Py_ssize_t slot, int32_t rel, int32_t position):
+    if not m.writable or slot < 0 or (slot + 1) * 8 > m.length:
+        raise ValueError(f"cannot write offset index slot {slot}")
+    cdef uint8_t* p = <uint8_t*>m.ptr() + slot * 8
+    st32(p, <uint32_t>rel)
+    st32(p + 4, <uint32_t>position)
+
+def put_time_entry(Mapping m, Py_ssize_t slot, int64_t ts, int32_t rel):
+    if not m.writable or slot < 0 or (slot + 1) * 12 > m.length:
+        raise ValueError(f"cannot write time index slot {slot}")
+    cdef uint8_t* p = <uint8_t*>m.ptr() + slot * 12
+    st64(p, <uint64_t>ts)
+    st32(p + 8, <uint32_t>rel)
+
+# ---------------------------------------------------------------------------------------------
+# Timestamp search inside a segment (Kafka LogSegment.findOffsetByTimestamp, after the lookups)
+# ---------------------------------------------------------------------------------------------
+def find_offset_by_timestamp(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
+                             int64_t start_offset, bint verify_crc=True):
+    """First record at or after `start` with timestamp >= ts and offset >= start_offset:
+    (offset, timestamp), or None."""
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    cdef const uint8_t* p = m.ptr()
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    cdef int hs
+    cdef list tmp = []
+    cdef Record r
+    m.pin()
+    try:
+        while True:
+            hs = _parse_header(p, pos, end, &h, &why)
+            if hs == H_END:
+                return None
+            if hs == H_CORRUPT:
+                raise _corrupt(why.decode("ascii"), pos)
+            if h.max_timestamp >= ts and h.last_offset >= start_offset:
+                del tmp[:]
+                _decode_batch(p, pos, &h, start_offset, <Py_ssize_t>1 << 62, tmp, verify_crc, False)
+                for o in tmp:
+                    r = <Record>o
+                    if r.timestamp >= ts and r.offset >= start_offset:
+                        return (r.offset, r.timestamp)
+            pos += h.size
+    finally:
+        m.unpin()

@@ -1,0 +1,136 @@
+/* C helpers for kstore/_core.pyx: CRC-32C (Castagnoli, Kafka v2 batches) and CRC-32 (IEEE,
+ * Kafka v0/v1 messages).  The software path is slice-by-8 over tables seeded from crcmod's
+ * definitions (handed in by _core at import); on x86-64 with SSE4.2 the CRC-32C path uses the
+ * crc32 instruction, chosen at run time.  All functions take and return finalized CRCs, like
+ * zlib.crc32(data, value). */
+#ifndef KSTORE_H
+#define KSTORE_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+
+static uint32_t ks_crc32c_tab[8][256];
+static uint32_t ks_crc32_tab[8][256];
+static int ks_crc32c_use_hw = 0;
+
+static void ks_fill_tables(uint32_t t[8][256], const uint32_t *base)
+{
+    int i, k;
+    for (i = 0; i < 256; i++) t[0][i] = base[i];
+    for (i = 0; i < 256; i++) {
+        uint32_t c = t[0][i];
+        for (k = 1; k < 8; k++) { c = t[0][c & 0xff] ^ (c >> 8); t[k][i] = c; }
+    }
+}
+
+static uint32_t ks_crc_sw(uint32_t t[8][256], uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n && ((uintptr_t)p & 7)) { crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8); n--; }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4); memcpy(&hi, p + 4, 4);
+        lo ^= crc;
+        crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^
+              t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+        p += 8; n -= 8;
+    }
+#endif
+    while (n--) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define KS_HAVE_HW_CRC 1
+
+/* Three independent streams hide the 3-cycle latency of crc32; the partial CRCs are merged
+ * by shifting through zero bytes with the same instruction-free table method (crc of zeros is
+ * linear), using ks_crc32c_shift. Blocks below 3 KiB use the single stream. */
+static uint32_t ks_crc32c_shift_tab[4][256];   /* multiply-by-x^(8*KS_BLK) operator, bytewise */
+#define KS_BLK 1024
+
+__attribute__((target("sse4.2")))
+static uint64_t ks_crc32c_hw_raw(uint64_t c, const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) { c = _mm_crc32_u8((uint32_t)c, *p++); n--; }
+    while (n >= 8) { uint64_t v; memcpy(&v, p, 8); c = _mm_crc32_u64(c, v); p += 8; n -= 8; }
+    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return c;
+}
+
+static uint32_t ks_shift(uint32_t c)
+{
+    return ks_crc32c_shift_tab[0][c & 0xff] ^ ks_crc32c_shift_tab[1][(c >> 8) & 0xff] ^
+           ks_crc32c_shift_tab[2][(c >> 16) & 0xff] ^ ks_crc32c_shift_tab[3][c >> 24];
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t ks_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t c0 = (uint32_t)~crc;
+    while (n && ((uintptr_t)p & 7)) { c0 = _mm_crc32_u8((uint32_t)c0, *p++); n--; }
+    while (n >= 3 * KS_BLK) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *p1 = p + KS_BLK, *p2 = p + 2 * KS_BLK;
+        size_t i;
+        for (i = 0; i < KS_BLK; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8); memcpy(&v1, p1 + i, 8); memcpy(&v2, p2 + i, 8);
+            c0 = _mm_crc32_u64(c0, v0); c1 = _mm_crc32_u64(c1, v1); c2 = _mm_crc32_u64(c2, v2);
+        }
+        /* state after block0 shifted over block1, xor block1's zero-init state, and so on */
+        c0 = ks_shift((uint32_t)c0) ^ (uint32_t)c1;
+        c0 = ks_shift((uint32_t)c0) ^ (uint32_t)c2;
+        p += 3 * KS_BLK; n -= 3 * KS_BLK;
+    }
+    c0 = ks_crc32c_hw_raw(c0, p, n);
+    return ~(uint32_t)c0;
+}
+
+/* Raw (unfinalized) register update over n zero bytes, software: used to build the shift table. */
+static uint32_t ks_zeros_sw(uint32_t c, size_t n)
+{
+    while (n--) c = ks_crc32c_tab[0][c & 0xff] ^ (c >> 8);
+    return c;
+}
+
+static void ks_init_shift(void)
+{
+    int i, k;
+    for (k = 0; k < 4; k++)
+        for (i = 0; i < 256; i++)
+            ks_crc32c_shift_tab[k][i] = ks_zeros_sw(((uint32_t)i) << (8 * k), KS_BLK);
+}
+
+static int ks_cpu_has_crc32c(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2");
+}
+#else
+#define KS_HAVE_HW_CRC 0
+static uint32_t ks_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) { (void)p; (void)n; return crc; }
+static void ks_init_shift(void) {}
+static int ks_cpu_has_crc32c(void) { return 0; }
+#endif
+
+static inline uint32_t ks_crc32c(uint32_t crc, const unsigned char *p, size_t n)
+{
+    if (ks_crc32c_use_hw) return ks_crc32c_hw(crc, p, n);
+    return ks_crc_sw(ks_crc32c_tab, crc, p, n);
+}
+
+static inline uint32_t ks_crc32c_table(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return ks_crc_sw(ks_crc32c_tab, crc, p, n);
+}
+
+static inline uint32_t ks_crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return ks_crc_sw(ks_crc32_tab, crc, p, n);
+}
+
+#endif

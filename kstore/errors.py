@@ -1,0 +1,73 @@
+"""kstore's exceptions, in one module shared by the Python classes and the compiled core."""
+from __future__ import annotations
+
+
+class KStoreError(Exception):
+    """Base class of every error kstore raises on purpose."""
+
+
+class CorruptRecordError(KStoreError):
+    """Bytes on disk fail validation (size, CRC, offsets, record layout).
+
+    ``path`` and ``position`` name the file and byte position at fault when known.
+    """
+
+    path: str | None = None
+    position: int | None = None
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        return f"{msg} ({', '.join(where)})" if where else msg
+
+
+class OffsetOutOfRangeError(KStoreError):
+    """The requested offset lies outside [log_start_offset, log_end_offset]."""
+
+
+class RecordTooLargeError(KStoreError):
+    """A batch exceeds max.message.bytes or segment.bytes."""
+
+
+class InvalidRecordError(KStoreError):
+    """A record is malformed as input: wrong types, a bad timestamp, a missing key."""
+
+
+class InvalidConfigError(KStoreError, ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+class InvalidOffsetError(KStoreError):
+    """An index append that does not increase, or an offset that cannot be used."""
+
+
+class IndexOffsetOverflowError(InvalidOffsetError):
+    """An offset more than 2^31-1 above a segment's base offset."""
+
+
+class LogSegmentOffsetOverflowError(KStoreError):
+    """A segment holds offsets that do not fit its relative-offset space."""
+
+
+class UnsupportedCodecError(KStoreError):
+    """A compression codec that this installation cannot read or write."""
+
+
+class KStoreStateError(KStoreError):
+    """An operation on a closed log, or one that conflicts with the log's state."""
+
+
+class LogDirOfflineError(KStoreError):
+    """A log directory hit an I/O error and takes no more writes until reopened."""
+
+
+def with_path(exc: CorruptRecordError, path, base_position: int = 0) -> CorruptRecordError:
+    """Attach the file name (and shift the position) to an error raised by the core."""
+    exc.path = str(path)
+    if exc.position is not None:
+        exc.position += base_position
+    return exc

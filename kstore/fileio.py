@@ -1,0 +1,153 @@
+"""The one I/O layer every kstore file operation goes through.
+
+Segments, indexes and checkpoints never call ``os`` directly: they call a ``FileOps``. The
+default implementation is thin; tests swap in a subclass (``set_file_ops`` or the ``io=``
+argument of ``Log.open``) to record operations, inject crashes, torn writes and ENOSPC.
+
+Writes into a mapped segment are memcpy's from the compiled core and are not individual calls
+here; a FileOps that sets ``intercept_map_writes = True`` makes segments route those writes
+through ``map_write`` instead, so a crash harness sees every byte written.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Optional
+
+from kstore._core import Mapping
+
+
+class FileOps:
+    """Default, pass-through file operations (POSIX)."""
+
+    intercept_map_writes = False
+
+    # -- files -----------------------------------------------------------------------------
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pwrite(self, fd: int, data, offset: int) -> None:
+        """Write all of data at offset (loops over short writes)."""
+        view = memoryview(data)
+        while len(view):
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(errno.EIO, "short write")
+            view = view[n:]
+            offset += n
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes:
+        return os.pread(fd, n, offset)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve blocks so that later writes through a mapping cannot hit ENOSPC (SIGBUS)."""
+        if length <= 0:
+            return
+        try:
+            os.posix_fallocate(fd, offset, length)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            # no fallocate on this filesystem: extend with explicit zeros
+            self.pwrite(fd, b"\0" * length, offset)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    # -- names -----------------------------------------------------------------------------
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def getsize(self, path: str) -> int:
+        return os.path.getsize(path)
+
+    def getmtime_ms(self, path: str) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def set_mtime_ms(self, path: str, ms: int) -> None:
+        os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    # -- mappings --------------------------------------------------------------------------
+    def map(self, fd: int, length: int, writable: bool) -> Mapping:
+        return Mapping(fd, length, writable)
+
+    def map_flush(self, mapping: Mapping, start: int = 0, end: int = -1) -> None:
+        mapping.flush(start, end)
+
+    def map_write(self, mapping: Mapping, position: int, data) -> None:
+        """Slow path used when intercept_map_writes is set."""
+        mapping.write(position, data)
+
+    # -- helpers built on the primitives -----------------------------------------------------
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """tmp file, write, fsync, rename over path, fsync the directory."""
+        tmp = path + ".tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.pwrite(fd, data, 0)
+            self.fsync(fd)
+        finally:
+            self.close(fd)
+        self.rename(tmp, path)
+        self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+    def read_file(self, path: str) -> bytes:
+        fd = self.open(path, os.O_RDONLY)
+        try:
+            out = []
+            pos = 0
+            while True:
+                b = self.pread(fd, 1 << 20, pos)
+                if not b:
+                    return b"".join(out)
+                out.append(b)
+                pos += len(b)
+        finally:
+            self.close(fd)
+
+
+_default: FileOps = FileOps()
+
+
+def get_file_ops() -> FileOps:
+    """The FileOps used when none is passed explicitly."""
+    return _default
+
+
+def set_file_ops(ops: Optional[FileOps]) -> FileOps:
+    """Install ops as the default (None restores the plain one); returns the previous default."""
+    global _default
+    prev = _default
+    _default = ops if ops is not None else FileOps()
+    return prev

@@ -1,0 +1,379 @@
+"""Sparse offset and time indexes (Kafka's AbstractIndex, OffsetIndex, TimeIndex).
+
+An index is a file of fixed-size big-endian entries, memory-mapped and exposed as a numpy
+structured array. A new index file is preallocated to ``segment.index.bytes`` rounded down to
+the entry size; it is trimmed to the used entries when its segment rolls or closes and resized
+back to the maximum when the segment becomes active again. The floor searches run in the
+compiled core without the GIL held for long.
+
+    .index      relative offset i32 | position i32            (8 bytes)
+    .timeindex  timestamp i64       | relative offset i32     (12 bytes)
+
+Views returned by ``entries_array`` stay valid after a resize or close (the old mapping lives
+until the view is released) but no longer track later appends.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+import numpy as np
+
+from kstore import _core
+from kstore.errors import (IndexOffsetOverflowError, InvalidOffsetError, KStoreStateError,
+                           CorruptRecordError)
+from kstore.fileio import FileOps, get_file_ops
+
+OFFSET_DTYPE = _core.OFFSET_DTYPE
+TIME_DTYPE = _core.TIME_DTYPE
+INT32_MAX = (1 << 31) - 1
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An index failed its sanity check."""
+
+
+class AbstractIndex:
+    """The mmap life cycle shared by both index kinds: preallocate, resize, trim, close."""
+
+    ENTRY_SIZE = 0
+    DTYPE: np.dtype
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1,
+                 writable: bool = True, io: Optional[FileOps] = None):
+        self.path = path
+        self.base_offset = base_offset
+        self._io = io or get_file_ops()
+        self._writable = writable
+        self._lock = threading.RLock()
+        self._max_index_size = max_index_size
+        self._map: Optional[_core.Mapping] = None
+        self._length = 0
+        if self._io.exists(path):
+            fd = self._io.open(path, os.O_RDWR if writable else os.O_RDONLY)
+            try:
+                length = self._io.size(fd)
+                new = False
+                if length == 0 and writable and max_index_size > 0:
+                    length = self._round(max_index_size)
+                    self._io.allocate(fd, 0, length)
+                    new = True
+                self._entries = 0 if new else length // self.ENTRY_SIZE
+                self._remap(fd, length)
+            finally:
+                self._io.close(fd)
+        else:
+            if not writable:
+                self._entries = 0
+                return
+            fd = self._io.open(path, os.O_RDWR | os.O_CREAT)
+            try:
+                length = self._round(max_index_size)
+                self._io.allocate(fd, 0, length)
+                self._entries = 0
+                self._remap(fd, length)
+            finally:
+                self._io.close(fd)
+
+    # -- sizes -----------------------------------------------------------------------------
+    def _round(self, n: int) -> int:
+        return max(0, n) // self.ENTRY_SIZE * self.ENTRY_SIZE
+
+    def _remap(self, fd: int, length: int) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._length = length
+        self._map = self._io.map(fd, length, self._writable) if length > 0 else None
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.ENTRY_SIZE
+
+    @property
+    def length(self) -> int:
+        """Bytes the file (and mapping) currently spans."""
+        return self._length
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._entries * self.ENTRY_SIZE
+
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries
+
+    @property
+    def mapping(self) -> Optional[_core.Mapping]:
+        return self._map
+
+    def entries_array(self) -> np.ndarray:
+        """The used entries as a big-endian structured numpy array over the mapping."""
+        if self._map is None or self._entries == 0:
+            return np.zeros(0, dtype=self.DTYPE)
+        return np.frombuffer(self._map, dtype=self.DTYPE, count=self._entries)
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file and mapping length to new_size rounded down to whole entries."""
+        with self._lock:
+            rounded = self._round(new_size)
+            if rounded == self._length:
+                return False
+            if not self._writable:
+                raise KStoreStateError(f"cannot resize read-only index {self.path}")
+            fd = self._io.open(self.path, os.O_RDWR)
+            try:
+                if self._map is not None:
+                    self._map.close()
+                    self._map = None
+                if rounded < self._length:
+                    self._io.truncate(fd, rounded)
+                else:
+                    self._io.truncate(fd, self._length)
+                    self._io.allocate(fd, self._length, rounded - self._length)
+                self._remap(fd, rounded)
+            finally:
+                self._io.close(fd)
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        if self._writable:
+            self.resize(self._entries * self.ENTRY_SIZE)
+
+    def _truncate_to_entries(self, n: int) -> None:
+        with self._lock:
+            n = max(0, min(n, self._entries))
+            if self._writable and self._map is not None and n < self._entries:
+                self._map.zero(n * self.ENTRY_SIZE, self._entries * self.ENTRY_SIZE)
+            self._entries = n
+            self._after_truncate()
+
+    def _after_truncate(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        """Remove every entry and resize to the maximum (Kafka's reset, used by recovery)."""
+        self._truncate_to_entries(0)
+        self.resize(self._max_index_size)
+
+    def flush(self) -> None:
+        if self._map is not None and self._writable:
+            self._io.map_flush(self._map, 0, self._entries * self.ENTRY_SIZE)
+
+    def close(self) -> None:
+        """Trim to the used entries and unmap."""
+        self.trim_to_valid_size()
+        self.close_handler()
+
+    def close_handler(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def delete(self) -> bool:
+        self.close_handler()
+        try:
+            self._io.unlink(self.path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def rename_to(self, path: str) -> None:
+        self._io.rename(self.path, path)
+        self.path = path
+
+    def _check_sizes(self) -> None:
+        """Length not a multiple of the entry size is corrupt (Kafka's sanityCheck)."""
+        if self._io.exists(self.path):
+            length = self._io.getsize(self.path)
+            if length % self.ENTRY_SIZE != 0:
+                raise CorruptIndexError(
+                    f"index file {self.path} has length {length}, not a multiple of {self.ENTRY_SIZE}")
+
+    def _load_bulk(self, raw: np.ndarray) -> None:
+        """Replace every entry with raw (a structured array in the on-disk layout)."""
+        n = len(raw)
+        if n > self.max_entries:
+            raise KStoreStateError(f"{n} entries do not fit index {self.path}")
+        self._entries = 0
+        if n:
+            self._map.write(0, raw.tobytes())
+        self._entries = n
+
+
+class OffsetIndex(AbstractIndex):
+    """Maps relative offsets to positions in the segment's .log file."""
+
+    ENTRY_SIZE = 8
+    DTYPE = OFFSET_DTYPE
+
+    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None):
+        super().__init__(path, base_offset, max_index_size, writable, io)
+        self._last_offset = self._read_last_offset()
+
+    def _read_last_offset(self) -> int:
+        if self._entries == 0 or self._map is None:
+            return self.base_offset
+        rel, _ = _core.index_entry(self._map, self._entries - 1, 8)
+        return self.base_offset + rel
+
+    def _after_truncate(self) -> None:
+        self._last_offset = self._read_last_offset()
+
+    @property
+    def last_offset(self) -> int:
+        return self._last_offset
+
+    def entry(self, n: int) -> tuple[int, int]:
+        """(offset, position) of entry n."""
+        if n < 0 or n >= self._entries:
+            raise IndexError(f"entry {n} out of range for {self._entries} entries")
+        rel, pos = _core.index_entry(self._map, n, 8)
+        return self.base_offset + rel, pos
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= target, else (base, 0)."""
+        if self._entries == 0:
+            return self.base_offset, 0
+        return _core.offset_index_lookup(self._map, self._entries, self.base_offset, target_offset)
+
+    def append(self, offset: int, position: int) -> None:
+        with self._lock:
+            if self.is_full():
+                raise KStoreStateError(f"Attempt to append to a full index (size = {self._entries}) {self.path}")
+            if self._entries == 0 or offset > self._last_offset:
+                rel = offset - self.base_offset
+                if rel < 0 or rel > INT32_MAX:
+                    raise IndexOffsetOverflowError(
+                        f"Integer overflow for offset: {offset} ({self.path})")
+                _core.put_offset_entry(self._map, self._entries, rel, position)
+                self._entries += 1
+                self._last_offset = offset
+            else:
+                raise InvalidOffsetError(
+                    f"Attempt to append an offset ({offset}) to position {self._entries} no larger "
+                    f"than the last offset appended ({self._last_offset}) to {self.path}")
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove entries for offsets >= offset."""
+        with self._lock:
+            if self._entries == 0:
+                return
+            slot = _core.offset_index_floor_slot(self._map, self._entries, self.base_offset, offset)
+            if slot < 0:
+                n = 0
+            elif self.entry(slot)[0] == offset:
+                n = slot
+            else:
+                n = slot + 1
+            self._truncate_to_entries(n)
+
+    def sanity_check(self) -> None:
+        self._check_sizes()
+        if self._entries and self._last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"Corrupt index found, index file ({self.path}) has non-zero size but the last "
+                f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
+
+    def load_entries(self, raw: np.ndarray) -> None:
+        self._load_bulk(raw)
+        self._last_offset = self._read_last_offset()
+
+
+class TimeIndex(AbstractIndex):
+    """Maps timestamps to the relative offset of the batch holding the max timestamp so far."""
+
+    ENTRY_SIZE = 12
+    DTYPE = TIME_DTYPE
+
+    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None):
+        super().__init__(path, base_offset, max_index_size, writable, io)
+        self._last_entry = self._read_last_entry()
+
+    def _read_last_entry(self) -> tuple[int, int]:
+        if self._entries == 0 or self._map is None:
+            return -1, self.base_offset
+        ts, rel = _core.index_entry(self._map, self._entries - 1, 12)
+        return ts, self.base_offset + rel
+
+    def _after_truncate(self) -> None:
+        self._last_entry = self._read_last_entry()
+
+    def is_full(self) -> bool:
+        # one slot is kept for the final entry written at roll/close (skip_full_check)
+        return self._entries >= self.max_entries - 1
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        return self._last_entry
+
+    def entry(self, n: int) -> tuple[int, int]:
+        if n < 0 or n >= self._entries:
+            raise IndexError(f"entry {n} out of range for {self._entries} entries")
+        ts, rel = _core.index_entry(self._map, n, 12)
+        return ts, self.base_offset + rel
+
+    def lookup(self, target_ts: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= target, else (-1, base)."""
+        if self._entries == 0:
+            return -1, self.base_offset
+        return _core.time_index_lookup(self._map, self._entries, self.base_offset, target_ts)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        with self._lock:
+            if not skip_full_check and self.is_full():
+                raise KStoreStateError(f"Attempt to append to a full time index (size = {self._entries}) {self.path}")
+            last_ts, last_off = self._last_entry
+            if self._entries != 0 and offset < last_off:
+                raise InvalidOffsetError(
+                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than "
+                    f"the last offset appended ({last_off}) to {self.path}")
+            if self._entries != 0 and timestamp < last_ts:
+                raise InvalidOffsetError(
+                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger "
+                    f"than the last timestamp appended ({last_ts}) to {self.path}")
+            if timestamp > last_ts:
+                if self._entries >= self.max_entries:
+                    raise KStoreStateError(f"time index {self.path} has no room for a final entry")
+                rel = offset - self.base_offset
+                if rel < 0 or rel > INT32_MAX:
+                    raise IndexOffsetOverflowError(f"Integer overflow for offset: {offset} ({self.path})")
+                _core.put_time_entry(self._map, self._entries, timestamp, rel)
+                self._entries += 1
+                self._last_entry = (timestamp, offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove entries whose offset >= offset."""
+        with self._lock:
+            if self._entries == 0:
+                return
+            slot = _core.time_index_floor_slot_by_offset(self._map, self._entries, self.base_offset, offset)
+            if slot < 0:
+                n = 0
+            elif self.entry(slot)[1] == offset:
+                n = slot
+            else:
+                n = slot + 1
+            self._truncate_to_entries(n)
+
+    def sanity_check(self) -> None:
+        self._check_sizes()
+        if self._entries:
+            first_ts = self.entry(0)[0]
+            last_ts, last_off = self._last_entry
+            if last_ts < first_ts:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file ({self.path}) has non-zero size but "
+                    f"the last timestamp is {last_ts} which is less than the first timestamp {first_ts}")
+            if last_off < self.base_offset:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file ({self.path}) has non-zero size but "
+                    f"the last offset is {last_off} which is less than the base offset {self.base_offset}")
+
+    def load_entries(self, raw: np.ndarray) -> None:
+        self._load_bulk(raw)
+        self._last_entry = self._read_last_entry()

@@ -1,0 +1,689 @@
+"""One partition's log (Kafka's UnifiedLog + LocalLog + LogLoader, for a single node).
+
+Offsets: log_start_offset <= recovery_point <= log_end_offset; high_watermark equals
+log_end_offset in this single-node engine. One writer and any number of reader threads: the
+writer serialises on a lock and publishes new segment lists and sizes by replacing them, so a
+reader always sees whole batches.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import random
+import threading
+from typing import Any, Iterable, Mapping, Optional
+
+from kstore import _core
+from kstore.clock import SYSTEM_TIME
+from kstore.config import LONG_MAX, LogConfig
+from kstore.errors import (KStoreError, KStoreStateError, LogSegmentOffsetOverflowError,
+                           OffsetOutOfRangeError, RecordTooLargeError)
+from kstore.fileio import FileOps, get_file_ops
+from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
+                          SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
+from kstore.segment import LogSegment
+
+log = logging.getLogger("kstore.log")
+
+#: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
+#: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
+STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+DEFAULT_MAX_BYTES = 1 << 20
+_TS_CLAMP = 1 << 62
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+class Log:
+    """A partition directory of segments. Open with ``Log.open``; use as a context manager."""
+
+    def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
+                 managed: bool = False):
+        self.dir = dir_
+        self._config = config
+        self._io = io
+        self._time = time
+        self._scheduler = scheduler
+        self._managed = managed
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._rng = random.Random()
+        self._bases: list[int] = []
+        self._segs: list[LogSegment] = []
+        self._leo = 0
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._builder = _core.BatchBuilder()
+        self._closed = False
+        self._last_flush_ms = time.milliseconds()
+        self.recovery_report: list[dict] = []
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike, config: Optional[Mapping[str, Any] | LogConfig] = None, *,
+             recovery_point: Optional[int] = None, log_start_offset: Optional[int] = None,
+             clean_shutdown: Optional[bool] = None, io: Optional[FileOps] = None, time=None,
+             scheduler=None) -> "Log":
+        """Open (creating if missing) the partition directory at path.
+
+        A log owned by a LogManager passes recovery_point, log_start_offset and clean_shutdown
+        from its checkpoints. A standalone log keeps a clean-shutdown marker in its directory:
+        after a clean close it opens without recovery; otherwise every segment is validated and
+        the invalid tail cut, as Kafka does for a log with no recovery checkpoint.
+        """
+        cfg = config if isinstance(config, LogConfig) else LogConfig(config)
+        io = io or get_file_ops()
+        time = time or SYSTEM_TIME
+        path = os.fspath(path)
+        managed = clean_shutdown is not None
+        log_ = cls(path, cfg, io=io, time=time, scheduler=scheduler, managed=managed)
+        log_._load(recovery_point, log_start_offset, clean_shutdown)
+        return log_
+
+    def _create_dir(self) -> None:
+        if not self._io.exists(self.dir):
+            parent = os.path.dirname(os.path.abspath(self.dir))
+            if not self._io.exists(parent):
+                os.makedirs(parent, exist_ok=True)
+            self._io.mkdir(self.dir)
+            self._io.fsync_dir(parent)
+
+    def _load(self, recovery_point, log_start_offset, clean_shutdown) -> None:
+        io = self._io
+        self._create_dir()
+        marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
+        if clean_shutdown is None:
+            # standalone: the marker is deleted before loading, so a crash during this open
+            # is itself recovered next time (KAFKA-10471)
+            clean_shutdown = False
+            if io.exists(marker):
+                try:
+                    info = json.loads(io.read_file(marker).decode())
+                    if log_start_offset is None and isinstance(info.get("log_start_offset"), int):
+                        log_start_offset = info["log_start_offset"]
+                    clean_shutdown = True
+                except (ValueError, OSError, AttributeError):
+                    log.warning("ignoring unreadable clean-shutdown marker %s", marker)
+                io.unlink(marker)
+                io.fsync_dir(self.dir)
+        self._remove_temp_files_and_swap()
+        segs = self._load_segment_files()
+        # Kafka: logStart = max(checkpoint, first base)
+        start = log_start_offset or 0
+        if segs:
+            start = max(start, segs[0].base_offset)
+        self._set_segments(segs)
+        if recovery_point is None:
+            recovery_point = 0
+        if clean_shutdown:
+            self._leo = segs[-1].read_next_offset() if segs else start
+        else:
+            self._recover_log(recovery_point)
+            segs = self._segs
+        if segs and self._leo < start:
+            # LEO below the checkpointed start: everything is gone (testLogEndLessThanStartAfterReopen)
+            for s in segs:
+                s.delete()
+            self._set_segments([])
+            segs = []
+        if not segs:
+            seg = LogSegment(self.dir, start, self._config, io=io, time=self._time, rng=self._rng)
+            self._set_segments([seg])
+            self._leo = start
+            io.fsync_dir(self.dir)
+        self._log_start_offset = start if start <= self._leo else self._leo
+        self._recovery_point = self._leo if clean_shutdown else min(recovery_point, self._leo)
+        self._recovery_point = max(self._recovery_point, self._segs[0].base_offset if recovery_point else 0)
+        self._segs[-1].make_active()
+
+    def _remove_temp_files_and_swap(self) -> None:
+        """Kafka's LogLoader step 1-2: drop .deleted and .cleaned files, finish .swap renames."""
+        io = self._io
+        names = io.listdir(self.dir)
+        swaps, cleaned_offsets = [], []
+        for name in names:
+            p = parse_name(name)
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_SUFFIX):
+                io.unlink(path)
+            elif name.endswith(CLEANED_SUFFIX):
+                if p:
+                    cleaned_offsets.append(p[0])
+                io.unlink(path)
+            elif name.endswith(SWAP_SUFFIX) and p:
+                swaps.append((p[0], p[1], path))
+        min_cleaned = min(cleaned_offsets) if cleaned_offsets else None
+        live_swaps = []
+        for base, suffix, path in swaps:
+            if min_cleaned is not None and base >= min_cleaned:
+                io.unlink(path)     # a clean that did not finish swapping: discard it
+            else:
+                live_swaps.append((base, suffix, path))
+        for base, suffix, path in sorted(live_swaps):
+            if suffix != LOG_SUFFIX:
+                continue
+            swap_seg = LogSegment(self.dir, base, self._config, io=io, time=self._time,
+                                  rng=self._rng, file_already_exists=True, suffix=SWAP_SUFFIX)
+            try:
+                end = swap_seg.read_next_offset()
+            finally:
+                swap_seg.close_handlers()
+            # delete the segments the swap replaces: [base, end)
+            for name in io.listdir(self.dir):
+                p = parse_name(name)
+                if p and not p[2] and base <= p[0] < end:
+                    io.unlink(os.path.join(self.dir, name))
+        for base, suffix, path in live_swaps:
+            if io.exists(path):
+                io.rename(path, path[: -len(SWAP_SUFFIX)])
+        if live_swaps:
+            io.fsync_dir(self.dir)
+
+    def _load_segment_files(self) -> list[LogSegment]:
+        io = self._io
+        names = sorted(io.listdir(self.dir))
+        logs, indexes = set(), []
+        for name in names:
+            p = parse_name(name)
+            if not p or p[2]:
+                continue
+            if p[1] == LOG_SUFFIX:
+                logs.add(p[0])
+            elif p[1] in INDEX_SUFFIXES:
+                indexes.append((p[0], name))
+        for base, name in indexes:
+            if base not in logs:
+                log.warning("deleting orphaned index file %s", os.path.join(self.dir, name))
+                io.unlink(os.path.join(self.dir, name))
+        segs = []
+        for base in sorted(logs):
+            seg = LogSegment(self.dir, base, self._config, io=io, time=self._time, rng=self._rng,
+                             file_already_exists=True)
+            if not io.exists(seg.offset_index_path):
+                seg.needs_recovery = True
+            if not io.exists(seg.time_index_path):
+                seg.needs_recovery = True
+            segs.append(seg)
+        return segs
+
+    def _recover_log(self, recovery_point: int) -> None:
+        """Unclean shutdown: recover segments from floor(recovery_point) onward (Kafka's
+        recoverLog); after the first segment that loses bytes to corruption, later segments go."""
+        segs = list(self._segs)
+        # segments below the recovery point whose indexes are missing are rebuilt too
+        for seg in segs:
+            if seg.base_offset < recovery_point and getattr(seg, "needs_recovery", False):
+                self._recover_segment(seg)
+        bases = [s.base_offset for s in segs]
+        i = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        kept = segs[:i]
+        truncated = False
+        for j in range(i, len(segs)):
+            seg = segs[j]
+            if truncated:
+                seg.delete()
+                continue
+            res = self._recover_segment(seg)
+            kept.append(seg)
+            if res["truncated_bytes"] > 0 and not (j == len(segs) - 1 and res["tail_zero"]):
+                if j < len(segs) - 1:
+                    log.warning("corruption in segment %s (%s): deleting %d later segment(s)",
+                                seg.log_path, res["reason"], len(segs) - 1 - j)
+                truncated = True
+        self._set_segments(kept)
+        self._leo = kept[-1].read_next_offset() if kept else 0
+
+    def _recover_segment(self, seg: LogSegment) -> dict:
+        try:
+            res = seg.recover()
+        except LogSegmentOffsetOverflowError:
+            raise
+        res["segment"] = seg.log_path
+        if res["truncated_bytes"] and not res["tail_zero"]:
+            log.warning("recovered %s: truncated %d invalid bytes (%s)", seg.log_path,
+                        res["truncated_bytes"], res["reason"])
+        self.recovery_report.append({k: v for k, v in res.items()
+                                     if k not in ("offset_entries", "time_entries")})
+        seg.needs_recovery = False
+        return res
+
+    # -- state -----------------------------------------------------------------------------
+    def _set_segments(self, segs: list[LogSegment]) -> None:
+        self._bases = [s.base_offset for s in segs]
+        self._segs = list(segs)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
+        cfg = config if isinstance(config, LogConfig) else LogConfig(config)
+        with self._lock:
+            self._config = cfg
+            for s in self._segs:
+                s.set_config(cfg)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segs)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segs[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leo
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size(self) -> int:
+        """Bytes in every segment's .log."""
+        return sum(s.size for s in self._segs)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KStoreStateError(f"log {self.dir} is closed")
+
+    # -- append ----------------------------------------------------------------------------
+    def append(self, records: Iterable) -> _core.AppendInfo:
+        """Append records as one batch and return the offsets they got.
+
+        records: (key, value[, timestamp_ms[, headers]]) tuples or kstore.Record objects;
+        a missing timestamp means now. Rolls first when any of Kafka's roll conditions holds.
+        """
+        if type(records) is not list and type(records) is not tuple:
+            records = list(records)
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            cfg = self._config
+            now = self._time.milliseconds()
+            b = self._builder
+            before = cfg.timestamp_before_max_ms
+            after = cfg.timestamp_after_max_ms
+            lat = cfg.log_append_time
+            n = b.build(records, cfg.magic, self._leo, now, lat,
+                        now - before if before < _TS_CLAMP else -_TS_CLAMP,
+                        now + after if after < _TS_CLAMP else _TS_CLAMP,
+                        cfg.compact, cfg.codec)
+            if n == 0:
+                return _core.empty_append_info(self._leo)
+            size = b.size
+            if b.max_entry_size > cfg.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"The batch of {n} record(s) is {b.max_entry_size} bytes, larger than "
+                    f"max.message.bytes ({cfg.max_message_bytes}) for {self.dir}")
+            if size > cfg.segment_bytes:
+                raise RecordTooLargeError(
+                    f"The batch of {n} record(s) is {size} bytes, larger than segment.bytes "
+                    f"({cfg.segment_bytes}) for {self.dir}")
+            seg = self._segs[-1]
+            if seg.should_roll(size, b.max_timestamp, b.last_offset, now):
+                seg = self._roll_locked(b.base_offset)
+            seg.append(b, b.last_offset, b.max_timestamp, b.offset_of_max_timestamp)
+            self._leo = b.last_offset + 1
+            if self._leo - self._recovery_point >= cfg.flush_messages:
+                self.flush()
+            return b.info(now if lat else -1)
+
+    # -- roll ------------------------------------------------------------------------------
+    def roll(self, expected_next_offset: Optional[int] = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, log_end_offset)."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(expected_next_offset)
+
+    def _roll_locked(self, expected_next_offset: Optional[int]) -> LogSegment:
+        io = self._io
+        new_offset = max(expected_next_offset or 0, self._leo)
+        active = self._segs[-1]
+        if new_offset in self._bases:
+            if active.base_offset == new_offset and active.size == 0:
+                # KAFKA-6388: an empty active segment at the same offset is recreated
+                log.warning("rolling to existing empty segment %s: recreating it", active.log_path)
+                active.delete()
+                self._set_segments(self._segs[:-1])
+            else:
+                raise KStoreError(
+                    f"Trying to roll a new log segment for {self.dir} with start offset {new_offset} "
+                    f"while it already exists.")
+        elif new_offset < active.base_offset:
+            raise KStoreError(
+                f"Trying to roll a new log segment for {self.dir} with start offset {new_offset} "
+                f"=max(provided offset = {expected_next_offset}, LEO = {self._leo}) lower than the "
+                f"start offset of the active segment {active.base_offset}")
+        else:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                path = segment_file(self.dir, new_offset, suffix)
+                if io.exists(path):
+                    log.warning("newly rolled segment file %s already exists; deleting it first", path)
+                    io.unlink(path)
+            active.on_become_inactive()
+        seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
+        seg.make_active()
+        self._set_segments(self._segs + [seg])
+        # Kafka flushes everything below the new segment asynchronously on the scheduler
+        if self._scheduler is not None:
+            self._scheduler.schedule_once("flush-log", lambda: self.flush(new_offset))
+        else:
+            self.flush(new_offset)
+        return seg
+
+    # -- read ------------------------------------------------------------------------------
+    def _segment_for(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self._leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.dir}: log start offset "
+                f"{self._log_start_offset}, log end offset {self._leo}")
+
+    def read(self, offset: int, max_records: Optional[int] = None,
+             max_bytes: int = DEFAULT_MAX_BYTES, *, verify_crc: bool = True) -> list[_core.Record]:
+        """Records from `offset` on: at most max_records, from batches totalling at most
+        max_bytes (but always at least one batch). Empty at the log end."""
+        leo = self._leo
+        bases, segs = self._bases, self._segs
+        if offset < self._log_start_offset or offset > leo:
+            self._check_range(offset)
+        out: list = []
+        if offset == leo:
+            return out
+        limit = max_records if max_records is not None else (1 << 62)
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        budget = max_bytes
+        first = True
+        while i < len(segs) and len(out) < limit and budget > 0:
+            _pos, nxt, used = segs[i].read(offset, limit - len(out), budget, out, verify_crc, first)
+            if used:
+                first = False
+                budget -= used
+            if out:
+                offset = max(offset, out[-1].offset + 1)
+            if len(out) >= limit or offset >= leo:
+                break
+            i += 1
+        return out
+
+    def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> memoryview:
+        """Whole raw batches from the one holding offset, as a zero-copy view (one segment)."""
+        self._check_range(offset)
+        bases, segs = self._bases, self._segs
+        if offset == self._leo:
+            return memoryview(b"")
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        while i < len(segs):
+            v = segs[i].read_batches(offset, max_bytes)
+            if v is not None and len(v):
+                return v
+            i += 1
+        return memoryview(b"")
+
+    def __iter__(self):
+        """Every record from log_start_offset to the current end."""
+        offset = self._log_start_offset
+        while offset < self._leo:
+            batch = self.read(offset, max_bytes=DEFAULT_MAX_BYTES)
+            if not batch:
+                # a gap (compaction or truncation): skip to the next segment
+                i = self._segment_for(offset)
+                if i + 1 >= len(self._segs):
+                    return
+                offset = self._segs[i + 1].base_offset
+                continue
+            yield from batch
+            offset = batch[-1].offset + 1
+
+    def offset_for_timestamp(self, timestamp: int) -> Optional[int]:
+        """First offset whose timestamp >= timestamp (None past the end); -1 latest,
+        -2 earliest, -3 the offset of the max timestamp."""
+        r = self.fetch_offset_by_timestamp(timestamp)
+        return None if r is None else r[0]
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> Optional[tuple[int, int]]:
+        """(offset, timestamp) as Kafka's fetchOffsetByTimestamp (timestamp -1 for the specials
+        -1 and -2)."""
+        segs = self._segs
+        if timestamp == LATEST_TIMESTAMP:
+            return (self._leo, -1)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return (self._log_start_offset, -1)
+        if timestamp == MAX_TIMESTAMP:
+            return self._offset_of_max_timestamp(segs)
+        if timestamp < 0:
+            raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
+        start = self._log_start_offset
+        for seg in segs:
+            if seg.size == 0 or seg.largest_timestamp() < timestamp:
+                continue
+            r = seg.find_offset_by_timestamp(timestamp, start)
+            if r is not None:
+                return r
+        return None
+
+    def _offset_of_max_timestamp(self, segs) -> Optional[tuple[int, int]]:
+        best = None
+        for seg in segs:
+            if seg.size == 0:
+                continue
+            ts = seg.max_timestamp_so_far
+            if ts >= 0 and (best is None or ts > best[0]):
+                best = (ts, seg)
+        if best is None:
+            return None
+        ts, seg = best
+        r = seg.find_offset_by_timestamp(ts, self._log_start_offset)
+        return r
+
+    # -- flush -----------------------------------------------------------------------------
+    def flush(self, offset: Optional[int] = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, offset) (default: the log
+        end), fsync the directory if any of them is new, and advance the recovery point."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                end = self._leo if offset is None else min(offset, self._leo)
+                rp = self._recovery_point
+                if end <= rp and not (offset is None and rp == self._leo and False):
+                    return
+                bases, segs = self._bases, self._segs
+                lo = max(0, bisect.bisect_right(bases, rp) - 1)
+                hi = bisect.bisect_left(bases, end)
+                to_flush = segs[lo:hi] if hi > lo else []
+                if not to_flush and segs:
+                    to_flush = [segs[max(0, self._segment_for(end - 1))]]
+            for s in to_flush:
+                s.flush()
+            if any(s.base_offset >= rp for s in to_flush):
+                self._io.fsync_dir(self.dir)
+            with self._lock:
+                if end > self._recovery_point:
+                    self._recovery_point = end
+                self._last_flush_ms = self._time.milliseconds()
+
+    @property
+    def last_flush_time(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._recovery_point
+
+    # -- truncation and deletion ---------------------------------------------------------------
+    def truncate_to(self, target_offset: int) -> bool:
+        """Drop every record at or after target_offset (whole batches, as Kafka); returns False
+        if there was nothing to drop."""
+        if target_offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate {self.dir} to a negative offset {target_offset}")
+        with self._lock:
+            self._check_open()
+            if target_offset >= self._leo:
+                return False
+            if self._segs[0].base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            keep = [s for s in self._segs if s.base_offset <= target_offset]
+            drop = [s for s in self._segs if s.base_offset > target_offset]
+            for s in drop:
+                s.delete()
+            new_active = keep[-1]
+            new_active.make_active()
+            new_active.truncate_to(target_offset)
+            self._set_segments(keep)
+            self._leo = target_offset
+            self._log_start_offset = min(target_offset, self._log_start_offset)
+            self._recovery_point = min(target_offset, self._recovery_point)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at new_offset."""
+        with self._lock:
+            self._check_open()
+            for s in self._segs:
+                s.delete()
+            seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
+            seg.make_active()
+            self._set_segments([seg])
+            self._io.fsync_dir(self.dir)
+            self._leo = self._log_start_offset = self._recovery_point = new_offset
+
+    def delete_records(self, offset: int) -> int:
+        """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
+        are deleted. Returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if offset > self._leo:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+            self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                  "log start offset breach")
+            return self._log_start_offset
+
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
+        (size and time only with cleanup.policy delete). Returns the segments deleted."""
+        with self._lock:
+            self._check_open()
+            cfg = self._config
+            n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                      "log start offset breach")
+            if not cfg.delete:
+                return n
+            if cfg.retention_bytes >= 0:
+                diff = [self.size - cfg.retention_bytes]
+
+                def size_breach(seg, nxt):
+                    if diff[0] - seg.size >= 0:
+                        diff[0] -= seg.size
+                        return True
+                    return False
+                n += self._delete_segments(size_breach, "retention size breach")
+            if cfg.retention_ms >= 0:
+                now = self._time.milliseconds()
+                n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
+                                           "retention time breach")
+            return n
+
+    def _delete_segments(self, predicate, reason: str) -> int:
+        segs = self._segs
+        doomed = []
+        hw = self._leo
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            upper = nxt if nxt is not None else self._leo
+            if upper > hw:
+                break
+            if nxt is None and seg.size == 0:
+                break
+            if not predicate(seg, nxt):
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if len(doomed) == len(segs):
+            # never leave the log without a segment: roll first, then delete all of the old ones
+            self._roll_locked(None)
+        remaining = [s for s in self._segs if s not in doomed]
+        self._set_segments(remaining)
+        new_start = remaining[0].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+        for seg in doomed:
+            log.info("deleting segment %s (%s)", seg.log_path, reason)
+            self._async_delete(seg)
+        return len(doomed)
+
+    def _async_delete(self, seg: LogSegment) -> None:
+        """Rename to .deleted now; unlink after file.delete.delay.ms (Kafka)."""
+        seg.close_handlers()
+        seg.change_file_suffixes("", DELETED_SUFFIX)
+        if self._scheduler is not None:
+            self._scheduler.schedule_once("delete-file", seg.delete, delay_ms=self._config.file_delete_delay_ms)
+        else:
+            seg.delete()
+
+    # -- close -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, trim the active segment and its indexes, and (standalone) mark a clean close."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            for s in self._segs:
+                s.close()
+            self._closed = True
+            if not self._managed:
+                marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
+                self._io.write_atomic(marker, json.dumps(
+                    {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+
+    def close_handlers(self) -> None:
+        """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
+        with self._lock:
+            for s in self._segs:
+                s.close_handlers()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            for s in self._segs:
+                s.delete()
+            self._closed = True
+            for name in self._io.listdir(self.dir):
+                self._io.unlink(os.path.join(self.dir, name))
+            self._io.rmdir(self.dir)
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.dir!r}, log_start_offset={self._log_start_offset}, "
+                f"log_end_offset={self._leo}, segments={len(self._segs)})")

@@ -1,0 +1,518 @@
+"""One segment of a partition: a .log file of batches plus its .index and .timeindex
+(Kafka's LogSegment).
+
+The active segment is written through a shared writable mapping of its .log file: the file is
+grown ahead of the data in chunks with fallocate (so a full disk fails the append cleanly
+instead of raising SIGBUS later), an append is a memcpy into the page cache (durable against a
+process crash the moment it returns), and the file is trimmed to its logical size at roll and
+close. After a crash the preallocated zero tail is cut off by recovery, which stops at the
+first batch that fails validation. Inactive segments are mapped read-only on first use.
+
+Lifetime of views: memoryviews from read_batches() keep their mapping alive; bytes past a later
+truncate_to() read as zeros.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+from kstore import _core
+from kstore.config import LogConfig
+from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError, with_path
+from kstore.fileio import FileOps
+from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                          segment_file)
+from kstore.index import OffsetIndex, TimeIndex
+
+INT32_MAX = (1 << 31) - 1
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PREALLOCATE_CHUNK = 8 << 20
+
+
+def _page_round_up(n: int) -> int:
+    return (n + PAGE - 1) // PAGE * PAGE
+
+
+class LogSegment:
+    """A segment: base offset, logical size, lazy indexes, append/read/recover/truncate."""
+
+    def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
+                 rng, file_already_exists: bool = False, suffix: str = ""):
+        self.dir = dir_
+        self.base_offset = base_offset
+        self._config = config
+        self._io = io
+        self._time = time
+        self._suffix = suffix
+        self.log_path = segment_file(dir_, base_offset, LOG_SUFFIX, suffix)
+        self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
+        self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
+        self._lock = threading.RLock()
+        self._fd: Optional[int] = None
+        self._map: Optional[_core.Mapping] = None
+        self._map_writable = False
+        self._alloc = 0
+        self._oidx: Optional[OffsetIndex] = None
+        self._tidx: Optional[TimeIndex] = None
+        self.roll_jitter_ms = config.random_segment_jitter(rng)
+        self.created = time.milliseconds()
+        self._rolling_ts: Optional[int] = None     # None: not loaded yet
+        self._bytes_since_last_index_entry = 0
+        self._max_ts: Optional[tuple[int, int]] = None   # (max timestamp, its offset), lazy
+        self.closed = False
+        if file_already_exists:
+            self.size = io.getsize(self.log_path)
+            if self.size > INT32_MAX:
+                raise CorruptRecordError(f"segment file {self.log_path} is larger than 2^31-1 bytes")
+        else:
+            fd = io.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            io.close(fd)
+            self.size = 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+    # -- indexes (opened lazily, as Kafka's LazyIndex) --------------------------------------
+    @property
+    def offset_index(self) -> OffsetIndex:
+        idx = self._oidx
+        if idx is None:
+            with self._lock:
+                if self._oidx is None:
+                    self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
+                                             self._config.max_index_size, io=self._io)
+                idx = self._oidx
+        return idx
+
+    @property
+    def time_index(self) -> TimeIndex:
+        idx = self._tidx
+        if idx is None:
+            with self._lock:
+                if self._tidx is None:
+                    self._tidx = TimeIndex(self.time_index_path, self.base_offset,
+                                           self._config.max_index_size, io=self._io)
+                idx = self._tidx
+        return idx
+
+    def set_config(self, config: LogConfig) -> None:
+        self._config = config
+
+    # -- mapping ---------------------------------------------------------------------------
+    def mapping(self) -> _core.Mapping:
+        """The mapping that covers [0, size): writable for the active segment, else read-only."""
+        m = self._map
+        if m is None:
+            with self._lock:
+                if self._map is None:
+                    fd = self._io.open(self.log_path, os.O_RDONLY)
+                    try:
+                        self._map = self._io.map(fd, self._io.size(fd), False)
+                    finally:
+                        self._io.close(fd)
+                    self._map_writable = False
+                m = self._map
+        return m
+
+    @property
+    def is_active(self) -> bool:
+        return self._map_writable
+
+    def make_active(self) -> None:
+        """Map the .log writable (preallocating ahead) and resize both indexes to the maximum."""
+        with self._lock:
+            if self._map_writable:
+                return
+            fd = self._io.open(self.log_path, os.O_RDWR)
+            try:
+                flen = self._io.size(fd)
+                if flen > self.size:
+                    # stale bytes past the logical end (only after an external change): wipe them
+                    self._io.truncate(fd, self.size)
+                    flen = self.size
+                self._alloc = flen
+                map_len = _page_round_up(max(self._config.segment_bytes, flen, 1))
+                old = self._map
+                self._fd = fd
+                self._map = self._io.map(fd, map_len, True)
+                self._map_writable = True
+                if old is not None:
+                    old.close()
+                want = self._config.segment_bytes if self._config.preallocate else \
+                    min(map_len, self.size + PREALLOCATE_CHUNK)
+                if want > self._alloc:
+                    self._io.allocate(fd, self._alloc, want - self._alloc)
+                    self._alloc = want
+            except BaseException:
+                if self._fd is None:
+                    self._io.close(fd)
+                raise
+            self.offset_index.resize(self._config.max_index_size)
+            self.time_index.resize(self._config.max_index_size)
+            self._load_max_timestamp()
+
+    def _ensure_capacity(self, n: int) -> None:
+        need = self.size + n
+        m = self._map
+        if need > m.length:
+            # segment.bytes grew since the mapping was made: map a larger window
+            new_len = _page_round_up(max(need, self._config.segment_bytes))
+            self._map = self._io.map(self._fd, new_len, True)
+            m.close()
+            m = self._map
+        new_alloc = min(m.length, max(need, self._alloc + PREALLOCATE_CHUNK))
+        self._io.allocate(self._fd, self._alloc, new_alloc - self._alloc)
+        self._alloc = new_alloc
+
+    # -- append ----------------------------------------------------------------------------
+    def append(self, builder: _core.BatchBuilder, largest_offset: int, largest_timestamp: int,
+               offset_of_max_timestamp: int) -> None:
+        """Write an encoded append at the end and maintain both indexes (Kafka's rules)."""
+        n = builder.size
+        pos = self.size
+        rel = largest_offset - self.base_offset
+        if rel < 0 or rel > INT32_MAX:
+            raise LogSegmentOffsetOverflowError(
+                f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
+        if pos + n > self._alloc:
+            self._ensure_capacity(n)
+        if self._io.intercept_map_writes:
+            self._io.map_write(self._map, pos, builder.getvalue())
+        else:
+            builder.copy_to(self._map, pos)
+        if pos == 0:
+            self._rolling_ts = largest_timestamp
+        mts = self._max_ts
+        if mts is None:
+            mts = self._load_max_timestamp()
+        if largest_timestamp > mts[0]:
+            mts = self._max_ts = (largest_timestamp, offset_of_max_timestamp)
+        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+            self.offset_index.append(largest_offset, pos)
+            self.time_index.maybe_append(mts[0], mts[1])
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += n
+        self.size = pos + n
+
+    # -- roll ------------------------------------------------------------------------------
+    def _load_max_timestamp(self) -> tuple[int, int]:
+        if self._max_ts is None:
+            ts, off = self.time_index.last_entry
+            self._max_ts = (ts, off) if ts >= 0 else (-1, -1)
+        return self._max_ts
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._load_max_timestamp()[0]
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._load_max_timestamp()[1]
+
+    def _first_batch_timestamp(self) -> int:
+        if self._rolling_ts is None:
+            ts = -1
+            if self.size >= 17:
+                head = self.mapping().read(0, min(self.size, 61))
+                magic = head[16]
+                if magic == 2 and len(head) >= 43:
+                    ts = int.from_bytes(head[35:43], "big", signed=True)
+                elif magic == 1 and len(head) >= 26:
+                    ts = int.from_bytes(head[18:26], "big", signed=True)
+            self._rolling_ts = ts
+        return self._rolling_ts
+
+    def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
+        ts = self._first_batch_timestamp()
+        if ts >= 0:
+            return message_timestamp - ts
+        return now - self.created
+
+    def should_roll(self, incoming_bytes: int, max_timestamp: int, max_offset: int, now: int) -> bool:
+        """Kafka's shouldRoll: size, age (with jitter), a full index, or a relative-offset overflow."""
+        cfg = self._config
+        size = self.size
+        if size > cfg.segment_bytes - incoming_bytes:
+            return True
+        if size > 0 and self.time_waited_for_roll(now, max_timestamp) > cfg.max_segment_ms - self.roll_jitter_ms:
+            return True
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return True
+        rel = max_offset - self.base_offset
+        return rel < 0 or rel > INT32_MAX
+
+    def on_become_inactive(self) -> None:
+        """At roll: final time-index entry, trim both indexes and the .log, map read-only."""
+        with self._lock:
+            ts, off = self._load_max_timestamp()
+            if ts >= 0:
+                self.time_index.maybe_append(ts, off, skip_full_check=True)
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+            if self._map_writable:
+                self._io.truncate(self._fd, self.size)
+                self._alloc = self.size
+                old = self._map
+                self._map = self._io.map(self._fd, self.size, False)
+                self._map_writable = False
+                old.close()
+
+    # -- read ------------------------------------------------------------------------------
+    def translate_offset(self, offset: int, start_position: int = 0) -> Optional[int]:
+        """Position of the first batch whose last offset >= offset, or None."""
+        m = self.mapping()
+        end = min(self.size, m.length)
+        pos = self.offset_index.lookup(offset)[1]
+        if pos < start_position or pos > end:
+            pos = start_position if start_position <= end else end
+        p = _core.find_batch(m, pos, end, offset)
+        return None if p < 0 else p
+
+    def read(self, offset: int, max_records: int, max_bytes: int, out: list,
+             verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
+        """Append records with offset >= `offset` to out; returns (next position, next offset,
+        bytes used)."""
+        m = self.mapping()
+        end = min(self.size, m.length)
+        pos = self.offset_index.lookup(offset)[1] if offset > self.base_offset else 0
+        if pos > end or pos < 0:
+            pos = 0
+        try:
+            return _core.read_records(m, pos, end, offset, max_records, max_bytes, verify_crc, out, min_one)
+        except CorruptRecordError as e:
+            raise with_path(e, self.log_path) from None
+
+    def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
+        """Zero-copy view of whole batches from the one holding offset, up to max_bytes
+        (at least one batch)."""
+        pos = self.translate_offset(offset)
+        if pos is None:
+            return None
+        m = self.mapping()
+        end = min(self.size, m.length)
+        total = 0
+        stop = pos
+        for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
+            if total > 0 and total + size > max_bytes:
+                break
+            total += size
+            stop = p + size
+            if total >= max_bytes:
+                break
+        return memoryview(m)[pos:stop]
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Optional[tuple[int, int]]:
+        """First (offset, timestamp) with timestamp >= target and offset >= start_offset."""
+        _ts, off = self.time_index.lookup(timestamp)
+        pos = self.offset_index.lookup(max(off, start_offset))[1]
+        m = self.mapping()
+        end = min(self.size, m.length)
+        if pos > end:
+            pos = 0
+        try:
+            return _core.find_offset_by_timestamp(m, pos, end, timestamp, start_offset)
+        except CorruptRecordError as e:
+            raise with_path(e, self.log_path) from None
+
+    def largest_timestamp(self) -> int:
+        """Max timestamp in the segment, or the .log's mtime if it has none (Kafka)."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        return self._io.getmtime_ms(self.log_path)
+
+    def read_next_offset(self) -> int:
+        """One past the last offset in the segment (scan from the last index entry)."""
+        if self.size == 0:
+            return self.base_offset
+        m = self.mapping()
+        end = min(self.size, m.length)
+        pos = self.offset_index.lookup(self.offset_index.last_offset)[1]
+        if pos > end:
+            pos = 0
+        headers = _core.batch_headers(m, pos, end)
+        if not headers and pos:
+            headers = _core.batch_headers(m, 0, end)
+        return headers[-1][2] + 1 if headers else self.base_offset
+
+    # -- recovery --------------------------------------------------------------------------
+    def recover(self) -> dict:
+        """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
+
+        Returns the scan result with 'truncated_bytes'. Raises LogSegmentOffsetOverflowError if
+        a batch's offset does not fit the segment.
+        """
+        with self._lock:
+            was_active = self._map_writable
+            self._drop_mapping()
+            fd = self._io.open(self.log_path, os.O_RDWR)
+            try:
+                flen = self._io.size(fd)
+                m = self._io.map(fd, flen, False)
+                try:
+                    oidx, tidx = self.offset_index, self.time_index
+                    oidx.reset()
+                    tidx.reset()
+                    res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
+                                             oidx.max_entries, tidx.max_entries - 1)
+                finally:
+                    m.close()
+                if res["status"] == "overflow":
+                    raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
+                oidx.load_entries(res["offset_entries"])
+                tidx.load_entries(res["time_entries"])
+                valid = res["valid_bytes"]
+                if flen > valid:
+                    self._io.truncate(fd, valid)
+            finally:
+                self._io.close(fd)
+            self.size = valid
+            self._max_ts = (res["max_timestamp"], res["offset_of_max_timestamp"]) \
+                if res["max_timestamp"] >= 0 else (-1, -1)
+            self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
+            self._bytes_since_last_index_entry = 0
+            if self._max_ts[0] >= 0:
+                tidx.maybe_append(self._max_ts[0], self._max_ts[1], skip_full_check=True)
+            oidx.trim_to_valid_size()
+            tidx.trim_to_valid_size()
+            res["truncated_bytes"] = flen - valid
+            if was_active:
+                self.make_active()
+            return res
+
+    def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
+        """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
+        self.offset_index.sanity_check()
+        if time_index_file_newly_created:
+            self.time_index.resize(0)
+        self.time_index.sanity_check()
+
+    # -- truncation ------------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Remove batches with last offset >= offset (batch-granular); returns bytes removed."""
+        with self._lock:
+            pos = self.translate_offset(offset)
+            self.offset_index.truncate_to(offset)
+            self.time_index.truncate_to(offset)
+            if self._map_writable:
+                self.offset_index.resize(self._config.max_index_size)
+                self.time_index.resize(self._config.max_index_size)
+            removed = 0
+            if pos is not None:
+                removed = self.size - pos
+                self._truncate_log(pos)
+            if self.size == 0:
+                self.created = self._time.milliseconds()
+                self._rolling_ts = None
+            self._bytes_since_last_index_entry = 0
+            ts, off = self.time_index.last_entry
+            self._max_ts = (ts, off) if ts >= 0 else (-1, -1)
+            return removed
+
+    def _truncate_log(self, position: int) -> None:
+        if position >= self.size:
+            return
+        if self._map_writable:
+            # zero in place: readers holding the mapping never touch pages cut from the file
+            if self._io.intercept_map_writes:
+                self._io.map_write(self._map, position, bytes(self.size - position))
+            else:
+                self._map.zero(position, self.size)
+        else:
+            self._drop_mapping()
+            fd = self._io.open(self.log_path, os.O_RDWR)
+            try:
+                self._io.truncate(fd, position)
+            finally:
+                self._io.close(fd)
+        self.size = position
+
+    # -- durability and life cycle -----------------------------------------------------------
+    def flush(self) -> None:
+        """fsync the .log (and its mapping) and flush both index mappings."""
+        with self._lock:
+            if self.closed:
+                return
+            if self._map_writable:
+                self._io.map_flush(self._map, 0, self.size)
+                self._io.fsync(self._fd)
+            else:
+                fd = self._io.open(self.log_path, os.O_RDONLY)
+                try:
+                    self._io.fsync(fd)
+                finally:
+                    self._io.close(fd)
+            if self._oidx is not None:
+                self._oidx.flush()
+            if self._tidx is not None:
+                self._tidx.flush()
+
+    def _drop_mapping(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            self._io.close(self._fd)
+            self._fd = None
+        self._map_writable = False
+
+    def close(self) -> None:
+        """Final time entry, trim indexes and .log to their used sizes, unmap."""
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                if self._map_writable:
+                    ts, off = self._load_max_timestamp()
+                    if ts >= 0:
+                        self.time_index.maybe_append(ts, off, skip_full_check=True)
+                    self._io.truncate(self._fd, self.size)
+                if self._oidx is not None:
+                    self._oidx.close()
+                if self._tidx is not None:
+                    self._tidx.close()
+            finally:
+                self._drop_mapping()
+                self.closed = True
+
+    def close_handlers(self) -> None:
+        """Release maps and descriptors without trimming (used before deleting files)."""
+        with self._lock:
+            self._drop_mapping()
+            if self._oidx is not None:
+                self._oidx.close_handler()
+            if self._tidx is not None:
+                self._tidx.close_handler()
+            self.closed = True
+
+    def _paths(self) -> list[str]:
+        txn = segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX, self._suffix)
+        return [self.log_path, self.offset_index_path, self.time_index_path, txn]
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename every file of the segment from suffix `old` to `new` (e.g. '' → '.deleted')."""
+        with self._lock:
+            for path in self._paths():
+                if not path.endswith(old) and old:
+                    continue
+                target = (path[: len(path) - len(old)] if old else path) + new
+                if self._io.exists(path):
+                    self._io.rename(path, target)
+            self._suffix = self._suffix[: len(self._suffix) - len(old)] + new if old else self._suffix + new
+            self.log_path = segment_file(self.dir, self.base_offset, LOG_SUFFIX, self._suffix)
+            self.offset_index_path = segment_file(self.dir, self.base_offset, INDEX_SUFFIX, self._suffix)
+            self.time_index_path = segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX, self._suffix)
+            if self._oidx is not None:
+                self._oidx.path = self.offset_index_path
+            if self._tidx is not None:
+                self._tidx.path = self.time_index_path
+
+    def delete(self) -> None:
+        """Unmap and unlink every file of the segment."""
+        self.close_handlers()
+        for path in self._paths():
+            try:
+                self._io.unlink(path)
+            except FileNotFoundError:
+                pass
