@@ -362,9 +362,10 @@ cdef class Mapping:
 # ---------------------------------------------------------------------------------------------
 # Record, AppendInfo
 # ---------------------------------------------------------------------------------------------
-_EMPTY = ()
+cdef tuple _EMPTY = ()
 
 @cython.freelist(512)
+@cython.no_gc
 cdef class Record:
     """One record: offset, timestamp (ms, -1 if none), key, value (None = tombstone), headers.
 
@@ -415,6 +416,7 @@ def _make_record(offset, timestamp, key, value, headers, timestamp_type):
     return r
 
 @cython.freelist(64)
+@cython.no_gc
 cdef class AppendInfo:
     """What an append did: offsets assigned, timestamps, size on disk."""
     cdef readonly int64_t first_offset
@@ -1383,6 +1385,30 @@ def read_records(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t min_offset
     m.pin()
     try:
         return _read_range(p, start, end, min_offset, max_records, max_bytes, verify_crc, out, False, min_one)
+    finally:
+        m.unpin()
+
+def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
+            Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+            bint verify_crc, list out, bint min_one=True):
+    """Segment read in one call: offset-index floor, scan to the batch, decode (see read_records).
+    A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
+    cdef Py_ssize_t pos = 0, slot
+    cdef const uint8_t* ip
+    if end < 0 or end > m.length:
+        raise ValueError("read range outside mapping")
+    if index is not None and index_entries > 0 and offset > base_offset:
+        _checked_entries(index, index_entries, 8)
+        ip = index.ptr()
+        slot = _floor_slot(ip, index_entries, 8, 0, False, base_offset, offset, 1024)
+        if slot >= 0:
+            pos = ld32(ip + 8 * slot + 4)
+            if pos < 0 or pos > end:
+                pos = 0
+    cdef const uint8_t* p = m.ptr()
+    m.pin()
+    try:
+        return _read_range(p, pos, end, offset, max_records, max_bytes, verify_crc, out, False, min_one)
     finally:
         m.unpin()
 

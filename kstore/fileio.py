@@ -17,6 +17,9 @@ from typing import Optional
 from kstore._core import Mapping
 
 
+_ZEROS = bytes(1 << 20)
+
+
 class FileOps:
     """Default, pass-through file operations (POSIX)."""
 
@@ -59,6 +62,17 @@ class FileOps:
                 raise
             # no fallocate on this filesystem: extend with explicit zeros
             self.pwrite(fd, b"\0" * length, offset)
+
+    def zero_fill(self, fd: int, offset: int, length: int) -> None:
+        """Extend a file with written zeros. Unlike fallocate's unwritten extents, the blocks
+        are initialised, so the first store through a mapping costs a minor fault rather than
+        an extent conversion (~10x cheaper on ext4), and a full disk fails here, not as SIGBUS."""
+        chunk = _ZEROS
+        while length > 0:
+            n = min(length, len(chunk))
+            self.pwrite(fd, chunk[:n] if n < len(chunk) else chunk, offset)
+            offset += n
+            length -= n
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size

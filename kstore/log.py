@@ -8,12 +8,13 @@ reader always sees whole batches.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import logging
 import os
 import random
 import threading
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
@@ -404,26 +405,30 @@ class Log:
         """Records from `offset` on: at most max_records, from batches totalling at most
         max_bytes (but always at least one batch). Empty at the log end."""
         leo = self._leo
-        bases, segs = self._bases, self._segs
-        if offset < self._log_start_offset or offset > leo:
-            self._check_range(offset)
         out: list = []
-        if offset == leo:
-            return out
-        limit = max_records if max_records is not None else (1 << 62)
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        budget = max_bytes
-        first = True
-        while i < len(segs) and len(out) < limit and budget > 0:
-            _pos, nxt, used = segs[i].read(offset, limit - len(out), budget, out, verify_crc, first)
-            if used:
-                first = False
-                budget -= used
-            if out:
-                offset = max(offset, out[-1].offset + 1)
-            if len(out) >= limit or offset >= leo:
+        if offset >= leo or offset < self._log_start_offset:
+            if offset == leo:
+                return out
+            self._check_range(offset)
+        bases, segs = self._bases, self._segs
+        limit = (1 << 62) if max_records is None else max_records
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0:
+            i = 0
+        _pos, _nxt, used = segs[i].read(offset, limit, max_bytes, out, verify_crc, True)
+        # continue into later segments while the limits allow
+        n = len(segs)
+        while len(out) < limit and i + 1 < n:
+            budget = max_bytes - used
+            if budget <= 0:
                 break
+            if out:
+                offset = out[-1].offset + 1
+                if offset >= leo:
+                    break
             i += 1
+            _pos, _nxt, u = segs[i].read(offset, limit - len(out), budget, out, verify_crc, not out)
+            used += u
         return out
 
     def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> memoryview:
@@ -440,20 +445,27 @@ class Log:
             i += 1
         return memoryview(b"")
 
-    def __iter__(self):
-        """Every record from log_start_offset to the current end."""
-        offset = self._log_start_offset
+    def __iter__(self) -> Iterator[_core.Record]:
+        """Every record from log_start_offset to the end as of each chunk read."""
+        return itertools.chain.from_iterable(self.iter_chunks())
+
+    def iter_chunks(self, start: Optional[int] = None,
+                    max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
+        """Records from start (default log_start_offset) in lists of about max_bytes of batches."""
+        offset = self._log_start_offset if start is None else start
         while offset < self._leo:
-            batch = self.read(offset, max_bytes=DEFAULT_MAX_BYTES)
-            if not batch:
-                # a gap (compaction or truncation): skip to the next segment
+            if offset < self._log_start_offset:
+                offset = self._log_start_offset
+            chunk = self.read(offset, max_bytes=max_bytes)
+            if not chunk:
+                # nothing at or after offset in this segment (a gap): skip to the next one
                 i = self._segment_for(offset)
                 if i + 1 >= len(self._segs):
                     return
                 offset = self._segs[i + 1].base_offset
                 continue
-            yield from batch
-            offset = batch[-1].offset + 1
+            yield chunk
+            offset = chunk[-1].offset + 1
 
     def offset_for_timestamp(self, timestamp: int) -> Optional[int]:
         """First offset whose timestamp >= timestamp (None past the end); -1 latest,

@@ -27,7 +27,7 @@ from kstore.index import OffsetIndex, TimeIndex
 
 INT32_MAX = (1 << 31) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-PREALLOCATE_CHUNK = 8 << 20
+PREALLOCATE_CHUNK = 4 << 20
 
 
 def _page_round_up(n: int) -> int:
@@ -139,10 +139,14 @@ class LogSegment:
                 self._map_writable = True
                 if old is not None:
                     old.close()
-                want = self._config.segment_bytes if self._config.preallocate else \
-                    min(map_len, self.size + PREALLOCATE_CHUNK)
+                if self._config.preallocate:
+                    # Kafka's preallocate: reserve the whole segment up front (fallocate)
+                    if map_len > self._alloc:
+                        self._io.allocate(fd, self._alloc, map_len - self._alloc)
+                        self._alloc = map_len
+                want = min(map_len, self.size + PREALLOCATE_CHUNK)
                 if want > self._alloc:
-                    self._io.allocate(fd, self._alloc, want - self._alloc)
+                    self._io.zero_fill(fd, self._alloc, want - self._alloc)
                     self._alloc = want
             except BaseException:
                 if self._fd is None:
@@ -162,7 +166,7 @@ class LogSegment:
             m.close()
             m = self._map
         new_alloc = min(m.length, max(need, self._alloc + PREALLOCATE_CHUNK))
-        self._io.allocate(self._fd, self._alloc, new_alloc - self._alloc)
+        self._io.zero_fill(self._fd, self._alloc, new_alloc - self._alloc)
         self._alloc = new_alloc
 
     # -- append ----------------------------------------------------------------------------
@@ -273,13 +277,18 @@ class LogSegment:
              verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
         """Append records with offset >= `offset` to out; returns (next position, next offset,
         bytes used)."""
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self.offset_index.lookup(offset)[1] if offset > self.base_offset else 0
-        if pos > end or pos < 0:
-            pos = 0
+        m = self._map
+        if m is None:
+            m = self.mapping()
+        idx = self._oidx
+        if idx is None:
+            idx = self.offset_index
+        end = self.size
+        if end > m.length:
+            end = m.length
         try:
-            return _core.read_records(m, pos, end, offset, max_records, max_bytes, verify_crc, out, min_one)
+            return _core.read_at(m, idx._map, idx._entries, self.base_offset, end, offset,
+                                 max_records, max_bytes, verify_crc, out, min_one)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
 

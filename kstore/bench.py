@@ -1,0 +1,361 @@
+"""`kstore bench`: one standard workload against kstore, sqlite3 and LMDB in the same run.
+
+Workload: N records (default 1,000,000), 16-byte key, 100-byte value, rising timestamps.
+Peers: sqlite3 (WAL, synchronous=NORMAL, a table keyed by offset, a commit per single append)
+and LMDB (8-byte big-endian offset keys, put(append=True), a write transaction per single
+append, sync=False so that, like kstore without flush(), a commit survives a process crash but
+not a power loss). Figures are rates, p50/p99 latencies and kstore/peer ratios; the machine is
+shared, so only same-run ratios mean much.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Optional
+
+import kstore
+from kstore import _core
+
+KEY_SIZE = 16
+VALUE_SIZE = 100
+BASE_TS = 1_700_000_000_000
+
+
+def _key(i: int) -> bytes:
+    return i.to_bytes(8, "big") * 2
+
+
+VALUE = bytes(range(VALUE_SIZE))
+
+
+def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
+    s = sorted(samples_ns)
+    return s[len(s) // 2] / 1000.0, s[min(len(s) - 1, int(len(s) * 0.99))] / 1000.0
+
+
+def _timed_loop(fn: Callable[[int], object], items, sample_every: int = 1):
+    """Run fn over items; return (total seconds, p50 µs, p99 µs)."""
+    samples = []
+    pc = time.perf_counter_ns
+    t0 = pc()
+    for x in items:
+        a = pc()
+        fn(x)
+        samples.append(pc() - a)
+    total = (pc() - t0) / 1e9
+    p50, p99 = _percentiles(samples)
+    return total, p50, p99
+
+
+class Result(dict):
+    pass
+
+
+def _progress(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"  .. {msg}", file=sys.stderr, flush=True)
+
+
+def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
+        peers: tuple[str, ...] = ("sqlite", "lmdb"), quiet: bool = False) -> dict:
+    """Run the workload; returns a dict of figures (see print_report)."""
+    own_dir = dir_ is None
+    root = tempfile.mkdtemp(prefix="kstore-bench-") if own_dir else dir_
+    os.makedirs(root, exist_ok=True)
+    rnd = random.Random(42)
+    out: dict = {"records": n, "lookups": lookups, "key_size": KEY_SIZE, "value_size": VALUE_SIZE,
+                 "crc32c_impl": _core.crc32c_implementation(), "kstore": {}, "sqlite": {}, "lmdb": {}}
+    keys = [_key(i) for i in range(n)]
+    rows = [(keys[i], VALUE, BASE_TS + i) for i in range(n)]
+    offsets = [rnd.randrange(n) for _ in range(lookups)]
+    stamps = [BASE_TS + rnd.randrange(n) for _ in range(lookups)]
+    try:
+        _bench_kstore(root, n, rows, offsets, stamps, out["kstore"], quiet)
+        if "sqlite" in peers:
+            _bench_sqlite(root, n, rows, offsets, stamps, out["sqlite"], quiet)
+        if "lmdb" in peers:
+            try:
+                import lmdb  # noqa: F401
+                _bench_lmdb(root, n, rows, offsets, out["lmdb"], quiet)
+            except ImportError:
+                out["lmdb"] = {"skipped": "lmdb is not installed (pip install 'kstore[bench]')"}
+        _bench_crc(out["kstore"], quiet)
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    out["ratios"] = _ratios(out)
+    return out
+
+
+def _bench_kstore(root, n, rows, offsets, stamps, res, quiet):
+    _progress("kstore: single-record appends", quiet)
+    d1 = os.path.join(root, "kstore", "single-0")
+    log = kstore.Log.open(d1)
+    append = log.append
+    it = iter(rows)
+    total, p50, p99 = _timed_loop(lambda r: append([r]), rows)
+    res["append_single"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("kstore: 1000-record batch appends", quiet)
+    d2 = os.path.join(root, "kstore", "batch-0")
+    blog = kstore.Log.open(d2)
+    batches = [rows[i:i + 1000] for i in range(0, n, 1000)]
+    total, p50, p99 = _timed_loop(blog.append, batches)
+    res["append_batch"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("kstore: random reads by offset", quiet)
+    read = log.read
+    total, p50, p99 = _timed_loop(lambda o: read(o, 1), offsets)
+    res["random_read"] = {"rate": len(offsets) / total, "p50_us": p50, "p99_us": p99}
+    bread = blog.read
+    total, p50, p99 = _timed_loop(lambda o: bread(o, 1), offsets)
+    res["random_read_batched_log"] = {"rate": len(offsets) / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("kstore: sequential reads", quiet)
+    for name, lg in (("sequential_read", blog), ("sequential_read_single_log", log)):
+        t0 = time.perf_counter()
+        count = 0
+        for r in lg:
+            count += 1
+        dt = time.perf_counter() - t0
+        assert count == n, (count, n)
+        res[name] = {"rate": n / dt}
+
+    _progress("kstore: time lookups", quiet)
+    oft = log.offset_for_timestamp
+    total, p50, p99 = _timed_loop(oft, stamps)
+    res["time_lookup"] = {"rate": len(stamps) / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("kstore: segment recovery", quiet)
+    seg = blog.active_segment
+    size = seg.size
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        seg.recover()
+        times.append(time.perf_counter() - t0)
+    res["recovery"] = {"bytes": size, "gb_per_s": size / statistics.median(times) / 1e9}
+    res["bytes_on_disk"] = log.size
+    log.close()
+    blog.close()
+
+
+def _bench_sqlite(root, n, rows, offsets, stamps, res, quiet):
+    _progress("sqlite: single-record appends", quiet)
+    path = os.path.join(root, "sqlite.db")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE log (off INTEGER PRIMARY KEY, key BLOB, value BLOB, ts INTEGER)")
+    db.execute("CREATE INDEX log_ts ON log (ts)")
+    ins = "INSERT INTO log VALUES (?, ?, ?, ?)"
+    ex = db.execute
+    total, p50, p99 = _timed_loop(lambda i: ex(ins, (i, rows[i][0], rows[i][1], rows[i][2])), range(n))
+    res["append_single"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("sqlite: batch appends", quiet)
+    db2 = sqlite3.connect(os.path.join(root, "sqlite2.db"), isolation_level=None)
+    db2.execute("PRAGMA journal_mode=WAL")
+    db2.execute("PRAGMA synchronous=NORMAL")
+    db2.execute("CREATE TABLE log (off INTEGER PRIMARY KEY, key BLOB, value BLOB, ts INTEGER)")
+
+    def batch(start):
+        db2.execute("BEGIN")
+        db2.executemany(ins, [(i, rows[i][0], rows[i][1], rows[i][2]) for i in range(start, min(n, start + 1000))])
+        db2.execute("COMMIT")
+    total, p50, p99 = _timed_loop(batch, range(0, n, 1000))
+    res["append_batch"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("sqlite: random reads", quiet)
+    q = "SELECT key, value, ts FROM log WHERE off = ?"
+    total, p50, p99 = _timed_loop(lambda o: ex(q, (o,)).fetchone(), offsets)
+    res["random_read"] = {"rate": len(offsets) / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("sqlite: sequential read", quiet)
+    t0 = time.perf_counter()
+    count = 0
+    for row in db.execute("SELECT off, key, value, ts FROM log ORDER BY off"):
+        count += 1
+    res["sequential_read"] = {"rate": count / (time.perf_counter() - t0)}
+
+    _progress("sqlite: time lookups", quiet)
+    qt = "SELECT off FROM log WHERE ts >= ? ORDER BY ts LIMIT 1"
+    total, p50, p99 = _timed_loop(lambda ts: ex(qt, (ts,)).fetchone(), stamps)
+    res["time_lookup"] = {"rate": len(stamps) / total, "p50_us": p50, "p99_us": p99}
+    db.close()
+    db2.close()
+
+
+def _bench_lmdb(root, n, rows, offsets, res, quiet):
+    import lmdb
+    _progress("lmdb: single-record appends", quiet)
+    env = lmdb.open(os.path.join(root, "lmdb"), map_size=1 << 34, sync=False, metasync=False)
+    keys = [i.to_bytes(8, "big") for i in range(n)]
+    recs = [rows[i][0] + rows[i][1] for i in range(n)]
+
+    def put(i):
+        with env.begin(write=True) as txn:
+            txn.put(keys[i], recs[i], append=True)
+    total, p50, p99 = _timed_loop(put, range(n))
+    res["append_single"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("lmdb: batch appends", quiet)
+    env2 = lmdb.open(os.path.join(root, "lmdb2"), map_size=1 << 34, sync=False, metasync=False)
+
+    def batch(start):
+        with env2.begin(write=True) as txn:
+            for i in range(start, min(n, start + 1000)):
+                txn.put(keys[i], recs[i], append=True)
+    total, p50, p99 = _timed_loop(batch, range(0, n, 1000))
+    res["append_batch"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
+
+    _progress("lmdb: random reads", quiet)
+    with env.begin() as txn:
+        get = txn.get
+        total, p50, p99 = _timed_loop(lambda o: get(o.to_bytes(8, "big")), offsets)
+        res["random_read"] = {"rate": len(offsets) / total, "p50_us": p50, "p99_us": p99}
+        _progress("lmdb: sequential read", quiet)
+        t0 = time.perf_counter()
+        count = 0
+        for k, v in txn.cursor():
+            count += 1
+        res["sequential_read"] = {"rate": count / (time.perf_counter() - t0)}
+    env.close()
+    env2.close()
+
+
+def _bench_crc(res, quiet):
+    _progress("CRC-32C on 64 KiB", quiet)
+    buf = os.urandom(64 << 10)
+    reps = 20000
+    figures = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            _core.crc32c(buf)
+        figures.append(reps * len(buf) / (time.perf_counter() - t0) / 1e9)
+    res["crc32c_gb_per_s"] = statistics.median(figures)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        _core.crc32c_table(buf)
+    res["crc32c_table_gb_per_s"] = 2000 * len(buf) / (time.perf_counter() - t0) / 1e9
+    import crcmod.predefined
+    f = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+    t0 = time.perf_counter()
+    for _ in range(200):
+        f(buf)
+    res["crcmod_gb_per_s"] = 200 * len(buf) / (time.perf_counter() - t0) / 1e9
+
+
+def _ratios(out: dict) -> dict:
+    k, lm, sq = out["kstore"], out.get("lmdb", {}), out.get("sqlite", {})
+    r = {}
+
+    def ratio(name, a, b):
+        if a is not None and b:
+            r[name] = a / b
+
+    if "append_single" in lm:
+        ratio("append_single_rate_vs_lmdb", k["append_single"]["rate"], lm["append_single"]["rate"])
+        ratio("append_batch_rate_vs_lmdb", k["append_batch"]["rate"], lm["append_batch"]["rate"])
+        ratio("random_read_p50_vs_lmdb", k["random_read"]["p50_us"], lm["random_read"]["p50_us"])
+        ratio("sequential_read_rate_vs_lmdb", k["sequential_read"]["rate"], lm["sequential_read"]["rate"])
+    if "append_single" in sq:
+        ratio("append_single_rate_vs_sqlite", k["append_single"]["rate"], sq["append_single"]["rate"])
+        ratio("random_read_p50_vs_sqlite", k["random_read"]["p50_us"], sq["random_read"]["p50_us"])
+        ratio("sequential_read_rate_vs_sqlite", k["sequential_read"]["rate"], sq["sequential_read"]["rate"])
+        ratio("time_lookup_p50_vs_sqlite", k["time_lookup"]["p50_us"], sq["time_lookup"]["p50_us"])
+    ratio("time_lookup_p50_vs_offset_lookup_p50", k["time_lookup"]["p50_us"], k["random_read"]["p50_us"])
+    return r
+
+
+TARGETS = [
+    ("append_single_rate_vs_lmdb", ">=", 1.5, "single-record append rate / LMDB"),
+    ("append_batch_rate", ">=", 5e6, "1000-record batch append, records/s"),
+    ("random_read_p50_vs_lmdb", "<=", 1.0, "random read p50 / LMDB get p50"),
+    ("sequential_read_rate_vs_lmdb", ">=", 2.0, "sequential read rate / LMDB cursor"),
+    ("time_lookup_p50_vs_offset_lookup_p50", "<=", 2.0, "time lookup p50 / offset lookup p50"),
+    ("recovery_gb_per_s", ">=", 1.0, "segment recovery GB/s (page cache)"),
+    ("crc32c_gb_per_s", ">=", 4.0, "CRC-32C GB/s on 64 KiB"),
+]
+
+
+def check_targets(out: dict) -> list[tuple[str, float, str, float, bool]]:
+    k, r = out["kstore"], out["ratios"]
+    values = dict(r)
+    values["append_batch_rate"] = k["append_batch"]["rate"]
+    values["recovery_gb_per_s"] = k["recovery"]["gb_per_s"]
+    values["crc32c_gb_per_s"] = k["crc32c_gb_per_s"]
+    rows = []
+    for name, op, target, text in TARGETS:
+        v = values.get(name)
+        if v is None:
+            continue
+        ok = v >= target if op == ">=" else v <= target
+        rows.append((text, v, op, target, ok))
+    return rows
+
+
+def print_report(out: dict, file=sys.stdout) -> None:
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    p(f"kstore bench: {out['records']:,} records ({out['key_size']}-byte key, {out['value_size']}-byte value), "
+      f"{out['lookups']:,} lookups; CRC-32C via {out['crc32c_impl']}")
+    p(f"{'operation':<30}{'kstore':>16}{'sqlite3':>16}{'lmdb':>16}")
+    rows = [("append_single", "rate"), ("append_single", "p50_us"), ("append_single", "p99_us"),
+            ("append_batch", "rate"), ("random_read", "rate"), ("random_read", "p50_us"),
+            ("random_read", "p99_us"), ("sequential_read", "rate"), ("time_lookup", "p50_us"),
+            ("time_lookup", "p99_us")]
+
+    def cell(sys_, op, field):
+        v = out.get(sys_, {}).get(op, {}).get(field) if isinstance(out.get(sys_, {}).get(op), dict) else None
+        if v is None:
+            return "-"
+        return f"{v:,.0f}/s" if field == "rate" else f"{v:.2f} µs"
+    for op, field in rows:
+        label = f"{op} {'' if field == 'rate' else field.replace('_us', '')}".strip()
+        p(f"{label:<30}{cell('kstore', op, field):>16}{cell('sqlite', op, field):>16}{cell('lmdb', op, field):>16}")
+    k = out["kstore"]
+    p(f"{'random_read (batched log) p50':<30}{k['random_read_batched_log']['p50_us']:>13.2f} µs")
+    p(f"{'sequential_read (single log)':<30}{k['sequential_read_single_log']['rate']:>14,.0f}/s")
+    p(f"{'segment recovery':<30}{k['recovery']['gb_per_s']:>11.2f} GB/s  ({k['recovery']['bytes']:,} bytes)")
+    p(f"{'CRC-32C 64 KiB':<30}{k['crc32c_gb_per_s']:>11.2f} GB/s  (table {k['crc32c_table_gb_per_s']:.2f}, "
+      f"crcmod {k['crcmod_gb_per_s']:.2f})")
+    if out.get("lmdb", {}).get("skipped"):
+        p(f"lmdb: {out['lmdb']['skipped']}")
+    p("ratios:")
+    for name, v in out["ratios"].items():
+        p(f"  {name:<42}{v:8.2f}")
+    p("targets:")
+    for text, v, op, target, ok in check_targets(out):
+        p(f"  [{'ok' if ok else 'SHORT'}] {text}: {v:,.2f} (target {op} {target:g})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="kstore bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=None, help="records to write (default 1,000,000)")
+    ap.add_argument("--quick", action="store_true", help="a smaller run (100,000 records)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    ap.add_argument("--no-peers", action="store_true", help="measure kstore only")
+    args = ap.parse_args(argv)
+    n = args.records or (100_000 if args.quick else 1_000_000)
+    lookups = min(100_000, n)
+    out = run(n, lookups, args.dir, () if args.no_peers else ("sqlite", "lmdb"), quiet=args.json)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print_report(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
