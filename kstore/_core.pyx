@@ -15,7 +15,7 @@ from libc.errno cimport errno
 from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyObject_CheckBuffer
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -455,8 +455,8 @@ cdef inline int _bytes_arg(object o, const uint8_t** p, Py_ssize_t* n, list keep
         p[0] = <const uint8_t*>PyBytes_AS_STRING(o)
         n[0] = PyBytes_GET_SIZE(o)
         return 0
-    if isinstance(o, str):
-        raise TypeError("str")
+    if isinstance(o, str) or not PyObject_CheckBuffer(o):
+        raise TypeError(type(o).__name__)
     b = bytes(o)     # bytearray, memoryview, numpy bytes... (copy; rare path)
     keep.append(b)
     p[0] = <const uint8_t*>PyBytes_AS_STRING(b)

@@ -32,6 +32,7 @@ log = logging.getLogger("kstore.log")
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
 DEFAULT_MAX_BYTES = 1 << 20
+INT32_MAX = (1 << 31) - 1
 _TS_CLAMP = 1 << 62
 
 LATEST_TIMESTAMP = -1
@@ -120,6 +121,8 @@ class Log:
         self._set_segments(segs)
         if recovery_point is None:
             recovery_point = 0
+        self._recover_missing_indexes()
+        segs = self._segs
         if clean_shutdown:
             self._leo = segs[-1].read_next_offset() if segs else start
         else:
@@ -204,10 +207,9 @@ class Log:
         for base in sorted(logs):
             seg = LogSegment(self.dir, base, self._config, io=io, time=self._time, rng=self._rng,
                              file_already_exists=True)
-            if not io.exists(seg.offset_index_path):
-                seg.needs_recovery = True
-            if not io.exists(seg.time_index_path):
-                seg.needs_recovery = True
+            # Kafka: a missing .index means recovery; a missing .timeindex is recreated too
+            seg.needs_recovery = (not io.exists(seg.offset_index_path)
+                                  or not io.exists(seg.time_index_path))
             segs.append(seg)
         return segs
 
@@ -215,34 +217,116 @@ class Log:
         """Unclean shutdown: recover segments from floor(recovery_point) onward (Kafka's
         recoverLog); after the first segment that loses bytes to corruption, later segments go."""
         segs = list(self._segs)
-        # segments below the recovery point whose indexes are missing are rebuilt too
-        for seg in segs:
-            if seg.base_offset < recovery_point and getattr(seg, "needs_recovery", False):
-                self._recover_segment(seg)
         bases = [s.base_offset for s in segs]
         i = max(0, bisect.bisect_right(bases, recovery_point) - 1)
         kept = segs[:i]
+        todo = segs[i:]
         truncated = False
-        for j in range(i, len(segs)):
-            seg = segs[j]
+        while todo:
+            seg = todo.pop(0)
             if truncated:
                 seg.delete()
                 continue
-            res = self._recover_segment(seg)
+            try:
+                res = self._recover_segment(seg)
+            except LogSegmentOffsetOverflowError:
+                todo[:0] = self._split_overflowed_segment(seg)
+                continue
             kept.append(seg)
-            if res["truncated_bytes"] > 0 and not (j == len(segs) - 1 and res["tail_zero"]):
-                if j < len(segs) - 1:
+            if res["truncated_bytes"] > 0 and not (not todo and res["tail_zero"]):
+                if todo:
                     log.warning("corruption in segment %s (%s): deleting %d later segment(s)",
-                                seg.log_path, res["reason"], len(segs) - 1 - j)
+                                seg.log_path, res["reason"], len(todo))
                 truncated = True
         self._set_segments(kept)
         self._leo = kept[-1].read_next_offset() if kept else 0
 
-    def _recover_segment(self, seg: LogSegment) -> dict:
+    def _recover_missing_indexes(self) -> None:
+        """Segments whose .index or .timeindex is missing are recovered whatever the shutdown."""
+        segs = list(self._segs)
+        out = []
+        for seg in segs:
+            if getattr(seg, "needs_recovery", False):
+                try:
+                    self._recover_segment(seg)
+                except LogSegmentOffsetOverflowError:
+                    for piece in self._split_overflowed_segment(seg):
+                        self._recover_segment(piece)
+                        out.append(piece)
+                    continue
+            out.append(seg)
+        self._set_segments(out)
+
+    def split_overflowed_segment(self, seg: LogSegment) -> list[LogSegment]:
+        """Public form of the split (Kafka's splitOverflowedSegment) for a loaded segment."""
+        with self._lock:
+            pieces = self._split_overflowed_segment(seg)
+            segs = [s for s in self._segs if s is not seg] + pieces
+            segs.sort(key=lambda s: s.base_offset)
+            for piece in pieces:
+                self._recover_segment(piece)
+            self._set_segments(segs)
+            if pieces and segs[-1] in pieces:
+                segs[-1].make_active()
+            return pieces
+
+    def _split_overflowed_segment(self, seg: LogSegment) -> list[LogSegment]:
+        """Rewrite a segment whose offsets do not fit 32-bit relative offsets as several
+        segments, each named by its first batch's base offset (KAFKA-6264), crash-safely:
+        write .cleaned files, rename them to .swap, retire the old files, drop the suffix."""
+        io = self._io
+        log.warning("splitting segment %s: offsets overflow its relative-offset range", seg.log_path)
+        seg.close_handlers()
+        fd = io.open(seg.log_path, os.O_RDONLY)
         try:
-            res = seg.recover()
-        except LogSegmentOffsetOverflowError:
-            raise
+            flen = io.size(fd)
+            m = io.map(fd, flen, False)
+        finally:
+            io.close(fd)
+        try:
+            groups: list[list[int]] = []
+            for pos, base, last, size, *_ in _core.batch_headers(m, 0, flen):
+                if not groups or last - groups[-1][0] > INT32_MAX or base < groups[-1][0]:
+                    groups.append([base, pos, pos + size])
+                else:
+                    groups[-1][2] = pos + size
+            written = []
+            for base, a, b in groups:
+                path = segment_file(self.dir, base, LOG_SUFFIX, CLEANED_SUFFIX)
+                wfd = io.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                try:
+                    io.pwrite(wfd, m.read(a, b - a), 0)
+                    io.fsync(wfd)
+                finally:
+                    io.close(wfd)
+                written.append(base)
+        finally:
+            m.close()
+        io.fsync_dir(self.dir)
+        for base in sorted(written, reverse=True):
+            io.rename(segment_file(self.dir, base, LOG_SUFFIX, CLEANED_SUFFIX),
+                      segment_file(self.dir, base, LOG_SUFFIX, SWAP_SUFFIX))
+        io.fsync_dir(self.dir)
+        seg.change_file_suffixes("", DELETED_SUFFIX)
+        seg.delete()
+        for base in written:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                stale = segment_file(self.dir, base, suffix)
+                if io.exists(stale):
+                    io.unlink(stale)
+            io.rename(segment_file(self.dir, base, LOG_SUFFIX, SWAP_SUFFIX),
+                      segment_file(self.dir, base, LOG_SUFFIX))
+        io.fsync_dir(self.dir)
+        pieces = []
+        for base in written:
+            piece = LogSegment(self.dir, base, self._config, io=io, time=self._time, rng=self._rng,
+                               file_already_exists=True)
+            piece.needs_recovery = True
+            pieces.append(piece)
+        return pieces
+
+    def _recover_segment(self, seg: LogSegment) -> dict:
+        res = seg.recover()
         res["segment"] = seg.log_path
         if res["truncated_bytes"] and not res["tail_zero"]:
             log.warning("recovered %s: truncated %d invalid bytes (%s)", seg.log_path,

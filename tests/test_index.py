@@ -1,0 +1,248 @@
+"""OffsetIndex and TimeIndex: Kafka's OffsetIndexTest/TimeIndexTest cases, floor search against
+numpy.searchsorted, preallocation, trimming, and files written by a broker."""
+import os
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from kstore import _core
+from kstore.errors import InvalidOffsetError, KStoreStateError
+from kstore.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+BASE = 45
+
+
+@pytest.fixture
+def oidx(tmp_path):
+    idx = OffsetIndex(str(tmp_path / "00000000000000000045.index"), BASE, 30 * 8)
+    yield idx
+    idx.close_handler()
+
+
+@pytest.fixture
+def tidx(tmp_path):
+    idx = TimeIndex(str(tmp_path / "00000000000000000045.timeindex"), BASE, 30 * 12)
+    yield idx
+    idx.close_handler()
+
+
+def test_new_index_is_preallocated_rounded_down(tmp_path):
+    p = str(tmp_path / "a.index")
+    idx = OffsetIndex(p, 0, 1003)
+    assert os.path.getsize(p) == 1000 and idx.max_entries == 125 and idx.entries == 0
+    idx.close()
+    assert os.path.getsize(p) == 0
+    t = TimeIndex(str(tmp_path / "a.timeindex"), 0, 1003)
+    assert os.path.getsize(t.path) == 996 and t.max_entries == 83
+    t.close_handler()
+
+
+def test_random_lookups(oidx):
+    offsets = sorted(random.Random(1).sample(range(BASE, BASE + 10_000), 30))
+    for i, off in enumerate(offsets):
+        oidx.append(off, i * 7)
+    for off, pos in zip(offsets, range(0, 300, 7)):
+        assert oidx.lookup(off) == (off, pos)
+    # between entries the floor is returned
+    for probe in range(BASE, BASE + 10_000, 37):
+        i = np.searchsorted(offsets, probe, side="right") - 1
+        want = (BASE, 0) if i < 0 else (offsets[i], i * 7)
+        assert oidx.lookup(probe) == want
+
+
+def test_lookup_extremes(oidx):
+    assert oidx.lookup(BASE) == (BASE, 0)          # empty index
+    oidx.append(BASE + 10, 100)
+    assert oidx.lookup(BASE) == (BASE, 0)          # below the first entry
+    assert oidx.lookup(BASE + 9) == (BASE, 0)
+    assert oidx.lookup(1 << 62) == (BASE + 10, 100)
+
+
+def test_append_out_of_order_and_too_far(oidx):
+    oidx.append(BASE + 51, 0)
+    with pytest.raises(InvalidOffsetError):
+        oidx.append(BASE + 50, 1)
+    with pytest.raises(InvalidOffsetError):
+        oidx.append(BASE + 51, 1)
+    from kstore.errors import IndexOffsetOverflowError
+    with pytest.raises(IndexOffsetOverflowError):
+        oidx.append(BASE + (1 << 31), 2)
+
+
+def test_full_index(oidx):
+    for i in range(30):
+        oidx.append(BASE + i, i)
+    assert oidx.is_full()
+    with pytest.raises(KStoreStateError, match="full index"):
+        oidx.append(BASE + 30, 30)
+
+
+def test_truncate(oidx):
+    for i in range(10):
+        oidx.append(BASE + i * 2, i * 10)
+    oidx.truncate_to(BASE + 10)           # exact entry → removed
+    assert oidx.entries == 5 and oidx.last_offset == BASE + 8
+    oidx.truncate_to(BASE + 7)            # between → keep the floor
+    assert oidx.entries == 4 and oidx.lookup(BASE + 100) == (BASE + 6, 30)
+    oidx.truncate_to(BASE)
+    assert oidx.entries == 0 and oidx.lookup(BASE + 100) == (BASE, 0)
+    oidx.append(BASE + 1, 5)
+    assert oidx.lookup(BASE + 3) == (BASE + 1, 5)
+
+
+def test_reopen_and_trim(tmp_path):
+    p = str(tmp_path / "00000000000000000045.index")
+    idx = OffsetIndex(p, BASE, 800)
+    for i in range(12):
+        idx.append(BASE + i, i * 3)
+    idx.close()
+    assert os.path.getsize(p) == 96
+    idx = OffsetIndex(p, BASE, 800)
+    assert idx.entries == 12 and idx.is_full() and idx.last_offset == BASE + 11
+    idx.resize(800)
+    assert idx.max_entries == 100 and idx.entries == 12
+    idx.append(BASE + 20, 99)
+    assert idx.lookup(BASE + 25) == (BASE + 20, 99)
+    idx.close_handler()
+
+
+def test_last_offset_equal_to_base_is_sane(tmp_path):
+    idx = OffsetIndex(str(tmp_path / "x.index"), 20, 800)
+    idx.append(20, 0)
+    idx.sanity_check()
+    idx.close_handler()
+
+
+def test_sanity_check_rejects_bad_files(tmp_path):
+    p = str(tmp_path / "00000000000000000100.index")
+    with open(p, "wb") as f:
+        f.write(struct.pack(">ii", -5, 0))      # last offset 95 < base 100
+    idx = OffsetIndex(p, 100, 800)
+    with pytest.raises(CorruptIndexError):
+        idx.sanity_check()
+    idx.close_handler()
+    with open(p, "wb") as f:
+        f.write(b"\0" * 9)
+    idx = OffsetIndex(p, 100, 800)
+    with pytest.raises(CorruptIndexError, match="multiple of 8"):
+        idx.sanity_check()
+    idx.close_handler()
+
+
+def test_broker_written_index_opens_as_is(tmp_path):
+    """An index exactly as Kafka writes it (trimmed, big-endian) reads back unchanged."""
+    p = str(tmp_path / "00000000000000368769.index")
+    entries = [(1, 0), (3, 497), (6, 1407), (8, 1686)]     # the seed's example shape
+    with open(p, "wb") as f:
+        for rel, pos in entries:
+            f.write(struct.pack(">ii", rel, pos))
+    idx = OffsetIndex(p, 368769, 10 << 20)
+    assert idx.entries == 4
+    assert idx.lookup(368769 + 6) == (368775, 1407)
+    assert idx.lookup(368769 + 7) == (368775, 1407)
+    arr = idx.entries_array()
+    assert arr.dtype == _core.OFFSET_DTYPE
+    assert arr["relative_offset"].tolist() == [1, 3, 6, 8]
+    assert arr["position"].tolist() == [0, 497, 1407, 1686]
+    del arr
+    idx.close_handler()
+
+
+def test_floor_search_against_searchsorted(tmp_path):
+    rnd = np.random.default_rng(7)
+    for n in (1, 2, 5, 1000, 1025, 1500, 5000):
+        rel = np.unique(rnd.integers(0, 1 << 30, n * 2))[:n].astype(np.int64)
+        p = str(tmp_path / f"{n}.index")
+        idx = OffsetIndex(p, 1000, n * 8)
+        raw = np.zeros(len(rel), dtype=_core.OFFSET_DTYPE)
+        raw["relative_offset"] = rel
+        raw["position"] = np.arange(len(rel))
+        idx.load_entries(raw)
+        probes = np.concatenate([rel + 1000, rel + 999, rel + 1001, rnd.integers(0, 1 << 30, 500), [0, 999, 1 << 40]])
+        for t in probes.tolist():
+            i = int(np.searchsorted(rel + 1000, t, side="right")) - 1
+            want = (1000, 0) if i < 0 else (int(rel[i]) + 1000, i)
+            assert idx.lookup(t) == want, (n, t)
+        idx.close_handler()
+
+
+# -- time index --------------------------------------------------------------------------------
+def test_time_index_lookup_and_empty(tidx):
+    assert tidx.lookup(100) == (-1, BASE)
+    assert tidx.last_entry == (-1, BASE)
+    for i in range(10):
+        tidx.maybe_append(100 + i * 10, BASE + i * 5)
+    assert tidx.lookup(99) == (-1, BASE)                 # before the first entry
+    assert tidx.lookup(100) == (100, BASE)
+    assert tidx.lookup(125) == (120, BASE + 10)
+    assert tidx.lookup(10_000) == (190, BASE + 45)
+
+
+def test_time_index_ignores_duplicates_rejects_regressions(tidx):
+    tidx.maybe_append(100, BASE + 1)
+    tidx.maybe_append(100, BASE + 2)     # same timestamp: ignored
+    assert tidx.entries == 1
+    with pytest.raises(InvalidOffsetError):
+        tidx.maybe_append(99, BASE + 3)
+    with pytest.raises(InvalidOffsetError):
+        tidx.maybe_append(200, BASE)
+
+
+def test_time_index_full_at_max_minus_one(tidx):
+    for i in range(29):
+        tidx.maybe_append(i + 1, BASE + i)
+    assert tidx.entries == 29 and tidx.is_full()
+    with pytest.raises(KStoreStateError):
+        tidx.maybe_append(1000, BASE + 100)
+    tidx.maybe_append(1000, BASE + 100, skip_full_check=True)   # the final entry at roll
+    assert tidx.entries == 30 and tidx.last_entry == (1000, BASE + 100)
+
+
+def test_time_index_truncate_compares_offsets(tidx):
+    for i in range(10):
+        tidx.maybe_append(100 + i, BASE + i * 10)
+    tidx.truncate_to(BASE + 30)
+    assert tidx.entries == 3 and tidx.last_entry == (102, BASE + 20)
+    tidx.truncate_to(BASE + 15)
+    assert tidx.entries == 2
+    tidx.truncate_to(BASE)
+    assert tidx.entries == 0 and tidx.last_entry == (-1, BASE)
+
+
+def test_time_index_sanity_check(tmp_path):
+    p = str(tmp_path / "00000000000000000000.timeindex")
+    with open(p, "wb") as f:
+        f.write(struct.pack(">qi", 200, 0) + struct.pack(">qi", 100, 5))
+    t = TimeIndex(p, 0, 1200)
+    with pytest.raises(CorruptIndexError, match="less than the first timestamp"):
+        t.sanity_check()
+    t.close_handler()
+
+
+def test_time_floor_search_against_searchsorted(tmp_path):
+    rnd = np.random.default_rng(3)
+    ts = np.unique(rnd.integers(0, 1 << 40, 3000))
+    p = str(tmp_path / "t.timeindex")
+    t = TimeIndex(p, 0, len(ts) * 12 + 12)
+    raw = np.zeros(len(ts), dtype=_core.TIME_DTYPE)
+    raw["timestamp"] = ts
+    raw["relative_offset"] = np.arange(len(ts))
+    t.load_entries(raw)
+    for probe in np.concatenate([ts, ts - 1, ts + 1, [0, 1 << 50]]).tolist():
+        i = int(np.searchsorted(ts, probe, side="right")) - 1
+        want = (-1, 0) if i < 0 else (int(ts[i]), i)
+        assert t.lookup(probe) == want
+    t.close_handler()
+
+
+def test_views_survive_resize(tmp_path):
+    idx = OffsetIndex(str(tmp_path / "v.index"), 0, 800)
+    for i in range(5):
+        idx.append(i, i)
+    view = idx.entries_array()
+    idx.resize(40)          # trims while the view is alive: the old mapping lives on
+    assert view["position"].tolist() == [0, 1, 2, 3, 4]
+    del view
+    idx.close_handler()

@@ -1,0 +1,638 @@
+"""Log: round trips, roll rules, recovery, truncation, retention, time lookup, concurrency, crashes
+(Kafka's UnifiedLogTest / LogLoaderTest cases of facts §10 items 7, 11, 13)."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import kstore
+from kstore import _core
+from kstore.clock import MockTime
+from kstore.errors import (InvalidRecordError, KStoreError, KStoreStateError,
+                           OffsetOutOfRangeError, RecordTooLargeError)
+
+NOW = 1_700_000_000_000
+
+
+def files(d):
+    return sorted(n for n in os.listdir(d) if not n.startswith(".kstore"))
+
+
+def values(log, start=None):
+    return [r.value for r in log.read(log.log_start_offset if start is None else start, max_bytes=1 << 30)]
+
+
+# -- round trips --------------------------------------------------------------------------------
+SHAPES = [
+    (b"k", b"v"),
+    (b"k", b"v", NOW),
+    (b"k", b"v", NOW + 1, [("h1", b"x"), ("h2", None), ("ключ", b"\x00\xff")]),
+    (None, b"no key", NOW),
+    (b"tombstone", None, NOW),
+    (b"", b"", NOW),
+    (None, None, NOW),
+    (b"big", os.urandom(300_000), NOW),
+    kstore.Record(b"rk", b"rv", NOW + 2, [("a", b"b")]),
+]
+
+
+@pytest.mark.parametrize("config", [
+    {}, {"compression.type": "gzip"}, {"message.timestamp.type": "LogAppendTime"},
+])
+def test_round_trip_every_shape(open_log, config):
+    log = open_log(config)
+    info = log.append(SHAPES)
+    assert (info.first_offset, info.last_offset, info.record_count) == (0, len(SHAPES) - 1, len(SHAPES))
+    got = log.read(0)
+    assert [r.offset for r in got] == list(range(len(SHAPES)))
+    for r, s in zip(got, SHAPES):
+        if isinstance(s, kstore.Record):
+            s = (s.key, s.value, s.timestamp, s.headers)
+        assert (r.key, r.value) == (s[0], s[1])
+        if config.get("message.timestamp.type") == "LogAppendTime":
+            assert r.timestamp == info.log_append_time and r.timestamp_type == 1
+        elif len(s) > 2:
+            assert r.timestamp == s[2]
+        if len(s) > 3:
+            assert r.headers == tuple(tuple(h) for h in s[3])
+
+
+@pytest.mark.parametrize("version,magic", [("0.10.2", 1), ("0.10.0-IV1", 1), ("0.9.0", 0), ("2.8", 2)])
+def test_message_format_version_selects_magic(open_log, log_dir, version, magic):
+    log = open_log({"message.format.version": version})
+    log.append([(b"k", b"v", NOW), (b"k2", b"v2", NOW + 1)])
+    log.append([(b"k3", b"v3", NOW + 2)])
+    raw = bytes(log.read_batches(0))
+    assert raw[16] == magic
+    assert values(log) == [b"v", b"v2", b"v3"]
+    assert [r.offset for r in log.read(1)] == [1, 2]
+    if magic:
+        assert log.offset_for_timestamp(NOW + 1) == 1
+
+
+def test_legacy_gzip_append_and_read(open_log):
+    log = open_log({"message.format.version": "0.10.1", "compression.type": "gzip"})
+    log.append([(b"a", b"1", NOW), (b"b", b"2", NOW + 5)])
+    log.append([(b"c", b"3", NOW + 9)])
+    assert [(r.offset, r.value, r.timestamp) for r in log.read(0)] == \
+        [(0, b"1", NOW), (1, b"2", NOW + 5), (2, b"3", NOW + 9)]
+    assert [r.offset for r in log.read(1)] == [1, 2]
+
+
+def test_partition_directory_layout(open_log, log_dir):
+    log = open_log({"segment.bytes": 200})
+    for i in range(5):
+        log.append([(b"k", b"x" * 100, NOW + i)])
+    bases = [s.base_offset for s in log.segments]
+    assert bases == [0, 1, 2, 3, 4]
+    log.close()
+    want = []
+    for b in bases:
+        want += [f"{b:020d}.index", f"{b:020d}.log", f"{b:020d}.timeindex"]
+    assert files(log_dir) == sorted(want)
+
+
+# -- roll -------------------------------------------------------------------------------------------
+def test_size_based_roll(open_log):
+    """testSizeBasedLogRoll: a segment holds what fits in segment.bytes."""
+    probe = _core.BatchBuilder()
+    probe.build([(None, b"x" * 100, NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    size = probe.size
+    log = open_log({"segment.bytes": size * 3})
+    for i in range(10):
+        log.append([(None, b"x" * 100, NOW)])
+    assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
+    assert all(s.size == size * 3 for s in log.segments[:-1])
+
+
+def test_time_based_roll_with_jitter(open_log):
+    """testTimeBasedLogRollJitter: roll once the first batch is segment.ms - jitter old."""
+    t = MockTime(NOW)
+    log = open_log({"segment.ms": 3_600_000, "segment.jitter.ms": 1_800_000}, time=t)
+    log.append([(None, b"a", t.milliseconds())])
+    jitter = log.active_segment.roll_jitter_ms
+    assert 0 <= jitter < 1_800_000
+    t.advance(3_600_000 - jitter)            # exactly segment.ms - jitter: not yet
+    log.append([(None, b"b", t.milliseconds())])
+    assert len(log.segments) == 1
+    t.advance(1)
+    log.append([(None, b"c", t.milliseconds())])
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_time_roll_uses_message_timestamps_not_wall_clock(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.ms": 1000}, time=t)
+    log.append([(None, b"a", 5_000)])
+    t.advance(10_000)
+    log.append([(None, b"b", 5_500)])        # only 500 ms after the first batch's timestamp
+    assert len(log.segments) == 1
+    log.append([(None, b"c", 6_001)])
+    assert len(log.segments) == 2
+
+
+def test_roll_when_offset_index_full(open_log):
+    log = open_log({"segment.index.bytes": 8 * 3, "index.interval.bytes": 1})
+    for i in range(12):
+        log.append([(None, b"x" * 20, NOW)])
+    for s in log.segments[:-1]:
+        assert s.offset_index.entries <= 3
+    assert len(log.segments) > 2
+    assert values(log) == [b"x" * 20] * 12
+
+
+def test_should_roll_on_relative_offset_overflow(open_log):
+    log = open_log()
+    seg = log.active_segment
+    assert seg.should_roll(10, NOW, (1 << 31), NOW)
+    assert not seg.should_roll(10, NOW, (1 << 31) - 1, NOW)
+
+
+def test_roll_segment_that_already_exists(open_log):
+    """testRollSegmentThatAlreadyExists (KAFKA-6388)."""
+    log = open_log()
+    assert len(log.segments) == 1
+    log.roll(0)                                  # empty active at 0: recreated, no error
+    assert [s.base_offset for s in log.segments] == [0]
+    log.append([(None, b"a", NOW)])
+    log.roll(1)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.roll(1)                                  # again: the active one is empty → recreated
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.append([(None, b"b", NOW)])
+    # a requested base below the log end rolls at the log end (new base = max(expected, LEO))
+    seg = log.roll(0)
+    assert seg.base_offset == 2
+    assert [s.base_offset for s in log.segments] == [0, 1, 2]
+    assert values(log) == [b"a", b"b"]
+
+
+def test_roll_trims_old_segment_files(open_log, log_dir):
+    log = open_log({"segment.index.bytes": 4096, "index.interval.bytes": 1})
+    for i in range(5):
+        log.append([(None, b"x" * 10, NOW + i)])
+    log.roll()
+    old = log.segments[0]
+    assert os.path.getsize(old.offset_index_path) == 8 * old.offset_index.entries
+    assert os.path.getsize(old.time_index_path) == 12 * old.time_index.entries
+    assert os.path.getsize(old.log_path) == old.size
+    active = log.active_segment
+    assert os.path.getsize(active.offset_index_path) == 4096
+    assert os.path.getsize(active.time_index_path) == 4092
+
+
+def test_index_resizing_at_truncation(open_log):
+    """testIndexResizingAtTruncation: the truncated-into segment's indexes go back to max size."""
+    log = open_log({"segment.index.bytes": 1200, "index.interval.bytes": 1, "segment.bytes": 1 << 20})
+    for i in range(3):
+        log.append([(None, b"x" * 20, NOW + i)])
+    log.roll()
+    for i in range(3):
+        log.append([(None, b"y" * 20, NOW + 10 + i)])
+    first = log.segments[0]
+    assert first.offset_index.length == 8 * first.offset_index.entries
+    log.truncate_to(2)
+    assert len(log.segments) == 1
+    assert first.offset_index.length == 1200 and first.time_index.length == 1200
+    assert log.log_end_offset == 2
+    log.append([(None, b"z", NOW + 20)])
+    assert values(log) == [b"x" * 20, b"x" * 20, b"z"]
+
+
+# -- append validation ----------------------------------------------------------------------------------
+def test_record_too_large(open_log):
+    log = open_log({"max.message.bytes": 500})
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        log.append([(None, b"x" * 600)])
+    log2 = open_log({"segment.bytes": 300}, path=os.path.join(os.path.dirname(log.dir), "t-1"))
+    with pytest.raises(RecordTooLargeError, match="segment.bytes"):
+        log2.append([(None, b"x" * 400)])
+    assert log.log_end_offset == 0 and log2.log_end_offset == 0
+
+
+def test_timestamp_bounds(open_log):
+    t = MockTime(NOW)
+    log = open_log({"message.timestamp.before.max.ms": 1000, "message.timestamp.after.max.ms": 10}, time=t)
+    log.append([(None, b"ok", NOW - 1000)])
+    with pytest.raises(InvalidRecordError, match="outside the allowed range"):
+        log.append([(None, b"old", NOW - 1001)])
+    with pytest.raises(InvalidRecordError):
+        log.append([(None, b"future", NOW + 11)])
+    assert log.log_end_offset == 1
+
+
+def test_compacted_topic_requires_keys(open_log):
+    log = open_log({"cleanup.policy": "compact"})
+    with pytest.raises(InvalidRecordError, match="require a key"):
+        log.append([(b"k", b"v"), (None, b"v")])
+    assert log.log_end_offset == 0
+
+
+def test_closed_log_rejects_appends(open_log):
+    log = open_log()
+    log.close()
+    with pytest.raises(KStoreStateError):
+        log.append([(None, b"x")])
+
+
+def test_empty_append(open_log):
+    log = open_log()
+    info = log.append([])
+    assert info.record_count == 0 and log.log_end_offset == 0
+
+
+# -- reads ----------------------------------------------------------------------------------------------
+def test_read_limits_and_ranges(open_log):
+    log = open_log({"segment.bytes": 2000})
+    for i in range(100):
+        log.append([(None, b"%03d" % i, NOW + i)])
+    assert len(log.segments) > 3
+    got = log.read(5, max_records=30)
+    assert [r.offset for r in got] == list(range(5, 35))          # crosses segments
+    assert len(log.read(0, max_bytes=1)) == 1                     # at least one batch
+    assert log.read(100) == []
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(101)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1)
+    assert [r.offset for r in log] == list(range(100))
+
+
+def test_read_batches_zero_copy(open_log, log_dir):
+    log = open_log()
+    log.append([(b"a", b"1")])
+    log.append([(b"b", b"2"), (b"c", b"3")])
+    view = log.read_batches(1)
+    assert isinstance(view, memoryview)
+    raw = bytes(view)
+    assert struct.unpack(">q", raw[:8])[0] == 1
+    assert [r.value for r in _core.decode_batches(raw)] == [b"2", b"3"]
+    whole = bytes(log.read_batches(0))
+    log.flush()
+    with open(os.path.join(log_dir, "00000000000000000000.log"), "rb") as f:
+        assert f.read(len(whole)) == whole
+    del view
+
+
+def test_offset_for_timestamp(open_log):
+    log = open_log({"segment.bytes": 1000, "index.interval.bytes": 50})
+    for i in range(60):
+        log.append([(None, b"v", NOW + i * 10), (None, b"w", NOW + i * 10 + 5)])
+    assert log.offset_for_timestamp(NOW) == 0
+    assert log.offset_for_timestamp(NOW + 3) == 1
+    assert log.offset_for_timestamp(NOW + 100) == 20
+    assert log.offset_for_timestamp(NOW + 101) == 21
+    assert log.offset_for_timestamp(NOW + 595) == 119
+    assert log.offset_for_timestamp(NOW + 596) is None
+    assert log.offset_for_timestamp(-1) == 120
+    assert log.offset_for_timestamp(-2) == 0
+    assert log.offset_for_timestamp(-3) == 119
+    log.delete_records(50)
+    assert log.offset_for_timestamp(NOW) == 50
+    assert log.offset_for_timestamp(-2) == 50
+
+
+def test_max_timestamp_lookup_with_out_of_order_timestamps(open_log):
+    log = open_log()
+    log.append([(None, b"a", NOW + 5), (None, b"b", NOW + 50), (None, b"c", NOW + 7)])
+    log.append([(None, b"d", NOW + 8)])
+    assert log.fetch_offset_by_timestamp(-3) == (1, NOW + 50)
+    assert log.offset_for_timestamp(NOW + 6) == 1
+
+
+# -- flush / recovery point ------------------------------------------------------------------------
+def test_flush_advances_recovery_point(open_log):
+    log = open_log()
+    log.append([(None, b"a"), (None, b"b")])
+    assert log.recovery_point == 0
+    log.flush()
+    assert log.recovery_point == 2
+    log.append([(None, b"c")])
+    log.roll()
+    assert log.recovery_point == 3      # roll flushes everything below the new segment
+
+
+def test_flush_messages_triggers_flush(open_log):
+    log = open_log({"flush.messages": 3})
+    log.append([(None, b"a")])
+    log.append([(None, b"b")])
+    assert log.recovery_point == 0
+    log.append([(None, b"c")])
+    assert log.recovery_point == 3
+
+
+# -- reopen and recovery ------------------------------------------------------------------------------
+def test_reopen_after_close_roll_and_truncate(open_log, log_dir):
+    cfg = {"segment.bytes": 500}
+    log = open_log(cfg)
+    for i in range(20):
+        log.append([(b"k%d" % i, b"v%d" % i, NOW + i)])
+    log.close()
+    log = open_log(cfg)
+    assert log.recovery_report == []             # clean: nothing recovered
+    assert log.log_end_offset == 20 and values(log) == [b"v%d" % i for i in range(20)]
+    log.truncate_to(13)
+    log.close()
+    log = open_log(cfg)
+    assert log.log_end_offset == 13 and values(log)[-1] == b"v12"
+    assert log.offset_for_timestamp(NOW + 12) == 12
+    log.append([(None, b"new", NOW + 100)])
+    assert log.read(13)[0].value == b"new"
+
+
+def test_unclean_reopen_recovers_everything(open_log, log_dir):
+    log = open_log({"segment.bytes": 500})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    log.close_handlers()                              # crash: no flush, no trim, no marker
+    active = os.path.join(log_dir, f"{log.segments[-1].base_offset:020d}.log")
+    assert os.path.getsize(active) > log.segments[-1].size      # preallocated zero tail
+    log = open_log({"segment.bytes": 500})
+    assert log.log_end_offset == 20
+    assert values(log) == [b"v%d" % i for i in range(20)]
+    assert len(log.recovery_report) == len(log.segments)
+
+
+def test_tail_cut_at_every_byte_of_the_last_batch(tmp_path):
+    src = str(tmp_path / "src-0")
+    with kstore.Log.open(src) as log:
+        for i in range(5):
+            log.append([(b"k%d" % i, b"value-%d" % i, NOW + i, [("h", b"x")])])
+        last_start = log.segments[0].size - (log.segments[0].size - sum(
+            len(bytes(log.read_batches(o, 1))) for o in range(4)))
+    data = open(os.path.join(src, "00000000000000000000.log"), "rb").read()
+    for cut in range(last_start, len(data) + 1):
+        d = str(tmp_path / f"cut{cut}-0")
+        os.mkdir(d)
+        with open(os.path.join(d, "00000000000000000000.log"), "wb") as f:
+            f.write(data[:cut])
+        with kstore.Log.open(d) as log:
+            expect = 5 if cut == len(data) else 4
+            assert log.log_end_offset == expect, cut
+            assert [r.value for r in log.read(0)] == [b"value-%d" % i for i in range(expect)]
+        assert os.path.getsize(os.path.join(d, "00000000000000000000.log")) == (cut if expect == 5 else last_start)
+
+
+def test_corrupt_log_tail_and_index(tmp_path):
+    """LogLoaderTest.testCorruptLog: random bytes appended to the active .log and .index."""
+    import random
+    rnd = random.Random(5)
+    for trial in range(5):
+        d = str(tmp_path / f"t{trial}-0")
+        log = kstore.Log.open(d, {"index.interval.bytes": 1})
+        for i in range(30):
+            log.append([(None, b"v%d" % i, NOW + i)])
+        log.close()
+        for name in ("00000000000000000000.log", "00000000000000000000.index"):
+            with open(os.path.join(d, name), "ab") as f:
+                f.write(rnd.randbytes(rnd.randint(1, 1024)))
+        os.unlink(os.path.join(d, ".kstore-clean-shutdown"))
+        log = kstore.Log.open(d, {"index.interval.bytes": 1})
+        assert log.log_end_offset == 30
+        assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == list(range(30))
+        for i in range(30):
+            assert log.read(i, 1)[0].offset == i
+        log.close()
+
+
+def test_missing_indexes_are_rebuilt(open_log, log_dir):
+    """testIndexRebuild: deleted indexes are rebuilt even after a clean shutdown."""
+    cfg = {"index.interval.bytes": 1, "segment.bytes": 300}
+    log = open_log(cfg)
+    for i in range(10):
+        log.append([(None, b"v%d" % i, NOW + i * 10)])
+    log.close()
+    for name in os.listdir(log_dir):
+        if name.endswith((".index", ".timeindex")):
+            os.unlink(os.path.join(log_dir, name))
+    log = open_log(cfg)
+    for i in range(10):
+        assert log.read(i, 1)[0].value == b"v%d" % i
+        assert log.offset_for_timestamp(NOW + i * 10 - 1) == i
+    assert all(s.offset_index.entries > 0 for s in log.segments if s.size)
+
+
+def test_bogus_and_temporary_files_removed(open_log, log_dir):
+    """testBogusIndexSegmentsAreRemoved / testOpenDeletesObsoleteFiles."""
+    log = open_log()
+    log.append([(None, b"a")])
+    log.close()
+    for name in ("00000000000000000099.index", "00000000000000000099.timeindex",
+                 "00000000000000000005.log.deleted", "00000000000000000007.log.cleaned"):
+        open(os.path.join(log_dir, name), "wb").close()
+    log = open_log()
+    assert files(log_dir) == ["00000000000000000000.index", "00000000000000000000.log",
+                              "00000000000000000000.timeindex"]
+    assert values(log) == [b"a"]
+
+
+def test_log_end_less_than_start_after_reopen(tmp_path):
+    """testLogEndLessThanStartAfterReopen: one empty segment at the log start offset."""
+    d = str(tmp_path / "t-0")
+    log = kstore.Log.open(d)
+    for i in range(5):
+        log.append([(None, b"x")])
+    log.close()
+    log = kstore.Log.open(d, log_start_offset=10, recovery_point=5, clean_shutdown=False)
+    assert [s.base_offset for s in log.segments] == [10]
+    assert log.log_start_offset == log.log_end_offset == 10
+    log.close()
+
+
+def test_clean_shutdown_skips_recovery(tmp_path):
+    """testCleanShutdownFile: no recovery even with recovery point 0."""
+    d = str(tmp_path / "t-0")
+    with kstore.Log.open(d) as log:
+        log.append([(None, b"x")] * 3)
+    log = kstore.Log.open(d, recovery_point=0, clean_shutdown=True)
+    assert log.recovery_report == [] and log.recovery_point == 3
+    log.close()
+
+
+def test_split_on_offset_overflow(tmp_path):
+    """testSplitOnOffsetOverflow: a segment holding offsets past base + 2^31-1 is split."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    far = (1 << 31) + 10
+    b = _core.BatchBuilder()
+    raw = b""
+    for base, n in ((0, 3), (100, 2), (far, 2), (far + 5, 1)):
+        b.build([(None, b"o%d" % (base + i), NOW) for i in range(n)], 2, base, NOW, False, 0, 1 << 62, False, 0)
+        raw += b.getvalue()
+    (d / "00000000000000000000.log").write_bytes(raw)
+    log = kstore.Log.open(str(d))
+    assert [s.base_offset for s in log.segments] == [0, far]
+    assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == [0, 1, 2, 100, 101, far, far + 1, far + 5]
+    assert log.read(far + 1, 1)[0].value == b"o%d" % (far + 1)
+    assert log.log_end_offset == far + 6
+    log.close()
+    assert files(str(d)) == sorted(f"{o:020d}.{s}" for o in (0, far) for s in ("index", "log", "timeindex"))
+
+
+def test_crash_during_split_swap_recovers(tmp_path):
+    """A .swap left by a split whose old segment is still there: the swap wins."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    b = _core.BatchBuilder()
+    b.build([(None, b"old", NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    (d / "00000000000000000000.log").write_bytes(b.getvalue())
+    b.build([(None, b"new", NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    (d / "00000000000000000000.log.swap").write_bytes(b.getvalue())
+    log = kstore.Log.open(str(d))
+    assert values(log) == [b"new"]
+    log.close()
+
+
+# -- truncation, deletion, retention ----------------------------------------------------------------
+def test_truncate_to_across_segments(open_log):
+    log = open_log({"segment.bytes": 300})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    n = len(log.segments)
+    assert not log.truncate_to(25)
+    assert log.truncate_to(7)
+    assert log.log_end_offset == 7 and len(log.segments) < n
+    assert values(log) == [b"v%d" % i for i in range(7)]
+    log.append([(None, b"again", NOW)])
+    assert log.read(7)[0].value == b"again"
+    log.truncate_to(0)
+    assert log.log_end_offset == 0 and values(log) == []
+
+
+def test_truncate_fully_and_start_at(open_log):
+    log = open_log()
+    log.append([(None, b"a")])
+    log.truncate_fully_and_start_at(1000)
+    assert (log.log_start_offset, log.log_end_offset) == (1000, 1000)
+    log.append([(None, b"b")])
+    assert log.read(1000)[0].value == b"b"
+    assert log.segments[0].base_offset == 1000
+
+
+def test_delete_records_and_persistence(open_log, log_dir):
+    log = open_log({"segment.bytes": 300})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    n = len(log.segments)
+    assert log.delete_records(9) == 9
+    assert len(log.segments) < n
+    assert log.segments[0].base_offset <= 9
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(8)
+    assert log.read(9)[0].value == b"v9"
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records(21)
+    log.close()
+    log = open_log({"segment.bytes": 300})
+    assert log.log_start_offset == 9
+
+
+def test_retention_by_size(open_log):
+    """testCleanupSegmentsToMaintainSize in Log form."""
+    log = open_log({"segment.bytes": 400, "retention.bytes": 1000}, time=MockTime(NOW + 100))
+    for i in range(40):
+        log.append([(None, b"x" * 50, NOW + i)])
+    before = log.size
+    seg_size = log.segments[0].size
+    deleted = log.delete_old_segments()
+    # Kafka's rule: delete oldest-first while (size - retention.bytes - segment size) >= 0
+    assert deleted == (before - 1000) // seg_size
+    assert log.size >= 1000 and log.size - seg_size < 1000
+    assert log.log_start_offset == log.segments[0].base_offset
+    assert values(log)[-1] == b"x" * 50
+
+
+def test_retention_by_time_with_mock_clock(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.bytes": 400, "retention.ms": 10_000}, time=t)
+    for i in range(20):
+        log.append([(None, b"x" * 50, NOW + i)])
+    t.advance(5_000)
+    assert log.delete_old_segments() == 0
+    t.advance(6_000)
+    # every segment is expired: the log rolls first, so an empty active segment remains at LEO
+    deleted = log.delete_old_segments()
+    assert deleted >= 2
+    assert [s.base_offset for s in log.segments] == [20]
+    assert log.log_start_offset == log.log_end_offset == 20
+    log.append([(None, b"after", t.milliseconds())])
+    assert values(log) == [b"after"]
+
+
+def test_compact_policy_skips_time_and_size_retention(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.bytes": 400, "retention.ms": 1, "retention.bytes": 1,
+                    "cleanup.policy": "compact"}, time=t)
+    for i in range(20):
+        log.append([(b"k", b"x" * 50, NOW + i)])
+    t.advance(100_000)
+    assert log.delete_old_segments() == 0
+
+
+# -- concurrency and real crashes ------------------------------------------------------------------
+def test_one_writer_many_readers(open_log):
+    log = open_log({"segment.bytes": 20_000, "index.interval.bytes": 500})
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                leo = log.log_end_offset
+                if leo == 0:
+                    continue
+                got = log.read(max(log.log_start_offset, leo - 50), max_records=50)
+                for r in got:
+                    assert r.value == b"%d" % r.offset
+                prev = None
+                for r in log.read(0, max_records=200):
+                    assert prev is None or r.offset == prev + 1
+                    prev = r.offset
+        except Exception as e:    # surfaced below
+            errors.append(e)
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for i in range(3000):
+        log.append([(None, b"%d" % (2 * i)), (None, b"%d" % (2 * i + 1))])
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert len(log.segments) > 3
+
+
+CHILD = r"""
+import sys, kstore
+log = kstore.Log.open(sys.argv[1], {"segment.bytes": 50000})
+i = 0
+while True:
+    info = log.append([(b"k%d" % i, b"v%d" % i)])
+    print(info.last_offset, flush=True)
+    i += 1
+"""
+
+
+def test_kill_9_keeps_every_acknowledged_record(tmp_path):
+    d = str(tmp_path / "t-0")
+    for round_ in range(3):
+        p = subprocess.Popen([sys.executable, "-c", CHILD, d], stdout=subprocess.PIPE)
+        acked = -1
+        for line in p.stdout:
+            acked = int(line)
+            if acked >= 2000 * (round_ + 1):
+                break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        with kstore.Log.open(d, {"segment.bytes": 50000}) as log:
+            got = [r.offset for r in log]
+            assert got == list(range(len(got)))           # a prefix, no holes
+            assert len(got) >= acked + 1                    # nothing acknowledged was lost
+            assert len(log.segments) > 1

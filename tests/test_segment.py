@@ -1,0 +1,195 @@
+"""LogSegment: Kafka's LogSegmentTest cases (facts §10 items 1-5) and the mapped write path."""
+import os
+import random
+
+import pytest
+
+from kstore import _core
+from kstore.clock import MockTime
+from kstore.config import LogConfig
+from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError
+from kstore.fileio import get_file_ops
+from kstore.segment import LogSegment
+
+NOW = 1_700_000_000_000
+
+
+def make_segment(dir_, base=0, config=None, exists=False, time=None):
+    cfg = LogConfig(config or {"index.interval.bytes": 10})
+    seg = LogSegment(str(dir_), base, cfg, io=get_file_ops(), time=time or MockTime(NOW),
+                     rng=random.Random(0), file_already_exists=exists)
+    return seg
+
+
+def append(seg, offset, records, magic=2):
+    b = _core.BatchBuilder()
+    recs = [r if isinstance(r, tuple) else (None, r, NOW) for r in records]
+    b.build(recs, magic, offset, NOW, False, -(1 << 62), 1 << 62, False, 0)
+    if not seg.is_active:
+        seg.make_active()
+    seg.append(b, b.last_offset, b.max_timestamp, b.offset_of_max_timestamp)
+    return b
+
+
+def read_all(seg, offset=0):
+    out = []
+    seg.read(offset, 1 << 30, 1 << 30, out)
+    return out
+
+
+def test_append_read_and_files(tmp_path):
+    seg = make_segment(tmp_path, 40)
+    append(seg, 40, [b"hello", b"there"])
+    append(seg, 42, [b"little", b"bee"])
+    assert [r.value for r in read_all(seg, 41)] == [b"there", b"little", b"bee"]
+    assert [r.offset for r in read_all(seg, 43)] == [43]
+    assert seg.read_next_offset() == 44
+    seg.close()
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["00000000000000000040.index", "00000000000000000040.log",
+                     "00000000000000000040.timeindex"]
+    assert os.path.getsize(tmp_path / "00000000000000000040.log") == seg.size
+
+
+def test_recovery_with_corrupt_message(tmp_path):
+    """Item 1: garbage from inside a random batch to EOF; exactly the earlier batches survive."""
+    rnd = random.Random(11)
+    for trial in range(10):
+        d = tmp_path / str(trial)
+        d.mkdir()
+        seg = make_segment(d)
+        positions = []
+        for i in range(100):
+            positions.append(seg.size)
+            append(seg, i, [b"value-%d" % i])
+        seg.close()
+        victim = rnd.randrange(100)
+        cut = positions[victim] + rnd.randrange(0, 20)
+        path = d / "00000000000000000000.log"
+        data = bytearray(path.read_bytes())
+        garbage = os.urandom(len(data) - cut)
+        data[cut:] = garbage
+        path.write_bytes(bytes(data))
+        seg = make_segment(d, exists=True)
+        res = seg.recover()
+        assert seg.size == positions[victim]
+        assert res["truncated_bytes"] == len(data) - positions[victim]
+        assert [r.offset for r in read_all(seg)] == list(range(victim))
+        assert seg.read_next_offset() == victim
+        seg.close()
+
+
+@pytest.mark.parametrize("which", ["index", "timeindex"])
+def test_recovery_fixes_corrupt_index(tmp_path, which):
+    """Item 2: garbage indexes are rebuilt by recover()."""
+    seg = make_segment(tmp_path)
+    for i in range(100):
+        append(seg, i, [(None, b"v%d" % i, NOW + i)])
+    seg.close()
+    path = tmp_path / f"00000000000000000000.{which}"
+    size = path.stat().st_size
+    path.write_bytes(os.urandom(size))
+    seg = make_segment(tmp_path, exists=True)
+    seg.recover()
+    for i in range(100):
+        assert read_all(seg, i)[0].offset == i
+        assert seg.find_offset_by_timestamp(NOW + i, 0) == (i, NOW + i)
+    seg.offset_index.sanity_check()
+    seg.time_index.sanity_check()
+    seg.close()
+
+
+@pytest.mark.parametrize("base,largest", [(0, 1 << 31), (0, -(1 << 31)), (1, 0), (100, 10),
+                                          (1 << 31, 0), (1 << 31, 1 << 32)])
+def test_append_offset_overflow(tmp_path, base, largest):
+    """Item 3: a largest offset outside [base, base + 2^31-1] raises."""
+    seg = make_segment(tmp_path, base)
+    seg.make_active()
+    b = _core.BatchBuilder()
+    b.build([(None, b"x")], 2, max(largest, 0), NOW, False, -(1 << 62), 1 << 62, False, 0)
+    with pytest.raises(LogSegmentOffsetOverflowError):
+        seg.append(b, largest, NOW, largest)
+    assert seg.size == 0
+    seg.close()
+
+
+def test_create_with_init_file_size_clean_shutdown(tmp_path):
+    """Item 4: a preallocated 512 MiB .log is trimmed on close; reopen gives the same size."""
+    seg = make_segment(tmp_path, 40, {"preallocate": True, "segment.bytes": 512 << 20})
+    seg.make_active()
+    path = tmp_path / "00000000000000000040.log"
+    assert path.stat().st_size == 512 << 20
+    append(seg, 40, [b"hello", b"there"])
+    size = seg.size
+    seg.close()
+    assert path.stat().st_size == size
+    seg = make_segment(tmp_path, 40, {"preallocate": True, "segment.bytes": 512 << 20}, exists=True)
+    assert seg.size == size
+    assert [r.value for r in read_all(seg, 40)] == [b"hello", b"there"]
+    seg.close()
+
+
+def test_truncate_even_if_offset_points_to_a_gap(tmp_path):
+    """Item 5: batches at 40 and 43; truncate_to(41) drops the batch at 43."""
+    seg = make_segment(tmp_path, 40)
+    append(seg, 40, [b"a"])
+    append(seg, 43, [b"b"])
+    seg.truncate_to(41)
+    assert seg.read_next_offset() == 41
+    assert [r.offset for r in read_all(seg, 40)] == [40]
+    seg.close()
+
+
+def test_truncate_to_resets_roll_state_and_wipes_bytes(tmp_path):
+    t = MockTime(NOW)
+    seg = make_segment(tmp_path, 0, time=t)
+    append(seg, 0, [b"a" * 100])
+    end = seg.size
+    append(seg, 1, [b"b" * 100])
+    t.advance(500)
+    seg.truncate_to(1)
+    assert seg.size == end
+    # the cut batch is zeroed in place, so recovery after a crash cannot bring it back
+    m = seg.mapping()
+    assert m.is_zero(end, end + 100)
+    seg.truncate_to(0)
+    assert seg.size == 0 and seg.created == NOW + 500
+    seg.close()
+
+
+def test_read_through_index_after_many_appends(tmp_path):
+    seg = make_segment(tmp_path, 1000, {"index.interval.bytes": 100})
+    for i in range(500):
+        append(seg, 1000 + 2 * i, [b"x" * (i % 50), b"y"])
+    assert seg.offset_index.entries > 10
+    for probe in range(1000, 2000, 7):
+        got = read_all(seg, probe)
+        assert got[0].offset == probe
+    seg.close()
+
+
+def test_corrupt_batch_error_names_file_and_position(tmp_path):
+    seg = make_segment(tmp_path)
+    append(seg, 0, [b"first"])
+    pos = seg.size
+    append(seg, 1, [b"second"])
+    seg.close()
+    path = tmp_path / "00000000000000000000.log"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    seg = make_segment(tmp_path, exists=True)
+    with pytest.raises(CorruptRecordError) as ei:
+        read_all(seg)
+    assert ei.value.path == str(path) and ei.value.position == pos
+    assert "00000000000000000000.log" in str(ei.value) and f"position {pos}" in str(ei.value)
+    seg.close()
+
+
+def test_largest_timestamp_falls_back_to_mtime(tmp_path):
+    seg = make_segment(tmp_path)
+    append(seg, 0, [b"a"], magic=0)      # v0 has no timestamps
+    seg.flush()
+    mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
+    assert seg.largest_timestamp() == mtime
+    seg.close()
