@@ -1,0 +1,79 @@
+"""LogConfig: Kafka's defaults, parsing of properties-style strings, validation messages."""
+import pytest
+
+from kstore.config import LONG_MAX, LogConfig, magic_for_format_version
+from kstore.errors import InvalidConfigError
+
+
+def test_defaults_are_kafkas():
+    c = LogConfig()
+    assert c.segment_bytes == 1073741824
+    assert c.segment_ms == 604800000
+    assert c.segment_index_bytes == 10485760
+    assert c.index_interval_bytes == 4096
+    assert c.retention_ms == 604800000 and c.retention_bytes == -1
+    assert c.cleanup_policy == ("delete",)
+    assert c.max_message_bytes == 1048588
+    assert c.flush_messages == LONG_MAX and c.flush_ms == LONG_MAX
+    assert c.file_delete_delay_ms == 60000
+    assert c.magic == 2 and not c.log_append_time and c.codec == 0
+
+
+def test_strings_are_parsed():
+    c = LogConfig({"segment.bytes": "2048", "preallocate": "true", "cleanup.policy": "compact, delete",
+                   "min.cleanable.dirty.ratio": "0.25", "message.timestamp.type": "LogAppendTime"})
+    assert c.segment_bytes == 2048 and c.preallocate is True
+    assert c.compact and c.delete and c.min_cleanable_dirty_ratio == 0.25 and c.log_append_time
+
+
+@pytest.mark.parametrize("key,value,msg", [
+    ("segment.bytes", 13, "segment.bytes: value must be at least 14"),
+    ("segment.bytes", "abc", "expected an integer"),
+    ("segment.bytes", True, "expected an integer"),
+    ("segment.ms", 0, "at least 1"),
+    ("retention.ms", -2, "at least -1"),
+    ("cleanup.policy", "compact,zap", "compact, delete"),
+    ("min.cleanable.dirty.ratio", 1.5, r"\[0.0, 1.0\]"),
+    ("message.timestamp.type", "Sometimes", "CreateTime, LogAppendTime"),
+    ("compression.type", "brotli", "one of"),
+    ("compression.gzip.level", 10, "-1 or in"),
+    ("preallocate", "maybe", "true or false"),
+    ("message.format.version", "banana", "Kafka version"),
+])
+def test_bad_values_name_key_value_and_range(key, value, msg):
+    with pytest.raises(InvalidConfigError, match=msg) as ei:
+        LogConfig({key: value})
+    assert key in str(ei.value) and str(value) in str(ei.value)
+
+
+def test_min_lag_above_max_lag_rejected():
+    with pytest.raises(InvalidConfigError, match="max.compaction.lag.ms"):
+        LogConfig({"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5})
+
+
+def test_unknown_key_warns():
+    with pytest.warns(UserWarning, match="unknown topic configuration 'segment.bites'"):
+        LogConfig({"segment.bites": 5})
+
+
+def test_timestamp_difference_fallback():
+    c = LogConfig({"message.timestamp.difference.max.ms": 100})
+    assert c.timestamp_before_max_ms == 100 and c.timestamp_after_max_ms == 100
+    c = LogConfig({"message.timestamp.difference.max.ms": 100, "message.timestamp.after.max.ms": 5})
+    assert c.timestamp_after_max_ms == 5
+
+
+@pytest.mark.parametrize("v,m", [("0.8.2", 0), ("0.9.0.1", 0), ("0.10.0", 1), ("0.10.2-IV0", 1),
+                                 ("0.11.0", 2), ("3.0-IV1", 2)])
+def test_format_version_to_magic(v, m):
+    assert magic_for_format_version(v) == m
+
+
+def test_max_segment_ms_for_compacted_topics():
+    assert LogConfig({"cleanup.policy": "compact", "max.compaction.lag.ms": 1000}).max_segment_ms == 1000
+    assert LogConfig({"max.compaction.lag.ms": 1000}).max_segment_ms == 604800000
+
+
+def test_zstd_needs_v2():
+    with pytest.raises(InvalidConfigError, match="zstd"):
+        LogConfig({"compression.type": "zstd", "message.format.version": "0.10.2"})
