@@ -1388,13 +1388,12 @@ def read_records(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t min_offset
     finally:
         m.unpin()
 
-def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
-            Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
-            bint verify_crc, list out, bint min_one=True):
-    """Segment read in one call: offset-index floor, scan to the batch, decode (see read_records).
-    A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
+cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
+                    Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                    bint verify_crc, list out, bint min_one):
     cdef Py_ssize_t pos = 0, slot
     cdef const uint8_t* ip
+    cdef const uint8_t* p
     if end < 0 or end > m.length:
         raise ValueError("read range outside mapping")
     if index is not None and index_entries > 0 and offset > base_offset:
@@ -1405,12 +1404,110 @@ def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_off
             pos = ld32(ip + 8 * slot + 4)
             if pos < 0 or pos > end:
                 pos = 0
-    cdef const uint8_t* p = m.ptr()
+    p = m.ptr()
     m.pin()
     try:
         return _read_range(p, pos, end, offset, max_records, max_bytes, verify_crc, out, False, min_one)
     finally:
         m.unpin()
+
+
+def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
+            Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+            bint verify_crc, list out, bint min_one=True):
+    """Segment read in one call: offset-index floor, scan to the batch, decode (see read_records).
+    A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
+    return _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
+                    verify_crc, out, min_one)
+
+
+cdef class IndexState:
+    """The live state of an offset index that the read fast path needs: its mapping and the
+    number of entries in use. Owned and kept current by kstore.index.AbstractIndex."""
+    cdef public Mapping map
+    cdef public Py_ssize_t entries
+
+
+cdef class SegmentView:
+    """What the read fast path needs of a segment, kept current by kstore.segment.LogSegment:
+    the .log mapping (None until mapped), the offset index state (None until loaded), the base
+    offset and the logical size."""
+    cdef public Mapping log_map
+    cdef public IndexState index
+    cdef public IndexState tindex
+    cdef public int64_t base_offset
+    cdef public Py_ssize_t size
+    cdef public bint max_ts_known
+    cdef public int64_t max_timestamp
+    cdef public int64_t offset_of_max_timestamp
+
+    def __init__(self, int64_t base_offset):
+        self.base_offset = base_offset
+
+    cdef inline bint ready(self):
+        return self.log_map is not None and self.index is not None and not self.log_map.closing \
+            and (self.index.map is not None or self.index.entries == 0)
+
+    cdef tuple _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                     bint verify_crc, list out, bint min_one):
+        cdef Py_ssize_t end = self.size
+        if end > self.log_map.length:
+            end = self.log_map.length
+        return _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
+                        offset, max_records, max_bytes, verify_crc, out, min_one)
+
+    def read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc,
+             list out, bint min_one=True):
+        """read_at over this segment; the caller guarantees readiness (see log_read)."""
+        if not self.ready():
+            raise ValueError("segment view is not mapped")
+        return self._read(offset, max_records, max_bytes, verify_crc, out, min_one)
+
+
+def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
+             Py_ssize_t max_bytes, bint verify_crc):
+    """Log.read's fast path: bisect the segment, then read across segments within the limits.
+
+    Returns the list of records, or None when a segment it needs is not mapped or its index not
+    loaded yet (the caller prepares it and calls again). CorruptRecordError carries .segment, the
+    index of the segment at fault.
+    """
+    cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, used = 0
+    cdef list out = []
+    cdef SegmentView v
+    cdef tuple res
+    cdef bint first = True
+    if n == 0 or PyList_GET_SIZE(views) != n:
+        return None
+    hi = n
+    while lo < hi:             # bisect_right
+        mid = (lo + hi) >> 1
+        if offset < <int64_t>(<object>PyList_GET_ITEM(bases, mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    i = lo - 1
+    if i < 0:
+        i = 0
+    while i < n:
+        v = <SegmentView>PyList_GET_ITEM(views, i)
+        if not v.ready():
+            return None
+        try:
+            res = v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out, first)
+        except CorruptRecordError as e:
+            e.segment = i
+            raise
+        if <Py_ssize_t>res[2]:
+            first = False
+            used += <Py_ssize_t>res[2]
+        if len(out) >= max_records or used >= max_bytes:
+            break
+        if len(out):
+            offset = (<Record>out[len(out) - 1]).offset + 1
+        i += 1
+    return out
+
 
 def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True):
     """Decode every record in a bytes-like run of batches (e.g. from read_batches or a file)."""
@@ -1514,12 +1611,8 @@ def put_time_entry(Mapping m, Py_ssize_t slot, int64_t ts, int32_t rel):
 # ---------------------------------------------------------------------------------------------
 # Timestamp search inside a segment (Kafka LogSegment.findOffsetByTimestamp, after the lookups)
 # ---------------------------------------------------------------------------------------------
-def find_offset_by_timestamp(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
-                             int64_t start_offset, bint verify_crc=True):
-    """First record at or after `start` with timestamp >= ts and offset >= start_offset:
-    (offset, timestamp), or None."""
-    if start < 0 or end > m.length or start > end:
-        raise ValueError("scan range outside mapping")
+cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
+                     int64_t start_offset, bint verify_crc):
     cdef const uint8_t* p = m.ptr()
     cdef BatchHeader h
     cdef const char* why
@@ -1545,3 +1638,64 @@ def find_offset_by_timestamp(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_
             pos += h.size
     finally:
         m.unpin()
+
+
+def find_offset_by_timestamp(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
+                             int64_t start_offset, bint verify_crc=True):
+    """First record at or after `start` with timestamp >= ts and offset >= start_offset:
+    (offset, timestamp), or None."""
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    return _find_ts(m, start, end, ts, start_offset, verify_crc)
+
+
+def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint verify_crc=True):
+    """Log.fetch_offset_by_timestamp's fast path over the segment views: the first segment whose
+    largest timestamp >= ts, time-index floor, offset-index floor, scan. Returns (offset,
+    timestamp), False if no record qualifies, or None when a segment needs preparing first."""
+    cdef SegmentView v
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(views), slot, pos, end
+    cdef int64_t off
+    cdef const uint8_t* tp
+    cdef const uint8_t* op
+    for i in range(n):
+        v = <SegmentView>PyList_GET_ITEM(views, i)
+        if v.size == 0:
+            continue
+        if not v.max_ts_known:
+            return None
+        if v.max_timestamp < ts:
+            continue              # also skips segments with no timestamps (v0): nothing to find
+        if not v.ready() or v.tindex is None:
+            return None
+        off = v.base_offset
+        if v.tindex.entries > 0:
+            if v.tindex.map is None:
+                return None
+            _checked_entries(v.tindex.map, v.tindex.entries, 12)
+            tp = v.tindex.map.ptr()
+            slot = _floor_slot(tp, v.tindex.entries, 12, 0, True, 0, ts, 682)
+            if slot >= 0:
+                off = v.base_offset + ld32(tp + 12 * slot + 8)
+        if off < start_offset:
+            off = start_offset
+        end = v.size
+        if end > v.log_map.length:
+            end = v.log_map.length
+        pos = 0
+        if v.index.entries > 0 and off > v.base_offset:
+            _checked_entries(v.index.map, v.index.entries, 8)
+            op = v.index.map.ptr()
+            slot = _floor_slot(op, v.index.entries, 8, 0, False, v.base_offset, off, 1024)
+            if slot >= 0:
+                pos = ld32(op + 8 * slot + 4)
+                if pos < 0 or pos > end:
+                    pos = 0
+        try:
+            r = _find_ts(v.log_map, pos, end, ts, start_offset, verify_crc)
+        except CorruptRecordError as e:
+            e.segment = i
+            raise
+        if r is not None:
+            return r
+    return False

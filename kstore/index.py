@@ -48,6 +48,7 @@ class AbstractIndex:
         self._writable = writable
         self._lock = threading.RLock()
         self._max_index_size = max_index_size
+        self.state = _core.IndexState()     # mapping + entries, shared with the read fast path
         self._map: Optional[_core.Mapping] = None
         self._length = 0
         if self._io.exists(path):
@@ -75,6 +76,22 @@ class AbstractIndex:
                 self._remap(fd, length)
             finally:
                 self._io.close(fd)
+
+    @property
+    def _map(self) -> Optional[_core.Mapping]:
+        return self.state.map
+
+    @_map.setter
+    def _map(self, m: Optional[_core.Mapping]) -> None:
+        self.state.map = m
+
+    @property
+    def _entries(self) -> int:
+        return self.state.entries
+
+    @_entries.setter
+    def _entries(self, n: int) -> None:
+        self.state.entries = n
 
     # -- sizes -----------------------------------------------------------------------------
     def _round(self, n: int) -> int:

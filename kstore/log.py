@@ -19,8 +19,11 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
 from kstore.config import LONG_MAX, LogConfig
-from kstore.errors import (KStoreError, KStoreStateError, LogSegmentOffsetOverflowError,
-                           OffsetOutOfRangeError, RecordTooLargeError)
+from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
+from kstore._core import log_read as _log_read
+from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
+                           LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
+                           RecordTooLargeError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
@@ -55,6 +58,7 @@ class Log:
         self._flush_lock = threading.Lock()
         self._rng = random.Random()
         self._bases: list[int] = []
+        self._views: list = []
         self._segs: list[LogSegment] = []
         self._leo = 0
         self._log_start_offset = 0
@@ -338,6 +342,8 @@ class Log:
 
     # -- state -----------------------------------------------------------------------------
     def _set_segments(self, segs: list[LogSegment]) -> None:
+        # readers take (_bases, _views, _segs) without the lock: publish whole new lists
+        self._views = [s.view for s in segs]
         self._bases = [s.base_offset for s in segs]
         self._segs = list(segs)
 
@@ -488,32 +494,31 @@ class Log:
              max_bytes: int = DEFAULT_MAX_BYTES, *, verify_crc: bool = True) -> list[_core.Record]:
         """Records from `offset` on: at most max_records, from batches totalling at most
         max_bytes (but always at least one batch). Empty at the log end."""
-        leo = self._leo
-        out: list = []
-        if offset >= leo or offset < self._log_start_offset:
-            if offset == leo:
-                return out
+        if offset >= self._leo or offset < self._log_start_offset:
+            if offset == self._leo:
+                return []
             self._check_range(offset)
-        bases, segs = self._bases, self._segs
         limit = (1 << 62) if max_records is None else max_records
-        i = bisect.bisect_right(bases, offset) - 1
-        if i < 0:
-            i = 0
-        _pos, _nxt, used = segs[i].read(offset, limit, max_bytes, out, verify_crc, True)
-        # continue into later segments while the limits allow
-        n = len(segs)
-        while len(out) < limit and i + 1 < n:
-            budget = max_bytes - used
-            if budget <= 0:
-                break
-            if out:
-                offset = out[-1].offset + 1
-                if offset >= leo:
-                    break
-            i += 1
-            _pos, _nxt, u = segs[i].read(offset, limit - len(out), budget, out, verify_crc, not out)
-            used += u
-        return out
+        while True:
+            bases, views, segs = self._bases, self._views, self._segs
+            try:
+                out = _log_read(bases, views, offset, limit, max_bytes, verify_crc)
+            except CorruptRecordError as e:
+                raise with_path(e, segs[e.segment].log_path) from None
+            if out is not None:
+                return out
+            self._prepare_for_read(offset, segs)
+
+    def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
+        """Map segments and load indexes the fast path found missing (lazy open)."""
+        if self._closed:
+            self._check_open()
+        i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
+        for seg in segs[i:]:
+            if seg.closed:
+                raise KStoreStateError(f"segment {seg.log_path} was closed during the read; retry")
+            seg.mapping()
+            seg.offset_index
 
     def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> memoryview:
         """Whole raw batches from the one holding offset, as a zero-copy view (one segment)."""
@@ -570,6 +575,20 @@ class Log:
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
         start = self._log_start_offset
+        for _attempt in range(3):
+            views, segs = self._views, self._segs
+            try:
+                r = _log_offset_for_timestamp(views, timestamp, start)
+            except CorruptRecordError as e:
+                raise with_path(e, segs[e.segment].log_path) from None
+            if r is not None:
+                return r or None
+            for seg in segs:       # prepare lazily opened segments, then try again
+                if seg.size and not seg.closed:
+                    seg.mapping()
+                    seg.offset_index
+                    seg.time_index
+                    seg._load_max_timestamp()
         for seg in segs:
             if seg.size == 0 or seg.largest_timestamp() < timestamp:
                 continue

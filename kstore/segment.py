@@ -49,6 +49,7 @@ class LogSegment:
         self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
         self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
         self._lock = threading.RLock()
+        self.view = _core.SegmentView(base_offset)   # what the read fast path sees
         self._fd: Optional[int] = None
         self._map: Optional[_core.Mapping] = None
         self._map_writable = False
@@ -59,7 +60,6 @@ class LogSegment:
         self.created = time.milliseconds()
         self._rolling_ts: Optional[int] = None     # None: not loaded yet
         self._bytes_since_last_index_entry = 0
-        self._max_ts: Optional[tuple[int, int]] = None   # (max timestamp, its offset), lazy
         self.closed = False
         if file_already_exists:
             self.size = io.getsize(self.log_path)
@@ -73,6 +73,39 @@ class LogSegment:
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
+    # size and mapping live in the view so that readers see them without a Python call
+    @property
+    def size(self) -> int:
+        """Bytes of valid batches in the .log (the logical size)."""
+        return self.view.size
+
+    @size.setter
+    def size(self, n: int) -> None:
+        self.view.size = n
+
+    @property
+    def _max_ts(self) -> Optional[tuple[int, int]]:
+        """(max timestamp, its offset), (-1, -1) if none, None until loaded."""
+        v = self.view
+        return (v.max_timestamp, v.offset_of_max_timestamp) if v.max_ts_known else None
+
+    @_max_ts.setter
+    def _max_ts(self, pair: Optional[tuple[int, int]]) -> None:
+        v = self.view
+        if pair is None:
+            v.max_ts_known = False
+        else:
+            v.max_timestamp, v.offset_of_max_timestamp = pair
+            v.max_ts_known = True
+
+    @property
+    def _map(self) -> Optional[_core.Mapping]:
+        return self.view.log_map
+
+    @_map.setter
+    def _map(self, m: Optional[_core.Mapping]) -> None:
+        self.view.log_map = m
+
     # -- indexes (opened lazily, as Kafka's LazyIndex) --------------------------------------
     @property
     def offset_index(self) -> OffsetIndex:
@@ -82,6 +115,7 @@ class LogSegment:
                 if self._oidx is None:
                     self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
                                              self._config.max_index_size, io=self._io)
+                    self.view.index = self._oidx.state
                 idx = self._oidx
         return idx
 
@@ -93,6 +127,7 @@ class LogSegment:
                 if self._tidx is None:
                     self._tidx = TimeIndex(self.time_index_path, self.base_offset,
                                            self._config.max_index_size, io=self._io)
+                    self.view.tindex = self._tidx.state
                 idx = self._tidx
         return idx
 
@@ -187,14 +222,15 @@ class LogSegment:
             builder.copy_to(self._map, pos)
         if pos == 0:
             self._rolling_ts = largest_timestamp
-        mts = self._max_ts
-        if mts is None:
-            mts = self._load_max_timestamp()
-        if largest_timestamp > mts[0]:
-            mts = self._max_ts = (largest_timestamp, offset_of_max_timestamp)
+        v = self.view
+        if not v.max_ts_known:
+            self._load_max_timestamp()
+        if largest_timestamp > v.max_timestamp:
+            v.max_timestamp = largest_timestamp
+            v.offset_of_max_timestamp = offset_of_max_timestamp
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self.offset_index.append(largest_offset, pos)
-            self.time_index.maybe_append(mts[0], mts[1])
+            self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += n
         self.size = pos + n
@@ -415,9 +451,25 @@ class LogSegment:
                 self.created = self._time.milliseconds()
                 self._rolling_ts = None
             self._bytes_since_last_index_entry = 0
-            ts, off = self.time_index.last_entry
-            self._max_ts = (ts, off) if ts >= 0 else (-1, -1)
+            self._max_ts = self._scan_max_timestamp()
             return removed
+
+    def _scan_max_timestamp(self) -> tuple[int, int]:
+        """Exact (max timestamp, offset) after a truncation: start from the last time-index entry
+        and scan the batch headers written after it (Kafka keeps the stale index entry)."""
+        ts, off = self.time_index.last_entry
+        best = (ts, off) if ts >= 0 else (-1, -1)
+        if self.size == 0:
+            return (-1, -1)
+        pos = self.offset_index.lookup(off)[1] if ts >= 0 else 0
+        m = self.mapping()
+        end = min(self.size, m.length)
+        if pos > end:
+            pos = 0
+        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in _core.batch_headers(m, pos, end):
+            if max_ts > best[0]:
+                best = (max_ts, last)
+        return best
 
     def _truncate_log(self, position: int) -> None:
         if position >= self.size:
@@ -489,6 +541,8 @@ class LogSegment:
         """Release maps and descriptors without trimming (used before deleting files)."""
         with self._lock:
             self._drop_mapping()
+            self.view.index = None
+            self.view.tindex = None
             if self._oidx is not None:
                 self._oidx.close_handler()
             if self._tidx is not None:
