@@ -184,7 +184,7 @@ class LogConfig:
                  "flush_messages", "flush_ms", "max_message_bytes", "log_append_time",
                  "timestamp_before_max_ms", "timestamp_after_max_ms", "magic", "preallocate",
                  "codec", "max_compaction_lag_ms", "min_compaction_lag_ms",
-                 "min_cleanable_dirty_ratio", "compression_type")
+                 "min_cleanable_dirty_ratio", "compression_type", "max_segment_ms")
 
     def __init__(self, overrides: Optional[Mapping[str, Any]] = None,
                  defaults: Optional[Mapping[str, Any]] = None, *, warn_unknown: bool = True):
@@ -242,6 +242,9 @@ class LogConfig:
         self.max_compaction_lag_ms = values["max.compaction.lag.ms"]
         self.min_compaction_lag_ms = values["min.compaction.lag.ms"]
         self.min_cleanable_dirty_ratio = values["min.cleanable.dirty.ratio"]
+        # segment.ms, capped by max.compaction.lag.ms on compacted topics (Kafka's maxSegmentMs)
+        self.max_segment_ms = min(self.max_compaction_lag_ms, self.segment_ms) if self.compact \
+            else self.segment_ms
 
     def get(self, key: str) -> Any:
         return self._values[key]
@@ -253,13 +256,6 @@ class LogConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
-
-    @property
-    def max_segment_ms(self) -> int:
-        """segment.ms, capped by max.compaction.lag.ms on compacted topics (Kafka's maxSegmentMs)."""
-        if self.compact:
-            return min(self.max_compaction_lag_ms, self.segment_ms)
-        return self.segment_ms
 
     @property
     def max_index_size(self) -> int:

@@ -65,6 +65,8 @@ class Log:
         self._recovery_point = 0
         self._builder = _core.BatchBuilder()
         self._closed = False
+        self._ts_window_cfg = None
+        self._ts_window_cache = (0, 0)
         self._last_flush_ms = time.milliseconds()
         self.recovery_report: list[dict] = []
 
@@ -410,32 +412,42 @@ class Log:
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
-            before = cfg.timestamp_before_max_ms
-            after = cfg.timestamp_after_max_ms
-            lat = cfg.log_append_time
-            n = b.build(records, cfg.magic, self._leo, now, lat,
-                        now - before if before < _TS_CLAMP else -_TS_CLAMP,
-                        now + after if after < _TS_CLAMP else _TS_CLAMP,
-                        cfg.compact, cfg.codec)
+            before, after = self._ts_window
+            n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
+                        now - before, now + after, cfg.compact, cfg.codec)
             if n == 0:
                 return _core.empty_append_info(self._leo)
             size = b.size
-            if b.max_entry_size > cfg.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"The batch of {n} record(s) is {b.max_entry_size} bytes, larger than "
-                    f"max.message.bytes ({cfg.max_message_bytes}) for {self.dir}")
-            if size > cfg.segment_bytes:
-                raise RecordTooLargeError(
-                    f"The batch of {n} record(s) is {size} bytes, larger than segment.bytes "
-                    f"({cfg.segment_bytes}) for {self.dir}")
+            if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
+                self._too_large(b)
             seg = self._segs[-1]
-            if seg.should_roll(size, b.max_timestamp, b.last_offset, now):
+            last = b.last_offset
+            if seg.should_roll(size, b.max_timestamp, last, now):
                 seg = self._roll_locked(b.base_offset)
-            seg.append(b, b.last_offset, b.max_timestamp, b.offset_of_max_timestamp)
-            self._leo = b.last_offset + 1
+            seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
+            self._leo = last + 1
             if self._leo - self._recovery_point >= cfg.flush_messages:
                 self.flush()
-            return b.info(now if lat else -1)
+            return b.info(now if cfg.log_append_time else -1)
+
+    def _too_large(self, b: _core.BatchBuilder):
+        cfg = self._config
+        if b.max_entry_size > cfg.max_message_bytes:
+            raise RecordTooLargeError(
+                f"The batch of {b.count} record(s) is {b.max_entry_size} bytes, larger than "
+                f"max.message.bytes ({cfg.max_message_bytes}) for {self.dir}")
+        raise RecordTooLargeError(
+            f"The batch of {b.count} record(s) is {b.size} bytes, larger than segment.bytes "
+            f"({cfg.segment_bytes}) for {self.dir}")
+
+    @property
+    def _ts_window(self) -> tuple[int, int]:
+        cfg = self._config
+        if self._ts_window_cfg is not cfg:
+            self._ts_window_cache = (min(cfg.timestamp_before_max_ms, _TS_CLAMP),
+                                     min(cfg.timestamp_after_max_ms, _TS_CLAMP))
+            self._ts_window_cfg = cfg
+        return self._ts_window_cache
 
     # -- roll ------------------------------------------------------------------------------
     def roll(self, expected_next_offset: Optional[int] = None) -> LogSegment:

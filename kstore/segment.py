@@ -60,6 +60,7 @@ class LogSegment:
         self.created = time.milliseconds()
         self._rolling_ts: Optional[int] = None     # None: not loaded yet
         self._bytes_since_last_index_entry = 0
+        self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
         if file_already_exists:
             self.size = io.getsize(self.log_path)
@@ -190,6 +191,7 @@ class LogSegment:
             self.offset_index.resize(self._config.max_index_size)
             self.time_index.resize(self._config.max_index_size)
             self._load_max_timestamp()
+            self._update_indexes_full()
 
     def _ensure_capacity(self, n: int) -> None:
         need = self.size + n
@@ -208,8 +210,9 @@ class LogSegment:
     def append(self, builder: _core.BatchBuilder, largest_offset: int, largest_timestamp: int,
                offset_of_max_timestamp: int) -> None:
         """Write an encoded append at the end and maintain both indexes (Kafka's rules)."""
+        v = self.view
         n = builder.size
-        pos = self.size
+        pos = v.size
         rel = largest_offset - self.base_offset
         if rel < 0 or rel > INT32_MAX:
             raise LogSegmentOffsetOverflowError(
@@ -217,12 +220,11 @@ class LogSegment:
         if pos + n > self._alloc:
             self._ensure_capacity(n)
         if self._io.intercept_map_writes:
-            self._io.map_write(self._map, pos, builder.getvalue())
+            self._io.map_write(v.log_map, pos, builder.getvalue())
         else:
-            builder.copy_to(self._map, pos)
+            builder.copy_to(v.log_map, pos)
         if pos == 0:
             self._rolling_ts = largest_timestamp
-        v = self.view
         if not v.max_ts_known:
             self._load_max_timestamp()
         if largest_timestamp > v.max_timestamp:
@@ -232,8 +234,9 @@ class LogSegment:
             self.offset_index.append(largest_offset, pos)
             self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
+            self._update_indexes_full()
         self._bytes_since_last_index_entry += n
-        self.size = pos + n
+        v.size = pos + n
 
     # -- roll ------------------------------------------------------------------------------
     def _load_max_timestamp(self) -> tuple[int, int]:
@@ -272,15 +275,23 @@ class LogSegment:
     def should_roll(self, incoming_bytes: int, max_timestamp: int, max_offset: int, now: int) -> bool:
         """Kafka's shouldRoll: size, age (with jitter), a full index, or a relative-offset overflow."""
         cfg = self._config
-        size = self.size
+        size = self.view.size
         if size > cfg.segment_bytes - incoming_bytes:
             return True
-        if size > 0 and self.time_waited_for_roll(now, max_timestamp) > cfg.max_segment_ms - self.roll_jitter_ms:
-            return True
-        if self.offset_index.is_full() or self.time_index.is_full():
+        if size > 0:
+            ts = self._rolling_ts
+            if ts is None:
+                ts = self._first_batch_timestamp()
+            waited = max_timestamp - ts if ts >= 0 else now - self.created
+            if waited > cfg.max_segment_ms - self.roll_jitter_ms:
+                return True
+        if self._indexes_full:
             return True
         rel = max_offset - self.base_offset
         return rel < 0 or rel > INT32_MAX
+
+    def _update_indexes_full(self) -> None:
+        self._indexes_full = self.offset_index.is_full() or self.time_index.is_full()
 
     def on_become_inactive(self) -> None:
         """At roll: final time-index entry, trim both indexes and the .log, map read-only."""
@@ -422,6 +433,7 @@ class LogSegment:
             oidx.trim_to_valid_size()
             tidx.trim_to_valid_size()
             res["truncated_bytes"] = flen - valid
+            self._update_indexes_full()
             if was_active:
                 self.make_active()
             return res
@@ -452,6 +464,7 @@ class LogSegment:
                 self._rolling_ts = None
             self._bytes_since_last_index_entry = 0
             self._max_ts = self._scan_max_timestamp()
+            self._update_indexes_full()
             return removed
 
     def _scan_max_timestamp(self) -> tuple[int, int]:
