@@ -96,3 +96,25 @@ def put_offset_entry(m: Mapping, slot: int, rel: int, position: int) -> None: ..
 def put_time_entry(m: Mapping, slot: int, ts: int, rel: int) -> None: ...
 def find_offset_by_timestamp(m: Mapping, start: int, end: int, ts: int, start_offset: int,
                              verify_crc: bool = True) -> Optional[tuple[int, int]]: ...
+
+class IndexState:
+    map: Optional[Mapping]
+    entries: int
+
+class SegmentView:
+    log_map: Optional[Mapping]
+    index: Optional[IndexState]
+    tindex: Optional[IndexState]
+    base_offset: int
+    size: int
+    max_ts_known: bool
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    def __init__(self, base_offset: int) -> None: ...
+    def read(self, offset: int, max_records: int, max_bytes: int, verify_crc: bool, out: list,
+             min_one: bool = True) -> tuple[int, int, int]: ...
+
+def log_read(bases: list[int], views: list[SegmentView], offset: int, max_records: int,
+             max_bytes: int, verify_crc: bool) -> Optional[list[Record]]: ...
+def log_offset_for_timestamp(views: list[SegmentView], ts: int, start_offset: int,
+                             verify_crc: bool = True) -> Union[tuple[int, int], bool, None]: ...

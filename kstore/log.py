@@ -522,13 +522,16 @@ class Log:
             self._prepare_for_read(offset, segs)
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
-        """Map segments and load indexes the fast path found missing (lazy open)."""
+        """Map segments and load indexes the fast path found missing (lazy open). A segment
+        deleted under the reader (retention, truncation) sends it back for a fresh segment list,
+        or raises OffsetOutOfRangeError if the offset is gone."""
         if self._closed:
             self._check_open()
         i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
         for seg in segs[i:]:
             if seg.closed:
-                raise KStoreStateError(f"segment {seg.log_path} was closed during the read; retry")
+                self._check_range(offset)
+                return
             seg.mapping()
             seg.offset_index
 

@@ -336,6 +336,10 @@ def test_reopen_after_close_roll_and_truncate(open_log, log_dir):
     log.close()
     log = open_log(cfg)
     assert log.recovery_report == []             # clean: nothing recovered
+    active = log.active_segment                  # the active segment's indexes are back at max size
+    assert os.path.getsize(active.offset_index_path) == 10485760
+    assert os.path.getsize(active.time_index_path) == 10485760 // 12 * 12
+    assert os.path.getsize(log.segments[0].offset_index_path) == 8 * log.segments[0].offset_index.entries
     assert log.log_end_offset == 20 and values(log) == [b"v%d" % i for i in range(20)]
     log.truncate_to(13)
     log.close()
@@ -622,7 +626,9 @@ while True:
 def test_kill_9_keeps_every_acknowledged_record(tmp_path):
     d = str(tmp_path / "t-0")
     for round_ in range(3):
-        p = subprocess.Popen([sys.executable, "-c", CHILD, d], stdout=subprocess.PIPE)
+        # cwd away from the repository so that the child imports the installed kstore
+        p = subprocess.Popen([sys.executable, "-c", CHILD, d], stdout=subprocess.PIPE,
+                             cwd=str(tmp_path))
         acked = -1
         for line in p.stdout:
             acked = int(line)
@@ -631,8 +637,43 @@ def test_kill_9_keeps_every_acknowledged_record(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()
+        assert acked >= 2000 * (round_ + 1), "the child did not run"
         with kstore.Log.open(d, {"segment.bytes": 50000}) as log:
             got = [r.offset for r in log]
             assert got == list(range(len(got)))           # a prefix, no holes
             assert len(got) >= acked + 1                    # nothing acknowledged was lost
             assert len(log.segments) > 1
+
+
+def test_readers_survive_concurrent_retention(open_log):
+    """Segments deleted under running readers: reads either succeed or say the offset is gone."""
+    t = MockTime(NOW)
+    log = open_log({"segment.bytes": 2000, "retention.bytes": 6000}, time=t)
+    stop = threading.Event()
+    errors, reads = [], [0]
+
+    def reader():
+        try:
+            while not stop.is_set():
+                start = log.log_start_offset
+                try:
+                    got = log.read(start, max_records=20)
+                except OffsetOutOfRangeError:
+                    continue
+                reads[0] += 1
+                for r in got:
+                    assert r.value == b"%d" % r.offset
+        except Exception as e:
+            errors.append(e)
+    th = [threading.Thread(target=reader) for _ in range(2)]
+    for x in th:
+        x.start()
+    for i in range(3000):
+        log.append([(None, b"%d" % i, NOW)])
+        if i % 50 == 0:
+            log.delete_old_segments()
+    stop.set()
+    for x in th:
+        x.join()
+    assert not errors, errors
+    assert reads[0] > 0 and log.log_start_offset > 0

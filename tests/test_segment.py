@@ -193,3 +193,24 @@ def test_largest_timestamp_falls_back_to_mtime(tmp_path):
     mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
     assert seg.largest_timestamp() == mtime
     seg.close()
+
+
+def test_index_entries_follow_kafkas_interval_rule(tmp_path):
+    """An entry (largest offset of the append, its start position) is added when more than
+    index.interval.bytes were written since the last entry; the first append never gets one."""
+    seg = make_segment(tmp_path, 0, {"index.interval.bytes": 100})
+    sizes, positions = [], []
+    for i in range(12):
+        positions.append(seg.size)
+        b = append(seg, 2 * i, [(None, b"x" * 40, NOW + i), (None, b"y", NOW + i)])
+        sizes.append(b.size)
+    expect, since = [], 0
+    for i, (pos, size) in enumerate(zip(positions, sizes)):
+        if since > 100:
+            expect.append((2 * i + 1, pos))
+            since = 0
+        since += size
+    assert [seg.offset_index.entry(n) for n in range(seg.offset_index.entries)] == expect
+    assert [seg.time_index.entry(n) for n in range(seg.time_index.entries)] == \
+        [(NOW + (off - 1) // 2, off) for off, _ in expect]
+    seg.close()
