@@ -1388,23 +1388,44 @@ def read_records(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t min_offset
     finally:
         m.unpin()
 
+cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_offset,
+                                int64_t offset, const uint8_t* p, Py_ssize_t end) except -1:
+    """Position to start scanning for `offset`: the offset index's floor entry, or 0 when the
+    index has nothing below offset or its entry is not trustworthy (a position outside the data,
+    or a batch there that starts after the indexed offset: a stale or damaged index never makes a
+    read skip records)."""
+    cdef Py_ssize_t slot, pos
+    cdef const uint8_t* ip
+    cdef int64_t idx_off
+    cdef BatchHeader h
+    cdef const char* why
+    if index is None or entries <= 0 or offset <= base_offset:
+        return 0
+    _checked_entries(index, entries, 8)
+    ip = index.ptr()
+    slot = _floor_slot(ip, entries, 8, 0, False, base_offset, offset, 1024)
+    if slot < 0:
+        return 0
+    pos = ld32(ip + 8 * slot + 4)
+    idx_off = base_offset + ld32(ip + 8 * slot)
+    if pos <= 0 or pos >= end:
+        return 0
+    if _parse_header(p, pos, end, &h, &why) != H_OK:
+        return 0
+    if h.base_offset > idx_off and not (h.magic < 2 and (h.attrs & CODEC_MASK) != 0):
+        return 0
+    return pos
+
+
 cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
                     Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
                     bint verify_crc, list out, bint min_one):
-    cdef Py_ssize_t pos = 0, slot
-    cdef const uint8_t* ip
+    cdef Py_ssize_t pos
     cdef const uint8_t* p
     if end < 0 or end > m.length:
         raise ValueError("read range outside mapping")
-    if index is not None and index_entries > 0 and offset > base_offset:
-        _checked_entries(index, index_entries, 8)
-        ip = index.ptr()
-        slot = _floor_slot(ip, index_entries, 8, 0, False, base_offset, offset, 1024)
-        if slot >= 0:
-            pos = ld32(ip + 8 * slot + 4)
-            if pos < 0 or pos > end:
-                pos = 0
     p = m.ptr()
+    pos = _index_position(index, index_entries, base_offset, offset, p, end)
     m.pin()
     try:
         return _read_range(p, pos, end, offset, max_records, max_bytes, verify_crc, out, False, min_one)
@@ -1682,15 +1703,8 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
         end = v.size
         if end > v.log_map.length:
             end = v.log_map.length
-        pos = 0
-        if v.index.entries > 0 and off > v.base_offset:
-            _checked_entries(v.index.map, v.index.entries, 8)
-            op = v.index.map.ptr()
-            slot = _floor_slot(op, v.index.entries, 8, 0, False, v.base_offset, off, 1024)
-            if slot >= 0:
-                pos = ld32(op + 8 * slot + 4)
-                if pos < 0 or pos > end:
-                    pos = 0
+        pos = _index_position(v.index.map, v.index.entries, v.base_offset, off,
+                              v.log_map.ptr(), end)
         try:
             r = _find_ts(v.log_map, pos, end, ts, start_offset, verify_crc)
         except CorruptRecordError as e:

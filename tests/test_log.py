@@ -677,3 +677,24 @@ def test_readers_survive_concurrent_retention(open_log):
         x.join()
     assert not errors, errors
     assert reads[0] > 0 and log.log_start_offset > 0
+
+
+def test_stale_index_entry_never_skips_records(open_log, log_dir):
+    """An .index whose entry points at a later batch (stale after a crash, or damaged) must not
+    make a read start past the requested offset."""
+    cfg = {"index.interval.bytes": 1}
+    log = open_log(cfg)
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    positions = [log.active_segment.offset_index.entry(n) for n in range(log.active_segment.offset_index.entries)]
+    log.close()
+    # rewrite the index so that the entry for offset 5 points at the batch of offset 12
+    idx_path = os.path.join(log_dir, "00000000000000000000.index")
+    raw = bytearray(open(idx_path, "rb").read())
+    pos12 = dict(positions)[12]
+    slot = [o for o, _ in positions].index(5)
+    raw[slot * 8 + 4: slot * 8 + 8] = struct.pack(">i", pos12)
+    open(idx_path, "wb").write(bytes(raw))
+    log = open_log(cfg)
+    assert [r.offset for r in log.read(6, max_records=3)] == [6, 7, 8]
+    assert log.read(5, 1)[0].offset == 5
