@@ -20,16 +20,23 @@ from kstore.config import LogConfig  # noqa: E402
 from kstore.errors import (CorruptRecordError, IndexOffsetOverflowError,  # noqa: E402
                            InvalidConfigError, InvalidOffsetError, InvalidRecordError,
                            KStoreError, KStoreStateError, LogDirOfflineError,
-                           LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
-                           RecordTooLargeError, UnsupportedCodecError)
+                           LogDirLockedError, LogSegmentOffsetOverflowError,
+                           OffsetOutOfRangeError, RecordTooLargeError, TopicExistsError,
+                           InvalidTopicError, UnknownTopicError, UnsupportedCodecError)
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
 from kstore.index import OffsetIndex, TimeIndex  # noqa: E402
 from kstore.log import Log  # noqa: E402
+from kstore.manager import LogManager, RecordMetadata  # noqa: E402
+from kstore.assignment import assign_replicas  # noqa: E402
+from kstore.clock import MockTime  # noqa: E402
+from kstore.scheduler import MockScheduler, Scheduler  # noqa: E402
 from kstore.segment import LogSegment  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
+    "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError",
     "AppendInfo", "CorruptRecordError", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",

@@ -12,7 +12,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t
 from libc.string cimport memcpy, memset, memcmp
 from libc.stdlib cimport malloc, realloc, free
 from libc.errno cimport errno
-from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
+from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED, MS_SYNC
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyObject_CheckBuffer
@@ -249,6 +249,24 @@ cdef class Mapping:
                 raise OSError(e, os.strerror(e))
             self.addr = <uint8_t*>p
             self.length = length
+
+    @staticmethod
+    def from_bytes(data):
+        """A read-only Mapping holding a private anonymous copy of data (used where a file may
+        shrink under us, e.g. a read-only view of another process's active index)."""
+        cdef const uint8_t[::1] mv = data
+        cdef Py_ssize_t n = mv.shape[0]
+        cdef Mapping m = Mapping.__new__(Mapping, -1, 0, False)
+        cdef void* p
+        if n > 0:
+            p = mmap(NULL, <size_t>n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+            if p == MAP_FAILED:
+                e = errno
+                raise OSError(e, os.strerror(e))
+            memcpy(p, &mv[0], n)
+            m.addr = <uint8_t*>p
+            m.length = n
+        return m
 
     cdef inline void _unmap(self) noexcept:
         if self.addr != NULL:
@@ -941,6 +959,45 @@ cdef inline bint _legacy_lengths_ok(const uint8_t* p, Py_ssize_t pos, BatchHeade
         return False
     return q + 4 + (vlen if vlen > 0 else 0) == end
 
+def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint verify_crc=True):
+    """Validate a run of batches held in memory (a pread copy): returns (valid_bytes,
+    last_offset (prev_last_offset if none), max_timestamp, offset_of_max_timestamp, complete)
+    where complete is False when the data ended inside a batch (more may follow on disk)."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
+    cdef BatchHeader h
+    cdef const char* why
+    cdef int hs
+    cdef uint32_t s, c
+    cdef int64_t last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1
+    cdef bint complete = True
+    while True:
+        hs = _parse_header(p, pos, n, &h, &why)
+        if hs == H_END:
+            complete = (n - pos) == 0 or not (n - pos < HEADER_UP_TO_MAGIC or
+                                              pos + LOG_OVERHEAD + ld32(p + pos + 8) > n)
+            if n - pos >= 12 and ld32(p + pos + 8) == 0 and ld64(p + pos) == 0:
+                complete = True    # zero padding: nothing more to come at this position yet
+            break
+        if hs == H_CORRUPT:
+            break
+        if verify_crc and not _crc_ok(p, pos, &h, &s, &c):
+            break
+        if h.magic < 2 and not _legacy_lengths_ok(p, pos, &h):
+            break
+        if h.base_offset < base_offset or h.last_offset - base_offset > INT32_MAX:
+            break
+        if last >= 0 and ((h.magic == 2 and h.base_offset <= last) or h.last_offset <= last):
+            break
+        if h.max_timestamp > max_ts:
+            max_ts = h.max_timestamp
+            off_max = h.last_offset
+        last = h.last_offset
+        pos += h.size
+    return (pos, last, max_ts, off_max, complete)
+
+
 def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):
     """Kafka's searchForOffsetWithSize: position of the first batch at or after `start` whose
     last offset >= target, or -1 if none before `end` (headers only, no CRC)."""
@@ -983,7 +1040,7 @@ TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 
 def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_interval,
                  Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
-                 bint verify_crc=True):
+                 bint verify_crc=True, Py_ssize_t start=0, int64_t prev_last_offset=-1):
     """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
 
     Returns a dict: valid_bytes, next_offset (-1 if no batch), max_timestamp,
@@ -991,10 +1048,11 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     (big-endian structured arrays in the on-disk layout), status ('end', 'corrupt', 'crc',
     'offset_order', 'overflow', 'below_base'), reason (text) and tail_zero (whether the bytes
     after valid_bytes are all zero, i.e. a preallocated tail rather than garbage).
-    Runs without the GIL.
+    Runs without the GIL. `start` / `prev_last_offset` continue a scan from a known valid
+    position (the read-only refresh of a segment another process appends to).
     """
-    if end < 0 or end > m.length:
-        raise ValueError("scan end outside mapping")
+    if end < 0 or end > m.length or start < 0 or start > end:
+        raise ValueError("scan range outside mapping")
     cdef Py_ssize_t cap_o = max_offset_entries if max_offset_entries > 0 else 0
     cdef Py_ssize_t cap_t = max_time_entries if max_time_entries > 0 else 0
     cdef Py_ssize_t bound = end // (index_interval + 1) + 2
@@ -1010,14 +1068,14 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     cdef uint8_t* tp = &tb[0]
     cdef Py_ssize_t no = 0, nt = 0
     cdef const uint8_t* p
-    cdef Py_ssize_t valid = 0, last_entry_pos = 0, batches = 0
-    cdef int64_t prev_last = -1, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
+    cdef Py_ssize_t valid = start, last_entry_pos = start, batches = 0
+    cdef int64_t prev_last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
     cdef int64_t last_time_ts = NO_TIMESTAMP, last_time_off = -1
     cdef int status = R_END, hs
     cdef BatchHeader h
     cdef const char* why = ""
     cdef uint32_t stored = 0, computed = 0
-    cdef bint have_prev = False
+    cdef bint have_prev = prev_last_offset >= 0
     cdef bint tail_zero = True
     cdef Py_ssize_t i
     p = m.ptr()

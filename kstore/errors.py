@@ -71,3 +71,19 @@ def with_path(exc: CorruptRecordError, path, base_position: int = 0) -> CorruptR
     if exc.position is not None:
         exc.position += base_position
     return exc
+
+
+class LogDirLockedError(KStoreError):
+    """Another LogManager (in this process or another) holds the log directory's lock."""
+
+
+class UnknownTopicError(KStoreError):
+    """The topic does not exist (and auto.create.topics.enable is off)."""
+
+
+class TopicExistsError(KStoreError):
+    """create_topic for a topic that already exists."""
+
+
+class InvalidTopicError(KStoreError, ValueError):
+    """A topic name that breaks Kafka's rules, or an impossible partition count."""

@@ -41,7 +41,7 @@ class AbstractIndex:
     DTYPE: np.dtype
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1,
-                 writable: bool = True, io: Optional[FileOps] = None):
+                 writable: bool = True, io: Optional[FileOps] = None, load: bool = True):
         self.path = path
         self.base_offset = base_offset
         self._io = io or get_file_ops()
@@ -51,6 +51,11 @@ class AbstractIndex:
         self.state = _core.IndexState()     # mapping + entries, shared with the read fast path
         self._map: Optional[_core.Mapping] = None
         self._length = 0
+        if not load:
+            # the owner fills the entries itself (a read-only view of a file another process
+            # may shrink must not be mapped)
+            self._entries = 0
+            return
         if self._io.exists(path):
             fd = self._io.open(path, os.O_RDWR if writable else os.O_RDONLY)
             try:
@@ -227,8 +232,8 @@ class OffsetIndex(AbstractIndex):
     ENTRY_SIZE = 8
     DTYPE = OFFSET_DTYPE
 
-    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None):
-        super().__init__(path, base_offset, max_index_size, writable, io)
+    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None, load=True):
+        super().__init__(path, base_offset, max_index_size, writable, io, load)
         self._last_offset = self._read_last_offset()
 
     def _read_last_offset(self) -> int:
@@ -306,8 +311,8 @@ class TimeIndex(AbstractIndex):
     ENTRY_SIZE = 12
     DTYPE = TIME_DTYPE
 
-    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None):
-        super().__init__(path, base_offset, max_index_size, writable, io)
+    def __init__(self, path, base_offset, max_index_size=-1, writable=True, io=None, load=True):
+        super().__init__(path, base_offset, max_index_size, writable, io, load)
         self._last_entry = self._read_last_entry()
 
     def _read_last_entry(self) -> tuple[int, int]:

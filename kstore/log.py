@@ -47,13 +47,14 @@ class Log:
     """A partition directory of segments. Open with ``Log.open``; use as a context manager."""
 
     def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
-                 managed: bool = False):
+                 managed: bool = False, read_only: bool = False):
         self.dir = dir_
         self._config = config
         self._io = io
         self._time = time
         self._scheduler = scheduler
         self._managed = managed
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._rng = random.Random()
@@ -75,22 +76,69 @@ class Log:
     def open(cls, path: str | os.PathLike, config: Optional[Mapping[str, Any] | LogConfig] = None, *,
              recovery_point: Optional[int] = None, log_start_offset: Optional[int] = None,
              clean_shutdown: Optional[bool] = None, io: Optional[FileOps] = None, time=None,
-             scheduler=None) -> "Log":
+             scheduler=None, read_only: bool = False) -> "Log":
         """Open (creating if missing) the partition directory at path.
 
         A log owned by a LogManager passes recovery_point, log_start_offset and clean_shutdown
         from its checkpoints. A standalone log keeps a clean-shutdown marker in its directory:
         after a clean close it opens without recovery; otherwise every segment is validated and
         the invalid tail cut, as Kafka does for a log with no recovery checkpoint.
+
+        read_only=True writes nothing (no recovery, no marker, no index resizing): the valid end
+        of each segment is found by a CRC-validating scan, so a batch that another process is
+        still writing is never returned; refresh() (or a read at the end) picks up new data.
         """
         cfg = config if isinstance(config, LogConfig) else LogConfig(config)
         io = io or get_file_ops()
         time = time or SYSTEM_TIME
         path = os.fspath(path)
         managed = clean_shutdown is not None
-        log_ = cls(path, cfg, io=io, time=time, scheduler=scheduler, managed=managed)
-        log_._load(recovery_point, log_start_offset, clean_shutdown)
+        log_ = cls(path, cfg, io=io, time=time, scheduler=scheduler, managed=managed,
+                   read_only=read_only)
+        if read_only:
+            log_._load_read_only(log_start_offset)
+        else:
+            log_._load(recovery_point, log_start_offset, clean_shutdown)
         return log_
+
+    # -- read-only -------------------------------------------------------------------------
+    def _load_read_only(self, log_start_offset: Optional[int]) -> None:
+        if not self._io.exists(self.dir):
+            raise KStoreError(f"partition directory {self.dir} does not exist (read-only open)")
+        self._set_segments([])
+        self.refresh(log_start_offset)
+
+    def refresh(self, log_start_offset: Optional[int] = None) -> None:
+        """Read-only logs: pick up segments and batches another process added (and segments it
+        deleted). A no-op for a writable log."""
+        if not self.read_only:
+            return
+        with self._lock:
+            io = self._io
+            present = {}
+            for name in io.listdir(self.dir):
+                p = parse_name(name)
+                if p and not p[2] and p[1] == LOG_SUFFIX:
+                    present[p[0]] = name
+            old = {s.base_offset: s for s in self._segs}
+            segs = []
+            for base in sorted(present):
+                seg = old.pop(base, None)
+                if seg is None:
+                    seg = LogSegment(self.dir, base, self._config, io=io, time=self._time,
+                                     rng=self._rng, file_already_exists=True, read_only=True)
+                segs.append(seg)
+            for gone in old.values():
+                gone.close_handlers()
+            for i, seg in enumerate(segs):
+                # a segment is re-validated whenever its file length differs from what was
+                # validated (the last one grows; one that was last may have grown before its roll)
+                seg.refresh_read_only(i == len(segs) - 1)
+            self._set_segments(segs)
+            self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
+            start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
+            self._log_start_offset = min(start, self._leo)
+            self._recovery_point = self._leo
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -397,6 +445,11 @@ class Log:
         if self._closed:
             raise KStoreStateError(f"log {self.dir} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise KStoreStateError(f"log {self.dir} is open read-only")
+
     # -- append ----------------------------------------------------------------------------
     def append(self, records: Iterable) -> _core.AppendInfo:
         """Append records as one batch and return the offsets they got.
@@ -407,8 +460,9 @@ class Log:
         if type(records) is not list and type(records) is not tuple:
             records = list(records)
         with self._lock:
-            if self._closed:
+            if self._closed or self.read_only:
                 self._check_open()
+                raise KStoreStateError(f"log {self.dir} is open read-only")
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
@@ -453,7 +507,7 @@ class Log:
     def roll(self, expected_next_offset: Optional[int] = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log_end_offset)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             return self._roll_locked(expected_next_offset)
 
     def _roll_locked(self, expected_next_offset: Optional[int]) -> LogSegment:
@@ -507,9 +561,12 @@ class Log:
         """Records from `offset` on: at most max_records, from batches totalling at most
         max_bytes (but always at least one batch). Empty at the log end."""
         if offset >= self._leo or offset < self._log_start_offset:
+            if self.read_only:
+                self.refresh()
             if offset == self._leo:
                 return []
-            self._check_range(offset)
+            if offset > self._leo or offset < self._log_start_offset:
+                self._check_range(offset)
         limit = (1 << 62) if max_records is None else max_records
         while True:
             bases, views, segs = self._bases, self._views, self._segs
@@ -630,6 +687,8 @@ class Log:
     def flush(self, offset: Optional[int] = None) -> None:
         """fsync every segment holding offsets in [recovery_point, offset) (default: the log
         end), fsync the directory if any of them is new, and advance the recovery point."""
+        if self.read_only:
+            return
         with self._flush_lock:
             with self._lock:
                 if self._closed:
@@ -668,7 +727,7 @@ class Log:
         if target_offset < 0:
             raise OffsetOutOfRangeError(f"cannot truncate {self.dir} to a negative offset {target_offset}")
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if target_offset >= self._leo:
                 return False
             if self._segs[0].base_offset > target_offset:
@@ -690,7 +749,7 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at new_offset."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             for s in self._segs:
                 s.delete()
             seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
@@ -703,7 +762,7 @@ class Log:
         """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
         are deleted. Returns the new log start offset."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if offset > self._leo:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
@@ -717,7 +776,7 @@ class Log:
         """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
         (size and time only with cleanup.policy delete). Returns the segments deleted."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             cfg = self._config
             n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
                                       "log start offset breach")
@@ -781,6 +840,9 @@ class Log:
         """Flush, trim the active segment and its indexes, and (standalone) mark a clean close."""
         with self._lock:
             if self._closed:
+                return
+            if self.read_only:
+                self.close_handlers()
                 return
             self.flush()
             for s in self._segs:

@@ -13,6 +13,7 @@ truncate_to() read as zeros.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Optional
@@ -24,6 +25,8 @@ from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
 from kstore.index import OffsetIndex, TimeIndex
+
+log = logging.getLogger("kstore.segment")
 
 INT32_MAX = (1 << 31) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -38,13 +41,14 @@ class LogSegment:
     """A segment: base offset, logical size, lazy indexes, append/read/recover/truncate."""
 
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
-                 rng, file_already_exists: bool = False, suffix: str = ""):
+                 rng, file_already_exists: bool = False, suffix: str = "", read_only: bool = False):
         self.dir = dir_
         self.base_offset = base_offset
         self._config = config
         self._io = io
         self._time = time
         self._suffix = suffix
+        self.read_only = read_only
         self.log_path = segment_file(dir_, base_offset, LOG_SUFFIX, suffix)
         self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
         self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
@@ -115,7 +119,8 @@ class LogSegment:
             with self._lock:
                 if self._oidx is None:
                     self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
-                                             self._config.max_index_size, io=self._io)
+                                             self._config.max_index_size, io=self._io,
+                                             writable=not self.read_only, load=not self.read_only)
                     self.view.index = self._oidx.state
                 idx = self._oidx
         return idx
@@ -127,7 +132,8 @@ class LogSegment:
             with self._lock:
                 if self._tidx is None:
                     self._tidx = TimeIndex(self.time_index_path, self.base_offset,
-                                           self._config.max_index_size, io=self._io)
+                                           self._config.max_index_size, io=self._io,
+                                           writable=not self.read_only, load=not self.read_only)
                     self.view.tindex = self._tidx.state
                 idx = self._tidx
         return idx
@@ -437,6 +443,90 @@ class LogSegment:
             if was_active:
                 self.make_active()
             return res
+
+    # -- read-only view of a segment another process may be appending to -------------------
+    def refresh_read_only(self, is_last: bool) -> None:
+        """Read-only view of a segment another process may append to, trim or delete: extend
+        the valid size by validating pread copies of the new bytes (a batch still being written
+        fails its CRC and stays invisible; a file shrinking under us just reads short), then load
+        the indexes' valid prefix the same way. Mapped reads never go past the validated size,
+        which the writer never cuts, so no page past its end-of-file is ever touched."""
+        with self._lock:
+            try:
+                fd = self._io.open(self.log_path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            try:
+                flen = self._io.size(fd)
+                if getattr(self, "_ro_scanned", False) and flen == self.size:
+                    return
+                pos = self.size if getattr(self, "_ro_scanned", False) else 0
+                last = self._ro_last_offset if pos else -1
+                best = self._max_ts if pos and self._max_ts else (-1, -1)
+                window = 64 << 10
+                while pos < flen:
+                    data = self._io.pread(fd, min(window, flen - pos), pos)
+                    if not data:
+                        break
+                    valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
+                    if mts > best[0]:
+                        best = (mts, moff)
+                    pos += valid
+                    if valid < len(data) or complete:
+                        if not complete and valid == 0 and len(data) == window:
+                            window *= 4          # a batch larger than the window
+                            continue
+                        if valid < len(data) or pos >= flen:
+                            break
+                if self._map is None or self._map.length < pos:
+                    old = self._map
+                    self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")
+                    if old is not None:
+                        old.close()
+            finally:
+                self._io.close(fd)
+            self._ro_scanned = True
+            self._ro_last_offset = last
+            self.size = pos
+            self._max_ts = best
+            self._load_index_prefix()
+
+    def _load_index_prefix(self) -> None:
+        """Copy the well-ordered prefix of both index files into private memory (entries past it
+        are zero padding or point at data not yet visible)."""
+        import numpy as np
+        last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
+        for idx in (self.offset_index, self.time_index):
+            raw = b""
+            try:
+                fd = self._io.open(idx.path, os.O_RDONLY)
+                try:
+                    raw = self._io.pread(fd, self._io.size(fd), 0)
+                finally:
+                    self._io.close(fd)
+            except FileNotFoundError:
+                pass
+            arr = np.frombuffer(raw[: len(raw) // idx.ENTRY_SIZE * idx.ENTRY_SIZE], dtype=idx.DTYPE)
+            n = len(arr)
+            if n:
+                if idx.ENTRY_SIZE == 8:
+                    k = arr["relative_offset"].astype(np.int64)
+                    pos = arr["position"].astype(np.int64)
+                    bad = (pos <= 0) | (pos >= self.size) | (k > last_rel)
+                    bad[1:] |= k[1:] <= k[:-1]
+                else:
+                    k = arr["timestamp"].astype(np.int64)
+                    rel = arr["relative_offset"].astype(np.int64)
+                    bad = (k <= 0) | (rel > last_rel) | (rel < 0)
+                    bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
+                n = int(np.argmax(bad)) if bad.any() else n
+            old = idx._map
+            idx._map = _core.Mapping.from_bytes(raw[: n * idx.ENTRY_SIZE])
+            idx._length = n * idx.ENTRY_SIZE
+            idx._entries = n
+            idx._after_truncate()
+            if old is not None:
+                old.close()
 
     def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
         """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""

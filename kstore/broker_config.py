@@ -1,0 +1,114 @@
+"""Broker-level configuration (Kafka's KafkaConfig, the parts an embedded engine uses).
+
+Topic-level defaults come from their broker synonyms with Kafka's precedence (log.roll.ms over
+log.roll.hours; log.retention.ms over .minutes over .hours). Keys that only make sense for a
+networked, replicated broker are accepted and reported once as ignored; unknown keys warn.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from typing import Any, Mapping, Optional
+
+from kstore.config import LONG_MAX, TOPIC_CONFIG_KEYS, LogConfig, _bool, _double, _int, _long, _str
+from kstore.errors import InvalidConfigError
+
+log = logging.getLogger("kstore.config")
+
+# name: (default, parser)
+BROKER_KEYS: dict[str, tuple[Any, Any]] = {
+    "log.dirs": (None, _str),
+    "log.dir": ("/tmp/kafka-logs", _str),
+    "num.recovery.threads.per.data.dir": (2, _int(1)),          # Kafka 4.0 default
+    "background.threads": (10, _int(1)),
+    "log.retention.check.interval.ms": (300000, _long(1)),
+    "log.flush.scheduler.interval.ms": (LONG_MAX, _long(0)),
+    "log.flush.offset.checkpoint.interval.ms": (60000, _int(0)),
+    "log.flush.start.offset.checkpoint.interval.ms": (60000, _int(0)),
+    "log.initial.task.delay.ms": (30000, _long(0)),
+    "num.partitions": (1, _int(1)),
+    "auto.create.topics.enable": (True, _bool),
+    "log.cleaner.enable": (True, _bool),
+    "log.cleaner.threads": (1, _int(0)),
+    "log.cleaner.dedupe.buffer.size": (134217728, _long(0)),
+    "log.cleaner.io.buffer.load.factor": (0.9, _double(0.0, 1.0)),
+    "log.cleaner.io.buffer.size": (524288, _int(0)),
+    "log.cleaner.io.max.bytes.per.second": (1.7976931348623157e308, _double(0.0, float("inf"))),
+    "log.cleaner.backoff.ms": (15000, _long(0)),
+}
+
+# Keys of a networked/replicated broker: accepted, listed once as ignored.
+_IGNORED = re.compile(
+    r"^(broker\.id|node\.id|broker\.rack|process\.roles|listeners|advertised\.listeners|"
+    r"listener\..*|inter\.broker\..*|controller\..*|zookeeper\..*|num\.network\.threads|"
+    r"num\.io\.threads|socket\..*|queued\.max\.requests|replica\..*|num\.replica\..*|"
+    r"default\.replication\.factor|offsets\..*|transaction\..*|transactional\..*|group\..*|"
+    r"security\..*|ssl\..*|sasl\..*|metric\..*|metrics\..*|auto\.leader\.rebalance\.enable|"
+    r"leader\.imbalance\..*|delete\.topic\.enable|cluster\.id|log\.message\.downconversion\..*|"
+    r"confluent\..*|authorizer\..*|principal\..*|connections\..*|max\.connections.*|"
+    r"quota\..*|request\.timeout\.ms|log\.local\..*|remote\.log\..*|share\..*|"
+    r"initial\.broker\.registration\.timeout\.ms|broker\.heartbeat\.interval\.ms|"
+    r"broker\.session\.timeout\.ms|fetch\..*|producer\..*|consumer\..*|unstable\..*|"
+    r"eligible\.leader\.replicas\..*|group\.coordinator\..*|sasl\..*)$")
+
+_TIME_UNITS = {".hours": 3_600_000, ".minutes": 60_000, ".ms": 1}
+
+
+def _synonym_value(spec, props: Mapping[str, Any]):
+    """The topic default from the highest-priority broker synonym present, in ms where needed."""
+    for name in spec.broker:
+        if name in props:
+            value = props[name]
+            for suffix, factor in _TIME_UNITS.items():
+                if name.endswith(suffix) and factor != 1:
+                    hours_key = name
+                    parsed = _long(0 if "jitter" in name else (1 if "roll" in name else -1))(hours_key, value)
+                    return parsed * factor if parsed >= 0 else parsed
+            if name == "log.flush.scheduler.interval.ms":
+                return _long(0)(name, value)
+            return value
+    return None
+
+
+class BrokerConfig:
+    """Parsed broker settings plus the topic defaults they imply."""
+
+    def __init__(self, props: Optional[Mapping[str, Any]] = None, *, warn: bool = True):
+        props = dict(props or {})
+        self.raw = props
+        self.values: dict[str, Any] = {}
+        for name, (default, parse) in BROKER_KEYS.items():
+            self.values[name] = parse(name, props[name]) if name in props else default
+        synonyms = {s for k in TOPIC_CONFIG_KEYS.values() for s in k.broker}
+        self.topic_defaults: dict[str, Any] = {}
+        for spec in TOPIC_CONFIG_KEYS.values():
+            v = _synonym_value(spec, props)
+            if v is not None:
+                self.topic_defaults[spec.name] = v
+        # validate the topic defaults now, naming the broker key at fault
+        try:
+            LogConfig(defaults=self.topic_defaults)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"{e} (from the broker settings)") from None
+        self.ignored = sorted(k for k in props if _IGNORED.match(k) and k not in BROKER_KEYS
+                              and k not in synonyms)
+        self.unknown = sorted(k for k in props if k not in BROKER_KEYS and k not in synonyms
+                              and k not in self.ignored and k not in TOPIC_CONFIG_KEYS)
+        if self.ignored:
+            log.info("kstore ignores settings that apply only to a networked broker: %s",
+                     ", ".join(self.ignored))
+        if warn and self.unknown:
+            warnings.warn(f"kstore: unknown broker settings ignored: {', '.join(self.unknown)}",
+                          stacklevel=3)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        dirs = self.values["log.dirs"] or self.values["log.dir"]
+        return [d.strip() for d in str(dirs).split(",") if d.strip()]
+
+    def log_config(self, overrides: Optional[Mapping[str, Any]] = None) -> LogConfig:
+        return LogConfig(overrides, defaults=self.topic_defaults)

@@ -1,0 +1,637 @@
+"""The owner of every log in a process (Kafka's LogManager).
+
+Log dirs and their locks, topics and partitions, startup (clean-shutdown marker, checkpoints,
+parallel recovery), the scheduled tasks (retention, flush, checkpoints, delayed deletion),
+producer-style appends with Kafka's default partitioner, and taking a log dir offline on I/O errors.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+
+from kstore.broker_config import BrokerConfig
+from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+                               CheckpointError, OffsetCheckpointFile)
+from kstore.clock import SYSTEM_TIME
+from kstore.config import LogConfig
+from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
+                           LogDirLockedError, LogDirOfflineError, TopicExistsError,
+                           UnknownTopicError)
+from kstore.fileio import FileOps, get_file_ops
+from kstore.log import Log
+from kstore.partitioner import partition_for_key
+from kstore.properties import load_properties
+from kstore.scheduler import Scheduler
+
+log = logging.getLogger("kstore.manager")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+TOPIC_CONFIG_FILE = "kstore-topic-config.json"
+DELETE_DIR_SUFFIX = "-delete"
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+_IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
+
+
+class RecordMetadata(NamedTuple):
+    """Where a producer-style append landed."""
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: non-empty, not '.' or '..', at most 249 of [a-zA-Z0-9._-]."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"Topic name cannot be \"{name}\"")
+    if len(name) > 249:
+        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}")
+    if not _TOPIC_RE.match(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+            f"alphanumerics, '.', '_' and '-'")
+
+
+def _is_fs_nfs(path: str) -> bool:
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[:3] for line in f]
+    except OSError:
+        return False
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    for m in mounts:
+        if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
+            best, fstype = m[1], m[2]
+    return fstype.startswith("nfs")
+
+
+class LogManager:
+    """Durable multi-topic storage over one or more log dirs (Kafka's `log.dirs`).
+
+    Use as a context manager. `config` takes Kafka broker keys (and topic-level defaults through
+    their broker synonyms). `read_only=True` takes no lock and writes nothing, so it can read
+    beside a process that appends.
+    """
+
+    def __init__(self, log_dirs: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 config: Optional[Mapping[str, Any]] = None, *, read_only: bool = False,
+                 time=None, scheduler=None, io: Optional[FileOps] = None):
+        self._cfg = BrokerConfig(config)
+        if log_dirs is None:
+            dirs = self._cfg.log_dirs
+        elif isinstance(log_dirs, (str, os.PathLike)):
+            dirs = [os.fspath(log_dirs)]
+        else:
+            dirs = [os.fspath(d) for d in log_dirs]
+        if not dirs:
+            raise InvalidConfigError("log.dirs is empty")
+        seen = {}
+        for d in dirs:
+            canon = os.path.realpath(d)
+            if canon in seen:
+                raise InvalidConfigError(f"Duplicate log directory found: {seen[canon]}, {d}")
+            seen[canon] = d
+        self.log_dirs = [os.path.abspath(d) for d in dirs]
+        self.read_only = read_only
+        self._time = time or SYSTEM_TIME
+        self._io = io or get_file_ops()
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+        self._topic_configs: dict[str, dict[str, Any]] = {}
+        self._topic_config_version = 0
+        self._offline: dict[str, str] = {}
+        self._locks: dict[str, int] = {}
+        self._loaded_clean: dict[str, bool] = {}
+        self._logs_to_delete: deque[tuple[str, int]] = deque()
+        self._rr = itertools.count()
+        self.checkpoint_errors: list[str] = []
+        self._closed = False
+        self._own_scheduler = scheduler is None and not read_only
+        self._scheduler = scheduler if scheduler is not None else (
+            None if read_only else Scheduler(self._cfg["background.threads"], self._time))
+        try:
+            self._startup()
+        except BaseException:
+            self._release_locks()
+            if self._own_scheduler and self._scheduler is not None:
+                self._scheduler.shutdown()
+            raise
+
+    @classmethod
+    def from_properties(cls, path: str | os.PathLike, **overrides) -> "LogManager":
+        """A LogManager configured by a Java-properties server.properties file.
+
+        Keyword overrides use underscores for dots (log_dirs=..., read_only=True passes through).
+        """
+        props = load_properties(os.fspath(path))
+        kw = {}
+        for k in ("read_only", "time", "scheduler", "io"):
+            if k in overrides:
+                kw[k] = overrides.pop(k)
+        for k, v in overrides.items():
+            props[k.replace("_", ".")] = v if not isinstance(v, (list, tuple)) else ",".join(map(str, v))
+        return cls(None, props, **kw)
+
+    # -- startup -----------------------------------------------------------------------------
+    def _startup(self) -> None:
+        for d in self.log_dirs:
+            try:
+                if not self._io.exists(d):
+                    if self.read_only:
+                        raise KStoreError(f"log dir {d} does not exist (read-only manager)")
+                    os.makedirs(os.path.dirname(d), exist_ok=True)
+                    self._io.mkdir(d)
+                    self._io.fsync_dir(os.path.dirname(d))
+                if _is_fs_nfs(d):
+                    log.warning("log dir %s is on NFS: its lock is not reliable; use a local filesystem", d)
+                if not self.read_only:
+                    self._acquire_lock(d)
+            except LogDirLockedError:
+                raise
+            except OSError as e:
+                self._mark_offline(d, e)
+        live = [d for d in self.log_dirs if d not in self._offline]
+        if not live:
+            raise LogDirOfflineError(f"every log dir is offline: {self._offline}")
+        self._load_topic_configs()
+        with ThreadPoolExecutor(max_workers=len(live)) as pool:
+            list(pool.map(self._load_dir, live))
+        if not self.read_only:
+            self._schedule_tasks()
+
+    def _acquire_lock(self, d: str) -> None:
+        path = os.path.join(d, LOCK_FILE)
+        fd = self._io.open(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._io.close(fd)
+            raise LogDirLockedError(
+                f"Failed to acquire lock on file .lock in {d}. A Kafka instance in another process "
+                f"or thread is using this directory.") from None
+        self._locks[d] = fd
+
+    def _release_locks(self) -> None:
+        # the .lock file itself stays: unlinking it would let a waiter and a newcomer both
+        # "hold" the lock (KAFKA-6647)
+        for d, fd in list(self._locks.items()):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._io.close(fd)
+            except OSError:
+                pass
+            del self._locks[d]
+
+    def _load_topic_configs(self) -> None:
+        best = None
+        for d in self.log_dirs:
+            if d in self._offline:
+                continue
+            path = os.path.join(d, TOPIC_CONFIG_FILE)
+            if not self._io.exists(path):
+                continue
+            try:
+                data = json.loads(self._io.read_file(path).decode("utf-8"))
+                if best is None or data["version"] > best["version"]:
+                    best = data
+            except (ValueError, KeyError, TypeError, OSError) as e:
+                log.warning("ignoring unreadable topic config file %s: %s", path, e)
+        if best:
+            self._topic_config_version = best["version"]
+            self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
+
+    def _persist_topic_configs(self) -> None:
+        self._topic_config_version += 1
+        data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs},
+                          sort_keys=True, indent=1).encode()
+        for d in self.log_dirs:
+            if d in self._offline:
+                continue
+            try:
+                self._io.write_atomic(os.path.join(d, TOPIC_CONFIG_FILE), data)
+            except OSError as e:
+                self._mark_offline(d, e)
+
+    def _read_checkpoint(self, d: str, name: str) -> dict:
+        cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
+        try:
+            return cp.read()
+        except (CheckpointError, OSError) as e:
+            # never trusted, never fatal: the logs it covers are recovered in full
+            msg = f"{e}; treating it as absent"
+            log.warning("%s", msg)
+            self.checkpoint_errors.append(msg)
+            return {}
+
+    def _load_dir(self, d: str) -> None:
+        io = self._io
+        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        clean = io.exists(marker)
+        if clean and not self.read_only:
+            # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
+            io.unlink(marker)
+            io.fsync_dir(d)
+        self._loaded_clean[d] = False
+        recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
+        starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
+        jobs = []
+        for name in sorted(io.listdir(d)):
+            path = os.path.join(d, name)
+            if not os.path.isdir(path) or name in ("remote-log-index-cache", "__cluster_metadata"):
+                continue
+            if _DELETE_DIR.match(name):
+                if not self.read_only:
+                    self._logs_to_delete.append((path, self._time.milliseconds()))
+                continue
+            if name.endswith(("-future", "-stray")):
+                continue
+            m = _PARTITION_DIR.match(name)
+            if not m:
+                continue
+            tp = (m.group(1), int(m.group(2)))
+            jobs.append((tp, path))
+        threads = self._cfg["num.recovery.threads.per.data.dir"]
+
+        def load(job):
+            tp, path = job
+            cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
+            lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp),
+                          clean_shutdown=clean, io=io, time=self._time, scheduler=self._scheduler,
+                          read_only=self.read_only)
+            return tp, path, lg
+        try:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                results = list(pool.map(load, jobs))
+        except OSError as e:
+            self._mark_offline(d, e)
+            return
+        with self._lock:
+            for tp, path, lg in results:
+                if tp in self._logs:
+                    lg.close_handlers()
+                    raise KStoreStateError(
+                        f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                        f"{self._dir_of[tp]} and {d}. Recover or delete one of them.")
+                self._logs[tp] = lg
+                self._dir_of[tp] = d
+        self._loaded_clean[d] = True
+
+    def _schedule_tasks(self) -> None:
+        c, s = self._cfg, self._scheduler
+        delay = c["log.initial.task.delay.ms"]
+        s.schedule("kafka-log-retention", self._task(self.cleanup_logs), delay, c["log.retention.check.interval.ms"])
+        flush_iv = c["log.flush.scheduler.interval.ms"]
+        if flush_iv < (1 << 62):
+            s.schedule("kafka-log-flusher", self._task(self.flush_dirty_logs), delay, flush_iv)
+        s.schedule("kafka-recovery-point-checkpoint", self._task(self.checkpoint_recovery_offsets), delay,
+                   max(1, c["log.flush.offset.checkpoint.interval.ms"]))
+        s.schedule("kafka-log-start-offset-checkpoint", self._task(self.checkpoint_log_start_offsets), delay,
+                   max(1, c["log.flush.start.offset.checkpoint.interval.ms"]))
+        s.schedule("kafka-delete-logs", self._task(self.delete_logs), delay, 1000)
+
+    def _task(self, fn):
+        def run():
+            if not self._closed:
+                fn()
+        return run
+
+    # -- offline handling ----------------------------------------------------------------------
+    def _mark_offline(self, d: str, exc: BaseException) -> None:
+        with self._lock:
+            if d not in self._offline:
+                self._offline[d] = str(exc)
+                log.error("log dir %s is offline after an I/O error: %s", d, exc)
+
+    @property
+    def offline_dirs(self) -> dict[str, str]:
+        """Log dirs taken offline, with the error that did it."""
+        return dict(self._offline)
+
+    def _guard(self, d: str, fn, *args, **kw):
+        """Run fn; an I/O error takes the dir offline and surfaces as LogDirOfflineError."""
+        if d in self._offline:
+            raise LogDirOfflineError(f"log dir {d} is offline ({self._offline[d]})")
+        try:
+            return fn(*args, **kw)
+        except OSError as e:
+            if e.errno in _IO_ERRNOS or e.errno is None:
+                self._mark_offline(d, e)
+                raise LogDirOfflineError(f"log dir {d} went offline: {e}") from e
+            raise
+
+    # -- topics --------------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        return sorted({tp[0] for tp in self._logs})
+
+    def partitions(self, topic: str) -> list[int]:
+        parts = sorted(p for (t, p) in self._logs if t == topic)
+        if not parts:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        return parts
+
+    def log(self, topic: str, partition: int) -> Log:
+        try:
+            return self._logs[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    def log_dir_of(self, topic: str, partition: int) -> str:
+        return self._dir_of[(topic, partition)]
+
+    def topic_config(self, topic: str) -> LogConfig:
+        self.partitions(topic)
+        return self._cfg.log_config(self._topic_configs.get(topic))
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise KStoreStateError("LogManager is closed")
+        if self.read_only:
+            raise KStoreStateError("LogManager is read-only")
+
+    def create_topic(self, name: str, partitions: Optional[int] = None,
+                     config: Optional[Mapping[str, Any]] = None) -> None:
+        """Create `name` with `partitions` partitions (default num.partitions) and overrides."""
+        self._check_writable()
+        validate_topic_name(name)
+        partitions = self._cfg["num.partitions"] if partitions is None else partitions
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidTopicError(f"Number of partitions must be at least 1, got {partitions!r}")
+        overrides = dict(config or {})
+        cfg = self._cfg.log_config(overrides)          # validates
+        with self._lock:
+            if any(t == name for (t, _p) in self._logs):
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            collide = {t.replace(".", "_") for (t, _p) in self._logs}
+            if name.replace(".", "_") in collide:
+                raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
+            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
+                                         for k, v in cfg.overrides.items()}
+            self._persist_topic_configs()
+            for p in range(partitions):
+                self._create_partition(name, p, cfg)
+
+    def _least_loaded_dirs(self) -> list[str]:
+        counts = {d: 0 for d in self.log_dirs if d not in self._offline}
+        for d in self._dir_of.values():
+            if d in counts:
+                counts[d] += 1
+        return sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def _create_partition(self, topic: str, partition: int, cfg: LogConfig) -> Log:
+        last_error = None
+        for d in self._least_loaded_dirs():
+            path = os.path.join(d, f"{topic}-{partition}")
+            try:
+                lg = Log.open(path, cfg, recovery_point=0, clean_shutdown=True, io=self._io,
+                              time=self._time, scheduler=self._scheduler)
+                self._write_partition_metadata(path, topic)
+            except OSError as e:
+                self._mark_offline(d, e)
+                last_error = e
+                continue
+            self._logs[(topic, partition)] = lg
+            self._dir_of[(topic, partition)] = d
+            return lg
+        raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {last_error}")
+
+    def _write_partition_metadata(self, path: str, topic: str) -> None:
+        meta = os.path.join(path, "partition.metadata")
+        if self._io.exists(meta):
+            return
+        tid = self._topic_configs.get(topic, {}).get("__topic_id__")
+        if tid is None:
+            import base64
+            tid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._io.write_atomic(meta, f"version: 0\ntopic_id: {tid}\n".encode())
+
+    def add_partitions(self, name: str, count: int) -> list[int]:
+        """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
+        self._check_writable()
+        with self._lock:
+            current = self.partitions(name)
+            if count <= len(current):
+                raise InvalidTopicError(
+                    f"Topic currently has {len(current)} partitions, which is higher than or equal "
+                    f"to the requested {count}.")
+            cfg = self.topic_config(name)
+            new = list(range(len(current), count))
+            for p in new:
+                self._create_partition(name, p, cfg)
+            return new
+
+    def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
+        """Set overrides (a value of None removes one); applied to every partition now and kept."""
+        self._check_writable()
+        with self._lock:
+            self.partitions(name)
+            overrides = dict(self._topic_configs.get(name, {}))
+            for k, v in config.items():
+                if v is None:
+                    overrides.pop(k, None)
+                else:
+                    overrides[k] = v
+            cfg = self._cfg.log_config(overrides)
+            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
+                                         for k, v in cfg.overrides.items()}
+            self._persist_topic_configs()
+            for (t, _p), lg in self._logs.items():
+                if t == name:
+                    lg.update_config(cfg)
+            return cfg
+
+    def delete_topic(self, name: str) -> None:
+        """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms."""
+        self._check_writable()
+        with self._lock:
+            parts = self.partitions(name)
+            for p in parts:
+                tp = (name, p)
+                lg = self._logs.pop(tp)
+                d = self._dir_of.pop(tp)
+                lg.close_handlers()
+                suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                prefix = f"{name}-{p}"
+                if len(prefix) + len(suffix) > 255:
+                    prefix = prefix[: 255 - len(suffix)]
+                target = os.path.join(d, prefix + suffix)
+                try:
+                    self._io.rename(lg.dir, target)
+                    self._io.fsync_dir(d)
+                except OSError as e:
+                    self._mark_offline(d, e)
+                    raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
+                self._logs_to_delete.append((target, self._time.milliseconds()))
+            self._topic_configs.pop(name, None)
+            self._persist_topic_configs()
+            self.checkpoint_recovery_offsets()
+            self.checkpoint_log_start_offsets()
+
+    # -- appends and reads ---------------------------------------------------------------------
+    def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
+               partition: Optional[int] = None, timestamp: Optional[int] = None,
+               headers: Optional[Iterable] = None) -> RecordMetadata:
+        """Append one record, choosing the partition as Kafka's default partitioner does:
+        murmur2 of the key when there is one, round robin otherwise."""
+        self._check_writable()
+        if topic not in {t for (t, _p) in self._logs}:
+            if not self._cfg["auto.create.topics.enable"]:
+                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
+            with self._lock:
+                if topic not in {t for (t, _p) in self._logs}:
+                    self.create_topic(topic)
+        n = len(self.partitions(topic))
+        if partition is None:
+            partition = partition_for_key(bytes(key), n) if key is not None else next(self._rr) % n
+        elif not 0 <= partition < n:
+            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        tp = (topic, partition)
+        lg = self._logs[tp]
+        info = self._guard(self._dir_of[tp], lg.append, [(key, value, timestamp, headers)])
+        ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
+        return RecordMetadata(topic, partition, info.first_offset, ts)
+
+    def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
+             max_bytes: int = 1 << 20):
+        return self.log(topic, partition).read(offset, max_records, max_bytes)
+
+    # -- scheduled tasks (also public) -----------------------------------------------------------
+    def _each_log(self):
+        with self._lock:
+            items = [(tp, lg, self._dir_of[tp]) for tp, lg in self._logs.items()]
+        return [(tp, lg, d) for tp, lg, d in items if d not in self._offline and not lg.closed]
+
+    def cleanup_logs(self) -> int:
+        """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
+        number of segments deleted."""
+        total = 0
+        for tp, lg, d in self._each_log():
+            if lg.config.compact:
+                continue
+            try:
+                total += self._guard(d, lg.delete_old_segments)
+            except LogDirOfflineError:
+                continue
+        return total
+
+    def flush_dirty_logs(self) -> None:
+        """Flush every log whose last flush is at least flush.ms ago."""
+        now = self._time.milliseconds()
+        for tp, lg, d in self._each_log():
+            if now - lg.last_flush_time >= lg.config.flush_ms:
+                try:
+                    self._guard(d, lg.flush)
+                except LogDirOfflineError:
+                    continue
+
+    def checkpoint_recovery_offsets(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        def start(lg):
+            segs = lg.segments
+            return lg.log_start_offset if segs and lg.log_start_offset > segs[0].base_offset else None
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, start)
+
+    def _checkpoint(self, name: str, value) -> None:
+        if self.read_only:
+            return
+        by_dir: dict[str, dict] = {d: {} for d in self.log_dirs if d not in self._offline}
+        with self._lock:
+            for tp, lg in self._logs.items():
+                d = self._dir_of[tp]
+                if d in by_dir:
+                    v = value(lg)
+                    if v is not None:
+                        by_dir[d][tp] = v
+        for d, entries in by_dir.items():
+            try:
+                OffsetCheckpointFile(os.path.join(d, name), self._io).write(entries)
+            except OSError as e:
+                self._mark_offline(d, e)
+
+    def delete_logs(self) -> int:
+        """Remove `-delete` dirs queued at least file.delete.delay.ms ago; returns how many."""
+        delay = self._cfg.log_config().file_delete_delay_ms
+        now = self._time.milliseconds()
+        n = 0
+        while self._logs_to_delete and self._logs_to_delete[0][1] + delay <= now:
+            path, _ = self._logs_to_delete.popleft()
+            try:
+                for name in self._io.listdir(path):
+                    self._io.unlink(os.path.join(path, name))
+                self._io.rmdir(path)
+                self._io.fsync_dir(os.path.dirname(path))
+                n += 1
+            except FileNotFoundError:
+                n += 1
+            except OSError as e:
+                self._mark_offline(os.path.dirname(path), e)
+        return n
+
+    # -- shutdown --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and close every log, write both checkpoints, then the clean-shutdown marker of
+        each dir that started clean or finished loading, and release the locks."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._own_scheduler and self._scheduler is not None:
+                self._scheduler.shutdown()
+            if self.read_only:
+                for lg in self._logs.values():
+                    lg.close_handlers()
+                return
+            dirs_ok = {d for d in self.log_dirs if d not in self._offline}
+            for tp, lg in list(self._logs.items()):
+                d = self._dir_of[tp]
+                try:
+                    if d in self._offline:
+                        lg.close_handlers()
+                    else:
+                        lg.close()
+                except OSError as e:
+                    self._mark_offline(d, e)
+                    lg.close_handlers()
+            self.checkpoint_recovery_offsets()
+            self.checkpoint_log_start_offsets()
+            for d in dirs_ok:
+                if d in self._offline or not self._loaded_clean.get(d):
+                    continue
+                try:
+                    self._io.write_atomic(os.path.join(d, CLEAN_SHUTDOWN_FILE),
+                                          json.dumps({"version": 0, "brokerEpoch": 0}).encode())
+                except OSError as e:
+                    self._mark_offline(d, e)
+        finally:
+            self._closed = True
+            self._release_locks()
+
+    def __enter__(self) -> "LogManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogManager({self.log_dirs!r}, topics={len(self.topics())}, read_only={self.read_only})"

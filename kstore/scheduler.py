@@ -1,0 +1,126 @@
+"""Background task scheduling (Kafka's KafkaScheduler) and a MockScheduler that tests drive by hand."""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from typing import Callable, Optional
+
+log = logging.getLogger("kstore.scheduler")
+
+
+class _Task:
+    __slots__ = ("name", "fn", "due", "period", "cancelled", "seq")
+
+    def __init__(self, name, fn, due, period, seq):
+        self.name, self.fn, self.due, self.period, self.seq = name, fn, due, period, seq
+        self.cancelled = False
+
+    def __lt__(self, other):
+        return (self.due, self.seq) < (other.due, other.seq)
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class Scheduler:
+    """Runs one-shot and periodic tasks on `threads` daemon threads (background.threads).
+
+    A task that raises is logged and, if periodic, runs again at its next time.
+    """
+
+    def __init__(self, threads: int = 1, time=None, name: str = "kstore-scheduler"):
+        from kstore.clock import SYSTEM_TIME
+        self._time = time or SYSTEM_TIME
+        self._heap: list[_Task] = []
+        self._cv = threading.Condition()
+        self._seq = itertools.count()
+        self._running = True
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(max(1, threads))]
+        for t in self._threads:
+            t.start()
+
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
+                 period_ms: Optional[int] = None) -> _Task:
+        with self._cv:
+            task = _Task(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
+            heapq.heappush(self._heap, task)
+            self._cv.notify()
+            return task
+
+    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> _Task:
+        return self.schedule(name, fn, delay_ms, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._running and (not self._heap or self._heap[0].due > self._time.milliseconds()):
+                    timeout = None if not self._heap else max(0.0, (self._heap[0].due - self._time.milliseconds()) / 1000)
+                    self._cv.wait(timeout=min(timeout, 1.0) if timeout is not None else 1.0)
+                if not self._running:
+                    return
+                task = heapq.heappop(self._heap)
+            if task.cancelled:
+                continue
+            try:
+                task.fn()
+            except Exception:
+                log.exception("scheduled task %s failed", task.name)
+            if task.period is not None and not task.cancelled:
+                with self._cv:
+                    task.due = self._time.milliseconds() + task.period
+                    heapq.heappush(self._heap, task)
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._running = False
+            self._cv.notify_all()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=30)
+
+
+class MockScheduler:
+    """A scheduler on a MockTime: tasks run only in tick()/advance(), in due order, on the
+    calling thread (Kafka's MockScheduler)."""
+
+    def __init__(self, time):
+        self._time = time
+        self._heap: list[_Task] = []
+        self._seq = itertools.count()
+
+    def schedule(self, name, fn, delay_ms=0, period_ms=None) -> _Task:
+        task = _Task(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
+        heapq.heappush(self._heap, task)
+        return task
+
+    def schedule_once(self, name, fn, delay_ms=0) -> _Task:
+        return self.schedule(name, fn, delay_ms, None)
+
+    def tick(self) -> int:
+        """Run every task due now; returns how many ran."""
+        ran = 0
+        now = self._time.milliseconds()
+        while self._heap and self._heap[0].due <= now:
+            task = heapq.heappop(self._heap)
+            if task.cancelled:
+                continue
+            task.fn()
+            ran += 1
+            if task.period is not None and not task.cancelled:
+                task.due = now + task.period if task.period > 0 else now + 1
+                heapq.heappush(self._heap, task)
+        return ran
+
+    def advance(self, ms: int) -> int:
+        """Move the clock forward and run what became due."""
+        self._time.sleep(ms)
+        return self.tick()
+
+    def pending(self) -> list[str]:
+        return [t.name for t in sorted(self._heap) if not t.cancelled]
+
+    def shutdown(self) -> None:
+        self._heap.clear()

@@ -1,0 +1,462 @@
+"""LogManager: Kafka's LogManagerTest cases (facts §10 item 14), locks, startup and shutdown,
+checkpoints byte for byte, malformed checkpoints, retention and flush on a mock clock, topics,
+the default partitioner, read-only readers beside a writer, log dirs going offline."""
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time as _time
+
+import pytest
+
+import kstore
+from kstore.checkpoint import OffsetCheckpointFile
+from kstore.clock import MockTime
+from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreStateError,
+                           LogDirLockedError, LogDirOfflineError, TopicExistsError,
+                           UnknownTopicError)
+from kstore.fileio import FileOps
+from kstore.manager import LogManager
+from kstore.partitioner import partition_for_key
+from kstore.scheduler import MockScheduler
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def mock():
+    t = MockTime(NOW)
+    return t, MockScheduler(t)
+
+
+def manager(dirs, config=None, mock=None, **kw):
+    if mock is not None:
+        kw.setdefault("time", mock[0])
+        kw.setdefault("scheduler", mock[1])
+    return LogManager(dirs, config, **kw)
+
+
+# -- topics and appends ---------------------------------------------------------------------------
+def test_create_topics_and_partitions(tmp_path, mock):
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("clicks", 3, {"segment.bytes": 1000})
+        m.create_topic("views")
+        assert m.topics() == ["clicks", "views"]
+        assert m.partitions("clicks") == [0, 1, 2]
+        assert sorted(os.listdir(tmp_path)) == [".lock", "clicks-0", "clicks-1", "clicks-2",
+                                                "kstore-topic-config.json", "views-0"]
+        assert m.log("clicks", 1).config.segment_bytes == 1000
+        meta = (tmp_path / "clicks-0" / "partition.metadata").read_text()
+        assert meta.startswith("version: 0\ntopic_id: ")
+        with pytest.raises(TopicExistsError):
+            m.create_topic("clicks")
+        with pytest.raises(UnknownTopicError):
+            m.log("nope", 0)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad/name", "spa ce", "ünï"])
+def test_topic_name_rules(tmp_path, mock, name):
+    with manager(str(tmp_path), mock=mock) as m:
+        with pytest.raises(InvalidTopicError):
+            m.create_topic(name)
+
+
+def test_keyed_appends_follow_kafkas_partitioner(tmp_path, mock):
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 5)
+        for i in range(50):
+            key = b"key-%d" % i
+            md = m.append("t", key, b"v%d" % i, timestamp=NOW + i)
+            assert md.partition == partition_for_key(key, 5)
+            assert md.timestamp == NOW + i
+        # unkeyed records spread over every partition
+        parts = {m.append("t", None, b"x").partition for _ in range(10)}
+        assert parts == {0, 1, 2, 3, 4}
+        md = m.append("t", None, b"h", partition=2, headers=[("a", b"b")])
+        rec = m.log("t", 2).read(md.offset)[0]
+        assert rec.headers == (("a", b"b"),) and rec.value == b"h"
+
+
+def test_auto_create_and_its_switch(tmp_path, mock):
+    with manager(str(tmp_path), {"num.partitions": 2}, mock=mock) as m:
+        m.append("auto", b"k", b"v")
+        assert m.partitions("auto") == [0, 1]
+    with manager(str(tmp_path / "b"), {"auto.create.topics.enable": "false"}, mock=mock) as m:
+        with pytest.raises(UnknownTopicError):
+            m.append("nope", b"k", b"v")
+
+
+def test_least_loaded_assignment_20_partitions_3_dirs(tmp_path, mock):
+    """testLeastLoadedAssignment: new partitions go to the dir with the fewest."""
+    dirs = [str(tmp_path / f"d{i}") for i in range(3)]
+    with manager(dirs, mock=mock) as m:
+        for i in range(20):
+            m.create_topic(f"topic{i}", 1)
+        counts = [sum(1 for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) for d in dirs]
+        assert sum(counts) == 20 and max(counts) - min(counts) <= 1
+
+
+def test_alter_config_and_add_partitions_persist(tmp_path, mock):
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 1, {"retention.ms": 1000})
+        m.alter_topic_config("t", {"retention.ms": 5000, "segment.bytes": 2048})
+        assert m.log("t", 0).config.retention_ms == 5000
+        assert m.add_partitions("t", 3) == [1, 2]
+        with pytest.raises(InvalidTopicError):
+            m.add_partitions("t", 2)
+        m.alter_topic_config("t", {"segment.bytes": None})
+    with manager(str(tmp_path), mock=mock) as m:
+        assert m.partitions("t") == [0, 1, 2]
+        cfg = m.log("t", 2).config
+        assert cfg.retention_ms == 5000 and cfg.segment_bytes == 1073741824
+
+
+def test_delete_topic_renames_then_removes_after_delay(tmp_path, mock):
+    t, s = mock
+    with manager(str(tmp_path), {"log.segment.delete.delay.ms": 60000}, mock=mock) as m:
+        m.create_topic("gone", 2)
+        m.append("gone", b"k", b"v")
+        m.delete_topic("gone")
+        assert m.topics() == []
+        names = [n for n in os.listdir(tmp_path) if n.startswith("gone-")]
+        assert len(names) == 2 and all(n.endswith("-delete") for n in names)
+        assert all(len(n.split(".")[-1]) == len("0123456789abcdef0123456789abcdef-delete") for n in names)
+        assert m.delete_logs() == 0
+        t.advance(60000)
+        assert m.delete_logs() == 2
+        assert not [n for n in os.listdir(tmp_path) if n.startswith("gone-")]
+
+
+# -- locks -----------------------------------------------------------------------------------------------
+def test_two_managers_on_one_dir_fail(tmp_path, mock):
+    """testTwoLogManagersUsingSameDirFails, in process and across processes."""
+    m = manager(str(tmp_path), mock=mock)
+    with pytest.raises(LogDirLockedError, match="Failed to acquire lock"):
+        manager(str(tmp_path), mock=mock)
+    child = textwrap.dedent(f"""
+        import kstore, sys
+        try:
+            kstore.LogManager({str(tmp_path)!r})
+        except kstore.LogDirLockedError:
+            sys.exit(3)
+        sys.exit(0)
+    """)
+    r = subprocess.run([sys.executable, "-c", child], cwd=str(tmp_path.parent))
+    assert r.returncode == 3
+    m.close()
+    manager(str(tmp_path), mock=mock).close()     # free again after close
+
+
+def test_lock_dies_with_a_killed_process(tmp_path):
+    child = textwrap.dedent(f"""
+        import kstore, time
+        m = kstore.LogManager({str(tmp_path)!r})
+        print("locked", flush=True)
+        time.sleep(60)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, cwd=str(tmp_path.parent))
+    assert p.stdout.readline().strip() == b"locked"
+    with pytest.raises(LogDirLockedError):
+        LogManager(str(tmp_path))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    p.stdout.close()
+    LogManager(str(tmp_path)).close()
+
+
+def test_duplicate_log_dirs_rejected(tmp_path):
+    with pytest.raises(InvalidConfigError, match="Duplicate log directory"):
+        LogManager([str(tmp_path), str(tmp_path) + "/"])
+
+
+# -- startup, shutdown, checkpoints -------------------------------------------------------------------
+def test_clean_shutdown_writes_checkpoints_and_marker_byte_for_byte(tmp_path, mock):
+    t, s = mock
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("a", 2)
+        m.create_topic("b", 1, {"segment.bytes": 400})
+        for i in range(10):
+            m.append("a", None, b"x", partition=i % 2)
+        for i in range(6):
+            m.append("b", b"k", b"y" * 50, timestamp=NOW)
+        m.log("b", 0).delete_records(4)
+    rp = (tmp_path / "recovery-point-offset-checkpoint").read_bytes()
+    assert rp == b"0\n3\na 0 5\na 1 5\nb 0 6\n"
+    ls = (tmp_path / "log-start-offset-checkpoint").read_bytes()
+    assert ls == b"0\n1\nb 0 4\n"
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    with manager(str(tmp_path), mock=mock) as m:
+        assert not (tmp_path / ".kafka_cleanshutdown").exists()     # deleted before loading
+        assert all(lg.recovery_report == [] for lg in m.logs().values())
+        assert m.log("b", 0).log_start_offset == 4
+        assert m.log("a", 1).log_end_offset == 5
+
+
+def test_malformed_checkpoints_never_stop_startup(tmp_path, mock):
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 1)
+        for i in range(5):
+            m.append("t", None, b"v%d" % i)
+    os.unlink(tmp_path / ".kafka_cleanshutdown")
+    for bad in (b"0\n2\nt 0 5\n", b"1\n1\nt 0 5\n", b"0\nx\n", b"0\n1\nt zero 5\n", b"0\n1\nt 0\n", b"\xff\xfe"):
+        (tmp_path / "recovery-point-offset-checkpoint").write_bytes(bad)
+        with manager(str(tmp_path), mock=mock) as m:
+            assert len(m.checkpoint_errors) == 1
+            assert "recovery-point-offset-checkpoint" in m.checkpoint_errors[0]
+            lg = m.log("t", 0)
+            assert lg.recovery_report, "the log must be recovered in full"
+            assert [r.value for r in lg.read(0)] == [b"v%d" % i for i in range(5)]
+        os.unlink(tmp_path / ".kafka_cleanshutdown")
+
+
+def test_checkpoint_file_reader_and_writer(tmp_path):
+    cp = OffsetCheckpointFile(str(tmp_path / "cp"))
+    assert cp.read() == {}
+    cp.write({("t", 1): 10, ("s", 0): 3})
+    assert (tmp_path / "cp").read_bytes() == b"0\n2\ns 0 3\nt 1 10\n"
+    assert cp.read() == {("t", 1): 10, ("s", 0): 3}
+    (tmp_path / "cp").write_bytes(b"0\n1\nt 1 10")     # truncated: no final newline is fine
+    assert cp.read() == {("t", 1): 10}
+    (tmp_path / "cp").write_bytes(b"0\n2\nt 1 10\n")    # truncated: count mismatch
+    with pytest.raises(kstore.KStoreError, match="expected 2 entries but found 1"):
+        cp.read()
+
+
+WRITER = r"""
+import sys, kstore
+m = kstore.LogManager(sys.argv[1], {"log.segment.bytes": "20000"})
+if "t" not in m.topics():
+    m.create_topic("t", 2)
+i = 0
+while True:
+    md = m.append("t", None, b"%d" % i, partition=i % 2)
+    print(md.partition, md.offset, flush=True)
+    i += 1
+"""
+
+
+def test_restart_after_kill_9_of_an_appending_process(tmp_path):
+    for round_ in range(2):
+        p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE,
+                             cwd=str(tmp_path.parent))
+        acked = {0: -1, 1: -1}
+        n = 0
+        for line in p.stdout:
+            part, off = map(int, line.split())
+            acked[part] = off
+            n += 1
+            if n >= 3000:
+                break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        assert not (tmp_path / ".kafka_cleanshutdown").exists()
+        with LogManager(str(tmp_path)) as m:
+            for part in (0, 1):
+                got = [r.offset for r in m.log("t", part)]
+                assert got == list(range(len(got)))
+                assert len(got) >= acked[part] + 1
+
+
+# -- scheduled tasks on the mock clock --------------------------------------------------------------
+def test_cleanup_expired_segments(tmp_path, mock):
+    """testCleanupExpiredSegments: time retention via the scheduled task, delayed file deletion."""
+    t, s = mock
+    cfg = {"log.segment.bytes": "400", "log.retention.ms": "10000", "log.segment.delete.delay.ms": "1000",
+           "log.retention.check.interval.ms": "5000", "log.initial.task.delay.ms": "0"}
+    with manager(str(tmp_path), cfg, mock=mock) as m:
+        m.create_topic("t", 1)
+        for i in range(30):
+            m.append("t", None, b"x" * 50, timestamp=NOW)
+        lg = m.log("t", 0)
+        n_before = len(lg.segments)
+        assert n_before > 3
+        s.advance(5000)                   # first retention run: nothing old enough
+        assert len(lg.segments) == n_before
+        s.advance(10000)                  # now every segment is expired
+        assert [sg.base_offset for sg in lg.segments] == [30]
+        assert lg.log_start_offset == 30
+        d = lg.dir
+        assert any(n.endswith(".deleted") for n in os.listdir(d))
+        s.advance(1000)
+        assert not any(n.endswith(".deleted") for n in os.listdir(d))
+        m.append("t", None, b"after", timestamp=t.milliseconds())
+        assert [r.value for r in lg.read(30)] == [b"after"]
+
+
+def test_cleanup_segments_to_maintain_size(tmp_path, mock):
+    """testCleanupSegmentsToMaintainSize."""
+    cfg = {"log.segment.bytes": "400", "log.retention.bytes": "1200"}
+    with manager(str(tmp_path), cfg, mock=mock) as m:
+        m.create_topic("t", 1)
+        for i in range(40):
+            m.append("t", None, b"x" * 50, timestamp=NOW)
+        lg = m.log("t", 0)
+        size_before, seg = lg.size, lg.segments[0].size
+        deleted = m.cleanup_logs()
+        assert deleted == (size_before - 1200) // seg
+        assert lg.size >= 1200
+
+
+def test_compacted_topics_are_left_to_the_cleaner(tmp_path, mock):
+    t, s = mock
+    with manager(str(tmp_path), {"log.segment.bytes": "400"}, mock=mock) as m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "retention.ms": 1})
+        for i in range(20):
+            m.append("c", b"k", b"x" * 50, timestamp=NOW)
+        t.advance(100000)
+        assert m.cleanup_logs() == 0
+
+
+def test_time_based_flush(tmp_path, mock):
+    """testTimeBasedFlush: logs whose flush.ms elapsed are flushed by the flusher task."""
+    t, s = mock
+    cfg = {"log.flush.scheduler.interval.ms": "1000", "log.flush.interval.ms": "2000",
+           "log.initial.task.delay.ms": "0"}
+    with manager(str(tmp_path), cfg, mock=mock) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"x")
+        lg = m.log("t", 0)
+        s.advance(1000)
+        assert lg.recovery_point == 0
+        s.advance(1000)
+        assert lg.recovery_point == 1
+
+
+def test_scheduled_checkpoints(tmp_path, mock):
+    t, s = mock
+    cfg = {"log.initial.task.delay.ms": "0", "log.flush.offset.checkpoint.interval.ms": "500"}
+    with manager(str(tmp_path), cfg, mock=mock) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"x")
+        m.log("t", 0).flush()
+        s.advance(500)
+        assert (tmp_path / "recovery-point-offset-checkpoint").read_bytes() == b"0\n1\nt 0 1\n"
+        assert set(s.pending()) >= {"kafka-log-retention", "kafka-recovery-point-checkpoint",
+                                    "kafka-log-start-offset-checkpoint", "kafka-delete-logs"}
+
+
+# -- configuration ------------------------------------------------------------------------------------
+def test_from_properties(tmp_path, mock, caplog):
+    props = tmp_path / "server.properties"
+    d = tmp_path / "logs"
+    props.write_text(textwrap.dedent(f"""\
+        # a broker's settings
+        broker.id=0
+        listeners=PLAINTEXT://:9092
+        zookeeper.connect=localhost:2181
+        log.dirs={d}
+        num.partitions : 3
+        log.retention.hours 1
+        log.retention.minutes=30
+        log.segment.bytes=\\
+            4096
+    """))
+    import logging
+    with caplog.at_level(logging.INFO, logger="kstore.config"):
+        m = LogManager.from_properties(str(props), time=mock[0], scheduler=mock[1])
+    with m:
+        assert "broker.id, listeners, zookeeper.connect" in caplog.text
+        m.create_topic("t")
+        cfg = m.log("t", 2).config
+        assert cfg.retention_ms == 30 * 60000 and cfg.segment_bytes == 4096
+    with pytest.warns(UserWarning, match="unknown broker settings ignored: made.up"):
+        LogManager(str(tmp_path / "x"), {"made.up": 1}, time=mock[0], scheduler=mock[1]).close()
+    with pytest.raises(InvalidConfigError, match="segment.bytes.*value must be at least 14"):
+        LogManager(str(tmp_path / "y"), {"log.segment.bytes": "3"}, time=mock[0], scheduler=mock[1])
+
+
+# -- read-only --------------------------------------------------------------------------------------
+APPENDER = r"""
+import sys, kstore
+m = kstore.LogManager(sys.argv[1], {"log.segment.bytes": "30000", "log.index.interval.bytes": "500"})
+if "t" not in m.topics():
+    m.create_topic("t", 1)
+i = 0
+while True:
+    m.append("t", None, (b"%d-" % i) * (1 + i % 40), partition=0)
+    i += 1
+    if i % 500 == 0:
+        print(i, flush=True)
+"""
+
+
+def test_read_only_manager_beside_an_appending_process(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", APPENDER, str(tmp_path)], stdout=subprocess.PIPE,
+                         cwd=str(tmp_path.parent))
+    try:
+        assert p.stdout.readline()
+        ro = LogManager(str(tmp_path), read_only=True)
+        with ro:
+            lg = ro.log("t", 0)
+            with pytest.raises(KStoreStateError):
+                lg.append([(None, b"no")])
+            offset, seen_segments = 0, set()
+            deadline = _time.time() + 4
+            while _time.time() < deadline or offset < 5000:
+                for r in lg.read(offset, max_records=1000):
+                    assert r.offset == offset
+                    assert r.value == (b"%d-" % offset) * (1 + offset % 40)   # never torn
+                    offset += 1
+                seen_segments.add(len(lg.segments))
+                if _time.time() > deadline + 20:
+                    break
+            assert offset >= 5000 and max(seen_segments) > 1
+        assert not (tmp_path / ".kafka_cleanshutdown").exists()      # a read-only manager writes nothing
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+
+
+# -- I/O errors ---------------------------------------------------------------------------------------
+class FailingOps(FileOps):
+    def __init__(self):
+        self.fail_under = None
+
+    def zero_fill(self, fd, offset, length):
+        if self.fail_under and self._path_of(fd).startswith(self.fail_under):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return super().zero_fill(fd, offset, length)
+
+    @staticmethod
+    def _path_of(fd):
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def test_io_error_takes_only_that_dir_offline(tmp_path, mock):
+    ops = FailingOps()
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = manager([d1, d2], {"log.segment.bytes": "5000000", "message.max.bytes": "20000000"}, mock=mock, io=ops)
+    m.create_topic("a", 1)
+    m.create_topic("b", 1)
+    da, db = m.log_dir_of("a", 0), m.log_dir_of("b", 0)
+    assert da != db
+    m.append("a", None, b"acked", partition=0)
+    ops.fail_under = da
+    with pytest.raises(LogDirOfflineError):
+        m.append("a", None, os.urandom(5_000_000 - 200), partition=0)
+    with pytest.raises(LogDirOfflineError, match="offline"):
+        m.append("a", None, b"small", partition=0)          # no blind retries
+    assert da in m.offline_dirs
+    m.append("b", None, b"still fine", partition=0)         # the other dir keeps working
+    assert m.log("a", 0).read(0)[0].value == b"acked"       # acknowledged records stay readable
+    ops.fail_under = None
+    m.close()
+    with manager([d1, d2], mock=mock) as m:                  # reopening after the fault recovers
+        assert [r.value for r in m.log("a", 0).read(0)] == [b"acked"]
+        m.append("a", None, b"again", partition=0)
+
+
+def test_assign_replicas_matches_kafka():
+    a = kstore.assign_replicas(10, 5, 3, start_index=0, shift=0)
+    assert a[0] == [0, 1, 2] and a[3] == [3, 4, 0] and a[4] == [4, 0, 1]
+    assert a[5] == [0, 2, 3] and a[9] == [4, 1, 2]
+    for p in range(5):   # the seed's simple scheme holds for the first n partitions
+        assert a[p] == [(p + j) % 5 for j in range(3)]
+    b = kstore.assign_replicas(4, [101, 102, 103], 2, start_index=1, shift=0)
+    assert b[0] == [102, 103]
+    with pytest.raises(InvalidConfigError, match="larger than available brokers"):
+        kstore.assign_replicas(3, 2, 3)
