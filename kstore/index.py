@@ -28,6 +28,7 @@ from kstore.fileio import FileOps, get_file_ops
 OFFSET_DTYPE = _core.OFFSET_DTYPE
 TIME_DTYPE = _core.TIME_DTYPE
 INT32_MAX = (1 << 31) - 1
+ALLOCATION_STEP = 64 << 10
 
 
 class CorruptIndexError(CorruptRecordError):
@@ -51,6 +52,7 @@ class AbstractIndex:
         self.state = _core.IndexState()     # mapping + entries, shared with the read fast path
         self._map: Optional[_core.Mapping] = None
         self._length = 0
+        self._allocated = 0
         if not load:
             # the owner fills the entries itself (a read-only view of a file another process
             # may shrink must not be mapped)
@@ -63,9 +65,14 @@ class AbstractIndex:
                 new = False
                 if length == 0 and writable and max_index_size > 0:
                     length = self._round(max_index_size)
-                    self._io.allocate(fd, 0, length)
+                    self._io.truncate(fd, length)
                     new = True
                 self._entries = 0 if new else length // self.ENTRY_SIZE
+                # an existing file may be sparse anywhere (Kafka's are): reserve its blocks
+                # before any store through the mapping
+                if writable and length and not new:
+                    self._io.allocate(fd, 0, length)
+                self._allocated = 0 if new else length
                 self._remap(fd, length)
             finally:
                 self._io.close(fd)
@@ -76,7 +83,7 @@ class AbstractIndex:
             fd = self._io.open(path, os.O_RDWR | os.O_CREAT)
             try:
                 length = self._round(max_index_size)
-                self._io.allocate(fd, 0, length)
+                self._io.truncate(fd, length)
                 self._entries = 0
                 self._remap(fd, length)
             finally:
@@ -151,11 +158,10 @@ class AbstractIndex:
                 if self._map is not None:
                     self._map.close()
                     self._map = None
-                if rounded < self._length:
-                    self._io.truncate(fd, rounded)
-                else:
-                    self._io.truncate(fd, self._length)
-                    self._io.allocate(fd, self._length, rounded - self._length)
+                # sparse, as Kafka's setLength: entries are written with pwrite (never through
+                # the mapping), so a full disk fails an append cleanly instead of raising SIGBUS
+                self._io.truncate(fd, rounded)
+                self._allocated = min(self._allocated, rounded)
                 self._remap(fd, rounded)
             finally:
                 self._io.close(fd)
@@ -165,11 +171,29 @@ class AbstractIndex:
         if self._writable:
             self.resize(self._entries * self.ENTRY_SIZE)
 
+    def _ensure_allocated(self, end: int) -> None:
+        """Reserve disk blocks under [0, end) before storing through the mapping: the file is
+        sparse past its entries (as Kafka's), and a store into an unallocated page on a full disk
+        would be SIGBUS. Blocks are reserved 64 KiB at a time, so appends make no syscall."""
+        if end <= self._allocated:
+            return
+        new = min(self._length, max(end, self._allocated + ALLOCATION_STEP))
+        fd = self._io.open(self.path, os.O_RDWR)
+        try:
+            self._io.allocate(fd, self._allocated, new - self._allocated)
+        finally:
+            self._io.close(fd)
+        self._allocated = new
+
+    def _write(self, position: int, data: bytes) -> None:
+        self._ensure_allocated(position + len(data))
+        self._map.write(position, data)
+
     def _truncate_to_entries(self, n: int) -> None:
         with self._lock:
             n = max(0, min(n, self._entries))
             if self._writable and self._map is not None and n < self._entries:
-                self._map.zero(n * self.ENTRY_SIZE, self._entries * self.ENTRY_SIZE)
+                self._write(n * self.ENTRY_SIZE, bytes((self._entries - n) * self.ENTRY_SIZE))
             self._entries = n
             self._after_truncate()
 
@@ -222,7 +246,7 @@ class AbstractIndex:
             raise KStoreStateError(f"{n} entries do not fit index {self.path}")
         self._entries = 0
         if n:
-            self._map.write(0, raw.tobytes())
+            self._write(0, raw.tobytes())
         self._entries = n
 
 
@@ -271,6 +295,9 @@ class OffsetIndex(AbstractIndex):
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(
                         f"Integer overflow for offset: {offset} ({self.path})")
+                end = (self._entries + 1) * 8
+                if end > self._allocated:
+                    self._ensure_allocated(end)
                 _core.put_offset_entry(self._map, self._entries, rel, position)
                 self._entries += 1
                 self._last_offset = offset
@@ -364,6 +391,9 @@ class TimeIndex(AbstractIndex):
                 rel = offset - self.base_offset
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(f"Integer overflow for offset: {offset} ({self.path})")
+                end = (self._entries + 1) * 12
+                if end > self._allocated:
+                    self._ensure_allocated(end)
                 _core.put_time_entry(self._map, self._entries, timestamp, rel)
                 self._entries += 1
                 self._last_entry = (timestamp, offset)

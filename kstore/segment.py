@@ -186,10 +186,8 @@ class LogSegment:
                     if map_len > self._alloc:
                         self._io.allocate(fd, self._alloc, map_len - self._alloc)
                         self._alloc = map_len
-                want = min(map_len, self.size + PREALLOCATE_CHUNK)
-                if want > self._alloc:
-                    self._io.zero_fill(fd, self._alloc, want - self._alloc)
-                    self._alloc = want
+                # the zero-filled runway is grown by the first appends (_ensure_capacity), so
+                # opening thousands of partitions writes nothing
             except BaseException:
                 if self._fd is None:
                     self._io.close(fd)
@@ -200,6 +198,8 @@ class LogSegment:
             self._update_indexes_full()
 
     def _ensure_capacity(self, n: int) -> None:
+        """Grow the zero-filled runway ahead of the data: in proportion to the segment's size
+        (64 KiB doubling up to 4 MiB), so small partitions stay small on disk."""
         need = self.size + n
         m = self._map
         if need > m.length:
@@ -208,7 +208,8 @@ class LogSegment:
             self._map = self._io.map(self._fd, new_len, True)
             m.close()
             m = self._map
-        new_alloc = min(m.length, max(need, self._alloc + PREALLOCATE_CHUNK))
+        step = min(PREALLOCATE_CHUNK, max(64 << 10, self._alloc))
+        new_alloc = min(m.length, max(need, self._alloc + step))
         self._io.zero_fill(self._fd, self._alloc, new_alloc - self._alloc)
         self._alloc = new_alloc
 
