@@ -53,6 +53,7 @@ class AbstractIndex:
         self._map: Optional[_core.Mapping] = None
         self._length = 0
         self._allocated = 0
+        self._pending_length: Optional[int] = None
         if not load:
             # the owner fills the entries itself (a read-only view of a file another process
             # may shrink must not be mapped)
@@ -121,7 +122,19 @@ class AbstractIndex:
 
     @property
     def max_entries(self) -> int:
-        return self._length // self.ENTRY_SIZE
+        length = self._pending_length if self._pending_length is not None else self._length
+        return length // self.ENTRY_SIZE
+
+    def resize_lazily(self, new_size: int) -> None:
+        """Resize on the first write instead of now (an active segment's indexes grow back to
+        the maximum only when they get an entry: opening many partitions stays cheap)."""
+        rounded = self._round(new_size)
+        self._pending_length = None if rounded == self._length else rounded
+
+    def _apply_pending(self) -> None:
+        if self._pending_length is not None:
+            n, self._pending_length = self._pending_length, None
+            self.resize(n)
 
     @property
     def length(self) -> int:
@@ -148,6 +161,7 @@ class AbstractIndex:
     def resize(self, new_size: int) -> bool:
         """Set the file and mapping length to new_size rounded down to whole entries."""
         with self._lock:
+            self._pending_length = None
             rounded = self._round(new_size)
             if rounded == self._length:
                 return False
@@ -171,6 +185,32 @@ class AbstractIndex:
         if self._writable:
             self.resize(self._entries * self.ENTRY_SIZE)
 
+    @property
+    def length_on_disk(self) -> int:
+        """The file's length once a pending lazy resize is applied."""
+        return self._pending_length if self._pending_length is not None else self._length
+
+    def rewrite(self, raw: np.ndarray) -> None:
+        """Replace the file with exactly these entries (recovery's rebuilt index): one truncate
+        and one write, the same bytes Kafka's reset + appends + trim leave."""
+        with self._lock:
+            data = np.ascontiguousarray(raw, dtype=self.DTYPE).tobytes()   # on-disk layout, always
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+            fd = self._io.open(self.path, os.O_RDWR | os.O_CREAT)
+            try:
+                self._io.truncate(fd, len(data))
+                if data:
+                    self._io.pwrite(fd, data, 0)
+                self._pending_length = None
+                self._allocated = len(data)
+                self._remap(fd, len(data))
+            finally:
+                self._io.close(fd)
+            self._entries = len(raw)
+            self._after_truncate()
+
     def _ensure_allocated(self, end: int) -> None:
         """Reserve disk blocks under [0, end) before storing through the mapping: the file is
         sparse past its entries (as Kafka's), and a store into an unallocated page on a full disk
@@ -186,6 +226,7 @@ class AbstractIndex:
         self._allocated = new
 
     def _write(self, position: int, data: bytes) -> None:
+        self._apply_pending()
         self._ensure_allocated(position + len(data))
         self._map.write(position, data)
 
@@ -246,7 +287,7 @@ class AbstractIndex:
             raise KStoreStateError(f"{n} entries do not fit index {self.path}")
         self._entries = 0
         if n:
-            self._write(0, raw.tobytes())
+            self._write(0, np.ascontiguousarray(raw, dtype=self.DTYPE).tobytes())
         self._entries = n
 
 
@@ -297,6 +338,7 @@ class OffsetIndex(AbstractIndex):
                         f"Integer overflow for offset: {offset} ({self.path})")
                 end = (self._entries + 1) * 8
                 if end > self._allocated:
+                    self._apply_pending()
                     self._ensure_allocated(end)
                 _core.put_offset_entry(self._map, self._entries, rel, position)
                 self._entries += 1
@@ -393,6 +435,7 @@ class TimeIndex(AbstractIndex):
                     raise IndexOffsetOverflowError(f"Integer overflow for offset: {offset} ({self.path})")
                 end = (self._entries + 1) * 12
                 if end > self._allocated:
+                    self._apply_pending()
                     self._ensure_allocated(end)
                 _core.put_time_entry(self._map, self._entries, timestamp, rel)
                 self._entries += 1

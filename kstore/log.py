@@ -258,12 +258,14 @@ class Log:
                 log.warning("deleting orphaned index file %s", os.path.join(self.dir, name))
                 io.unlink(os.path.join(self.dir, name))
         segs = []
+        present = set(names)
         for base in sorted(logs):
             seg = LogSegment(self.dir, base, self._config, io=io, time=self._time, rng=self._rng,
                              file_already_exists=True)
             # Kafka: a missing .index means recovery; a missing .timeindex is recreated too
-            seg.needs_recovery = (not io.exists(seg.offset_index_path)
-                                  or not io.exists(seg.time_index_path))
+            prefix = f"{base:020d}"
+            seg.needs_recovery = (prefix + INDEX_SUFFIX not in present
+                                  or prefix + TIME_INDEX_SUFFIX not in present)
             segs.append(seg)
         return segs
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+
+import numpy as np
 from typing import Optional
 
 from kstore import _core
@@ -192,8 +194,8 @@ class LogSegment:
                 if self._fd is None:
                     self._io.close(fd)
                 raise
-            self.offset_index.resize(self._config.max_index_size)
-            self.time_index.resize(self._config.max_index_size)
+            self.offset_index.resize_lazily(self._config.max_index_size)
+            self.time_index.resize_lazily(self._config.max_index_size)
             self._load_max_timestamp()
             self._update_indexes_full()
 
@@ -414,17 +416,13 @@ class LogSegment:
                 flen = self._io.size(fd)
                 m = self._io.map(fd, flen, False)
                 try:
-                    oidx, tidx = self.offset_index, self.time_index
-                    oidx.reset()
-                    tidx.reset()
+                    max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
-                                             oidx.max_entries, tidx.max_entries - 1)
+                                             max_index // 8, max_index // 12 - 1)
                 finally:
                     m.close()
                 if res["status"] == "overflow":
                     raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
-                oidx.load_entries(res["offset_entries"])
-                tidx.load_entries(res["time_entries"])
                 valid = res["valid_bytes"]
                 if flen > valid:
                     self._io.truncate(fd, valid)
@@ -435,10 +433,27 @@ class LogSegment:
                 if res["max_timestamp"] >= 0 else (-1, -1)
             self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
             self._bytes_since_last_index_entry = 0
-            if self._max_ts[0] >= 0:
-                tidx.maybe_append(self._max_ts[0], self._max_ts[1], skip_full_check=True)
-            oidx.trim_to_valid_size()
-            tidx.trim_to_valid_size()
+            times = res["time_entries"]
+            mts, moff = self._max_ts
+            if mts >= 0 and (len(times) == 0 or mts > int(times["timestamp"][-1])):
+                # the final entry Kafka's recover() writes with skip_full_check
+                # (built in the on-disk dtype: np.concatenate would canonicalise to native order)
+                grown = np.zeros(len(times) + 1, dtype=_core.TIME_DTYPE)
+                grown[:-1] = times
+                grown["timestamp"][-1] = mts
+                grown["relative_offset"][-1] = moff - self.base_offset
+                times = grown
+            oidx, tidx = self._oidx, self._tidx
+            if oidx is None:      # not loaded yet: no need to open the file being replaced
+                oidx = self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
+                                                self._config.max_index_size, io=self._io, load=False)
+                self.view.index = oidx.state
+            if tidx is None:
+                tidx = self._tidx = TimeIndex(self.time_index_path, self.base_offset,
+                                              self._config.max_index_size, io=self._io, load=False)
+                self.view.tindex = tidx.state
+            oidx.rewrite(res["offset_entries"])
+            tidx.rewrite(times)
             res["truncated_bytes"] = flen - valid
             self._update_indexes_full()
             if was_active:

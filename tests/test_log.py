@@ -336,11 +336,17 @@ def test_reopen_after_close_roll_and_truncate(open_log, log_dir):
     log.close()
     log = open_log(cfg)
     assert log.recovery_report == []             # clean: nothing recovered
-    active = log.active_segment                  # the active segment's indexes are back at max size
-    assert os.path.getsize(active.offset_index_path) == 10485760
-    assert os.path.getsize(active.time_index_path) == 10485760 // 12 * 12
+    # the active segment's indexes are back at their maximum capacity; the files grow back to
+    # the maximum size at their first entry (lazily, so opening many partitions stays cheap)
+    active = log.active_segment
+    assert active.offset_index.max_entries == 10485760 // 8
+    assert active.time_index.max_entries == 10485760 // 12
+    assert active.offset_index.length_on_disk == 10485760
     assert os.path.getsize(log.segments[0].offset_index_path) == 8 * log.segments[0].offset_index.entries
     assert log.log_end_offset == 20 and values(log) == [b"v%d" % i for i in range(20)]
+    for i in range(20, 60):                      # enough to add index entries to the active segment
+        log.append([(b"k%d" % i, b"x" * 200, NOW + i)])
+    assert os.path.getsize(log.active_segment.offset_index_path) == 10485760
     log.truncate_to(13)
     log.close()
     log = open_log(cfg)

@@ -214,3 +214,22 @@ def test_index_entries_follow_kafkas_interval_rule(tmp_path):
     assert [seg.time_index.entry(n) for n in range(seg.time_index.entries)] == \
         [(NOW + (off - 1) // 2, off) for off, _ in expect]
     seg.close()
+
+
+def test_recovered_indexes_are_big_endian_on_disk(tmp_path):
+    """The rebuilt .timeindex (with its final entry) has Kafka's byte layout."""
+    import struct
+    seg = make_segment(tmp_path, 0, {"index.interval.bytes": 50})
+    for i in range(20):
+        append(seg, i, [(None, b"x" * 40, NOW + i)])
+    seg.close()
+    seg = make_segment(tmp_path, 0, {"index.interval.bytes": 50}, exists=True)
+    seg.recover()
+    seg.close()
+    raw = (tmp_path / "00000000000000000000.timeindex").read_bytes()
+    entries = [struct.unpack(">qi", raw[i:i + 12]) for i in range(0, len(raw), 12)]
+    assert entries[-1] == (NOW + 19, 19)
+    assert all(NOW <= ts <= NOW + 19 and 0 <= rel <= 19 for ts, rel in entries)
+    raw = (tmp_path / "00000000000000000000.index").read_bytes()
+    offs = [struct.unpack(">ii", raw[i:i + 8]) for i in range(0, len(raw), 8)]
+    assert offs and all(0 < rel < 20 and pos > 0 for rel, pos in offs)
