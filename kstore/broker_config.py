@@ -52,22 +52,29 @@ _IGNORED = re.compile(
     r"broker\.session\.timeout\.ms|fetch\..*|producer\..*|consumer\..*|unstable\..*|"
     r"eligible\.leader\.replicas\..*|group\.coordinator\..*|sasl\..*)$")
 
-_TIME_UNITS = {".hours": 3_600_000, ".minutes": 60_000, ".ms": 1}
+# broker synonyms given in hours or minutes, and the smallest value each accepts
+_UNIT_SYNONYMS = {
+    "log.roll.hours": (3_600_000, 1),
+    "log.roll.jitter.hours": (3_600_000, 0),
+    "log.retention.hours": (3_600_000, -1),
+    "log.retention.minutes": (60_000, -1),
+}
 
 
 def _synonym_value(spec, props: Mapping[str, Any]):
-    """The topic default from the highest-priority broker synonym present, in ms where needed."""
+    """The topic default from the highest-priority broker synonym present, in ms where needed
+    (a negative retention stays negative: it means unlimited)."""
     for name in spec.broker:
-        if name in props:
-            value = props[name]
-            for suffix, factor in _TIME_UNITS.items():
-                if name.endswith(suffix) and factor != 1:
-                    hours_key = name
-                    parsed = _long(0 if "jitter" in name else (1 if "roll" in name else -1))(hours_key, value)
-                    return parsed * factor if parsed >= 0 else parsed
-            if name == "log.flush.scheduler.interval.ms":
-                return _long(0)(name, value)
-            return value
+        if name not in props:
+            continue
+        value = props[name]
+        if name in _UNIT_SYNONYMS:
+            factor, lo = _UNIT_SYNONYMS[name]
+            parsed = _long(lo)(name, value)
+            return parsed * factor if parsed >= 0 else parsed
+        if name == "log.flush.scheduler.interval.ms":
+            return _long(0)(name, value)
+        return value
     return None
 
 

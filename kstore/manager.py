@@ -6,6 +6,7 @@ producer-style appends with Kafka's default partitioner, and taking a log dir of
 """
 from __future__ import annotations
 
+import base64
 import errno
 import fcntl
 import itertools
@@ -115,6 +116,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
+        self._topic_ids: dict[str, str] = {}
         self._topic_config_version = 0
         self._offline: dict[str, str] = {}
         self._locks: dict[str, int] = {}
@@ -216,11 +218,12 @@ class LogManager:
         if best:
             self._topic_config_version = best["version"]
             self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
+            self._topic_ids = dict(best.get("topic_ids", {}))
 
     def _persist_topic_configs(self) -> None:
         self._topic_config_version += 1
-        data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs},
-                          sort_keys=True, indent=1).encode()
+        data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs,
+                           "topic_ids": self._topic_ids}, sort_keys=True, indent=1).encode()
         for d in self.log_dirs:
             if d in self._offline:
                 continue
@@ -386,6 +389,8 @@ class LogManager:
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
             self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
                                          for k, v in cfg.overrides.items()}
+            # Kafka's topic id: a UUID shown as URL-safe base64 without padding
+            self._topic_ids[name] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             self._persist_topic_configs()
             for p in range(partitions):
                 self._create_partition(name, p, cfg)
@@ -418,10 +423,9 @@ class LogManager:
         meta = os.path.join(path, "partition.metadata")
         if self._io.exists(meta):
             return
-        tid = self._topic_configs.get(topic, {}).get("__topic_id__")
+        tid = self._topic_ids.get(topic)
         if tid is None:
-            import base64
-            tid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            tid = self._topic_ids[topic] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._io.write_atomic(meta, f"version: 0\ntopic_id: {tid}\n".encode())
 
     def add_partitions(self, name: str, count: int) -> list[int]:
@@ -482,6 +486,7 @@ class LogManager:
                     raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
                 self._logs_to_delete.append((target, self._time.milliseconds()))
             self._topic_configs.pop(name, None)
+            self._topic_ids.pop(name, None)
             self._persist_topic_configs()
             self.checkpoint_recovery_offsets()
             self.checkpoint_log_start_offsets()

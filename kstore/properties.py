@@ -63,10 +63,10 @@ def parse_properties(text: str) -> dict[str, str]:
                 break
             i += 1
         key = line[:i]
+        # after the key: optional whitespace, then at most one '=' or ':', then whitespace
         rest = line[i:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":") and (i < n and line[i] in " \t\f" or True):
-            if rest[:1] in "=:":
-                rest = rest[1:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
         props[_unescape(key)] = _unescape(rest)
     return props
 

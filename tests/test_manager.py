@@ -460,3 +460,19 @@ def test_assign_replicas_matches_kafka():
     assert b[0] == [102, 103]
     with pytest.raises(InvalidConfigError, match="larger than available brokers"):
         kstore.assign_replicas(3, 2, 3)
+
+
+def test_one_topic_id_per_topic_persisted(tmp_path, mock):
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 3)
+        ids = {(tmp_path / f"t-{p}" / "partition.metadata").read_text() for p in range(3)}
+        assert len(ids) == 1
+        m.add_partitions("t", 4)
+        assert (tmp_path / "t-3" / "partition.metadata").read_text() in ids
+
+
+def test_properties_parser_java_rules():
+    from kstore.properties import parse_properties
+    text = "# comment\n! also\n  a = 1\nb:2\nc 3\nd=x\\\n   y\ne=\\u0041\\tB\nk\\:x=v\nempty=\nlast\\\n"
+    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "xy", "e": "A\tB",
+                                      "k:x": "v", "empty": "", "last": ""}
