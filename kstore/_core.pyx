@@ -1771,3 +1771,422 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
         if r is not None:
             return r
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Log compaction: the dedupe map (Kafka's SkimpyOffsetMap) and batch filtering (filterTo)
+# ---------------------------------------------------------------------------------------------
+cdef extern from "_kstore.h" nogil:
+    void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
+
+
+
+def key_hash(data):
+    """The cleaner's 128-bit key hash (MurmurHash3 x64-128) as 16 bytes."""
+    cdef const uint8_t[::1] mv = data
+    cdef uint64_t h[2]
+    ks_murmur3_128(&mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0], h)
+    return PyBytes_FromStringAndSize(<char*>h, 16)
+
+
+cdef class OffsetMap:
+    """Fixed-size open-addressing table in a numpy buffer: 24-byte slots holding a 128-bit key
+    hash and the latest offset seen for that key (Kafka's SkimpyOffsetMap). Filled up to
+    load_factor of its slots; collisions between distinct keys are ~2^-128."""
+    cdef object buffer
+    cdef uint8_t* p
+    cdef readonly Py_ssize_t slots
+    cdef readonly Py_ssize_t size
+    cdef readonly Py_ssize_t capacity
+    cdef readonly int64_t latest_offset
+    cdef readonly int64_t lookups
+    cdef readonly int64_t probes
+
+    def __init__(self, Py_ssize_t memory, double load_factor=0.9):
+        cdef uint8_t[::1] view
+        if memory < 24 * 2:
+            raise ValueError(f"dedupe buffer of {memory} bytes is too small")
+        self.slots = memory // 24
+        self.capacity = <Py_ssize_t>(self.slots * load_factor)
+        if self.capacity < 1:
+            self.capacity = 1
+        self.buffer = np.zeros(self.slots * 24, dtype=np.uint8)
+        view = self.buffer
+        self.p = &view[0]
+        self.clear()
+
+    def clear(self):
+        memset(self.p, 0, self.slots * 24)
+        self.size = 0
+        self.latest_offset = -1
+
+    cdef inline Py_ssize_t _find(self, const uint8_t* key, Py_ssize_t klen, uint64_t* h) noexcept nogil:
+        """Slot holding the key's hash, or the empty slot where it would go."""
+        cdef Py_ssize_t i, slot
+        cdef uint64_t a, b
+        ks_murmur3_128(key, klen, h)
+        if h[0] == 0 and h[1] == 0:
+            h[1] = 1                     # all-zero marks an empty slot
+        slot = <Py_ssize_t>(h[0] % <uint64_t>self.slots)
+        self.lookups += 1
+        while True:
+            self.probes += 1
+            memcpy(&a, self.p + slot * 24, 8)
+            memcpy(&b, self.p + slot * 24 + 8, 8)
+            if (a == h[0] and b == h[1]) or (a == 0 and b == 0):
+                return slot
+            slot += 1
+            if slot == self.slots:
+                slot = 0
+
+    cdef inline void _put(self, const uint8_t* key, Py_ssize_t klen, int64_t offset) noexcept nogil:
+        cdef uint64_t h[2]
+        cdef uint64_t a
+        cdef Py_ssize_t slot = self._find(key, klen, h)
+        memcpy(&a, self.p + slot * 24, 8)
+        if a == 0 and ld64(self.p + slot * 24 + 8) == 0:
+            self.size += 1
+        memcpy(self.p + slot * 24, h, 16)
+        memcpy(self.p + slot * 24 + 16, &offset, 8)
+        self.latest_offset = offset
+
+    cdef inline int64_t _get(self, const uint8_t* key, Py_ssize_t klen) noexcept nogil:
+        cdef uint64_t h[2]
+        cdef uint64_t a, b
+        cdef int64_t off
+        cdef Py_ssize_t slot = self._find(key, klen, h)
+        memcpy(&a, self.p + slot * 24, 8)
+        memcpy(&b, self.p + slot * 24 + 8, 8)
+        if a == 0 and b == 0:
+            return -1
+        memcpy(&off, self.p + slot * 24 + 16, 8)
+        return off
+
+    def put(self, key, int64_t offset):
+        cdef const uint8_t[::1] mv = key
+        if self.size >= self.capacity:
+            raise ValueError("offset map is full")
+        self._put(&mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0], offset)
+
+    def get(self, key):
+        cdef const uint8_t[::1] mv = key
+        return self._get(&mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0])
+
+    @property
+    def full(self):
+        return self.size >= self.capacity
+
+    @property
+    def utilization(self):
+        return self.size / self.slots
+
+
+cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
+                                int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:
+    """Put every keyed record with offset >= first_dirty into the map; -1 if malformed."""
+    cdef int32_t i
+    cdef int64_t rlen, tsd, offd, klen
+    cdef Py_ssize_t q, rend
+    for i in range(count):
+        q = get_varlong(p, pos, end, &rlen, 5)
+        if q < 0 or rlen <= 0 or rlen > end - q:
+            return -1
+        rend = q + rlen
+        q += 1
+        q = get_varlong(p, q, rend, &tsd, 10)
+        if q < 0:
+            return -1
+        q = get_varlong(p, q, rend, &offd, 5)
+        if q < 0:
+            return -1
+        q = get_varlong(p, q, rend, &klen, 5)
+        if q < 0 or klen < -1 or klen > rend - q:
+            return -1
+        if klen >= 0 and base + offd >= first_dirty:
+            omap._put(p + q, klen, base + offd)
+        pos = rend
+    return 0
+
+
+def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_dirty,
+                     OffsetMap omap):
+    """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
+    first_dirty, batch by batch, until a batch would overfill the map. Control batches are
+    skipped. Returns (next_position, full)."""
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    cdef const uint8_t* p = m.ptr()
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    cdef int hs, rc
+    cdef list tmp = []
+    cdef Record r
+    m.pin()
+    try:
+        while True:
+            hs = _parse_header(p, pos, end, &h, &why)
+            if hs != H_OK:
+                if hs == H_CORRUPT:
+                    raise _corrupt(why.decode("ascii"), pos)
+                return (pos, False)
+            if h.last_offset < first_dirty or (h.magic == 2 and (h.attrs & CONTROL_BIT)):
+                pos += h.size
+                continue
+            if omap.size + h.count > omap.capacity:
+                return (pos, True)
+            if h.magic == 2 and (h.attrs & CODEC_MASK) == 0:
+                with nogil:
+                    rc = _map_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
+                                         h.count, first_dirty, omap)
+                if rc < 0:
+                    raise _corrupt("malformed record while building the offset map", pos)
+            else:
+                del tmp[:]
+                _decode_batch(p, pos, &h, first_dirty, <Py_ssize_t>1 << 62, tmp, True, False)
+                if omap.size + len(tmp) > omap.capacity:
+                    return (pos, True)
+                for o in tmp:
+                    r = <Record>o
+                    if r.key is not None:
+                        omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
+            pos += h.size
+    finally:
+        m.unpin()
+
+
+cdef class CleanStats:
+    """Counters of one filter call."""
+    cdef public int64_t records_read, records_kept, bytes_read, bytes_written
+    cdef public int64_t batches_copied, batches_rebuilt, batches_dropped, tombstones_kept
+    cdef public int64_t max_timestamp, offset_of_max_timestamp, last_offset
+
+    def __init__(self):
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.last_offset = -1
+
+
+cdef inline bint _keep(OffsetMap omap, int64_t offset, const uint8_t* key, Py_ssize_t klen,
+                       bint is_tombstone, bint retain_deletes) noexcept nogil:
+    if offset > omap.latest_offset:
+        return True                       # beyond what the map covers: untouched
+    if klen < 0:
+        return False                      # unkeyed records are dropped from compacted logs
+    if offset < omap._get(key, klen):
+        return False                      # a later value of the key exists
+    return (not is_tombstone) or retain_deletes
+
+
+def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, int64_t now,
+                   int64_t delete_retention_ms, bint legacy_retain_deletes, int64_t final_offset,
+                   Py_ssize_t max_out, CleanStats stats):
+    """Kafka's MemoryRecords.filterTo over [start, end): returns (next_position, bytes).
+
+    Unchanged batches are copied byte for byte; changed v2 batches are rebuilt with the same base
+    and last offsets; a v2 batch that keeps tombstones gets a delete horizon (now +
+    delete.retention.ms) if it has none, and past its horizon its tombstones go. The batch whose
+    last offset is final_offset is kept even if empty. Stops before exceeding max_out bytes.
+    """
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    cdef const uint8_t* p = m.ptr()
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start, q, rend, klen_pos, kept_start, offd_pos
+    cdef int hs
+    cdef bytearray out = bytearray()
+    cdef bytearray recs = bytearray()
+    cdef int32_t i, kept
+    cdef int64_t rlen, tsd, offd, klen, vlen, ts, new_base_ts, horizon, max_ts
+    cdef bint retain_deletes, has_horizon, tomb_kept, all_kept, set_horizon, lat
+    cdef uint32_t crc
+    cdef const uint8_t* rp
+    cdef Py_ssize_t rn
+    cdef uint8_t hdr[V2_OVERHEAD]
+    cdef uint8_t tmpv[16]
+    cdef Py_ssize_t tn
+    cdef list kept_list
+    m.pin()
+    try:
+        while True:
+            hs = _parse_header(p, pos, end, &h, &why)
+            if hs != H_OK:
+                if hs == H_CORRUPT:
+                    raise _corrupt(why.decode("ascii"), pos)
+                break
+            if len(out) > 0 and len(out) + h.size > max_out:
+                break
+            stats.bytes_read += h.size
+            if h.magic < 2:
+                _filter_legacy(p, pos, &h, omap, legacy_retain_deletes, final_offset, out, stats)
+                pos += h.size
+                continue
+            if (h.attrs & CONTROL_BIT):
+                # no transactions are written by kstore; markers of a broker's data are kept
+                out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
+                stats.batches_copied += 1
+                stats.bytes_written += h.size
+                stats.last_offset = h.last_offset
+                pos += h.size
+                continue
+            has_horizon = (h.attrs & HORIZON_BIT) != 0
+            retain_deletes = (not has_horizon) or now < h.base_timestamp
+            lat = (h.attrs & TS_TYPE_BIT) != 0
+            # decode the records region (decompressing if needed)
+            if (h.attrs & CODEC_MASK) == 0:
+                rp = p + pos + V2_OVERHEAD
+                rn = h.size - V2_OVERHEAD
+                inner = None
+            else:
+                inner = _decompress_value(h.attrs & CODEC_MASK, p + pos + V2_OVERHEAD,
+                                          h.size - V2_OVERHEAD, pos)
+                rp = <const uint8_t*>PyBytes_AS_STRING(inner)
+                rn = len(inner)
+            # pass 1: which records stay
+            kept_list = []
+            tomb_kept = False
+            max_ts = -1
+            q = 0
+            for i in range(h.count):
+                kept_start = q
+                q = get_varlong(rp, q, rn, &rlen, 5)
+                if q < 0 or rlen <= 0 or rlen > rn - q:
+                    raise _corrupt("malformed record while cleaning", pos)
+                rend = q + rlen
+                q += 1
+                q = get_varlong(rp, q, rend, &tsd, 10)
+                if q < 0:
+                    raise _corrupt("malformed record while cleaning", pos)
+                offd_pos = q
+                klen_pos = get_varlong(rp, q, rend, &offd, 5)
+                if klen_pos < 0:
+                    raise _corrupt("malformed record while cleaning", pos)
+                q = get_varlong(rp, klen_pos, rend, &klen, 5)
+                if q < 0 or klen < -1 or klen > rend - q:
+                    raise _corrupt("malformed record while cleaning", pos)
+                tn = q + (klen if klen > 0 else 0)
+                tn = get_varlong(rp, tn, rend, &vlen, 5)
+                if tn < 0 or vlen < -1:
+                    raise _corrupt("malformed record while cleaning", pos)
+                stats.records_read += 1
+                if _keep(omap, h.base_offset + offd, rp + q, klen, vlen < 0, retain_deletes):
+                    kept_list.append((kept_start, rend, offd_pos, h.base_timestamp + tsd))
+                    if vlen < 0:
+                        tomb_kept = True
+                    if h.base_timestamp + tsd > max_ts:
+                        max_ts = h.base_timestamp + tsd
+                q = rend
+            kept = len(kept_list)
+            stats.records_kept += kept
+            if tomb_kept:
+                stats.tombstones_kept += 1
+            set_horizon = tomb_kept and not has_horizon
+            all_kept = kept == h.count
+            if all_kept and not set_horizon:
+                out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
+                stats.batches_copied += 1
+                stats.bytes_written += h.size
+                stats.last_offset = h.last_offset
+                _track_max(stats, h.max_timestamp, h.last_offset)
+                pos += h.size
+                continue
+            if kept == 0 and h.last_offset != final_offset:
+                stats.batches_dropped += 1
+                pos += h.size
+                continue
+            # rebuild: same base/last offsets, kept records (timestamps re-based on a horizon)
+            new_base_ts = h.base_timestamp
+            if set_horizon:
+                new_base_ts = now + delete_retention_ms
+            elif has_horizon and not tomb_kept:
+                pass
+            del recs[:]
+            for item in kept_list:
+                kept_start, rend, offd_pos, ts = item
+                if new_base_ts == h.base_timestamp:
+                    recs += PyBytes_FromStringAndSize(<const char*>(rp + kept_start), rend - kept_start)
+                else:
+                    # body = attrs, tsDelta (new), then the original bytes from offsetDelta on
+                    tn = put_varint(tmpv, 0, ts - new_base_ts)
+                    body_len = 1 + tn + (rend - offd_pos)
+                    lenbuf = bytearray(10)
+                    ln = put_varint(<uint8_t*>(<char*>lenbuf), 0, body_len)
+                    recs += lenbuf[:ln]
+                    recs.append(rp[kept_start + _varint_len(rp, kept_start)])
+                    recs += PyBytes_FromStringAndSize(<const char*>tmpv, tn)
+                    recs += PyBytes_FromStringAndSize(<const char*>(rp + offd_pos), rend - offd_pos)
+            payload = bytes(recs)
+            if (h.attrs & CODEC_MASK) and kept:
+                payload = _compress(h.attrs & CODEC_MASK, payload)
+            memcpy(hdr, p + pos, V2_OVERHEAD)
+            st32(hdr + 8, <uint32_t>(V2_OVERHEAD - LOG_OVERHEAD + len(payload)))
+            attrs_new = h.attrs | (HORIZON_BIT if set_horizon else 0)
+            if kept == 0:
+                attrs_new = attrs_new & ~CODEC_MASK
+                payload = b""
+            st16(hdr + 21, <uint16_t>attrs_new)
+            st64(hdr + 27, <uint64_t>new_base_ts)
+            if not lat:
+                st64(hdr + 35, <uint64_t>(max_ts if kept else h.max_timestamp))
+            st32(hdr + 57, <uint32_t>kept)
+            crc = ks_crc32c(0, hdr + 21, V2_OVERHEAD - 21)
+            if len(payload):
+                crc = ks_crc32c(crc, <const uint8_t*>PyBytes_AS_STRING(payload), len(payload))
+            st32(hdr + 17, crc)
+            out += PyBytes_FromStringAndSize(<const char*>hdr, V2_OVERHEAD)
+            out += payload
+            stats.batches_rebuilt += 1
+            stats.bytes_written += V2_OVERHEAD + len(payload)
+            stats.last_offset = h.last_offset
+            _track_max(stats, ld64(hdr + 35), h.last_offset)
+            pos += h.size
+    finally:
+        m.unpin()
+    return (pos, bytes(out))
+
+
+cdef inline Py_ssize_t _varint_len(const uint8_t* p, Py_ssize_t pos) noexcept:
+    cdef Py_ssize_t n = 1
+    while p[pos] & 0x80:
+        pos += 1
+        n += 1
+    return n
+
+
+cdef inline void _track_max(CleanStats stats, int64_t ts, int64_t off):
+    if ts > stats.max_timestamp:
+        stats.max_timestamp = ts
+        stats.offset_of_max_timestamp = off
+
+
+cdef int _filter_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, OffsetMap omap,
+                        bint retain_deletes, int64_t final_offset, bytearray out,
+                        CleanStats stats) except -1:
+    """A v0/v1 message: kept or dropped whole. A compressed wrapper is kept whole if any inner
+    record must stay (conservative: a latest value is never lost)."""
+    cdef list tmp = []
+    cdef Record r
+    cdef bint keep = False
+    cdef const uint8_t* kp
+    _decode_batch(p, pos, h, -1, <Py_ssize_t>1 << 62, tmp, True, False)
+    for o in tmp:
+        r = <Record>o
+        stats.records_read += 1
+        if r.key is None:
+            kp = NULL
+        else:
+            kp = <const uint8_t*>PyBytes_AS_STRING(r.key)
+        if _keep(omap, r.offset, kp, -1 if r.key is None else len(r.key), r.value is None,
+                 retain_deletes):
+            keep = True
+            stats.records_kept += 1
+    if keep or h.last_offset == final_offset:
+        out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
+        stats.batches_copied += 1
+        stats.bytes_written += h.size
+        stats.last_offset = h.last_offset
+        _track_max(stats, h.max_timestamp, h.last_offset)
+    else:
+        stats.batches_dropped += 1
+    return 0

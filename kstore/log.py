@@ -828,6 +828,41 @@ class Log:
             self._async_delete(seg)
         return len(doomed)
 
+    def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
+        """Swap a cleaned segment in for `old` (Kafka's replaceSegments): rename its `.cleaned`
+        files to `.swap`, retire the old segments to `.deleted`, drop the `.swap` suffix, fsync
+        the directory. A crash at any point is finished or undone by the next load. Returns
+        False (nothing changed) if the old segments are no longer all in the log."""
+        io = self._io
+        with self._lock:
+            if self._closed or any(s not in self._segs for s in old):
+                return False
+            files = [segment_file(self.dir, new_base, suf, CLEANED_SUFFIX)
+                     for suf in (TIME_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX)]
+            for path in files:
+                if io.exists(path):
+                    io.rename(path, path[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
+            io.fsync_dir(self.dir)
+            for seg in old:
+                seg.close_handlers()
+                seg.change_file_suffixes("", DELETED_SUFFIX)
+            for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                path = segment_file(self.dir, new_base, suf, SWAP_SUFFIX)
+                if io.exists(path):
+                    io.rename(path, path[: -len(SWAP_SUFFIX)])
+            io.fsync_dir(self.dir)
+            new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
+                             rng=self._rng, file_already_exists=True)
+            segs = sorted([s for s in self._segs if s not in old] + [new], key=lambda s: s.base_offset)
+            self._set_segments(segs)
+            for seg in old:
+                if self._scheduler is not None:
+                    self._scheduler.schedule_once("delete-file", seg.delete,
+                                                  delay_ms=self._config.file_delete_delay_ms)
+                else:
+                    seg.delete()
+            return True
+
     def _async_delete(self, seg: LogSegment) -> None:
         """Rename to .deleted now; unlink after file.delete.delay.ms (Kafka)."""
         seg.close_handlers()

@@ -128,6 +128,7 @@ class LogManager:
         self._own_scheduler = scheduler is None and not read_only
         self._scheduler = scheduler if scheduler is not None else (
             None if read_only else Scheduler(self._cfg["background.threads"], self._time))
+        self.cleaner = None
         try:
             self._startup()
         except BaseException:
@@ -177,6 +178,15 @@ class LogManager:
             list(pool.map(self._load_dir, live))
         if not self.read_only:
             self._schedule_tasks()
+            c = self._cfg
+            if c["log.cleaner.enable"]:
+                from kstore.cleaner import LogCleaner
+                self.cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
+                                          c["log.cleaner.io.buffer.load.factor"],
+                                          c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
+                                          self._time, self._io)
+                if self._own_scheduler:
+                    self.cleaner.start()
 
     def _acquire_lock(self, d: str) -> None:
         path = os.path.join(d, LOCK_FILE)
@@ -519,6 +529,19 @@ class LogManager:
              max_bytes: int = 1 << 20):
         return self.log(topic, partition).read(offset, max_records, max_bytes)
 
+    # -- compaction ----------------------------------------------------------------------------
+    def clean_now(self):
+        """Run one cleaner pass now over every eligible compacted log; returns a list of
+        CleanerStats (bytes read and written, records removed, duration)."""
+        self._check_writable()
+        if self.cleaner is None:
+            raise KStoreStateError("the log cleaner is disabled (log.cleaner.enable=false)")
+        return self.cleaner.run_pass()
+
+    def uncleanable_partitions(self) -> dict[tuple[str, int], str]:
+        """Partitions whose cleaning failed, with the error (cleaning skips them)."""
+        return dict(self.cleaner.uncleanable) if self.cleaner else {}
+
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):
         with self._lock:
@@ -601,6 +624,8 @@ class LogManager:
             return
         self._closed = True
         try:
+            if self.cleaner is not None:
+                self.cleaner.shutdown()
             if self._own_scheduler and self._scheduler is not None:
                 self._scheduler.shutdown()
             if self.read_only:

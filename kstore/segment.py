@@ -387,6 +387,13 @@ class LogSegment:
             return ts
         return self._io.getmtime_ms(self.log_path)
 
+    def largest_mtime(self) -> int:
+        """The .log's modification time in ms (legacy tombstone horizons use it)."""
+        try:
+            return self._io.getmtime_ms(self.log_path)
+        except FileNotFoundError:
+            return 0
+
     def read_next_offset(self) -> int:
         """One past the last offset in the segment (scan from the last index entry)."""
         if self.size == 0:

@@ -1,0 +1,409 @@
+"""Log compaction (Kafka's LogCleaner and LogCleanerManager).
+
+A pass picks the filthiest compacted log (dirty ratio above min.cleanable.dirty.ratio, or a dirty
+section older than max.compaction.lag.ms), builds the dedupe map (an OffsetMap in the compiled
+core) over its dirty section up to the first uncleanable offset, then rewrites every segment below
+the map's end, in groups, into `.cleaned` files that are swapped in through `.swap` names with
+Kafka's crash-recovery rules. Only the latest value of each key survives; tombstones survive until
+their delete horizon. Offsets never change; unchanged batches are copied byte for byte.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time as _time
+from typing import Optional
+
+from kstore import _core
+from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
+from kstore.errors import KStoreError
+from kstore.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from kstore.log import Log
+from kstore.segment import LogSegment
+
+log = logging.getLogger("kstore.cleaner")
+INT32_MAX = (1 << 31) - 1
+OUT_CHUNK = 4 << 20
+
+
+@dataclasses.dataclass
+class CleanerStats:
+    """What one clean of one log did."""
+    topic: str = ""
+    partition: int = -1
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    segments_in: int = 0
+    segments_out: int = 0
+    map_entries: int = 0
+    end_offset: int = -1
+    duration_ms: float = 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / (self.duration_ms / 1000) if self.duration_ms else 0.0
+
+
+class Throttler:
+    """Caps bytes/s over a 300 ms window (log.cleaner.io.max.bytes.per.second), shared by threads."""
+
+    def __init__(self, bytes_per_second: float, time=None):
+        self.rate = bytes_per_second
+        self._lock = threading.Lock()
+        self._start = _time.monotonic()
+        self._count = 0.0
+
+    def maybe_throttle(self, n: int) -> None:
+        if self.rate >= 1e300 or n <= 0:
+            return
+        with self._lock:
+            self._count += n
+            elapsed = _time.monotonic() - self._start
+            if elapsed >= 0.3:
+                wanted = self._count / self.rate
+                if wanted > elapsed:
+                    _time.sleep(wanted - elapsed)
+                self._start = _time.monotonic()
+                self._count = 0.0
+
+
+@dataclasses.dataclass
+class LogToClean:
+    tp: tuple[str, int]
+    log: Log
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+    forced: bool = False
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def cleanable_range(lg: Log, first_dirty: int, now: int) -> tuple[int, int, int, int, bool]:
+    """(first_dirty, first_uncleanable, clean_bytes, dirty_bytes, max_lag_exceeded) per Kafka:
+    the active segment and segments newer than min.compaction.lag.ms are uncleanable."""
+    cfg = lg.config
+    segs = lg.segments
+    start = lg.log_start_offset
+    if first_dirty < start or first_dirty > lg.log_end_offset:
+        first_dirty = start
+    first_uncleanable = segs[-1].base_offset
+    for s in segs[:-1]:
+        if s.base_offset + 0 >= first_dirty or _next_base(segs, s) > first_dirty:
+            if cfg.min_compaction_lag_ms > 0 and s.largest_timestamp() > now - cfg.min_compaction_lag_ms:
+                first_uncleanable = min(first_uncleanable, s.base_offset)
+                break
+    clean = sum(s.size for s in segs if _next_base(segs, s) <= first_dirty)
+    dirty_segs = [s for s in segs if _next_base(segs, s) > first_dirty and s.base_offset < first_uncleanable]
+    dirty = sum(s.size for s in dirty_segs)
+    lag_exceeded = False
+    if dirty and cfg.max_compaction_lag_ms < (1 << 62):
+        first_ts = dirty_segs[0]._first_batch_timestamp()
+        if first_ts >= 0 and first_ts < now - cfg.max_compaction_lag_ms:
+            lag_exceeded = True
+    return first_dirty, first_uncleanable, clean, dirty, lag_exceeded
+
+
+def _next_base(segs, seg) -> int:
+    i = segs.index(seg)
+    return segs[i + 1].base_offset if i + 1 < len(segs) else 1 << 62
+
+
+class Cleaner:
+    """One cleaner thread's state: its OffsetMap and the clean of one log."""
+
+    def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io):
+        self.offset_map = _core.OffsetMap(map_memory, load_factor)
+        self.throttler = throttler
+        self._time = time
+        self._io = io
+
+    def clean(self, ltc: LogToClean) -> CleanerStats:
+        t0 = _time.perf_counter()
+        lg = ltc.log
+        stats = CleanerStats(topic=ltc.tp[0], partition=ltc.tp[1])
+        omap = self.offset_map
+        omap.clear()
+        segs = lg.segments
+        now = self._time.milliseconds()
+        # 1. the dedupe map over the dirty section
+        end_offset = ltc.first_dirty
+        for s in segs:
+            if _next_base(segs, s) <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
+                continue
+            m = s.mapping()
+            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap)
+            stats.bytes_read += pos
+            self.throttler.maybe_throttle(pos)
+            if full:
+                break
+        stats.map_entries = omap.size
+        if omap.size:
+            end_offset = omap.latest_offset + 1
+        else:
+            end_offset = ltc.first_uncleanable
+        if omap.size == 0:
+            # nothing keyed in the dirty section: only move the checkpoint
+            stats.end_offset = end_offset
+            stats.duration_ms = (_time.perf_counter() - t0) * 1000
+            return stats
+        # 2. legacy tombstones: Kafka's horizon is the last clean segment's mtime - delete.retention.ms
+        clean_section = [s for s in segs if _next_base(segs, s) <= ltc.first_dirty]
+        legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms
+        # 3. rewrite the segments below end_offset, in groups
+        to_clean = [s for s in segs if s.base_offset < end_offset and s.base_offset < ltc.first_uncleanable]
+        # the round's final batch is kept even if emptied (Kafka), so the cleaned range keeps its end
+        final_offset = to_clean[-1].read_next_offset() - 1 if to_clean else -1
+        for group in group_segments(to_clean, lg.config, end_offset):
+            self._clean_group(lg, group, omap, now, legacy_horizon, final_offset, stats)
+        stats.end_offset = end_offset
+        stats.duration_ms = (_time.perf_counter() - t0) * 1000
+        return stats
+
+    def _clean_group(self, lg: Log, group: list[LogSegment], omap, now: int, legacy_horizon: int,
+                     final_offset: int, stats: CleanerStats) -> None:
+        io = self._io
+        base = group[0].base_offset
+        out_path = segment_file(lg.dir, base, LOG_SUFFIX, CLEANED_SUFFIX)
+        cs = _core.CleanStats()
+        fd = io.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        out_pos = 0
+        try:
+            for s in group:
+                m = s.mapping()
+                end = min(s.size, m.length)
+                retain_legacy = s.largest_mtime() > legacy_horizon
+                pos = 0
+                while pos < end:
+                    before = cs.bytes_read
+                    pos, data = _core.filter_batches(m, pos, end, omap, now, lg.config.delete_retention_ms,
+                                                     retain_legacy, final_offset, OUT_CHUNK, cs)
+                    if data:
+                        io.pwrite(fd, data, out_pos)
+                        out_pos += len(data)
+                    self.throttler.maybe_throttle(cs.bytes_read - before + len(data))
+                    if cs.bytes_read == before and not data:
+                        break     # malformed tail: recovery owns it
+            io.fsync(fd)
+        except BaseException:
+            io.close(fd)
+            _remove_cleaned(io, lg.dir, base)
+            raise
+        io.close(fd)
+        # indexes for the cleaned segment, built as recovery builds them, then made durable
+        piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg._rng,
+                           file_already_exists=True, suffix=CLEANED_SUFFIX)
+        try:
+            piece.recover()
+            piece.flush()
+        finally:
+            piece.close_handlers()
+        io.set_mtime_ms(out_path, group[-1].largest_mtime())
+        stats.bytes_read += cs.bytes_read
+        stats.bytes_written += out_pos
+        stats.records_read += cs.records_read
+        stats.records_removed += cs.records_read - cs.records_kept
+        stats.segments_in += len(group)
+        stats.segments_out += 1
+        if not lg.replace_segments(base, group):
+            _remove_cleaned(io, lg.dir, base)
+            raise CleanAborted(f"segments of {lg.dir} changed during cleaning")
+
+
+class CleanAborted(KStoreError):
+    """The log changed under the cleaner (retention, truncation); the pass is dropped."""
+
+
+def _remove_cleaned(io, dir_: str, base: int) -> None:
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        path = segment_file(dir_, base, suffix, CLEANED_SUFFIX)
+        if io.exists(path):
+            io.unlink(path)
+
+
+def group_segments(segs: list[LogSegment], cfg, end_offset: int) -> list[list[LogSegment]]:
+    """Kafka's groupSegmentsBySize: consecutive segments whose combined .log fits segment.bytes,
+    whose indexes fit segment.index.bytes, and whose offsets fit one relative-offset space."""
+    groups = []
+    i = 0
+    while i < len(segs):
+        group = [segs[i]]
+        log_size = segs[i].size
+        index_size = segs[i].offset_index.size_in_bytes
+        time_size = segs[i].time_index.size_in_bytes
+        i += 1
+        while i < len(segs):
+            nxt = segs[i]
+            last = nxt.read_next_offset() - 1 if nxt.size else nxt.base_offset
+            if (log_size + nxt.size > cfg.segment_bytes
+                    or index_size + nxt.offset_index.size_in_bytes > cfg.max_index_size
+                    or time_size + nxt.time_index.size_in_bytes > cfg.max_index_size
+                    or (nxt.size and last - group[0].base_offset > INT32_MAX)):
+                break
+            group.append(nxt)
+            log_size += nxt.size
+            index_size += nxt.offset_index.size_in_bytes
+            time_size += nxt.time_index.size_in_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+class LogCleaner:
+    """The cleaner threads and their bookkeeping (LogCleaner + LogCleanerManager)."""
+
+    def __init__(self, manager, threads: int, dedupe_buffer: int, load_factor: float,
+                 max_bytes_per_second: float, backoff_ms: int, time, io):
+        self._manager = manager
+        self._time = time
+        self._io = io
+        self._lock = threading.Lock()
+        self._in_progress: set = set()
+        self.uncleanable: dict[tuple[str, int], str] = {}
+        self._checkpoints: dict[str, dict] = {}
+        self.throttler = Throttler(max_bytes_per_second)
+        n = max(1, threads)
+        per_thread = min((1 << 31) - 1, dedupe_buffer // n)
+        self._cleaners = [Cleaner(per_thread, load_factor, self.throttler, time, io) for _ in range(n)]
+        self._backoff_ms = backoff_ms
+        self._threads_wanted = threads
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.dead_threads = 0
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _checkpoint_file(self, d: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io)
+
+    def _load_checkpoint(self, d: str) -> dict:
+        if d not in self._checkpoints:
+            try:
+                self._checkpoints[d] = self._checkpoint_file(d).read()
+            except (CheckpointError, OSError) as e:
+                log.warning("%s; cleaning from the log start", e)
+                self._checkpoints[d] = {}
+        return self._checkpoints[d]
+
+    def _update_checkpoint(self, d: str, tp, offset: Optional[int]) -> None:
+        cp = self._load_checkpoint(d)
+        if offset is None:
+            cp.pop(tp, None)
+        else:
+            cp[tp] = offset
+        live = set(self._manager.logs())
+        self._checkpoint_file(d).write({k: v for k, v in cp.items() if k in live})
+
+    def first_dirty_offset(self, tp) -> Optional[int]:
+        d = self._manager.log_dir_of(*tp)
+        return self._load_checkpoint(d).get(tp)
+
+    # -- selection -----------------------------------------------------------------------------
+    def grab_filthiest(self) -> Optional[LogToClean]:
+        now = self._time.milliseconds()
+        best = None
+        with self._lock:
+            for tp, lg in self._manager.logs().items():
+                if not lg.config.compact or tp in self._in_progress or tp in self.uncleanable or lg.closed:
+                    continue
+                d = self._manager.log_dir_of(*tp)
+                if d in self._manager.offline_dirs:
+                    continue
+                cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
+                fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
+                if dirty == 0:
+                    continue
+                ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
+                if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
+                    continue
+                if best is None or ltc.ratio > best.ratio:
+                    best = ltc
+            if best is not None:
+                self._in_progress.add(best.tp)
+        return best
+
+    # -- cleaning ----------------------------------------------------------------------------
+    def _clean(self, cleaner: Cleaner, ltc: LogToClean) -> Optional[CleanerStats]:
+        d = self._manager.log_dir_of(*ltc.tp)
+        try:
+            stats = cleaner.clean(ltc)
+            self._update_checkpoint(d, ltc.tp, stats.end_offset)
+            log.info("cleaned %s-%d: %d -> %d bytes, %d records removed in %.0f ms",
+                     ltc.tp[0], ltc.tp[1], stats.bytes_read, stats.bytes_written,
+                     stats.records_removed, stats.duration_ms)
+            return stats
+        except CleanAborted as e:
+            log.info("%s", e)
+            return None
+        except OSError as e:
+            self._manager._mark_offline(d, e)
+            return None
+        except Exception as e:   # KAFKA-7215: one bad partition must not stop the cleaner
+            log.exception("cleaning %s-%d failed; marking it uncleanable", *ltc.tp)
+            self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
+            return None
+        finally:
+            with self._lock:
+                self._in_progress.discard(ltc.tp)
+
+    def run_pass(self) -> list[CleanerStats]:
+        """Clean every log that is eligible now, once; returns the statistics of each clean."""
+        out = []
+        tried = set()
+        while True:
+            ltc = self.grab_filthiest()
+            if ltc is None:
+                break
+            if ltc.tp in tried:
+                with self._lock:
+                    self._in_progress.discard(ltc.tp)
+                break
+            tried.add(ltc.tp)
+            stats = self._clean(self._cleaners[0], ltc)
+            if stats is not None:
+                out.append(stats)
+        self._retention_for_compacted()
+        return out
+
+    def _retention_for_compacted(self) -> None:
+        """compact,delete logs get their time/size retention from the cleaner (Kafka)."""
+        for tp, lg in self._manager.logs().items():
+            if lg.config.compact and lg.config.delete and not lg.closed:
+                try:
+                    self._manager._guard(self._manager.log_dir_of(*tp), lg.delete_old_segments)
+                except KStoreError:
+                    pass
+
+    # -- threads ------------------------------------------------------------------------------
+    def start(self) -> None:
+        for i in range(self._threads_wanted):
+            t = threading.Thread(target=self._run, args=(self._cleaners[i],),
+                                 name=f"kafka-log-cleaner-thread-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _run(self, cleaner: Cleaner) -> None:
+        try:
+            while not self._stop.is_set():
+                ltc = self.grab_filthiest()
+                if ltc is None:
+                    self._retention_for_compacted()
+                    self._stop.wait(self._backoff_ms / 1000)
+                    continue
+                self._clean(cleaner, ltc)
+        except Exception:
+            self.dead_threads += 1
+            log.exception("cleaner thread died")
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
+        self._threads.clear()
