@@ -1922,6 +1922,7 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
     cdef int hs, rc
     cdef list tmp = []
     cdef Record r
+    cdef uint32_t s, c
     m.pin()
     try:
         while True:
@@ -1935,6 +1936,8 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                 continue
             if omap.size + h.count > omap.capacity:
                 return (pos, True)
+            if not _crc_ok(p, pos, &h, &s, &c):
+                raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
             if h.magic == 2 and (h.attrs & CODEC_MASK) == 0:
                 with nogil:
                     rc = _map_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
@@ -2000,7 +2003,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef int32_t i, kept
     cdef int64_t rlen, tsd, offd, klen, vlen, ts, new_base_ts, horizon, max_ts
     cdef bint retain_deletes, has_horizon, tomb_kept, all_kept, set_horizon, lat
-    cdef uint32_t crc
+    cdef uint32_t crc, crc_s, crc_c
     cdef const uint8_t* rp
     cdef Py_ssize_t rn
     cdef uint8_t hdr[V2_OVERHEAD]
@@ -2017,6 +2020,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 break
             if len(out) > 0 and len(out) + h.size > max_out:
                 break
+            # verified before anything is copied or rebuilt: a rebuilt batch gets a fresh CRC,
+            # which must never launder corrupt bytes into valid-looking data
+            if not _crc_ok(p, pos, &h, &crc_s, &crc_c):
+                raise _corrupt(f"CRC mismatch (stored {crc_s:#010x}, computed {crc_c:#010x})", pos)
             stats.bytes_read += h.size
             if h.magic < 2:
                 _filter_legacy(p, pos, &h, omap, legacy_retain_deletes, final_offset, out, stats)

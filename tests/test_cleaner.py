@@ -1,0 +1,345 @@
+"""LogCleaner: Kafka's LogCleanerTest cases in our words (facts §10 item 12), a property test,
+crashes at every swap stage and kill -9 during cleaning, uncleanable partitions."""
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import kstore
+from kstore import _core
+from kstore.cleaner import group_segments
+from kstore.clock import MockTime
+from kstore.manager import LogManager
+from kstore.scheduler import MockScheduler
+
+NOW = 1_700_000_000_000
+DAY = 86_400_000
+
+
+def mgr(path, config=None, t=None):
+    t = t or MockTime(NOW)
+    cfg = {"log.segment.bytes": "1000", "log.segment.delete.delay.ms": "0"}
+    cfg.update(config or {})
+    return LogManager(str(path), cfg, time=t, scheduler=MockScheduler(t)), t
+
+
+def latest(records):
+    out = {}
+    for off, k, v in records:
+        out[k] = (off, v)
+    return out
+
+
+def contents(lg):
+    return [(r.offset, r.key, r.value) for r in lg]
+
+
+def test_compaction_keeps_latest_value_of_each_key_at_its_offset(tmp_path):
+    m, t = mgr(tmp_path)
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        written = []
+        for i in range(400):
+            k = b"k%d" % (i % 17)
+            md = m.append("c", k, b"v%d" % i, partition=0, timestamp=NOW)
+            written.append((md.offset, k, b"v%d" % i))
+        lg = m.log("c", 0)
+        active_base = lg.active_segment.base_offset
+        stats = m.clean_now()
+        assert len(stats) == 1 and stats[0].records_removed > 0
+        got = contents(lg)
+        want_clean = {k: ov for k, ov in latest([w for w in written if w[0] < active_base]).items()}
+        # below the active segment: exactly the latest of each key (as of the cleaned range)
+        cleaned = [g for g in got if g[0] < active_base]
+        assert len(cleaned) <= 17
+        for off, k, v in cleaned:
+            later = [w for w in written if w[1] == k and off < w[0] < active_base]
+            assert not later, f"{k} at {off} survived a later value"
+        # every key's latest value overall is still readable, at its original offset
+        final = {k: (off, v) for off, k, v in got}
+        assert final == {k: (off, v) for k, (off, v) in latest(written).items()}
+        assert [g[0] for g in got] == sorted(g[0] for g in got)
+        assert not [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]
+
+
+def test_unchanged_batches_are_copied_byte_for_byte(tmp_path):
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        lg = m.log("c", 0)
+        lg.append([(b"a", b"1", NOW), (b"b", b"2", NOW)])     # batch 1: both superseded later
+        lg.append([(b"c", b"3", NOW)])                        # batch 2: unique key, untouched
+        raw2 = bytes(lg.read_batches(2, 1))
+        lg.append([(b"a", b"4", NOW), (b"b", b"5", NOW)])
+        lg.roll()
+        m.clean_now()
+        batches = bytes(lg.read_batches(0, 1 << 20))
+        assert raw2 in batches
+        assert [(r.offset, r.value) for r in lg.read(0)] == [(2, b"3"), (3, b"4"), (4, b"5")]
+
+
+def test_rebuilt_batch_keeps_base_and_last_offsets(tmp_path):
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        lg = m.log("c", 0)
+        lg.append([(b"x", b"old", NOW), (b"y", b"keep", NOW), (b"z", b"old", NOW)])
+        lg.append([(b"x", b"new", NOW), (b"z", b"new", NOW)])
+        lg.roll()
+        m.clean_now()
+        raw = bytes(lg.read_batches(0, 1 << 20))
+        base, = struct.unpack(">q", raw[:8])
+        delta, = struct.unpack(">i", raw[23:27])
+        count, = struct.unpack(">i", raw[57:61])
+        assert (base, base + delta, count) == (0, 2, 1)            # offsets 0..2 kept, one record
+        assert struct.unpack(">I", raw[17:21])[0] == kstore.crc32c(raw[21:struct.unpack(">i", raw[8:12])[0] + 12])
+        assert [(r.offset, r.value) for r in lg.read(0)] == [(1, b"keep"), (3, b"new"), (4, b"new")]
+
+
+def test_clean_tombstone_survives_until_the_delete_horizon(tmp_path):
+    """testCleanTombstone: a tombstone stays for delete.retention.ms, then goes."""
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": DAY,
+                                "min.cleanable.dirty.ratio": "0"})
+        lg = m.log("c", 0)
+        lg.append([(b"k", b"v1", NOW), (b"j", b"v", NOW)])
+        lg.append([(b"k", None, NOW)])               # tombstone for k
+        lg.roll()
+        m.clean_now()
+        got = [(r.offset, r.key, r.value) for r in lg.read(0)]
+        assert got == [(1, b"j", b"v"), (2, b"k", None)]
+        raw = bytes(lg.read_batches(2, 1))
+        attrs, = struct.unpack(">h", raw[21:23])
+        assert attrs & 64                              # delete-horizon bit set
+        assert struct.unpack(">q", raw[27:35])[0] == NOW + DAY
+        assert lg.read(2)[0].timestamp == NOW          # record timestamps unchanged
+        lg.append([(b"other", b"x", NOW)])
+        lg.roll()
+        t.advance(DAY - 1)
+        m.clean_now()
+        assert (2, b"k", None) in [(r.offset, r.key, r.value) for r in lg.read(0)]
+        t.advance(2)
+        lg.append([(b"other", b"y", NOW)])
+        lg.roll()
+        m.clean_now()
+        assert b"k" not in [r.key for r in lg.read(0)]
+
+
+def test_unkeyed_records_are_dropped(tmp_path):
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1)                       # written under delete, then compacted
+        lg = m.log("c", 0)
+        lg.append([(None, b"no key", NOW), (b"k", b"v", NOW)])
+        lg.roll()
+        m.alter_topic_config("c", {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
+        m.clean_now()
+        assert [(r.offset, r.key) for r in lg.read(0)] == [(1, b"k")]
+
+
+def test_dirty_ratio_and_min_compaction_lag(tmp_path):
+    m, t = mgr(tmp_path)
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": 60_000})
+        for i in range(100):
+            m.append("c", b"k%d" % (i % 5), b"v" * 20, partition=0, timestamp=t.milliseconds())
+        assert m.clean_now() == []                  # everything is younger than the lag
+        t.advance(60_001)
+        m.append("c", b"k0", b"x", partition=0, timestamp=t.milliseconds())
+        assert len(m.clean_now()) == 1
+        # right after cleaning the dirty ratio is 0: nothing to do
+        assert m.clean_now() == []
+
+
+def test_compact_delete_applies_retention_too(tmp_path):
+    m, t = mgr(tmp_path)
+    with m:
+        m.create_topic("cd", 1, {"cleanup.policy": "compact,delete", "retention.ms": 1000})
+        for i in range(60):
+            m.append("cd", b"k%d" % i, b"v" * 30, partition=0, timestamp=NOW)
+        lg = m.log("cd", 0)
+        assert m.cleanup_logs() == 0                 # LogManager retention skips compacted logs
+        t.advance(5000)
+        m.clean_now()
+        assert lg.log_start_offset == lg.log_end_offset
+
+
+def test_uncleanable_partition_does_not_stop_the_others(tmp_path):
+    """KAFKA-7215: an error marks the partition uncleanable; the others are cleaned."""
+    m, t = mgr(tmp_path, {"log.segment.bytes": "2000"})
+    with m:
+        for name in ("bad", "good"):
+            m.create_topic(name, 1, {"cleanup.policy": "compact"})
+            for i in range(200):
+                m.append(name, b"k%d" % (i % 3), b"v%d" % i, partition=0, timestamp=NOW)
+        bad = m.log("bad", 0).segments[1]
+        m.log("bad", 0).read(0)   # map it
+        with open(bad.log_path, "r+b") as f:       # corrupt a record inside a closed segment
+            f.seek(70)
+            f.write(b"\xff\xff\xff")
+        stats = m.clean_now()
+        assert [s.topic for s in stats] == ["good"]
+        assert ("bad", 0) in m.uncleanable_partitions()
+        assert "CRC" in m.uncleanable_partitions()[("bad", 0)] or "Corrupt" in m.uncleanable_partitions()[("bad", 0)]
+
+
+def test_segment_grouping_respects_sizes_and_offset_span(tmp_path):
+    """testSegmentGroupingWithSparseOffsets: groups never span more than 2^31-1 offsets."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    far = (1 << 31) + 10
+    b = _core.BatchBuilder()
+    raw = b""
+    for base in (0, 1, 2, far, far + 1):
+        b.build([(b"k", b"v", NOW)], 2, base, NOW, False, 0, 1 << 62, False, 0)
+        raw += b.getvalue()
+    (d / "00000000000000000000.log").write_bytes(raw)
+    lg = kstore.Log.open(str(d), {"cleanup.policy": "compact"})
+    lg.roll()
+    segs = lg.segments[:-1]
+    assert [s.base_offset for s in segs] == [0, far]
+    groups = group_segments(segs, lg.config, far + 2)
+    assert [[s.base_offset for s in g] for g in groups] == [[0], [far]]
+    lg.close()
+    # size: consecutive segments are grouped only while their .log sizes fit segment.bytes
+    d2 = str(tmp_path / "u-0")
+    lg = kstore.Log.open(d2, {"segment.bytes": 300, "cleanup.policy": "compact"})
+    for i in range(6):
+        lg.append([(b"k", b"x" * 100, NOW)])
+    segs = lg.segments[:-1]
+    sizes = [s.size for s in segs]
+    groups = group_segments(segs, kstore.LogConfig({"segment.bytes": sizes[0] * 2}), 10)
+    assert [len(g) for g in groups] == [2] * (len(segs) // 2) + [1] * (len(segs) % 2)
+    lg.close()
+
+
+@pytest.mark.parametrize("stage", ["cleaned", "some_swapped", "all_swapped", "old_deleted"])
+def test_recovery_after_crash_at_each_swap_stage(tmp_path, stage):
+    """testRecoveryAfterCrash: a crash anywhere in .cleaned → .swap → rename is all-or-nothing."""
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    m.create_topic("c", 1, {"cleanup.policy": "compact"})
+    lg = m.log("c", 0)
+    for i in range(50):
+        lg.append([(b"k%d" % (i % 5), b"v%d" % i, NOW)])
+    lg.roll()
+    for i in range(50, 55):
+        lg.append([(b"k%d" % (i % 5), b"v%d" % i, NOW)])
+    before = {k: v for _o, k, v in contents(lg)}
+    d = lg.dir
+    # run a clean but stop it at the chosen stage by intercepting replace_segments
+    orig = lg.replace_segments
+
+    def crashing(new_base, old):
+        names = [f"{new_base:020d}{s}" for s in (".timeindex", ".index", ".log")]
+        if stage == "cleaned":
+            raise SystemExit
+        for i, n in enumerate(names):
+            if stage == "some_swapped" and i == 2:
+                break
+            os.rename(os.path.join(d, n + ".cleaned"), os.path.join(d, n + ".swap"))
+        if stage in ("some_swapped", "all_swapped"):
+            raise SystemExit
+        for s in old:
+            for suf in (".log", ".index", ".timeindex"):
+                p = os.path.join(d, f"{s.base_offset:020d}{suf}")
+                os.rename(p, p + ".deleted")
+        raise SystemExit
+    lg.replace_segments = crashing
+    with pytest.raises(SystemExit):
+        m.clean_now()
+    lg.replace_segments = orig
+    for x in m.logs().values():
+        x.close_handlers()
+    m._release_locks()
+    m._closed = True
+    m2, _ = mgr(tmp_path, t=t)
+    with m2:
+        names = os.listdir(d)
+        assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))], names
+        after = {k: v for _o, k, v in contents(m2.log("c", 0))}
+        assert after == before
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=1, max_size=120),
+       st.integers(1, 4))
+def test_property_latest_value_per_key_and_tombstones_past_horizon(tmp_path_factory, ops, batch):
+    root = tmp_path_factory.mktemp("prop")
+    t = MockTime(NOW)
+    m = LogManager(str(root), {"log.segment.bytes": "600", "log.segment.delete.delay.ms": "0"},
+                   time=t, scheduler=MockScheduler(t))
+    with m:
+        m.create_topic("p", 1, {"cleanup.policy": "compact", "delete.retention.ms": 1000,
+                                "min.cleanable.dirty.ratio": "0"})
+        lg = m.log("p", 0)
+        written = []
+        for i in range(0, len(ops), batch):
+            recs = [(b"key%d" % k, None if tomb else b"val%d" % (i + j), NOW)
+                    for j, (k, tomb) in enumerate(ops[i:i + batch])]
+            info = lg.append(recs)
+            written += [(info.first_offset + j, r[0], r[1]) for j, r in enumerate(recs)]
+        lg.roll()                                       # everything cleanable
+        m.clean_now()
+        want = latest(written)
+        got = latest(contents(lg))
+        # every key's latest value (or its tombstone, still within the horizon) at its offset
+        assert got == want
+        t.advance(2000)                                 # past the horizon
+        lg.append([(b"zz", b"filler", NOW)])
+        lg.roll()
+        m.clean_now()
+        m.clean_now()
+        got = latest(contents(lg))
+        want_live = {k: v for k, v in latest(written + [(lg.log_end_offset - 1, b"zz", b"filler")]).items()
+                     if v[1] is not None}
+        assert {k: v for k, v in got.items() if v[1] is not None} == want_live
+        assert all(v[1] is not None for v in got.values()), "tombstones past the horizon remain"
+
+
+CLEAN_CHILD = r"""
+import sys, kstore
+m = kstore.LogManager(sys.argv[1], {"log.segment.bytes": "3000", "log.cleaner.enable": "true",
+                                     "log.segment.delete.delay.ms": "0"})
+if "c" not in m.topics():
+    m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
+i = int(sys.argv[2])
+while True:
+    for _ in range(50):
+        m.append("c", b"k%d" % (i % 20), b"v%d" % i, partition=0)
+        i += 1
+    print(i, flush=True)
+    m.clean_now()
+"""
+
+
+def test_kill_9_during_cleaning_loses_no_latest_value(tmp_path):
+    rnd = random.Random(3)
+    acked = 0
+    for round_ in range(6):
+        p = subprocess.Popen([sys.executable, "-c", CLEAN_CHILD, str(tmp_path), str(acked)],
+                             stdout=subprocess.PIPE, cwd=str(tmp_path.parent))
+        stop_after = rnd.randint(3, 12)
+        for n, line in enumerate(p.stdout):
+            acked = int(line)
+            if n >= stop_after:
+                break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        with LogManager(str(tmp_path), {"log.cleaner.enable": "false"}) as m:
+            lg = m.log("c", 0)
+            names = os.listdir(lg.dir)
+            assert not [n for n in names if n.endswith((".cleaned", ".swap"))], names
+            got = latest(contents(lg))
+            # every key still has a value at least as new as the last one acknowledged for it
+            # (the child may have appended more before the kill landed)
+            for k in range(20):
+                last_i = max(i for i in range(acked) if i % 20 == k)
+                n = int(got[b"k%d" % k][1][1:])
+                assert n % 20 == k and n >= last_i, (k, n, last_i)
