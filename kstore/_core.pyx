@@ -1981,6 +1981,53 @@ cdef inline bint _keep(OffsetMap omap, int64_t offset, const uint8_t* key, Py_ss
     return (not is_tombstone) or retain_deletes
 
 
+cdef Py_ssize_t _scan_keep(const uint8_t* rp, Py_ssize_t rn, int32_t count, int64_t base_offset,
+                           int64_t base_ts, OffsetMap omap, bint retain_deletes, int64_t* ranges,
+                           Py_ssize_t cap, bint* tomb_kept, int64_t* max_ts,
+                           int64_t* records_read) noexcept nogil:
+    """Pass 1 of the filter, without the GIL: for each kept record store (start, end,
+    offset-delta position, timestamp) in ranges. Returns the number kept, or -1 if malformed."""
+    cdef int32_t i
+    cdef int64_t rlen, tsd, offd, klen, vlen
+    cdef Py_ssize_t q = 0, rend, kept_start, offd_pos, klen_pos, tn, kept = 0
+    for i in range(count):
+        kept_start = q
+        q = get_varlong(rp, q, rn, &rlen, 5)
+        if q < 0 or rlen <= 0 or rlen > rn - q:
+            return -1
+        rend = q + rlen
+        q += 1
+        q = get_varlong(rp, q, rend, &tsd, 10)
+        if q < 0:
+            return -1
+        offd_pos = q
+        klen_pos = get_varlong(rp, q, rend, &offd, 5)
+        if klen_pos < 0:
+            return -1
+        q = get_varlong(rp, klen_pos, rend, &klen, 5)
+        if q < 0 or klen < -1 or klen > rend - q:
+            return -1
+        tn = q + (klen if klen > 0 else 0)
+        tn = get_varlong(rp, tn, rend, &vlen, 5)
+        if tn < 0 or vlen < -1:
+            return -1
+        records_read[0] += 1
+        if _keep(omap, base_offset + offd, rp + q, klen, vlen < 0, retain_deletes):
+            if kept >= cap:
+                return -1
+            ranges[4 * kept] = kept_start
+            ranges[4 * kept + 1] = rend
+            ranges[4 * kept + 2] = offd_pos
+            ranges[4 * kept + 3] = base_ts + tsd
+            kept += 1
+            if vlen < 0:
+                tomb_kept[0] = True
+            if base_ts + tsd > max_ts[0]:
+                max_ts[0] = base_ts + tsd
+        q = rend
+    return kept
+
+
 def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, int64_t now,
                    int64_t delete_retention_ms, bint legacy_retain_deletes, int64_t final_offset,
                    Py_ssize_t max_out, CleanStats stats):
@@ -2008,7 +2055,9 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef Py_ssize_t rn
     cdef uint8_t hdr[V2_OVERHEAD]
     cdef uint8_t tmpv[16]
-    cdef Py_ssize_t tn
+    cdef Py_ssize_t tn, cap, nk
+    cdef int64_t* ranges
+    cdef int64_t rr
     cdef list kept_list
     m.pin()
     try:
@@ -2018,7 +2067,8 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 if hs == H_CORRUPT:
                     raise _corrupt(why.decode("ascii"), pos)
                 break
-            if len(out) > 0 and len(out) + h.size > max_out:
+            # bounded by input and output bytes: each call holds the GIL only briefly
+            if pos > start and (len(out) + h.size > max_out or pos - start >= max_out):
                 break
             # verified before anything is copied or rebuilt: a rebuilt batch gets a fresh CRC,
             # which must never launder corrupt bytes into valid-looking data
@@ -2050,40 +2100,26 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                                           h.size - V2_OVERHEAD, pos)
                 rp = <const uint8_t*>PyBytes_AS_STRING(inner)
                 rn = len(inner)
-            # pass 1: which records stay
-            kept_list = []
+            # pass 1 (no GIL): which records stay
+            cap = h.count if h.count < rn else rn
+            if cap < 1:
+                cap = 1
+            ranges = <int64_t*>malloc(cap * 4 * sizeof(int64_t))
+            if ranges == NULL:
+                raise MemoryError()
             tomb_kept = False
             max_ts = -1
-            q = 0
-            for i in range(h.count):
-                kept_start = q
-                q = get_varlong(rp, q, rn, &rlen, 5)
-                if q < 0 or rlen <= 0 or rlen > rn - q:
-                    raise _corrupt("malformed record while cleaning", pos)
-                rend = q + rlen
-                q += 1
-                q = get_varlong(rp, q, rend, &tsd, 10)
-                if q < 0:
-                    raise _corrupt("malformed record while cleaning", pos)
-                offd_pos = q
-                klen_pos = get_varlong(rp, q, rend, &offd, 5)
-                if klen_pos < 0:
-                    raise _corrupt("malformed record while cleaning", pos)
-                q = get_varlong(rp, klen_pos, rend, &klen, 5)
-                if q < 0 or klen < -1 or klen > rend - q:
-                    raise _corrupt("malformed record while cleaning", pos)
-                tn = q + (klen if klen > 0 else 0)
-                tn = get_varlong(rp, tn, rend, &vlen, 5)
-                if tn < 0 or vlen < -1:
-                    raise _corrupt("malformed record while cleaning", pos)
-                stats.records_read += 1
-                if _keep(omap, h.base_offset + offd, rp + q, klen, vlen < 0, retain_deletes):
-                    kept_list.append((kept_start, rend, offd_pos, h.base_timestamp + tsd))
-                    if vlen < 0:
-                        tomb_kept = True
-                    if h.base_timestamp + tsd > max_ts:
-                        max_ts = h.base_timestamp + tsd
-                q = rend
+            rr = 0
+            with nogil:
+                nk = _scan_keep(rp, rn, h.count, h.base_offset, h.base_timestamp, omap,
+                                retain_deletes, ranges, cap, &tomb_kept, &max_ts, &rr)
+            stats.records_read += rr
+            if nk < 0:
+                free(ranges)
+                raise _corrupt("malformed record while cleaning", pos)
+            kept_list = [(ranges[4 * i], ranges[4 * i + 1], ranges[4 * i + 2], ranges[4 * i + 3])
+                         for i in range(nk)]
+            free(ranges)
             kept = len(kept_list)
             stats.records_kept += kept
             if tomb_kept:

@@ -25,7 +25,7 @@ from kstore.segment import LogSegment
 
 log = logging.getLogger("kstore.cleaner")
 INT32_MAX = (1 << 31) - 1
-OUT_CHUNK = 4 << 20
+OUT_CHUNK = 256 << 10
 
 
 @dataclasses.dataclass
