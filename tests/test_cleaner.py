@@ -343,3 +343,30 @@ def test_kill_9_during_cleaning_loses_no_latest_value(tmp_path):
                 last_i = max(i for i in range(acked) if i % 20 == k)
                 n = int(got[b"k%d" % k][1][1:])
                 assert n % 20 == k and n >= last_i, (k, n, last_i)
+
+
+def test_full_dedupe_map_cleans_in_several_passes(tmp_path):
+    """When the map fills, a pass cleans up to the last offset it covers; the next continues."""
+    m, t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 40),
+                          "log.cleaner.io.buffer.load.factor": "0.5", "log.segment.bytes": "3000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
+        written = []
+        for i in range(600):
+            k = b"k%02d" % (i % 60)
+            md = m.append("c", k, b"v%d" % i, partition=0, timestamp=NOW)
+            written.append((md.offset, k, b"v%d" % i))
+        lg = m.log("c", 0)
+        active = lg.active_segment.base_offset
+        ends = []
+        for _ in range(100):           # 20 keys per pass: about 30 passes
+            stats = m.clean_now()
+            if not stats:
+                break
+            ends.append(stats[0].end_offset)
+            assert stats[0].map_entries <= 20
+        assert len(ends) > 1 and ends == sorted(ends)          # several passes, moving forward
+        assert m.cleaner.first_dirty_offset(("c", 0)) == active
+        assert latest(contents(lg)) == latest(written)
+        below = [o for o, _k, _v in contents(lg) if o < active]
+        assert len(below) <= 60
