@@ -697,7 +697,7 @@ class Log:
                     return
                 end = self._leo if offset is None else min(offset, self._leo)
                 rp = self._recovery_point
-                if end <= rp and not (offset is None and rp == self._leo and False):
+                if end <= rp:
                     return
                 bases, segs = self._bases, self._segs
                 lo = max(0, bisect.bisect_right(bases, rp) - 1)
