@@ -2028,6 +2028,51 @@ cdef Py_ssize_t _scan_keep(const uint8_t* rp, Py_ssize_t rn, int32_t count, int6
     return kept
 
 
+cdef Py_ssize_t _rebuild_v2(const uint8_t* batch, const uint8_t* rp, const int64_t* ranges,
+                           Py_ssize_t nk, int64_t old_base_ts, int64_t new_base_ts, int attrs,
+                           bint lat, int64_t max_ts, uint8_t* out) noexcept nogil:
+    """Write a rebuilt uncompressed v2 batch (same base/last offsets) into out; returns its size.
+    out must hold 61 + the kept records' bytes + 15 per record."""
+    cdef Py_ssize_t w = V2_OVERHEAD, i, a, b, offd_pos, tn, body
+    cdef uint8_t tmpv[16]
+    cdef uint32_t crc
+    memcpy(out, batch, V2_OVERHEAD)
+    for i in range(nk):
+        a = ranges[4 * i]
+        b = ranges[4 * i + 1]
+        if new_base_ts == old_base_ts:
+            memcpy(out + w, rp + a, b - a)
+            w += b - a
+        else:
+            offd_pos = ranges[4 * i + 2]
+            tn = put_varint(tmpv, 0, ranges[4 * i + 3] - new_base_ts)
+            body = 1 + tn + (b - offd_pos)
+            w = put_varint(out, w, body)
+            out[w] = rp[a + _varint_len_nogil(rp, a)]      # attributes byte
+            w += 1
+            memcpy(out + w, tmpv, tn)
+            w += tn
+            memcpy(out + w, rp + offd_pos, b - offd_pos)
+            w += b - offd_pos
+    st32(out + 8, <uint32_t>(w - LOG_OVERHEAD))
+    st16(out + 21, <uint16_t>attrs)
+    st64(out + 27, <uint64_t>new_base_ts)
+    if not lat and nk:
+        st64(out + 35, <uint64_t>max_ts)
+    st32(out + 57, <uint32_t>nk)
+    crc = ks_crc32c(0, out + 21, w - 21)
+    st32(out + 17, crc)
+    return w
+
+
+cdef inline Py_ssize_t _varint_len_nogil(const uint8_t* p, Py_ssize_t pos) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while p[pos] & 0x80:
+        pos += 1
+        n += 1
+    return n
+
+
 def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, int64_t now,
                    int64_t delete_retention_ms, bint legacy_retain_deletes, int64_t final_offset,
                    Py_ssize_t max_out, CleanStats stats):
@@ -2055,7 +2100,9 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef Py_ssize_t rn
     cdef uint8_t hdr[V2_OVERHEAD]
     cdef uint8_t tmpv[16]
-    cdef Py_ssize_t tn, cap, nk
+    cdef Py_ssize_t tn, cap, nk, wn
+    cdef uint8_t* obuf
+    cdef int attrs_new
     cdef int64_t* ranges
     cdef int64_t rr
     cdef list kept_list
@@ -2117,6 +2164,30 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             if nk < 0:
                 free(ranges)
                 raise _corrupt("malformed record while cleaning", pos)
+            if (h.attrs & CODEC_MASK) == 0 and (nk > 0 or h.last_offset == final_offset) \
+                    and not (nk == h.count and not (tomb_kept and not has_horizon)):
+                # uncompressed and changed: rebuild in C without the GIL
+                new_base_ts = now + delete_retention_ms if (tomb_kept and not has_horizon) else h.base_timestamp
+                attrs_new = h.attrs | (HORIZON_BIT if (tomb_kept and not has_horizon) else 0)
+                obuf = <uint8_t*>malloc(h.size + nk * 15 + V2_OVERHEAD)
+                if obuf == NULL:
+                    free(ranges)
+                    raise MemoryError()
+                with nogil:
+                    wn = _rebuild_v2(p + pos, rp, ranges, nk, h.base_timestamp, new_base_ts, attrs_new,
+                                     lat, max_ts, obuf)
+                free(ranges)
+                out += PyBytes_FromStringAndSize(<const char*>obuf, wn)
+                free(obuf)
+                stats.records_kept += nk
+                if tomb_kept:
+                    stats.tombstones_kept += 1
+                stats.batches_rebuilt += 1
+                stats.bytes_written += wn
+                stats.last_offset = h.last_offset
+                _track_max(stats, h.max_timestamp if (lat or not nk) else max_ts, h.last_offset)
+                pos += h.size
+                continue
             kept_list = [(ranges[4 * i], ranges[4 * i + 1], ranges[4 * i + 2], ranges[4 * i + 3])
                          for i in range(nk)]
             free(ranges)
