@@ -63,10 +63,11 @@ class Throttler:
         with self._lock:
             self._count += n
             elapsed = _time.monotonic() - self._start
-            if elapsed >= 0.3:
-                wanted = self._count / self.rate
-                if wanted > elapsed:
-                    _time.sleep(wanted - elapsed)
+            wanted = self._count / self.rate
+            if wanted > elapsed:
+                _time.sleep(wanted - elapsed)      # ahead of the allowed rate: wait it out
+                elapsed = wanted
+            if elapsed >= 0.3:                     # a new window
                 self._start = _time.monotonic()
                 self._count = 0.0
 
