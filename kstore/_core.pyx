@@ -1801,6 +1801,7 @@ cdef class OffsetMap:
     cdef readonly int64_t latest_offset
     cdef readonly int64_t lookups
     cdef readonly int64_t probes
+    cdef bint _used
 
     def __init__(self, Py_ssize_t memory, double load_factor=0.9):
         cdef uint8_t[::1] view
@@ -1810,15 +1811,20 @@ cdef class OffsetMap:
         self.capacity = <Py_ssize_t>(self.slots * load_factor)
         if self.capacity < 1:
             self.capacity = 1
+        # np.zeros hands out untouched zero pages: a 128 MiB map costs nothing until used
         self.buffer = np.zeros(self.slots * 24, dtype=np.uint8)
         view = self.buffer
         self.p = &view[0]
-        self.clear()
-
-    def clear(self):
-        memset(self.p, 0, self.slots * 24)
         self.size = 0
         self.latest_offset = -1
+        self._used = False
+
+    def clear(self):
+        if self._used:
+            memset(self.p, 0, self.slots * 24)
+        self.size = 0
+        self.latest_offset = -1
+        self._used = False
 
     cdef inline Py_ssize_t _find(self, const uint8_t* key, Py_ssize_t klen, uint64_t* h) noexcept nogil:
         """Slot holding the key's hash, or the empty slot where it would go."""
@@ -1842,6 +1848,7 @@ cdef class OffsetMap:
     cdef inline void _put(self, const uint8_t* key, Py_ssize_t klen, int64_t offset) noexcept nogil:
         cdef uint64_t h[2]
         cdef uint64_t a
+        self._used = True
         cdef Py_ssize_t slot = self._find(key, klen, h)
         memcpy(&a, self.p + slot * 24, 8)
         if a == 0 and ld64(self.p + slot * 24 + 8) == 0:
