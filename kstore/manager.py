@@ -585,8 +585,8 @@ class LogManager:
                 continue
             try:
                 total += self._guard(d, lg.delete_old_segments)
-            except LogDirOfflineError:
-                continue
+            except (LogDirOfflineError, KStoreStateError):
+                continue        # offline, or closed by a concurrent delete_topic
         return total
 
     def flush_dirty_logs(self) -> None:
@@ -596,7 +596,7 @@ class LogManager:
             if now - lg.last_flush_time >= lg.config.flush_ms:
                 try:
                     self._guard(d, lg.flush)
-                except LogDirOfflineError:
+                except (LogDirOfflineError, KStoreStateError):
                     continue
 
     def checkpoint_recovery_offsets(self) -> None:

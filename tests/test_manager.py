@@ -476,3 +476,20 @@ def test_properties_parser_java_rules():
     text = "# comment\n! also\n  a = 1\nb:2\nc 3\nd=x\\\n   y\ne=\\u0041\\tB\nk\\:x=v\nempty=\nlast\\\n"
     assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "xy", "e": "A\tB",
                                       "k:x": "v", "empty": "", "last": ""}
+
+
+def test_scheduled_tasks_skip_logs_deleted_meanwhile(tmp_path, mock):
+    t, s = mock
+    cfg = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "100",
+           "log.flush.scheduler.interval.ms": "100", "log.flush.interval.ms": "0"}
+    with manager(str(tmp_path), cfg, mock=mock) as m:
+        m.create_topic("a", 1)
+        m.create_topic("b", 1)
+        m.append("a", None, b"x")
+        lg = m.log("a", 0)
+        m.delete_topic("a")
+        assert lg.closed
+        m.append("b", None, b"y")
+        s.advance(100)          # retention, flush and checkpoints run without raising
+        assert m.log("b", 0).recovery_point == 1
+        assert m.cleanup_logs() == 0
