@@ -14,6 +14,8 @@ def test_quickstart_builds_and_tours_a_store(tmp_path, capsys):
     assert "offsets 0..99" in out and "log end offset 400" in out
     assert "read by offset 250 → key=b'user-250'" in out
     assert "0 segments needed recovery" in out
+    assert "compacted 'profiles': 500 -> " in out and "user-7 reads b'profile version 487'" in out
+    assert "retention.bytes=8192: deleted" in out
     part = tmp_path / "data" / "quickstart-0"
     with kstore.Log.open(str(part)) as log:
         assert log.log_end_offset == 400
