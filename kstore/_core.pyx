@@ -1888,30 +1888,53 @@ cdef class OffsetMap:
         return self.size / self.slots
 
 
+cdef struct RecordFields:
+    Py_ssize_t end          # one past the record
+    int64_t ts_delta
+    Py_ssize_t offd_pos     # where the offset delta starts
+    int64_t off_delta
+    Py_ssize_t key_pos
+    int64_t key_len         # -1 = null
+    int64_t value_len       # -1 = null (tombstone)
+
+
+cdef inline Py_ssize_t _record_fields(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                                      RecordFields* f) noexcept nogil:
+    """Parse a v2 record's prefix up to the value length (bounds-checked); returns f.end, or -1
+    if malformed."""
+    cdef int64_t rlen
+    cdef Py_ssize_t q = get_varlong(p, pos, end, &rlen, 5)
+    if q < 0 or rlen <= 0 or rlen > end - q:
+        return -1
+    f.end = q + rlen
+    q = get_varlong(p, q + 1, f.end, &f.ts_delta, 10)
+    if q < 0:
+        return -1
+    f.offd_pos = q
+    q = get_varlong(p, q, f.end, &f.off_delta, 5)
+    if q < 0:
+        return -1
+    q = get_varlong(p, q, f.end, &f.key_len, 5)
+    if q < 0 or f.key_len < -1 or f.key_len > f.end - q:
+        return -1
+    f.key_pos = q
+    q = get_varlong(p, q + (f.key_len if f.key_len > 0 else 0), f.end, &f.value_len, 5)
+    if q < 0 or f.value_len < -1:
+        return -1
+    return f.end
+
+
 cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
                                 int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:
     """Put every keyed record with offset >= first_dirty into the map; -1 if malformed."""
     cdef int32_t i
-    cdef int64_t rlen, tsd, offd, klen
-    cdef Py_ssize_t q, rend
+    cdef RecordFields f
     for i in range(count):
-        q = get_varlong(p, pos, end, &rlen, 5)
-        if q < 0 or rlen <= 0 or rlen > end - q:
+        if _record_fields(p, pos, end, &f) < 0:
             return -1
-        rend = q + rlen
-        q += 1
-        q = get_varlong(p, q, rend, &tsd, 10)
-        if q < 0:
-            return -1
-        q = get_varlong(p, q, rend, &offd, 5)
-        if q < 0:
-            return -1
-        q = get_varlong(p, q, rend, &klen, 5)
-        if q < 0 or klen < -1 or klen > rend - q:
-            return -1
-        if klen >= 0 and base + offd >= first_dirty:
-            omap._put(p + q, klen, base + offd)
-        pos = rend
+        if f.key_len >= 0 and base + f.off_delta >= first_dirty:
+            omap._put(p + f.key_pos, f.key_len, base + f.off_delta)
+        pos = f.end
     return 0
 
 
@@ -1995,43 +2018,26 @@ cdef Py_ssize_t _scan_keep(const uint8_t* rp, Py_ssize_t rn, int32_t count, int6
     """Pass 1 of the filter, without the GIL: for each kept record store (start, end,
     offset-delta position, timestamp) in ranges. Returns the number kept, or -1 if malformed."""
     cdef int32_t i
-    cdef int64_t rlen, tsd, offd, klen, vlen
-    cdef Py_ssize_t q = 0, rend, kept_start, offd_pos, klen_pos, tn, kept = 0
+    cdef Py_ssize_t q = 0, kept = 0
+    cdef RecordFields f
     for i in range(count):
-        kept_start = q
-        q = get_varlong(rp, q, rn, &rlen, 5)
-        if q < 0 or rlen <= 0 or rlen > rn - q:
-            return -1
-        rend = q + rlen
-        q += 1
-        q = get_varlong(rp, q, rend, &tsd, 10)
-        if q < 0:
-            return -1
-        offd_pos = q
-        klen_pos = get_varlong(rp, q, rend, &offd, 5)
-        if klen_pos < 0:
-            return -1
-        q = get_varlong(rp, klen_pos, rend, &klen, 5)
-        if q < 0 or klen < -1 or klen > rend - q:
-            return -1
-        tn = q + (klen if klen > 0 else 0)
-        tn = get_varlong(rp, tn, rend, &vlen, 5)
-        if tn < 0 or vlen < -1:
+        if _record_fields(rp, q, rn, &f) < 0:
             return -1
         records_read[0] += 1
-        if _keep(omap, base_offset + offd, rp + q, klen, vlen < 0, retain_deletes):
+        if _keep(omap, base_offset + f.off_delta, rp + f.key_pos, f.key_len, f.value_len < 0,
+                 retain_deletes):
             if kept >= cap:
                 return -1
-            ranges[4 * kept] = kept_start
-            ranges[4 * kept + 1] = rend
-            ranges[4 * kept + 2] = offd_pos
-            ranges[4 * kept + 3] = base_ts + tsd
+            ranges[4 * kept] = q
+            ranges[4 * kept + 1] = f.end
+            ranges[4 * kept + 2] = f.offd_pos
+            ranges[4 * kept + 3] = base_ts + f.ts_delta
             kept += 1
-            if vlen < 0:
+            if f.value_len < 0:
                 tomb_kept[0] = True
-            if base_ts + tsd > max_ts[0]:
-                max_ts[0] = base_ts + tsd
-        q = rend
+            if base_ts + f.ts_delta > max_ts[0]:
+                max_ts[0] = base_ts + f.ts_delta
+        q = f.end
     return kept
 
 
