@@ -2101,24 +2101,18 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef const uint8_t* p = m.ptr()
     cdef BatchHeader h
     cdef const char* why
-    cdef Py_ssize_t pos = start, q, rend, klen_pos, kept_start, offd_pos
+    cdef Py_ssize_t pos = start
     cdef int hs
     cdef bytearray out = bytearray()
-    cdef bytearray recs = bytearray()
-    cdef int32_t i, kept
-    cdef int64_t rlen, tsd, offd, klen, vlen, ts, new_base_ts, horizon, max_ts
-    cdef bint retain_deletes, has_horizon, tomb_kept, all_kept, set_horizon, lat
+    cdef int64_t new_base_ts, max_ts
+    cdef bint retain_deletes, has_horizon, tomb_kept, set_horizon, lat
     cdef uint32_t crc, crc_s, crc_c
     cdef const uint8_t* rp
-    cdef Py_ssize_t rn
-    cdef uint8_t hdr[V2_OVERHEAD]
-    cdef uint8_t tmpv[16]
-    cdef Py_ssize_t tn, cap, nk, wn
+    cdef Py_ssize_t rn, cap, nk, wn
     cdef uint8_t* obuf
     cdef int attrs_new
     cdef int64_t* ranges
     cdef int64_t rr
-    cdef list kept_list
     m.pin()
     try:
         while True:
@@ -2177,40 +2171,12 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             if nk < 0:
                 free(ranges)
                 raise _corrupt("malformed record while cleaning", pos)
-            if (h.attrs & CODEC_MASK) == 0 and (nk > 0 or h.last_offset == final_offset) \
-                    and not (nk == h.count and not (tomb_kept and not has_horizon)):
-                # uncompressed and changed: rebuild in C without the GIL
-                new_base_ts = now + delete_retention_ms if (tomb_kept and not has_horizon) else h.base_timestamp
-                attrs_new = h.attrs | (HORIZON_BIT if (tomb_kept and not has_horizon) else 0)
-                obuf = <uint8_t*>malloc(h.size + nk * 15 + V2_OVERHEAD)
-                if obuf == NULL:
-                    free(ranges)
-                    raise MemoryError()
-                with nogil:
-                    wn = _rebuild_v2(p + pos, rp, ranges, nk, h.base_timestamp, new_base_ts, attrs_new,
-                                     lat, max_ts, obuf)
-                free(ranges)
-                out += PyBytes_FromStringAndSize(<const char*>obuf, wn)
-                free(obuf)
-                stats.records_kept += nk
-                if tomb_kept:
-                    stats.tombstones_kept += 1
-                stats.batches_rebuilt += 1
-                stats.bytes_written += wn
-                stats.last_offset = h.last_offset
-                _track_max(stats, h.max_timestamp if (lat or not nk) else max_ts, h.last_offset)
-                pos += h.size
-                continue
-            kept_list = [(ranges[4 * i], ranges[4 * i + 1], ranges[4 * i + 2], ranges[4 * i + 3])
-                         for i in range(nk)]
-            free(ranges)
-            kept = len(kept_list)
-            stats.records_kept += kept
+            stats.records_kept += nk
             if tomb_kept:
                 stats.tombstones_kept += 1
             set_horizon = tomb_kept and not has_horizon
-            all_kept = kept == h.count
-            if all_kept and not set_horizon:
+            if nk == h.count and not set_horizon:
+                free(ranges)
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
                 stats.bytes_written += h.size
@@ -2218,67 +2184,49 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 _track_max(stats, h.max_timestamp, h.last_offset)
                 pos += h.size
                 continue
-            if kept == 0 and h.last_offset != final_offset:
+            if nk == 0 and h.last_offset != final_offset:
+                free(ranges)
                 stats.batches_dropped += 1
                 pos += h.size
                 continue
-            # rebuild: same base/last offsets, kept records (timestamps re-based on a horizon)
-            new_base_ts = h.base_timestamp
-            if set_horizon:
-                new_base_ts = now + delete_retention_ms
-            elif has_horizon and not tomb_kept:
-                pass
-            del recs[:]
-            for item in kept_list:
-                kept_start, rend, offd_pos, ts = item
-                if new_base_ts == h.base_timestamp:
-                    recs += PyBytes_FromStringAndSize(<const char*>(rp + kept_start), rend - kept_start)
-                else:
-                    # body = attrs, tsDelta (new), then the original bytes from offsetDelta on
-                    tn = put_varint(tmpv, 0, ts - new_base_ts)
-                    body_len = 1 + tn + (rend - offd_pos)
-                    lenbuf = bytearray(10)
-                    ln = put_varint(<uint8_t*>(<char*>lenbuf), 0, body_len)
-                    recs += lenbuf[:ln]
-                    recs.append(rp[kept_start + _varint_len(rp, kept_start)])
-                    recs += PyBytes_FromStringAndSize(<const char*>tmpv, tn)
-                    recs += PyBytes_FromStringAndSize(<const char*>(rp + offd_pos), rend - offd_pos)
-            payload = bytes(recs)
-            if (h.attrs & CODEC_MASK) and kept:
-                payload = _compress(h.attrs & CODEC_MASK, payload)
-            memcpy(hdr, p + pos, V2_OVERHEAD)
-            st32(hdr + 8, <uint32_t>(V2_OVERHEAD - LOG_OVERHEAD + len(payload)))
+            # rebuild (same base/last offsets; timestamps re-based on a new horizon) in C without
+            # the GIL; a compressed batch then gets its records region compressed again
+            new_base_ts = now + delete_retention_ms if set_horizon else h.base_timestamp
             attrs_new = h.attrs | (HORIZON_BIT if set_horizon else 0)
-            if kept == 0:
+            if nk == 0:
                 attrs_new = attrs_new & ~CODEC_MASK
-                payload = b""
-            st16(hdr + 21, <uint16_t>attrs_new)
-            st64(hdr + 27, <uint64_t>new_base_ts)
-            if not lat:
-                st64(hdr + 35, <uint64_t>(max_ts if kept else h.max_timestamp))
-            st32(hdr + 57, <uint32_t>kept)
-            crc = ks_crc32c(0, hdr + 21, V2_OVERHEAD - 21)
-            if len(payload):
-                crc = ks_crc32c(crc, <const uint8_t*>PyBytes_AS_STRING(payload), len(payload))
-            st32(hdr + 17, crc)
-            out += PyBytes_FromStringAndSize(<const char*>hdr, V2_OVERHEAD)
-            out += payload
+            obuf = <uint8_t*>malloc(h.size + rn + nk * 15 + V2_OVERHEAD)
+            if obuf == NULL:
+                free(ranges)
+                raise MemoryError()
+            with nogil:
+                wn = _rebuild_v2(p + pos, rp, ranges, nk, h.base_timestamp, new_base_ts, attrs_new,
+                                 lat, max_ts, obuf)
+            free(ranges)
+            try:
+                if attrs_new & CODEC_MASK:
+                    payload = _compress(attrs_new & CODEC_MASK,
+                                        PyBytes_FromStringAndSize(<const char*>(obuf + V2_OVERHEAD),
+                                                                  wn - V2_OVERHEAD))
+                    st32(obuf + 8, <uint32_t>(V2_OVERHEAD - LOG_OVERHEAD + len(payload)))
+                    crc = ks_crc32c(0, obuf + 21, V2_OVERHEAD - 21)
+                    crc = ks_crc32c(crc, <const uint8_t*>PyBytes_AS_STRING(payload), len(payload))
+                    st32(obuf + 17, crc)
+                    out += PyBytes_FromStringAndSize(<const char*>obuf, V2_OVERHEAD)
+                    out += payload
+                    wn = V2_OVERHEAD + len(payload)
+                else:
+                    out += PyBytes_FromStringAndSize(<const char*>obuf, wn)
+            finally:
+                free(obuf)
             stats.batches_rebuilt += 1
-            stats.bytes_written += V2_OVERHEAD + len(payload)
+            stats.bytes_written += wn
             stats.last_offset = h.last_offset
-            _track_max(stats, ld64(hdr + 35), h.last_offset)
+            _track_max(stats, h.max_timestamp if (lat or not nk) else max_ts, h.last_offset)
             pos += h.size
     finally:
         m.unpin()
     return (pos, bytes(out))
-
-
-cdef inline Py_ssize_t _varint_len(const uint8_t* p, Py_ssize_t pos) noexcept:
-    cdef Py_ssize_t n = 1
-    while p[pos] & 0x80:
-        pos += 1
-        n += 1
-    return n
 
 
 cdef inline void _track_max(CleanStats stats, int64_t ts, int64_t off):

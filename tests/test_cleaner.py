@@ -101,12 +101,13 @@ def test_rebuilt_batch_keeps_base_and_last_offsets(tmp_path):
         assert [(r.offset, r.value) for r in lg.read(0)] == [(1, b"keep"), (3, b"new"), (4, b"new")]
 
 
-def test_clean_tombstone_survives_until_the_delete_horizon(tmp_path):
+@pytest.mark.parametrize("compression", ["uncompressed", "gzip"])
+def test_clean_tombstone_survives_until_the_delete_horizon(tmp_path, compression):
     """testCleanTombstone: a tombstone stays for delete.retention.ms, then goes."""
     m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": DAY,
-                                "min.cleanable.dirty.ratio": "0"})
+                                "min.cleanable.dirty.ratio": "0", "compression.type": compression})
         lg = m.log("c", 0)
         lg.append([(b"k", b"v1", NOW), (b"j", b"v", NOW)])
         lg.append([(b"k", None, NOW)])               # tombstone for k
