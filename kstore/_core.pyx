@@ -1475,6 +1475,15 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     return pos
 
 
+def index_position(Mapping index, Py_ssize_t entries, int64_t base_offset, int64_t offset,
+                   Mapping m, Py_ssize_t end):
+    """Where to start scanning the .log for `offset` (see _index_position): the offset index's
+    floor entry, or 0 when the index has nothing trustworthy below offset."""
+    if end < 0 or end > m.length:
+        raise ValueError("scan end outside mapping")
+    return _index_position(index, entries, base_offset, offset, m.ptr(), end)
+
+
 cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
                     Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
                     bint verify_crc, list out, bint min_one):

@@ -319,14 +319,17 @@ class LogSegment:
                 old.close()
 
     # -- read ------------------------------------------------------------------------------
-    def translate_offset(self, offset: int, start_position: int = 0) -> Optional[int]:
+    def _scan_start(self, offset: int, m: _core.Mapping, end: int) -> int:
+        """Where to start scanning for offset: the index floor, checked against the batch it
+        points at (a stale or damaged entry never makes a scan skip records)."""
+        idx = self.offset_index
+        return _core.index_position(idx._map, idx._entries, self.base_offset, offset, m, end)
+
+    def translate_offset(self, offset: int) -> Optional[int]:
         """Position of the first batch whose last offset >= offset, or None."""
         m = self.mapping()
         end = min(self.size, m.length)
-        pos = self.offset_index.lookup(offset)[1]
-        if pos < start_position or pos > end:
-            pos = start_position if start_position <= end else end
-        p = _core.find_batch(m, pos, end, offset)
+        p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
         return None if p < 0 else p
 
     def read(self, offset: int, max_records: int, max_bytes: int, out: list,
@@ -370,11 +373,9 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Optional[tuple[int, int]]:
         """First (offset, timestamp) with timestamp >= target and offset >= start_offset."""
         _ts, off = self.time_index.lookup(timestamp)
-        pos = self.offset_index.lookup(max(off, start_offset))[1]
         m = self.mapping()
         end = min(self.size, m.length)
-        if pos > end:
-            pos = 0
+        pos = self._scan_start(max(off, start_offset), m, end)
         try:
             return _core.find_offset_by_timestamp(m, pos, end, timestamp, start_offset)
         except CorruptRecordError as e:
@@ -400,9 +401,7 @@ class LogSegment:
             return self.base_offset
         m = self.mapping()
         end = min(self.size, m.length)
-        pos = self.offset_index.lookup(self.offset_index.last_offset)[1]
-        if pos > end:
-            pos = 0
+        pos = self._scan_start(self.offset_index.last_offset, m, end)
         headers = _core.batch_headers(m, pos, end)
         if not headers and pos:
             headers = _core.batch_headers(m, 0, end)

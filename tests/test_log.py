@@ -707,3 +707,24 @@ def test_stale_index_entry_never_skips_records(open_log, log_dir):
     log = open_log(cfg)
     assert [r.offset for r in log.read(6, max_records=3)] == [6, 7, 8]
     assert log.read(5, 1)[0].offset == 5
+
+
+def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir):
+    """truncate_to and read_batches locate batches through the same checked index position as
+    reads: an entry pointing at a later batch must not move the cut."""
+    cfg = {"index.interval.bytes": 1}
+    log = open_log(cfg)
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    entries = [log.active_segment.offset_index.entry(n) for n in range(log.active_segment.offset_index.entries)]
+    log.close()
+    idx_path = os.path.join(log_dir, "00000000000000000000.index")
+    raw = bytearray(open(idx_path, "rb").read())
+    slot = [o for o, _ in entries].index(5)
+    raw[slot * 8 + 4: slot * 8 + 8] = struct.pack(">i", dict(entries)[12])
+    open(idx_path, "wb").write(bytes(raw))
+    log = open_log(cfg)
+    assert struct.unpack(">q", bytes(log.read_batches(5, 1))[:8])[0] == 5
+    log.truncate_to(5)
+    assert log.log_end_offset == 5
+    assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == list(range(5))
