@@ -194,8 +194,10 @@ class Log:
             self._leo = start
             io.fsync_dir(self.dir)
         self._log_start_offset = start if start <= self._leo else self._leo
+        # clean: everything is durable; unclean: Kafka's min(checkpoint, LEO). Offsets below the
+        # first segment do not exist, so the point is never below its base.
         self._recovery_point = self._leo if clean_shutdown else min(recovery_point, self._leo)
-        self._recovery_point = max(self._recovery_point, self._segs[0].base_offset if recovery_point else 0)
+        self._recovery_point = max(self._recovery_point, self._segs[0].base_offset)
         self._segs[-1].make_active()
 
     def _remove_temp_files_and_swap(self) -> None:
