@@ -1428,24 +1428,6 @@ cdef tuple _read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t
         next_offset = h.last_offset + 1
     return (pos, next_offset, used)
 
-def read_records(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t min_offset,
-                 Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
-                 bint min_one=True):
-    """Decode records with offset >= min_offset from the batches in [start, end) into out.
-
-    Returns (next_position, next_offset, bytes_used): where to continue. Raises
-    CorruptRecordError (with .position) on a malformed batch. With min_one, at least one batch is
-    decoded even if larger than max_bytes.
-    """
-    if start < 0 or end > m.length or start > end:
-        raise ValueError("read range outside mapping")
-    cdef const uint8_t* p = m.ptr()
-    m.pin()
-    try:
-        return _read_range(p, start, end, min_offset, max_records, max_bytes, verify_crc, out, False, min_one)
-    finally:
-        m.unpin()
-
 cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_offset,
                                 int64_t offset, const uint8_t* p, Py_ssize_t end) except -1:
     """Position to start scanning for `offset`: the offset index's floor entry, or 0 when the
@@ -1503,7 +1485,7 @@ cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t 
 def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
             Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
             bint verify_crc, list out, bint min_one=True):
-    """Segment read in one call: offset-index floor, scan to the batch, decode (see read_records).
+    """Segment read in one call: offset-index floor, scan to the batch, decode (see _read_range).
     A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
     return _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
                     verify_crc, out, min_one)
@@ -1788,14 +1770,6 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
 cdef extern from "_kstore.h" nogil:
     void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
 
-
-
-def key_hash(data):
-    """The cleaner's 128-bit key hash (MurmurHash3 x64-128) as 16 bytes."""
-    cdef const uint8_t[::1] mv = data
-    cdef uint64_t h[2]
-    ks_murmur3_128(&mv[0] if mv.shape[0] else <const uint8_t*>"", mv.shape[0], h)
-    return PyBytes_FromStringAndSize(<char*>h, 16)
 
 
 cdef class OffsetMap:
