@@ -651,7 +651,7 @@ class Log:
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
         start = self._log_start_offset
-        for _attempt in range(3):
+        while True:
             views, segs = self._views, self._segs
             try:
                 r = _log_offset_for_timestamp(views, timestamp, start)
@@ -659,19 +659,15 @@ class Log:
                 raise with_path(e, segs[e.segment].log_path) from None
             if r is not None:
                 return r or None
-            for seg in segs:       # prepare lazily opened segments, then try again
+            # map and load what the fast path found missing, then retry on fresh segment lists
+            # (a segment deleted meanwhile is gone from them; a closed log raises)
+            self._check_open()
+            for seg in segs:
                 if seg.size and not seg.closed:
                     seg.mapping()
                     seg.offset_index
                     seg.time_index
                     seg._load_max_timestamp()
-        for seg in segs:
-            if seg.size == 0 or seg.largest_timestamp() < timestamp:
-                continue
-            r = seg.find_offset_by_timestamp(timestamp, start)
-            if r is not None:
-                return r
-        return None
 
     def _offset_of_max_timestamp(self, segs) -> Optional[tuple[int, int]]:
         best = None
