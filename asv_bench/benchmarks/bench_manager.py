@@ -7,28 +7,18 @@ import time
 
 import kstore
 
-SMALL = {"log.segment.bytes": "20000", "log.initial.task.delay.ms": "3600000"}
 QUIET = {"log.initial.task.delay.ms": "3600000"}
 
 
-def _build_small(root):
-    with kstore.LogManager(root, SMALL) as m:
-        m.create_topic("t", 1000)
-        rec = [(b"k" * 16, b"v" * 100, 1_700_000_000_000)] * 150
-        for p in range(1000):
+def _build(root, partitions, segment_bytes, appends_per_partition, batch):
+    """A store of `partitions` partitions of 100-byte records appended `batch` at a time."""
+    with kstore.LogManager(root, {"log.segment.bytes": str(segment_bytes), **QUIET}) as m:
+        m.create_topic("t", partitions)
+        records = [(b"k" * 16, b"v" * 100, 1_700_000_000_000)] * batch
+        for p in range(partitions):
             lg = m.log("t", p)
-            for _ in range(10):
-                lg.append(rec)
-
-
-def _build_large(root):
-    with kstore.LogManager(root, {"log.segment.bytes": str(1 << 20), **QUIET}) as m:
-        m.create_topic("t", 20)
-        batch = [(b"k" * 16, b"v" * 100, 1_700_000_000_000)] * 1000
-        for p in range(20):
-            lg = m.log("t", p)
-            for _ in range(70):
-                lg.append(batch)
+            for _ in range(appends_per_partition):
+                lg.append(records)
 
 
 def _unclean(root, keep_checkpoint):
@@ -45,7 +35,7 @@ class OpenManyPartitions:
 
     def setup_cache(self):
         root = os.path.join(tempfile.mkdtemp(prefix="kstore-asv-"), "logs")
-        _build_small(root)
+        _build(root, 1000, 20000, 10, 150)       # 10 segments of ~19 KB each
         return root
 
     def time_open_after_clean_shutdown(self, root):
@@ -67,7 +57,7 @@ class RecoveryThroughput:
 
     def setup_cache(self):
         root = os.path.join(tempfile.mkdtemp(prefix="kstore-asv-"), "logs")
-        _build_large(root)
+        _build(root, 20, 1 << 20, 70, 1000)     # ~9 segments of 1 MiB each
         return root
 
     def track_full_recovery_gb_per_s(self, root):
