@@ -494,12 +494,15 @@ class LogSegment:
                     if mts > best[0]:
                         best = (mts, moff)
                     pos += valid
-                    if valid < len(data) or complete:
-                        if not complete and valid == 0 and len(data) == window:
-                            window *= 4          # a batch larger than the window
-                            continue
-                        if valid < len(data) or pos >= flen:
-                            break
+                    if valid == len(data):
+                        continue
+                    if complete:
+                        break                    # an invalid batch (torn, corrupt) or padding
+                    # the window ended inside a batch: read on from it
+                    if valid == 0:
+                        if len(data) < window:
+                            break                # the file ends inside it: still being written
+                        window *= 4              # a batch larger than the window
                 if self._map is None or self._map.length < pos:
                     old = self._map
                     self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")

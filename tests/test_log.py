@@ -728,3 +728,17 @@ def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir
     log.truncate_to(5)
     assert log.log_end_offset == 5
     assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == list(range(5))
+
+
+@pytest.mark.parametrize("value_size", [2000, 70_000, 300_000])
+def test_read_only_open_sees_every_batch_past_the_first_pread_window(open_log, log_dir, value_size):
+    # regression: the first read-only scan stopped at the first batch crossing its 64 KiB
+    # pread window, so a fresh reader saw only a prefix of a big segment
+    lg = open_log({"segment.bytes": 16 << 20})
+    for i in range(40):
+        lg.append([(b"k%d" % i, bytes([i]) * (value_size + 13 * i))])
+    lg.flush()
+    ro = open_log(path=log_dir, read_only=True)
+    assert ro.log_end_offset == 40
+    assert ro.segments[0].size == lg.segments[0].size
+    assert [r.offset for c in ro.iter_chunks() for r in c] == list(range(40))
