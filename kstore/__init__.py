@@ -17,7 +17,7 @@ _core._init_crc_tables(_crcmod.Crc("crc-32c").table, _crcmod.Crc("crc-32").table
 from kstore import compression as _compression  # noqa: E402  (registers the codecs)
 from kstore._core import AppendInfo, Record, crc32, crc32c  # noqa: E402
 from kstore.config import LogConfig  # noqa: E402
-from kstore.errors import (CorruptRecordError, IndexOffsetOverflowError,  # noqa: E402
+from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflowError,  # noqa: E402
                            InvalidConfigError, InvalidOffsetError, InvalidRecordError,
                            KStoreError, KStoreStateError, LogDirOfflineError,
                            LogDirLockedError, LogSegmentOffsetOverflowError,
@@ -31,13 +31,14 @@ from kstore.assignment import assign_replicas  # noqa: E402
 from kstore.clock import MockTime  # noqa: E402
 from kstore.scheduler import MockScheduler, Scheduler  # noqa: E402
 from kstore.segment import LogSegment  # noqa: E402
+from kstore.reader import StoreReader  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
     "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError",
-    "AppendInfo", "CorruptRecordError", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
+    "AppendInfo", "CorruptRecordError", "DataLossError", "StoreReader", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",
     "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",

@@ -481,6 +481,190 @@ cdef inline int _bytes_arg(object o, const uint8_t** p, Py_ssize_t* n, list keep
     n[0] = PyBytes_GET_SIZE(b)
     return 0
 
+# ---------------------------------------------------------------------------------------------
+# Columnar input for BatchBuilder.build_columns (Arrow-layout buffers, no per-record objects)
+# ---------------------------------------------------------------------------------------------
+cdef const int32_t* _check_offsets(object offsets, Py_ssize_t n, Py_ssize_t data_len, str what,
+                                   list keep) except? NULL:
+    cdef const int32_t[::1] o = offsets
+    cdef Py_ssize_t i
+    if o.shape[0] != n + 1:
+        raise ValueError(f"{what}: {o.shape[0]} offsets for {n} entries (need {n + 1})")
+    if o[0] < 0 or o[n] > data_len:
+        raise ValueError(f"{what}: offsets [{o[0]}, {o[n]}] run outside {data_len} data bytes")
+    for i in range(n):
+        if o[i + 1] < o[i]:
+            raise ValueError(f"{what}: offsets decrease at entry {i}")
+    keep.append(o)
+    return &o[0]
+
+cdef const uint8_t* _data_ptr(object data, list keep) except? NULL:
+    cdef const uint8_t[::1] d = data
+    keep.append(d)
+    return &d[0] if d.shape[0] else &_empty_byte
+
+cdef const uint8_t* _valid_ptr(object valid, Py_ssize_t n, str what, list keep) except? NULL:
+    if valid is None:
+        return NULL
+    cdef const uint8_t[::1] v = valid
+    if v.shape[0] != n:
+        raise ValueError(f"{what}: {v.shape[0]} validity entries for {n} rows")
+    keep.append(v)
+    return &v[0] if n else &_empty_byte
+
+
+cdef class ColumnInput:
+    """Records as columns for BatchBuilder.build_columns. key / value: None (all null) or
+    (offsets int32[n+1], data, valid uint8[n] or None); timestamps: None or int64[n] ms (< 0
+    means "now"); headers: None or (list offsets int32[n+1], list valid uint8[n] or None, key
+    offsets int32[m+1], key data, value offsets int32[m+1], value data, value valid uint8[m] or
+    None). Offsets index their data as in Arrow; all are checked here, once."""
+    cdef readonly Py_ssize_t n
+    cdef list _keep
+    cdef const int32_t* koff
+    cdef const uint8_t* kdat
+    cdef const uint8_t* kval
+    cdef const int32_t* voff
+    cdef const uint8_t* vdat
+    cdef const uint8_t* vval
+    cdef const int64_t* ts
+    cdef Py_ssize_t ts_n
+    cdef const int32_t* hoff
+    cdef Py_ssize_t hoff_n
+    cdef const uint8_t* hval
+    cdef Py_ssize_t hval_n
+    cdef const int32_t* hkoff
+    cdef const uint8_t* hkdat
+    cdef const int32_t* hvoff
+    cdef const uint8_t* hvdat
+    cdef const uint8_t* hvval
+
+    def __init__(self, Py_ssize_t n, key=None, value=None, timestamps=None, headers=None):
+        cdef const int64_t[::1] t
+        cdef const int32_t[::1] ho
+        cdef Py_ssize_t m, i
+        if n < 0:
+            raise ValueError("negative row count")
+        self.n = n
+        self._keep = []
+        if key is not None:
+            self.kdat = _data_ptr(key[1], self._keep)
+            self.koff = _check_offsets(key[0], n, memoryview(key[1]).nbytes, "key", self._keep)
+            self.kval = _valid_ptr(key[2], n, "key", self._keep)
+        if value is not None:
+            self.vdat = _data_ptr(value[1], self._keep)
+            self.voff = _check_offsets(value[0], n, memoryview(value[1]).nbytes, "value", self._keep)
+            self.vval = _valid_ptr(value[2], n, "value", self._keep)
+        if timestamps is not None:
+            t = timestamps
+            if t.shape[0] != n:
+                raise ValueError(f"timestamps: {t.shape[0]} entries for {n} rows")
+            self._keep.append(t)
+            self.ts = &t[0] if n else NULL
+            self.ts_n = n
+        if headers is not None:
+            lo, lv, hko, hkd, hvo, hvd, hvv = headers
+            ho = lo
+            if ho.shape[0] != n + 1:
+                raise ValueError(f"headers: {ho.shape[0]} list offsets for {n} rows")
+            m = ho[n]
+            self.hoff = _check_offsets(lo, n, m, "headers", self._keep)
+            self.hoff_n = n + 1
+            self.hval = _valid_ptr(lv, n, "headers", self._keep)
+            self.hval_n = n if lv is not None else 0
+            self.hkdat = _data_ptr(hkd, self._keep)
+            self.hkoff = _check_offsets(hko, m, memoryview(hkd).nbytes, "header keys", self._keep)
+            self.hvdat = _data_ptr(hvd, self._keep)
+            self.hvoff = _check_offsets(hvo, m, memoryview(hvd).nbytes, "header values", self._keep)
+            self.hvval = _valid_ptr(hvv, m, "header values", self._keep)
+
+    cdef inline Py_ssize_t key_len(self, Py_ssize_t i) noexcept nogil:
+        if self.koff == NULL or (self.kval != NULL and not self.kval[i]):
+            return -1
+        return self.koff[i + 1] - self.koff[i]
+
+    cdef inline Py_ssize_t value_len(self, Py_ssize_t i) noexcept nogil:
+        if self.voff == NULL or (self.vval != NULL and not self.vval[i]):
+            return -1
+        return self.voff[i + 1] - self.voff[i]
+
+    cdef inline Py_ssize_t hk_len(self, Py_ssize_t j) noexcept nogil:
+        return self.hkoff[j + 1] - self.hkoff[j]
+
+    cdef inline Py_ssize_t hv_len(self, Py_ssize_t j) noexcept nogil:
+        if self.hvval != NULL and not self.hvval[j]:
+            return -1
+        return self.hvoff[j + 1] - self.hvoff[j]
+
+    def sizes(self):
+        """Per-row upper bound of the encoded record size (int64 numpy array), for splitting
+        rows into batches under a byte budget without per-row Python work."""
+        out = np.empty(self.n, dtype=np.int64)
+        cdef int64_t[::1] o = out
+        cdef Py_ssize_t i, j, s, h0, h1, k, v
+        for i in range(self.n):
+            k = self.key_len(i)
+            v = self.value_len(i)
+            s = 32 + (k if k > 0 else 0) + (v if v > 0 else 0)
+            if self.hoff != NULL and (self.hval == NULL or self.hval[i]):
+                for j in range(self.hoff[i], self.hoff[i + 1]):
+                    s += 10 + self.hk_len(j) + (self.hv_len(j) if self.hv_len(j) > 0 else 0)
+            o[i] = s
+        return out
+
+    def murmur2_partitions(self, int32_t num_partitions):
+        """Kafka's default partition of each row's key (toPositive(murmur2(key)) % n) as an
+        int32 array; -1 where the key is null (the caller spreads those)."""
+        if num_partitions <= 0:
+            raise ValueError("num_partitions must be positive")
+        out = np.empty(self.n, dtype=np.int32)
+        cdef int32_t[::1] o = out
+        cdef Py_ssize_t i, k
+        with nogil:
+            for i in range(self.n):
+                k = self.key_len(i)
+                if k < 0:
+                    o[i] = -1
+                else:
+                    o[i] = <int32_t>((_murmur2(self.kdat + self.koff[i], k) & 0x7fffffff) % num_partitions)
+        return out
+
+
+cdef inline uint32_t _murmur2(const uint8_t* d, Py_ssize_t length) noexcept nogil:
+    """Kafka's Utils.murmur2 (seed 0x9747b28c)."""
+    cdef uint32_t m = 0x5bd1e995
+    cdef uint32_t h = 0x9747b28cU ^ <uint32_t>length
+    cdef uint32_t k
+    cdef Py_ssize_t i, n4 = length // 4
+    for i in range(n4):
+        k = (<uint32_t>d[4 * i]) | (<uint32_t>d[4 * i + 1] << 8) | (<uint32_t>d[4 * i + 2] << 16) | \
+            (<uint32_t>d[4 * i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+    i = length & 3
+    if i == 3:
+        h ^= <uint32_t>d[4 * n4 + 2] << 16
+    if i >= 2:
+        h ^= <uint32_t>d[4 * n4 + 1] << 8
+    if i >= 1:
+        h ^= d[4 * n4]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+def murmur2(data):
+    """Kafka's murmur2 of a bytes-like object, as a signed 32-bit int."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0]
+    return <int32_t>_murmur2(&mv[0] if n else &_empty_byte, n)
+
+
 cdef class BatchBuilder:
     """Reusable encoder for one append call. After build(), the encoded bytes are in the buffer
     (see .size, getvalue(), copy_to()), and the attributes describe the batch."""
@@ -668,8 +852,6 @@ cdef class BatchBuilder:
         cdef int64_t off_max = -1
         cdef list hdrs
         cdef bytes hk, hv
-        cdef uint32_t crc
-        cdef int16_t attrs
         self._ensure(V2_OVERHEAD + 64)
         pos = V2_OVERHEAD
         for i in range(n):
@@ -744,12 +926,25 @@ cdef class BatchBuilder:
                         pos += len(hv)
             if len(keep) > 64:
                 del keep[:]
+        return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
+
+    cdef int _finish_v2(self, Py_ssize_t pos, Py_ssize_t n, int64_t base_offset, int64_t base_ts,
+                        int64_t max_ts, bint lat, int codec, int32_t leader_epoch) except -1:
+        """Compress the records region (self.buf[61:pos]) if asked, then write the v2 batch
+        header and its CRC-32C."""
+        cdef uint32_t crc
+        cdef int16_t attrs
         if codec != 0:
             raw = PyBytes_FromStringAndSize(<char*>self.buf + V2_OVERHEAD, pos - V2_OVERHEAD)
             comp = _compress(codec, raw)
             self._ensure(V2_OVERHEAD + len(comp))
             memcpy(self.buf + V2_OVERHEAD, PyBytes_AS_STRING(comp), len(comp))
             pos = V2_OVERHEAD + len(comp)
+        self.size = 0
+        self.count = n
+        self.magic = 2
+        self.base_offset = base_offset
+        self.last_offset = base_offset + n - 1
         attrs = <int16_t>(codec | (TS_TYPE_BIT if lat else 0))
         st64(self.buf, <uint64_t>base_offset)
         st32(self.buf + 8, <uint32_t>(pos - LOG_OVERHEAD))
@@ -773,6 +968,142 @@ cdef class BatchBuilder:
         # Kafka (3.8+) indexes the batch's last offset for its max timestamp ("shallow" offset)
         self.offset_of_max_timestamp = base_offset + n - 1
         return 0
+
+    def build_columns(self, Py_ssize_t start, Py_ssize_t stop, ColumnInput cols,
+                      int64_t base_offset, int64_t now, bint log_append_time, int64_t ts_min,
+                      int64_t ts_max, bint require_key, int codec, int32_t leader_epoch=-1):
+        """Encode rows [start, stop) of columnar input (Arrow-layout buffers, see ColumnInput)
+        as one v2 batch, with build()'s validation and no per-record Python objects.
+        Returns the record count."""
+        cdef Py_ssize_t n = stop - start, i, pos, body, j, h0, h1, hk, hv, klen, vlen, hcount
+        cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
+        cdef const uint8_t* kp
+        cdef const uint8_t* vp
+        cdef int err = 0
+        cdef Py_ssize_t bad = -1
+        self.size = 0
+        self.count = 0
+        self.magic = 2
+        self.base_offset = base_offset
+        self.last_offset = base_offset - 1
+        self.max_timestamp = NO_TIMESTAMP
+        self.first_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.max_entry_size = 0
+        if start < 0 or stop > cols.n or n < 0:
+            raise ValueError(f"rows [{start}, {stop}) outside the {cols.n} input rows")
+        if n == 0:
+            return 0
+        if codec < 0 or codec > 4:
+            raise UnsupportedCodecError(f"compression codec {codec} is not valid")
+        if n - 1 > INT32_MAX:
+            raise InvalidRecordError("too many records for one batch")
+        self._ensure(V2_OVERHEAD + 64)
+        pos = V2_OVERHEAD
+        for i in range(start, stop):
+            klen = cols.key_len(i)
+            vlen = cols.value_len(i)
+            if require_key and klen < 0:
+                raise InvalidRecordError(
+                    f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+            if log_append_time or cols.ts_n == 0 or cols.ts[i] < 0:
+                ts = now
+            else:
+                ts = cols.ts[i]
+                if ts < ts_min or ts > ts_max:
+                    raise InvalidRecordError(
+                        f"record {i}: timestamp {ts} is outside the allowed range [{ts_min}, "
+                        f"{ts_max}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+            if i == start:
+                base_ts = ts
+            if ts > max_ts:
+                max_ts = ts
+            h0 = h1 = 0
+            if cols.hoff_n:
+                h0 = cols.hoff[i]
+                h1 = cols.hoff[i + 1]
+                if cols.hval_n and not cols.hval[i]:
+                    h1 = h0
+            hcount = h1 - h0
+            body = 1 + varint_size(ts - base_ts) + varint_size(i - start) + varint_size(klen) + \
+                (klen if klen > 0 else 0) + varint_size(vlen) + (vlen if vlen > 0 else 0) + \
+                varint_size(hcount)
+            for j in range(h0, h1):
+                hk = cols.hk_len(j)
+                hv = cols.hv_len(j)
+                if hk < 0:
+                    raise InvalidRecordError(f"record {i}: a header key is null")
+                body += varint_size(hk) + hk + varint_size(hv) + (hv if hv > 0 else 0)
+            self._ensure(pos + body + 10)
+            pos = put_varint(self.buf, pos, body)
+            self.buf[pos] = 0
+            pos += 1
+            pos = put_varint(self.buf, pos, ts - base_ts)
+            pos = put_varint(self.buf, pos, i - start)
+            pos = put_varint(self.buf, pos, klen)
+            if klen > 0:
+                memcpy(self.buf + pos, cols.kdat + cols.koff[i], klen)
+                pos += klen
+            pos = put_varint(self.buf, pos, vlen)
+            if vlen > 0:
+                memcpy(self.buf + pos, cols.vdat + cols.voff[i], vlen)
+                pos += vlen
+            pos = put_varint(self.buf, pos, hcount)
+            for j in range(h0, h1):
+                hk = cols.hk_len(j)
+                hv = cols.hv_len(j)
+                pos = put_varint(self.buf, pos, hk)
+                if hk > 0:
+                    memcpy(self.buf + pos, cols.hkdat + cols.hkoff[j], hk)
+                    pos += hk
+                pos = put_varint(self.buf, pos, hv)
+                if hv > 0:
+                    memcpy(self.buf + pos, cols.hvdat + cols.hvoff[j], hv)
+                    pos += hv
+        self._finish_v2(pos, n, base_offset, base_ts, max_ts, log_append_time, codec, leader_epoch)
+        return n
+
+    def load_batch(self, data, Py_ssize_t pos, int64_t new_base_offset, int64_t log_append_time=-1):
+        """Take the v2 batch at data[pos:] (e.g. staged by build_columns) as this builder's
+        append: CRC checked, base offset reassigned (outside the CRC, as a broker assigns
+        offsets in place) and, for log_append_time >= 0, the LogAppendTime type and max
+        timestamp set and the CRC recomputed. Returns the batch's size."""
+        cdef const uint8_t[::1] mv = data
+        cdef Py_ssize_t n = mv.shape[0]
+        cdef const uint8_t* p = &mv[0] if n else &_empty_byte
+        cdef BatchHeader h
+        cdef const char* why
+        cdef uint32_t s, c
+        cdef int hs
+        if pos < 0 or pos > n:
+            raise ValueError(f"position {pos} outside {n} bytes")
+        hs = _parse_header(p, pos, n, &h, &why)
+        if hs != H_OK:
+            raise _corrupt(f"staged batch: {why.decode('ascii') if hs != H_END or pos < n else 'no batch'}", pos)
+        if h.magic != 2:
+            raise _corrupt(f"staged batch has magic {h.magic}; only v2 batches can be re-based", pos)
+        if h.count != h.last_offset - h.base_offset + 1:
+            raise _corrupt(f"staged batch has {h.count} records for {h.last_offset - h.base_offset + 1} offsets", pos)
+        if not _crc_ok(p, pos, &h, &s, &c):
+            raise _corrupt(f"CRC mismatch in a staged batch (stored {s:#010x}, computed {c:#010x})", pos)
+        self._ensure(h.size)
+        memcpy(self.buf, p + pos, h.size)
+        st64(self.buf, <uint64_t>new_base_offset)
+        self.max_timestamp = h.max_timestamp
+        if log_append_time >= 0:
+            st16(self.buf + 21, <uint16_t>(h.attrs | TS_TYPE_BIT))
+            st64(self.buf + 35, <uint64_t>log_append_time)
+            self.max_timestamp = log_append_time
+            st32(self.buf + 17, ks_crc32c(0, self.buf + 21, h.size - 21))
+        self.size = h.size
+        self.count = h.count
+        self.magic = 2
+        self.base_offset = new_base_offset
+        self.last_offset = new_base_offset + h.count - 1
+        self.first_timestamp = h.base_timestamp
+        self.max_entry_size = h.size
+        self.offset_of_max_timestamp = self.last_offset
+        return h.size
 
     cdef Py_ssize_t _put_legacy(self, Py_ssize_t pos, int magic, int64_t offset, int attrs,
                                 int64_t ts, const uint8_t* kp, Py_ssize_t klen,
@@ -2248,3 +2579,372 @@ cdef int _filter_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, Offset
     else:
         stats.batches_dropped += 1
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Columnar decode: records straight into Arrow-layout buffers (the Spark / Arrow read path)
+# ---------------------------------------------------------------------------------------------
+cdef struct Buf:
+    uint8_t* p
+    Py_ssize_t n
+    Py_ssize_t cap
+
+cdef int _grow(Buf* b, Py_ssize_t extra) noexcept nogil:
+    cdef Py_ssize_t c
+    cdef uint8_t* q
+    if b.n + extra <= b.cap:
+        return 0
+    c = b.cap * 2 if b.cap else 1024
+    while c < b.n + extra:
+        c *= 2
+    q = <uint8_t*>realloc(b.p, c)
+    if q == NULL:
+        return -1
+    b.p = q
+    b.cap = c
+    return 0
+
+cdef inline int _put(Buf* b, const void* src, Py_ssize_t n) noexcept nogil:
+    if b.n + n > b.cap and _grow(b, n) < 0:
+        return -1
+    if n:
+        memcpy(b.p + b.n, src, n)
+    b.n += n
+    return 0
+
+cdef inline int _put_i32(Buf* b, int32_t v) noexcept nogil:
+    return _put(b, &v, 4)
+
+cdef inline int _put_i64(Buf* b, int64_t v) noexcept nogil:
+    return _put(b, &v, 8)
+
+cdef inline int _put_u8(Buf* b, uint8_t v) noexcept nogil:
+    return _put(b, &v, 1)
+
+cdef enum:
+    C_DONE = 0       # the batch was consumed
+    C_LIMIT = 1      # max records / bytes reached: resume at next_offset
+    C_STOP = 2       # reached stop_offset
+    C_CORRUPT = -1
+    C_NOMEM = -2
+    # column slots
+    COL_OFFSET = 0
+    COL_TS = 1
+    COL_TSTYPE = 2
+    COL_KOFF = 3
+    COL_KDAT = 4
+    COL_KVAL = 5
+    COL_VOFF = 6
+    COL_VDAT = 7
+    COL_VVAL = 8
+    COL_HOFF = 9
+    COL_HVAL = 10
+    COL_HKOFF = 11
+    COL_HKDAT = 12
+    COL_HVOFF = 13
+    COL_HVDAT = 14
+    COL_HVVAL = 15
+    NCOLS = 16
+
+
+cdef class Columns:
+    """Decoded records as Arrow-layout columns: offset int64, timestamp int64 (microseconds),
+    timestamp type int32, key / value as (int32 offsets, data, validity bytes) and, with
+    headers=True, the list<struct<key string, value binary>> buffers. Filled by decode_columns;
+    arrays() hands them to numpy (kstore.arrow turns them into a pyarrow RecordBatch)."""
+    cdef Buf b[16]
+    cdef readonly Py_ssize_t count
+    cdef readonly Py_ssize_t header_count
+    cdef readonly bint headers
+
+    def __cinit__(self, bint headers=False):
+        memset(self.b, 0, sizeof(self.b))
+        self.headers = headers
+        self.clear()
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(NCOLS):
+            free(self.b[i].p)
+
+    def clear(self):
+        """Empty the columns (keeping their memory) for the next chunk."""
+        cdef int i
+        for i in range(NCOLS):
+            self.b[i].n = 0
+        self.count = 0
+        self.header_count = 0
+        if (_put_i32(&self.b[COL_KOFF], 0) < 0 or _put_i32(&self.b[COL_VOFF], 0) < 0 or
+                _put_i32(&self.b[COL_HOFF], 0) < 0 or _put_i32(&self.b[COL_HKOFF], 0) < 0 or
+                _put_i32(&self.b[COL_HVOFF], 0) < 0):
+            raise MemoryError()
+
+    @property
+    def data_bytes(self):
+        """Bytes of key, value and header data held."""
+        return self._data_bytes()
+
+    cdef inline Py_ssize_t _data_bytes(self) noexcept nogil:
+        return self.b[COL_KDAT].n + self.b[COL_VDAT].n + self.b[COL_HKDAT].n + self.b[COL_HVDAT].n
+
+    cdef int add(self, int64_t offset, int64_t ts_ms, int32_t tstype, const uint8_t* k,
+                 Py_ssize_t klen, const uint8_t* v, Py_ssize_t vlen) noexcept nogil:
+        """One record without its headers (add_header / end_headers follow when headers=True)."""
+        cdef int64_t us = ts_ms * 1000 if ts_ms >= 0 else ts_ms * 1000
+        cdef Buf* b = self.b
+        if (_put_i64(&b[COL_OFFSET], offset) < 0 or _put_i64(&b[COL_TS], us) < 0 or
+                _put_i32(&b[COL_TSTYPE], tstype) < 0):
+            return -1
+        if klen >= 0:
+            if _put(&b[COL_KDAT], k, klen) < 0:
+                return -1
+        if (_put_i32(&b[COL_KOFF], <int32_t>b[COL_KDAT].n) < 0 or
+                _put_u8(&b[COL_KVAL], klen >= 0) < 0):
+            return -1
+        if vlen >= 0:
+            if _put(&b[COL_VDAT], v, vlen) < 0:
+                return -1
+        if (_put_i32(&b[COL_VOFF], <int32_t>b[COL_VDAT].n) < 0 or
+                _put_u8(&b[COL_VVAL], vlen >= 0) < 0):
+            return -1
+        self.count += 1
+        return 0
+
+    cdef int add_header(self, const uint8_t* k, Py_ssize_t klen, const uint8_t* v,
+                        Py_ssize_t vlen) noexcept nogil:
+        cdef Buf* b = self.b
+        if _put(&b[COL_HKDAT], k, klen) < 0 or _put_i32(&b[COL_HKOFF], <int32_t>b[COL_HKDAT].n) < 0:
+            return -1
+        if vlen >= 0 and _put(&b[COL_HVDAT], v, vlen) < 0:
+            return -1
+        if _put_i32(&b[COL_HVOFF], <int32_t>b[COL_HVDAT].n) < 0 or _put_u8(&b[COL_HVVAL], vlen >= 0) < 0:
+            return -1
+        self.header_count += 1
+        return 0
+
+    cdef int end_headers(self, Py_ssize_t n) noexcept nogil:
+        """Close the current record's header list (null when it has none, as Spark's Kafka
+        source shows it)."""
+        cdef Buf* b = self.b
+        if _put_i32(&b[COL_HOFF], <int32_t>self.header_count) < 0 or _put_u8(&b[COL_HVAL], n > 0) < 0:
+            return -1
+        return 0
+
+    cdef object _array(self, int col, object dtype):
+        return np.frombuffer(PyBytes_FromStringAndSize(<char*>self.b[col].p, self.b[col].n), dtype=dtype)
+
+    def arrays(self):
+        """The columns as numpy arrays (copies), keyed by name."""
+        out = {
+            "offset": self._array(COL_OFFSET, np.int64),
+            "timestamp": self._array(COL_TS, np.int64),
+            "timestampType": self._array(COL_TSTYPE, np.int32),
+            "key_offsets": self._array(COL_KOFF, np.int32),
+            "key_data": self._array(COL_KDAT, np.uint8),
+            "key_valid": self._array(COL_KVAL, np.uint8),
+            "value_offsets": self._array(COL_VOFF, np.int32),
+            "value_data": self._array(COL_VDAT, np.uint8),
+            "value_valid": self._array(COL_VVAL, np.uint8),
+        }
+        if self.headers:
+            out.update({
+                "headers_offsets": self._array(COL_HOFF, np.int32),
+                "headers_valid": self._array(COL_HVAL, np.uint8),
+                "header_key_offsets": self._array(COL_HKOFF, np.int32),
+                "header_key_data": self._array(COL_HKDAT, np.uint8),
+                "header_value_offsets": self._array(COL_HVOFF, np.int32),
+                "header_value_data": self._array(COL_HVDAT, np.uint8),
+                "header_value_valid": self._array(COL_HVVAL, np.uint8),
+            })
+        return out
+
+
+cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                  int64_t base_offset, int64_t base_ts, int64_t max_ts, int32_t count, bint lat,
+                  int64_t min_offset, int64_t stop_offset, Py_ssize_t max_records,
+                  Py_ssize_t max_data, int64_t* next_offset, const char** why) noexcept nogil:
+    """Decode one v2 batch's records region p[pos:end) into c (see decode_columns)."""
+    cdef int32_t i
+    cdef int64_t rlen, tsd, offd, klen, vlen, hcount, hk, hv, j, offset
+    cdef Py_ssize_t rend, q, kq, vq
+    cdef int tstype = 1 if lat else 0
+    for i in range(count):
+        q = get_varlong(p, pos, end, &rlen, 5)
+        if q < 0 or rlen <= 0 or rlen > end - q:
+            why[0] = "a record has a malformed or oversized length"
+            return C_CORRUPT
+        rend = q + rlen
+        q += 1   # attributes
+        q = get_varlong(p, q, rend, &tsd, 10)
+        if q < 0:
+            why[0] = "a record has a malformed timestamp delta"
+            return C_CORRUPT
+        q = get_varlong(p, q, rend, &offd, 5)
+        if q < 0 or offd < 0:
+            why[0] = "a record has a malformed offset delta"
+            return C_CORRUPT
+        offset = base_offset + offd
+        if offset >= stop_offset:
+            next_offset[0] = offset
+            return C_STOP
+        if offset < min_offset:
+            pos = rend
+            continue
+        if c.count >= max_records or (c.count > 0 and c._data_bytes() + rlen > max_data):
+            next_offset[0] = offset
+            return C_LIMIT
+        q = get_varlong(p, q, rend, &klen, 5)
+        if q < 0 or klen < -1 or klen > rend - q:
+            why[0] = "a record has a malformed key length"
+            return C_CORRUPT
+        kq = q
+        if klen > 0:
+            q += klen
+        q = get_varlong(p, q, rend, &vlen, 5)
+        if q < 0 or vlen < -1 or vlen > rend - q:
+            why[0] = "a record has a malformed value length"
+            return C_CORRUPT
+        vq = q
+        if vlen > 0:
+            q += vlen
+        q = get_varlong(p, q, rend, &hcount, 5)
+        if q < 0 or hcount < 0 or hcount > rend - q:
+            why[0] = "a record has a malformed header count"
+            return C_CORRUPT
+        if c.add(offset, max_ts if lat else base_ts + tsd, tstype, p + kq, klen, p + vq, vlen) < 0:
+            return C_NOMEM
+        for j in range(hcount):
+            q = get_varlong(p, q, rend, &hk, 5)
+            if q < 0 or hk < 0 or hk > rend - q:
+                why[0] = "a record has a malformed header key length"
+                return C_CORRUPT
+            kq = q
+            q += hk
+            q = get_varlong(p, q, rend, &hv, 5)
+            if q < 0 or hv < -1 or hv > rend - q:
+                why[0] = "a record has a malformed header value length"
+                return C_CORRUPT
+            if c.headers and c.add_header(p + kq, hk, p + q, hv) < 0:
+                return C_NOMEM
+            if hv > 0:
+                q += hv
+        if c.headers and c.end_headers(hcount) < 0:
+            return C_NOMEM
+        if q != rend:
+            why[0] = "a record has unexpected bytes after its headers"
+            return C_CORRUPT
+        pos = rend
+    if pos != end:
+        why[0] = "bytes remain after the batch's records"
+        return C_CORRUPT
+    return C_DONE
+
+
+def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
+                   int64_t stop_offset, Columns cols, Py_ssize_t max_records=1 << 62,
+                   Py_ssize_t max_data=1 << 62, bint verify_crc=True):
+    """Decode the records with min_offset <= offset < stop_offset of the batches in m[pos:end)
+    into cols, until cols holds max_records records or about max_data bytes of key/value/header
+    data (at least one record). Control batches are skipped, as consumers do.
+
+    Returns (position, next_offset, status): status 'end' (the range is consumed; position is
+    end), 'limit' (resume with min_offset=next_offset at position) or 'stop' (stop_offset
+    reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified first.
+    """
+    cdef const uint8_t* p
+    cdef const uint8_t* rp
+    cdef BatchHeader h
+    cdef const char* why = NULL
+    cdef int hs, r, codec
+    cdef uint32_t s, c
+    cdef bint ok
+    cdef int64_t next_offset = min_offset
+    cdef Py_ssize_t n
+    cdef list tmp
+    cdef Record rec
+    cdef const uint8_t[::1] mv
+    cdef const uint8_t* kp
+    cdef const uint8_t* vp
+    if pos < 0 or end > m.length or pos > end:
+        raise ValueError("decode range outside mapping")
+    if max_records <= 0 or max_data <= 0:
+        raise ValueError("max_records and max_data must be positive")
+    if max_data > (1 << 30):
+        max_data = 1 << 30      # Arrow int32 offsets: keep every buffer well below 2 GiB
+    p = m.ptr()
+    m.pin()
+    try:
+        while True:
+            hs = _parse_header(p, pos, end, &h, &why)
+            if hs == H_END:
+                return (pos, next_offset, "end")
+            if hs == H_CORRUPT:
+                raise _corrupt(why.decode("ascii"), pos)
+            if h.last_offset < min_offset:
+                pos += h.size
+                continue
+            if h.magic == 2 and h.base_offset >= stop_offset:
+                return (pos, h.base_offset, "stop")
+            if verify_crc:
+                with nogil:
+                    ok = _crc_ok(p, pos, &h, &s, &c)
+                if not ok:
+                    raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+            if h.magic == 2:
+                if h.attrs & CONTROL_BIT:
+                    pos += h.size
+                    next_offset = h.last_offset + 1
+                    continue
+                if h.count > h.last_offset - h.base_offset + 1:
+                    raise _corrupt(f"record count {h.count} exceeds the batch's offset range", pos)
+                codec = h.attrs & CODEC_MASK
+                if codec == 0:
+                    with nogil:
+                        r = _cols_v2(cols, p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
+                                     h.base_timestamp, h.max_timestamp, h.count,
+                                     (h.attrs & TS_TYPE_BIT) != 0, min_offset, stop_offset,
+                                     max_records, max_data, &next_offset, &why)
+                else:
+                    if codec > 4:
+                        raise _corrupt(f"invalid compression codec {codec}", pos)
+                    inner = _decompress_value(codec, p + pos + V2_OVERHEAD, h.size - V2_OVERHEAD, pos)
+                    mv = inner
+                    n = mv.shape[0]
+                    rp = &mv[0] if n else &_empty_byte
+                    with nogil:
+                        r = _cols_v2(cols, rp, 0, n, h.base_offset, h.base_timestamp,
+                                     h.max_timestamp, h.count, (h.attrs & TS_TYPE_BIT) != 0,
+                                     min_offset, stop_offset, max_records, max_data,
+                                     &next_offset, &why)
+                if r == C_CORRUPT:
+                    raise _corrupt(why.decode("ascii"), pos)
+                if r == C_NOMEM:
+                    raise MemoryError()
+                if r == C_STOP:
+                    return (pos, next_offset, "stop")
+                if r == C_LIMIT:
+                    return (pos, next_offset, "limit")
+            else:
+                # v0/v1 messages (a compressed wrapper holds several): rare, decoded as Records
+                tmp = []
+                _decode_legacy(p, pos, &h, min_offset, <Py_ssize_t>1 << 62, tmp, pos, verify_crc,
+                               0, 0, NO_TIMESTAMP, False)
+                for o in tmp:
+                    rec = <Record>o
+                    if rec.offset >= stop_offset:
+                        return (pos, rec.offset, "stop")
+                    if cols.count >= max_records or (cols.count > 0 and cols._data_bytes() > max_data):
+                        return (pos, rec.offset, "limit")
+                    kp = <const uint8_t*>PyBytes_AS_STRING(rec.key) if rec.key is not None else &_empty_byte
+                    vp = <const uint8_t*>PyBytes_AS_STRING(rec.value) if rec.value is not None else &_empty_byte
+                    if cols.add(rec.offset, rec.timestamp, rec.timestamp_type, kp,
+                                len(rec.key) if rec.key is not None else -1, vp,
+                                len(rec.value) if rec.value is not None else -1) < 0:
+                        raise MemoryError()
+                    if cols.headers and cols.end_headers(0) < 0:
+                        raise MemoryError()
+            pos += h.size
+            next_offset = h.last_offset + 1
+            min_offset = next_offset if next_offset > min_offset else min_offset
+    finally:
+        m.unpin()

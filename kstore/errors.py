@@ -87,3 +87,8 @@ class TopicExistsError(KStoreError):
 
 class InvalidTopicError(KStoreError, ValueError):
     """A topic name that breaks Kafka's rules, or an impossible partition count."""
+
+
+class DataLossError(KStoreError):
+    """Offsets a reader was asked for are gone (deleted by retention, or the partition was
+    recreated); raised when failOnDataLoss is true, as Spark's Kafka source does."""

@@ -18,6 +18,8 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 _NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+_NOT_PARTITIONS = ("remote-log-index-cache", "__cluster_metadata")
 
 
 def filename_prefix(offset: int) -> str:
@@ -43,3 +45,24 @@ def parse_partition_dir(path: str):
     if not m:
         return None
     return m.group(1), int(m.group(2))
+
+
+def is_delete_dir(name: str) -> bool:
+    """A deleted topic's partition directory awaiting removal (`topic-N.<uuid>-delete`)."""
+    return _DELETE_DIR.match(name) is not None
+
+
+def partition_dirs(io, log_dir: str) -> list[tuple[tuple[str, int], str]]:
+    """((topic, partition), path) of every live partition directory in a log dir, sorted by
+    name: not the deleted (`-delete`), future or stray ones, nor Kafka's special directories."""
+    out = []
+    for name in sorted(io.listdir(log_dir)):
+        if name in _NOT_PARTITIONS or _DELETE_DIR.match(name) or name.endswith(("-future", "-stray")):
+            continue
+        m = _PARTITION_DIR.match(name)
+        if not m:
+            continue
+        path = os.path.join(log_dir, name)
+        if os.path.isdir(path):
+            out.append(((m.group(1), int(m.group(2))), path))
+    return out

@@ -488,6 +488,38 @@ class Log:
                 self.flush()
             return b.info(now if cfg.log_append_time else -1)
 
+    def append_batches(self, data) -> tuple[int, int]:
+        """Append pre-encoded v2 batches (bytes-like, back to back), giving them offsets from the
+        log end as a broker does for a produce request: each batch's CRC is checked and its bytes
+        kept except the base offset (and, on LogAppendTime topics, the timestamp type and max
+        timestamp). Returns (first offset, record count). Used to commit data staged elsewhere,
+        e.g. by Spark tasks."""
+        view = memoryview(data).cast("B")
+        total = len(view)
+        with self._lock:
+            self._check_writable()
+            cfg = self._config
+            b = self._builder
+            first = self._leo
+            count = 0
+            pos = 0
+            while pos < total:
+                now = self._time.milliseconds()
+                size = b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
+                    self._too_large(b)
+                seg = self._segs[-1]
+                last = b.last_offset
+                if seg.should_roll(size, b.max_timestamp, last, now):
+                    seg = self._roll_locked(b.base_offset)
+                seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
+                self._leo = last + 1
+                count += b.count
+                pos += size
+            if count and self._leo - self._recovery_point >= cfg.flush_messages:
+                self.flush()
+            return first, count
+
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config
         if b.max_entry_size > cfg.max_message_bytes:
@@ -609,6 +641,38 @@ class Log:
                 return v
             i += 1
         return memoryview(b"")
+
+    def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, *,
+                     max_records: int = 1 << 16, max_data: int = 64 << 20,
+                     verify_crc: bool = True) -> int:
+        """Decode the records with offset in [offset, stop_offset) into cols (a
+        kstore._core.Columns, Arrow-layout buffers) until it holds max_records records or about
+        max_data bytes of data. Returns the offset to continue from: stop_offset (or the log
+        end, if lower) once the range is done. No per-record Python objects are made."""
+        if offset >= self._leo and self.read_only:
+            self.refresh()
+        self._check_range(offset)
+        stop = min(stop_offset, self._leo)
+        while offset < stop:
+            segs = self._segs
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            seg = segs[i]
+            if seg.closed:
+                # deleted under us (retention, truncation): gone if below the new start
+                self._check_range(offset)
+                if self._segs is segs:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} of {self.dir} was deleted while being read")
+                continue
+            status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)
+            if status == "limit":
+                return nxt
+            if status == "stop":
+                return stop
+            if i + 1 >= len(segs):
+                return stop
+            offset = max(offset, segs[i + 1].base_offset)
+        return max(offset, stop)
 
     def __iter__(self) -> Iterator[_core.Record]:
         """Every record from log_start_offset to the end as of each chunk read."""

@@ -29,6 +29,7 @@ from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, K
                            LogDirLockedError, LogDirOfflineError, TopicExistsError,
                            UnknownTopicError)
 from kstore.fileio import FileOps, get_file_ops
+from kstore.files import is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
@@ -41,8 +42,6 @@ LOCK_FILE = ".lock"
 TOPIC_CONFIG_FILE = "kstore-topic-config.json"
 DELETE_DIR_SUFFIX = "-delete"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
 PARALLEL_RECOVERY_BYTES = 4 << 20
 _IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
 
@@ -81,6 +80,24 @@ def _is_fs_nfs(path: str) -> bool:
         if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
             best, fstype = m[1], m[2]
     return fstype.startswith("nfs")
+
+
+def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[dict]:
+    """The newest readable topic-config file among the log dirs ({"version", "topics":
+    {topic: overrides}, "topic_ids"}), or None. Unreadable copies are skipped with a warning."""
+    io = io or get_file_ops()
+    best = None
+    for d in log_dirs:
+        path = os.path.join(d, TOPIC_CONFIG_FILE)
+        if not io.exists(path):
+            continue
+        try:
+            data = json.loads(io.read_file(path).decode("utf-8"))
+            if best is None or data["version"] > best["version"]:
+                best = data
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            log.warning("ignoring unreadable topic config file %s: %s", path, e)
+    return best
 
 
 class LogManager:
@@ -213,19 +230,7 @@ class LogManager:
             del self._locks[d]
 
     def _load_topic_configs(self) -> None:
-        best = None
-        for d in self.log_dirs:
-            if d in self._offline:
-                continue
-            path = os.path.join(d, TOPIC_CONFIG_FILE)
-            if not self._io.exists(path):
-                continue
-            try:
-                data = json.loads(self._io.read_file(path).decode("utf-8"))
-                if best is None or data["version"] > best["version"]:
-                    best = data
-            except (ValueError, KeyError, TypeError, OSError) as e:
-                log.warning("ignoring unreadable topic config file %s: %s", path, e)
+        best = read_topic_config_file([d for d in self.log_dirs if d not in self._offline], self._io)
         if best:
             self._topic_config_version = best["version"]
             self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
@@ -265,22 +270,11 @@ class LogManager:
         self._loaded_clean[d] = False
         recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
-        jobs = []
-        for name in sorted(io.listdir(d)):
-            path = os.path.join(d, name)
-            if not os.path.isdir(path) or name in ("remote-log-index-cache", "__cluster_metadata"):
-                continue
-            if _DELETE_DIR.match(name):
-                if not self.read_only:
-                    self._logs_to_delete.append((path, self._time.milliseconds()))
-                continue
-            if name.endswith(("-future", "-stray")):
-                continue
-            m = _PARTITION_DIR.match(name)
-            if not m:
-                continue
-            tp = (m.group(1), int(m.group(2)))
-            jobs.append((tp, path))
+        if not self.read_only:
+            for name in sorted(io.listdir(d)):
+                if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
+                    self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
+        jobs = partition_dirs(io, d)
         threads = self._cfg["num.recovery.threads.per.data.dir"]
 
         def load(job):

@@ -351,6 +351,20 @@ class LogSegment:
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
 
+    def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, max_records: int,
+                     max_data: int, verify_crc: bool = True) -> tuple[str, int]:
+        """Decode records in [offset, stop_offset) into cols (see _core.decode_columns):
+        ('end' | 'limit' | 'stop', offset to resume at)."""
+        m = self.mapping()
+        end = min(self.size, m.length)
+        pos = self._scan_start(offset, m, end)
+        try:
+            _pos, nxt, status = _core.decode_columns(m, pos, end, offset, stop_offset, cols,
+                                                     max_records, max_data, verify_crc)
+        except CorruptRecordError as e:
+            raise with_path(e, self.log_path) from None
+        return status, nxt
+
     def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
         """Zero-copy view of whole batches from the one holding offset, up to max_bytes
         (at least one batch)."""

@@ -1,0 +1,201 @@
+"""Arrow views of kstore data: records decoded in bulk into pyarrow RecordBatches with Spark's
+Kafka source schema, and Arrow columns encoded into v2 record batches. Both directions run in
+the Cython core over whole buffers; Python touches only batches, never single records.
+
+Needs pyarrow (the `kstore[spark]` extra).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("kstore.arrow needs pyarrow: pip install 'kstore[spark]'") from e
+
+from kstore import _core
+from kstore.errors import InvalidRecordError
+from kstore.log import Log
+
+#: Records per RecordBatch by default, and the cap on a batch's key/value/header bytes.
+DEFAULT_BATCH_RECORDS = 1 << 16
+DEFAULT_BATCH_BYTES = 64 << 20
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def kafka_schema(include_headers: bool = False) -> pa.Schema:
+    """The schema of Spark's Kafka source, as Arrow (timestamps in microseconds, UTC)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADER_TYPE))
+    return pa.schema(fields)
+
+
+def _bitmap(valid: np.ndarray) -> tuple[Optional[pa.Buffer], int]:
+    """(Arrow validity bitmap or None when nothing is null, null count)."""
+    nulls = int(valid.size - np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def _binary(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray,
+            valid: Optional[np.ndarray]) -> pa.Array:
+    bitmap, nulls = _bitmap(valid) if valid is not None else (None, 0)
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    b = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(b))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(b * n)], null_count=0)
+
+
+def columns_to_batch(cols: _core.Columns, topic: str, partition: int,
+                     schema: Optional[pa.Schema] = None) -> pa.RecordBatch:
+    """A RecordBatch in Spark's Kafka source schema from decoded columns."""
+    a = cols.arrays()
+    n = cols.count
+    arrays = [
+        _binary(pa.binary(), n, a["key_offsets"], a["key_data"], a["key_valid"]),
+        _binary(pa.binary(), n, a["value_offsets"], a["value_data"], a["value_valid"]),
+        _constant_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(a["offset"]),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                              [None, pa.py_buffer(a["timestamp"])], null_count=0),
+        pa.array(a["timestampType"]),
+    ]
+    if cols.headers:
+        m = cols.header_count
+        hkeys = _binary(pa.string(), m, a["header_key_offsets"], a["header_key_data"], None)
+        try:
+            hkeys.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise InvalidRecordError(
+                f"a header key of {topic}-{partition} near offset "
+                f"{int(a['offset'][0]) if n else -1} is not valid UTF-8: {e}") from None
+        hvals = _binary(pa.binary(), m, a["header_value_offsets"], a["header_value_data"],
+                        a["header_value_valid"])
+        items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE.value_type))
+        bitmap, nulls = _bitmap(a["headers_valid"])
+        arrays.append(pa.Array.from_buffers(HEADER_TYPE, n, [bitmap, pa.py_buffer(a["headers_offsets"])],
+                                            null_count=nulls, children=[items]))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema or kafka_schema(cols.headers))
+
+
+def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
+                 include_headers: bool = False, batch_records: int = DEFAULT_BATCH_RECORDS,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, verify_crc: bool = True,
+                 schema: Optional[pa.Schema] = None) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of the records with start <= offset < stop (stopping at the log end)."""
+    cols = _core.Columns(include_headers)
+    offset = start
+    while offset < stop:
+        cols.clear()
+        nxt = log.read_columns(offset, stop, cols, max_records=batch_records,
+                               max_data=batch_bytes, verify_crc=verify_crc)
+        if cols.count:
+            yield columns_to_batch(cols, topic, partition, schema)
+        elif nxt <= offset:
+            return
+        offset = nxt
+
+
+# -- writing ------------------------------------------------------------------------------------
+def _as_binary(arr: pa.Array, what: str) -> pa.Array:
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or \
+            pa.types.is_large_binary(arr.type):
+        return pc.cast(arr, pa.binary())
+    if pa.types.is_null(arr.type):
+        return pa.nulls(len(arr), pa.binary())
+    if not pa.types.is_binary(arr.type):
+        raise InvalidRecordError(f"column '{what}' must be binary or string, not {arr.type}")
+    return arr
+
+
+def _binary_buffers(arr: pa.Array, what: str):
+    """(int32 offsets[n+1], data, validity uint8[n] or None) of a binary/string array."""
+    arr = _as_binary(arr, what)
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset: arr.offset + n + 1] \
+        if bufs[1] is not None else np.zeros(n + 1, dtype=np.int32)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    valid = None
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+    return offsets, data, valid
+
+
+def _column(batch: pa.RecordBatch, name: str) -> Optional[pa.Array]:
+    i = batch.schema.get_field_index(name)
+    return None if i < 0 else batch.column(i)
+
+
+def column_input(batch: pa.RecordBatch) -> _core.ColumnInput:
+    """The key, value, timestamp and headers columns of a batch (Spark's Kafka sink columns,
+    plus an optional `timestamp`) as core input for BatchBuilder.build_columns."""
+    n = batch.num_rows
+    value = _column(batch, "value")
+    if value is None:
+        raise InvalidRecordError("the data to write needs a 'value' column")
+    key = _column(batch, "key")
+    ts = _column(batch, "timestamp")
+    timestamps = None
+    if ts is not None:
+        if not pa.types.is_timestamp(ts.type):
+            raise InvalidRecordError(f"column 'timestamp' must be a timestamp, not {ts.type}")
+        ms = pc.cast(pc.cast(ts, pa.timestamp("ms", tz="UTC")), pa.int64())
+        timestamps = np.ascontiguousarray(ms.fill_null(-1).to_numpy(zero_copy_only=False),
+                                          dtype=np.int64)
+    headers = None
+    h = _column(batch, "headers")
+    if h is not None and not pa.types.is_null(h.type):
+        if not (pa.types.is_list(h.type) and pa.types.is_struct(h.type.value_type)):
+            raise InvalidRecordError(f"column 'headers' must be array<struct<key, value>>, not {h.type}")
+        lo = np.frombuffer(h.buffers()[1], dtype=np.int32)[h.offset: h.offset + n + 1]
+        lv = h.is_valid().to_numpy(zero_copy_only=False).view(np.uint8) if h.null_count else None
+        items = h.values
+        if items.null_count:
+            raise InvalidRecordError("column 'headers' holds a null header")
+        hk = _binary_buffers(items.field("key"), "headers.key")
+        hv = _binary_buffers(items.field("value"), "headers.value")
+        if hk[2] is not None:
+            raise InvalidRecordError("column 'headers' holds a header with a null key")
+        headers = (lo, lv, hk[0], hk[1], hv[0], hv[1], hv[2])
+    return _core.ColumnInput(
+        n, key=None if key is None else _binary_buffers(key, "key"),
+        value=_binary_buffers(value, "value"), timestamps=timestamps, headers=headers)
+
+
+def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges of [start, stop) whose summed sizes stay within budget (a range
+    holds at least one row). One Python step per range, not per row."""
+    out = []
+    if stop <= start:
+        return out
+    cs = np.cumsum(sizes[start:stop])
+    pos = 0
+    n = stop - start
+    while pos < n:
+        base = cs[pos - 1] if pos else 0
+        j = int(np.searchsorted(cs, base + budget, side="right"))
+        j = max(j, pos + 1)
+        out.append((start + pos, start + j))
+        pos = j
+    return out

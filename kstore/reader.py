@@ -1,0 +1,108 @@
+"""A read-only view of a store for another process (Spark tasks, command-line readers).
+
+Partition directories are discovered by scanning the log dirs on every refresh() and opened
+read-only on first use, so a reader takes no lock, writes nothing, opens only what it reads and
+sees the topics, partitions and records that the owning process adds (and the segments its
+retention deletes).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
+from kstore.config import LogConfig
+from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError
+from kstore.fileio import FileOps, get_file_ops
+from kstore.files import partition_dirs
+from kstore.log import Log
+
+TopicPartition = tuple[str, int]
+
+
+def split_log_dirs(log_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """Log dirs from a comma-separated string or a sequence, made absolute."""
+    if isinstance(log_dirs, (str, os.PathLike)):
+        parts = [p.strip() for p in os.fspath(log_dirs).split(",")]
+    else:
+        parts = [os.fspath(p).strip() for p in log_dirs]
+    dirs = [os.path.abspath(p) for p in parts if p]
+    if not dirs:
+        raise KStoreError("no log dirs given")
+    return dirs
+
+
+class StoreReader:
+    """Read-only access to the partitions under one or more log dirs. Use as a context manager."""
+
+    def __init__(self, log_dirs: str | os.PathLike | Sequence[str | os.PathLike], *,
+                 io: Optional[FileOps] = None):
+        self.log_dirs = split_log_dirs(log_dirs)
+        self._io = io or get_file_ops()
+        self._paths: dict[TopicPartition, str] = {}
+        self._starts: dict[TopicPartition, int] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        self.refresh()
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def refresh(self) -> None:
+        """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints."""
+        paths: dict[TopicPartition, str] = {}
+        starts: dict[TopicPartition, int] = {}
+        for d in self.log_dirs:
+            if not self._io.exists(d):
+                raise KStoreError(f"log dir {d} does not exist")
+            for tp, path in partition_dirs(self._io, d):
+                if tp in paths:
+                    raise KStoreStateError(
+                        f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                        f"{os.path.dirname(paths[tp])} and {d}. Recover or delete one of them.")
+                paths[tp] = path
+            try:
+                starts.update(OffsetCheckpointFile(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                                                   self._io).read())
+            except (CheckpointError, OSError):
+                pass          # the segments' own base offsets still bound the start
+        for tp in list(self._logs):
+            if paths.get(tp) != self._logs[tp].dir:
+                self._logs.pop(tp).close_handlers()
+        self._paths = paths
+        self._starts = starts
+
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self._paths})
+
+    def partitions(self, topic: Optional[str] = None) -> list[TopicPartition]:
+        """Every (topic, partition), or one topic's, sorted."""
+        return sorted(tp for tp in self._paths if topic is None or tp[0] == topic)
+
+    def log(self, topic: str, partition: int, *, refresh: bool = False) -> Log:
+        """The partition's log, opened read-only on first use; refresh=True picks up what the
+        writer appended (or deleted) since."""
+        tp = (topic, partition)
+        lg = self._logs.get(tp)
+        if lg is None:
+            path = self._paths.get(tp)
+            if path is None:
+                raise UnknownTopicError(f"unknown topic partition {topic}-{partition} in {self.log_dirs}")
+            lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
+                          io=self._io)
+            self._logs[tp] = lg
+        elif refresh:
+            lg.refresh(self._starts.get(tp))
+        return lg
+
+    def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> tuple[int, int]:
+        """(log start offset, log end offset)."""
+        lg = self.log(topic, partition, refresh=refresh)
+        return lg.log_start_offset, lg.log_end_offset
+
+    def close(self) -> None:
+        for lg in self._logs.values():
+            lg.close_handlers()
+        self._logs.clear()
