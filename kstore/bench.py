@@ -364,8 +364,19 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--no-peers", action="store_true", help="measure kstore only")
+    ap.add_argument("--spark", action="store_true",
+                    help="the Spark workload instead: read a topic vs the same rows in Parquet, "
+                         "and the write rate (needs kstore[spark])")
     args = ap.parse_args(argv)
     n = args.records or (100_000 if args.quick else 1_000_000)
+    if args.spark:
+        from kstore import bench_spark
+        out = bench_spark.run(n, dir_=args.dir, quiet=args.json)
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            bench_spark.print_report(out)
+        return 0
     lookups = min(100_000, n)
     out = run(n, lookups, args.dir, () if args.no_peers else ("sqlite", "lmdb"), quiet=args.json)
     if args.json:

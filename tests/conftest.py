@@ -40,3 +40,27 @@ def no_unraisable_exceptions():
     yield
     sys.unraisablehook = old
     assert not seen, f"exceptions ignored during the test: {[(u.exc_type, u.exc_value) for u in seen]}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the run, with the kstore format registered. Skipped only
+    when Java is absent (PySpark is part of the test install)."""
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Java is not installed (PySpark needs it)")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from kstore.spark import register
+    session = (SparkSession.builder.master("local[2]").appName("kstore-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
