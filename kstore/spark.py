@@ -449,13 +449,14 @@ class KStoreBatchReader(DataSourceReader):
         ranges = []
         with StoreReader(o.paths) as store:
             tps = o.topic_partitions(store)
-            if o.starting.kind == "offsets" and o.assign is None and o.starting.offsets:
-                missing = [tp for tp in tps if tp not in o.starting.offsets]
-                if missing:
-                    raise InvalidConfigError(
-                        "startingOffsets gives specific offsets, so it must name every "
-                        "TopicPartition (use -2 for earliest); missing: "
-                        + ", ".join(f"{t}-{p}" for t, p in missing))
+            for name, spec in (("startingOffsets", o.starting), ("endingOffsets", o.ending)):
+                if spec.kind == "offsets" and spec.offsets:
+                    missing = [tp for tp in tps if tp not in spec.offsets]
+                    if missing:
+                        raise InvalidConfigError(
+                            f"{name} gives specific offsets, so it must name every "
+                            "TopicPartition (-2 for earliest, -1 for latest); missing: "
+                            + ", ".join(f"{t}-{p}" for t, p in missing))
             for tp in tps:
                 if not pr.keeps(tp):
                     continue
@@ -466,6 +467,10 @@ class KStoreBatchReader(DataSourceReader):
                     _data_loss(o, f"starting offset {start} of {tp[0]}-{tp[1]} is below its log "
                                   f"start offset {log_start}")
                     start = log_start
+                if start > log_end:
+                    _data_loss(o, f"starting offset {start} of {tp[0]}-{tp[1]} is past its log "
+                                  f"end offset {log_end}")
+                    start = log_end
                 if end > log_end:
                     end = log_end
                 if pr.ts_lo is not None and start < end:

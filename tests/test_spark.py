@@ -127,6 +127,12 @@ def test_starting_and_ending_offsets(spark, tmp_path):
         load(spark, d, subscribe="t", startingOffsets="latest").collect()
     with pytest.raises(Exception, match="missing: t-1"):
         load(spark, d, subscribe="t", startingOffsets='{"t": {"0": 5}}').collect()
+    with pytest.raises(Exception, match="endingOffsets .* missing: t-0"):
+        load(spark, d, subscribe="t", endingOffsets='{"t": {"1": 5}}').collect()
+    with pytest.raises(Exception, match="starting offset 500 of t-0 is past its log end offset 100"):
+        load(spark, d, assign='{"t": [0]}', startingOffsets='{"t": {"0": 500}}').collect()
+    assert load(spark, d, assign='{"t": [0]}', startingOffsets='{"t": {"0": 500}}',
+                failOnDataLoss="false").count() == 0
     with pytest.raises(Exception, match="exactly one of"):
         load(spark, d, subscribe="t", assign='{"t": [0]}').collect()
 
