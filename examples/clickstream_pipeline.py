@@ -104,6 +104,7 @@ def main(data_dir: str = "kstore-pipeline", spark=None) -> dict:
     own = spark is None
     if own:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYTHONSAFEPATH", "1")   # workers import the installed kstore
         from pyspark.sql import SparkSession
         spark = (SparkSession.builder.master("local[2]").appName("kstore-clickstream")
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")

@@ -23,6 +23,7 @@ from kstore.bench import BASE_TS, VALUE, _key
 
 def _session(cores: int):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYTHONSAFEPATH", "1")   # workers import the installed kstore
     from pyspark.sql import SparkSession
     from kstore.spark import register
     spark = (SparkSession.builder.master(f"local[{cores}]").appName("kstore-bench")

@@ -51,6 +51,9 @@ def spark():
         pytest.skip("Java is not installed (PySpark needs it)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Python workers start in this directory with it on sys.path: from a source checkout they
+    # would import ./kstore (no compiled core) instead of the installed package
+    os.environ["PYTHONSAFEPATH"] = "1"
     from pyspark.sql import SparkSession
     from kstore.spark import register
     session = (SparkSession.builder.master("local[2]").appName("kstore-tests")
