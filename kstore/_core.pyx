@@ -679,8 +679,10 @@ cdef class BatchBuilder:
     cdef readonly int64_t offset_of_max_timestamp
     cdef readonly Py_ssize_t max_entry_size
     cdef readonly int magic
+    cdef public object compression_level    # None: the codec's Kafka default
 
     def __cinit__(self):
+        self.compression_level = None
         self.cap = 1 << 16
         self.buf = <uint8_t*>malloc(self.cap)
         if self.buf == NULL:
@@ -936,7 +938,7 @@ cdef class BatchBuilder:
         cdef int16_t attrs
         if codec != 0:
             raw = PyBytes_FromStringAndSize(<char*>self.buf + V2_OVERHEAD, pos - V2_OVERHEAD)
-            comp = _compress(codec, raw)
+            comp = _compress(codec, raw, self.compression_level, 2)
             self._ensure(V2_OVERHEAD + len(comp))
             memcpy(self.buf + V2_OVERHEAD, PyBytes_AS_STRING(comp), len(comp))
             pos = V2_OVERHEAD + len(comp)
@@ -1190,7 +1192,7 @@ cdef class BatchBuilder:
                 del keep[:]
         if codec != 0:
             raw = PyBytes_FromStringAndSize(<char*>self.buf, pos)
-            comp = _compress(codec, raw)
+            comp = _compress(codec, raw, self.compression_level, magic)
             self.max_entry_size = 0
             wrapper_ts = now if lat else max_ts
             pos = self._put_legacy(0, magic, base_offset + n - 1, attrs | codec, wrapper_ts,
@@ -1593,12 +1595,13 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
         raise _corrupt(f"{end - pos} bytes remain after the batch's {count} records", err_pos)
     return added
 
-cdef object _decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize_t err_pos):
+cdef object _decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize_t err_pos,
+                              int magic=2):
     if _decompress is None:
         raise UnsupportedCodecError("no codecs registered")
     data = PyBytes_FromStringAndSize(<const char*>p, n)
     try:
-        return _decompress(codec, data)
+        return _decompress(codec, data, magic)
     except (UnsupportedCodecError, RecordTooLargeError):
         raise
     except Exception as exc:
@@ -1657,7 +1660,7 @@ cdef Py_ssize_t _decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
         raise _corrupt(f"invalid compression codec {codec} for magic {h.magic}", err_pos)
     if vlen < 0:
         raise _corrupt("compressed wrapper message has a null value", err_pos)
-    inner = _decompress_value(codec, p + q, vlen, err_pos)
+    inner = _decompress_value(codec, p + q, vlen, err_pos, h.magic)
     cdef const uint8_t[::1] mv = inner
     n = mv.shape[0]
     ip = &mv[0] if n else &_empty_byte
@@ -2521,7 +2524,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 if attrs_new & CODEC_MASK:
                     payload = _compress(attrs_new & CODEC_MASK,
                                         PyBytes_FromStringAndSize(<const char*>(obuf + V2_OVERHEAD),
-                                                                  wn - V2_OVERHEAD))
+                                                                  wn - V2_OVERHEAD), None, 2)
                     st32(obuf + 8, <uint32_t>(V2_OVERHEAD - LOG_OVERHEAD + len(payload)))
                     crc = ks_crc32c(0, obuf + 21, V2_OVERHEAD - 21)
                     crc = ks_crc32c(crc, <const uint8_t*>PyBytes_AS_STRING(payload), len(payload))

@@ -184,7 +184,8 @@ class LogConfig:
                  "flush_messages", "flush_ms", "max_message_bytes", "log_append_time",
                  "timestamp_before_max_ms", "timestamp_after_max_ms", "magic", "preallocate",
                  "codec", "max_compaction_lag_ms", "min_compaction_lag_ms",
-                 "min_cleanable_dirty_ratio", "compression_type", "max_segment_ms")
+                 "min_cleanable_dirty_ratio", "compression_type", "max_segment_ms",
+                 "compression_level")
 
     def __init__(self, overrides: Optional[Mapping[str, Any]] = None,
                  defaults: Optional[Mapping[str, Any]] = None, *, warn_unknown: bool = True):
@@ -235,6 +236,10 @@ class LogConfig:
         from kstore.compression import CODEC_IDS
         ct = self.compression_type
         self.codec = CODEC_IDS.get(ct, 0) if ct != "producer" else 0
+        #: the level compression.{gzip,lz4,zstd}.level gives this topic's codec (None: none)
+        self.compression_level = {1: values["compression.gzip.level"],
+                                  3: values["compression.lz4.level"],
+                                  4: values["compression.zstd.level"]}.get(self.codec)
         if self.codec == 4 and self.magic < 2:
             raise InvalidConfigError(
                 "Invalid value zstd for configuration compression.type: zstd needs message format v2 "

@@ -470,6 +470,7 @@ class Log:
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
+            b.compression_level = cfg.compression_level
             before, after = self._ts_window
             n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
                         now - before, now + after, cfg.compact, cfg.codec)

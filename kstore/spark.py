@@ -618,6 +618,7 @@ class TopicPlan:
     ts_after_ms: int
     exists: bool
     magic: int = 2
+    level: Optional[int] = None
 
 
 @dataclass
@@ -674,7 +675,7 @@ class WriteOptions:
         def plan(cfg: LogConfig, n: int, exists: bool) -> TopicPlan:
             return TopicPlan(n, cfg.codec, cfg.log_append_time, cfg.compact, cfg.max_message_bytes,
                              cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms, exists,
-                             cfg.magic)
+                             cfg.magic, cfg.compression_level)
 
         plans = {t: plan(bc.log_config(overrides.get(t)), n, True) for t, n in counts.items()}
         auto = bc["auto.create.topics.enable"]
@@ -769,6 +770,7 @@ class _Stager:
             partition = int(group[s] & 0xFFFFFFFF)
             plan = self.plan_for(topic)
             budget = max(1, min(STAGED_BATCH_BYTES, plan.max_message_bytes - 256))
+            b.compression_level = plan.level
             for lo, hi in split_rows(sizes, s, e, budget):
                 b.build_columns(lo, hi, cols, 0, now, plan.log_append_time,
                                 now - min(plan.ts_before_ms, 1 << 62),

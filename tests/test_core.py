@@ -189,12 +189,18 @@ def test_record_objects_and_bytes_like_inputs():
     assert out[1].key == b"kk" and out[1].timestamp == NOW
 
 
-def test_unsupported_codec_names_codec():
+def test_missing_codec_names_codec_and_extra(monkeypatch):
+    import kstore.compression as comp
     raw = bytearray(build([(b"k", b"v")]).getvalue())
     raw[22] = (raw[22] & ~7) | 2          # snappy
     raw[17:21] = struct.pack(">I", CRC32C(bytes(raw[21:])))
-    with pytest.raises(UnsupportedCodecError, match="snappy"):
+    monkeypatch.setattr(comp, "_cramjam", None)
+    with pytest.raises(UnsupportedCodecError, match=r"'snappy' needs the kstore\[compression\] extra"):
         _core.decode_batches(bytes(raw))
+    monkeypatch.undo()
+    if comp.available(2):                 # with the codec: garbage is corruption, not a crash
+        with pytest.raises(CorruptRecordError, match="cannot decompress snappy"):
+            _core.decode_batches(bytes(raw))
 
 
 # -- hostile input ---------------------------------------------------------------------------
