@@ -1,7 +1,4 @@
-"""The `kstore` command (also `python -m kstore`). Subcommands: quickstart, bench.
-
-The tools issue adds dump-log, produce, consume, topics and friends on the same parser.
-"""
+"""The `kstore` command (also `python -m kstore`). Subcommands: quickstart, bench, dump-log."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +14,15 @@ EPILOG = """examples:
   kstore quickstart --dir /tmp/demo  the same somewhere else
   kstore bench --quick               a 100,000-record run against sqlite3 and LMDB
   kstore bench --json > bench.json   the full run, for machines
+  kstore dump-log --files kstore-data/clicks-0/00000000000000000000.log --print-data-log
+"""
+
+DUMP_EPILOG = """examples:
+  kstore dump-log --files 00000000000000000000.log
+  kstore dump-log --files 00000000000000000000.log --deep-iteration --print-data-log
+  kstore dump-log --files 00000000000000000000.index,00000000000000000000.timeindex
+  kstore dump-log --files 00000000000000000000.index --index-sanity-check
+exit status: 0 when every file is sound, 2 when corruption or index mismatches were found
 """
 
 
@@ -106,8 +112,24 @@ def main(argv=None) -> int:
     q.add_argument("--dir", default="./kstore-data", help="log dir to write (default ./kstore-data)")
     sub.add_parser("bench", help="benchmark against sqlite3 and LMDB (see kstore bench --help)",
                    add_help=False)
+    d = sub.add_parser("dump-log", help="print the batches, records or index entries of segment files",
+                       description="Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
+                                   "and index entries checked against their .log.",
+                       epilog=DUMP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex files")
+    d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
+    d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batch headers")
+    d.add_argument("--verify-index-only", action="store_true", help="check index entries against the .log; print only mismatches")
+    d.add_argument("--index-sanity-check", action="store_true", help="check that the index files are well formed")
+    d.add_argument("--max-bytes", type=int, default=-1, help="read at most this many bytes of each .log")
+    d.add_argument("--json", action="store_true", help="one JSON object per batch or entry")
     args, rest = ap.parse_known_args(argv)
     try:
+        if args.command == "dump-log":
+            if rest:
+                ap.error(f"unrecognized arguments: {' '.join(rest)}")
+            from kstore import dump
+            return dump.main(args)
         if args.command == "quickstart":
             if rest:
                 ap.error(f"unrecognized arguments: {' '.join(rest)}")

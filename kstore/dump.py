@@ -1,0 +1,220 @@
+"""`kstore dump-log`: Kafka's DumpLogSegments for .log, .index and .timeindex files, with the
+same fields and line shapes as kafka-dump-log, plus --json. Reads files as they are (never
+writes); CRCs are verified and a malformed batch is reported with its file and byte position.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from typing import IO, Iterator, Optional
+
+from kstore import _core
+from kstore.compression import CODEC_NAMES
+from kstore.errors import CorruptRecordError
+from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
+
+_V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
+
+
+def _base_offset_of(path: str) -> int:
+    p = parse_name(os.path.basename(path))
+    return p[0] if p else 0
+
+
+def batches(data: bytes, path: str) -> Iterator[dict]:
+    """Every batch's header fields, as kafka-dump-log prints them (Kafka's names)."""
+    m = _core.Mapping.from_bytes(data)
+    heads = _core.batch_headers(m, 0, len(data))
+    end = heads[-1][0] + heads[-1][3] if heads else 0
+    for pos, base, last, size, magic, attrs, max_ts, count in heads:
+        raw = data[pos:pos + size]
+        d = {"baseOffset": base, "lastOffset": last, "count": count, "position": pos,
+             "size": size, "magic": magic}
+        if magic == 2:
+            (_b, _l, leader_epoch, _m, crc, _a, _lod, first_ts, _mts, pid, pepoch, seq,
+             _n) = _V2.unpack_from(raw)
+            d.update(baseSequence=seq, lastSequence=-1 if seq < 0 else seq + last - base,
+                     producerId=pid, producerEpoch=pepoch, partitionLeaderEpoch=leader_epoch,
+                     isTransactional=bool(attrs & 16), isControl=bool(attrs & 32),
+                     deleteHorizonMs=first_ts if attrs & 64 else None)
+            valid = crc == _core.crc32c(raw[21:])
+        else:
+            crc = struct.unpack_from(">I", raw, 12)[0]
+            valid = crc == _core.crc32(raw[16:])
+        d.update(timestampType="LogAppendTime" if attrs & 8 else "CreateTime",
+                 timestamp=max_ts, compresscodec=CODEC_NAMES.get(attrs & 7, str(attrs & 7)),
+                 crc=crc, isvalid=valid)
+        yield d
+    if end < len(data) and any(data[end:]):
+        raise CorruptRecordError(f"{path}: found {len(data) - end} bytes at position {end} that "
+                                 f"are not a valid batch (truncated or corrupt)")
+
+
+def _records(data: bytes, pos: int, size: int) -> list:
+    return _core.decode_batches(data[pos:pos + size], -1, True)
+
+
+def dump_log(path: str, out: IO, *, deep: bool, print_data: bool, max_bytes: int,
+             as_json: bool) -> int:
+    with open(path, "rb") as f:
+        data = f.read(max_bytes if max_bytes > 0 else -1)
+    problems = 0
+    if not as_json:
+        out.write(f"Dumping {path}\nLog starting offset: {_base_offset_of(path)}\n")
+    try:
+        for b in batches(data, path):
+            if not b["isvalid"]:
+                problems += 1
+            recs = []
+            if (deep or print_data) and not b.get("isControl"):
+                try:
+                    recs = _records(data, b["position"], b["size"])
+                except CorruptRecordError as e:
+                    problems += 1
+                    raise CorruptRecordError(f"{path}: {e} (batch at position {b['position']})") from None
+            if as_json:
+                b = dict(b)
+                if deep or print_data:
+                    b["records"] = [_record_json(r, print_data) for r in recs]
+                out.write(json.dumps(b) + "\n")
+                continue
+            out.write(_batch_line(b) + "\n")
+            for r in recs:
+                out.write(_record_line(r, b, print_data) + "\n")
+    except CorruptRecordError as e:
+        problems += 1
+        if as_json:
+            out.write(json.dumps({"error": str(e)}) + "\n")
+        else:
+            out.write(f"Found corruption: {e}\n")
+    return problems
+
+
+def _batch_line(b: dict) -> str:
+    if b["magic"] == 2:
+        horizon = f"OptionalLong[{b['deleteHorizonMs']}]" if b["deleteHorizonMs"] is not None \
+            else "OptionalLong.empty"
+        return (f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
+                f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} "
+                f"producerId: {b['producerId']} producerEpoch: {b['producerEpoch']} "
+                f"partitionLeaderEpoch: {b['partitionLeaderEpoch']} "
+                f"isTransactional: {str(b['isTransactional']).lower()} "
+                f"isControl: {str(b['isControl']).lower()} deleteHorizonMs: {horizon} "
+                f"position: {b['position']} {b['timestampType']}: {b['timestamp']} "
+                f"size: {b['size']} magic: 2 compresscodec: {b['compresscodec']} "
+                f"crc: {b['crc']} isvalid: {str(b['isvalid']).lower()}")
+    return (f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
+            f"position: {b['position']} {b['timestampType']}: {b['timestamp']} size: {b['size']} "
+            f"magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} "
+            f"isvalid: {str(b['isvalid']).lower()}")
+
+
+def _text(b: Optional[bytes]) -> str:
+    return "null" if b is None else b.decode("utf-8", "replace")
+
+
+def _record_line(r, b: dict, print_data: bool) -> str:
+    ts_type = {0: "CreateTime", 1: "LogAppendTime"}.get(r.timestamp_type, "NoTimestampType")
+    line = (f"| offset: {r.offset} {ts_type}: {r.timestamp} "
+            f"keySize: {-1 if r.key is None else len(r.key)} "
+            f"valueSize: {-1 if r.value is None else len(r.value)}")
+    if b["magic"] == 2:
+        seq = b["baseSequence"]
+        line += (f" sequence: {-1 if seq < 0 else seq + r.offset - b['baseOffset']} "
+                 f"headerKeys: [{','.join(k for k, _v in r.headers)}]")
+    if print_data:
+        line += f" key: {_text(r.key)} payload: {_text(r.value)}"
+    return line
+
+
+def _record_json(r, print_data: bool) -> dict:
+    d = {"offset": r.offset, "timestamp": r.timestamp, "timestampType": r.timestamp_type,
+         "keySize": -1 if r.key is None else len(r.key),
+         "valueSize": -1 if r.value is None else len(r.value),
+         "headerKeys": [k for k, _v in r.headers]}
+    if print_data:
+        d.update(key=None if r.key is None else _text(r.key), payload=_text(r.value))
+    return d
+
+
+def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_json: bool,
+               log_path: Optional[str] = None) -> int:
+    """Entries of a .index ("offset: O position: P") or .timeindex ("timestamp: T offset: O");
+    with the segment's .log beside it, each entry is checked against the log as Kafka does."""
+    time_index = path.endswith(TIME_INDEX_SUFFIX)
+    esize = 12 if time_index else 8
+    base = _base_offset_of(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    entries = []
+    for i in range(len(raw) // esize):
+        if time_index:
+            ts, rel = struct.unpack_from(">qi", raw, i * esize)
+            if ts == 0 and rel == 0 and i > 0:
+                break                       # preallocated zero tail
+            entries.append((ts, base + rel))
+        else:
+            rel, pos = struct.unpack_from(">ii", raw, i * esize)
+            if rel == 0 and pos == 0 and i > 0:
+                break
+            entries.append((base + rel, pos))
+    problems = []
+    key = [e[0] for e in entries]
+    if any(b <= a for a, b in zip(key, key[1:])) if not time_index else \
+            any(b < a for a, b in zip(key, key[1:])):
+        problems.append(f"{path}: entries are not increasing")
+    if len(raw) % esize:
+        problems.append(f"{path}: size {len(raw)} is not a multiple of the entry size {esize}")
+    if log_path and os.path.exists(log_path) and not time_index:
+        with open(log_path, "rb") as f:
+            log_data = f.read()
+        starts = {h["position"]: h for h in batches(log_data, log_path)}
+        for off, pos in entries:
+            h = starts.get(pos)
+            if h is None:
+                problems.append(f"{path}: entry offset {off} points at position {pos}, which "
+                                f"is not the start of a batch in {log_path}")
+            elif h["lastOffset"] != off:
+                problems.append(f"{path}: entry offset {off} position {pos}: the batch there ends "
+                                f"at offset {h['lastOffset']}")
+    if not verify_only and not sanity_check:
+        if not as_json:
+            out.write(f"Dumping {path}\n")
+        for a, b in entries:
+            if as_json:
+                out.write(json.dumps({"timestamp": a, "offset": b} if time_index
+                                     else {"offset": a, "position": b}) + "\n")
+            elif time_index:
+                out.write(f"timestamp: {a} offset: {b}\n")
+            else:
+                out.write(f"offset: {a} position: {b}\n")
+    if sanity_check and not problems:
+        out.write(f"{path} passed sanity check.\n")
+    for p in problems:
+        out.write((json.dumps({"error": p}) if as_json else f"Mismatches in :{p}") + "\n")
+    return len(problems)
+
+
+def main(args, out: Optional[IO] = None) -> int:
+    out = out or sys.stdout
+    problems = 0
+    for path in [p for p in args.files.split(",") if p]:
+        if not os.path.exists(path):
+            print(f"kstore dump-log: {path}: no such file", file=sys.stderr)
+            return 1
+        if path.endswith(LOG_SUFFIX):
+            if args.verify_index_only or args.index_sanity_check:
+                continue
+            problems += dump_log(path, out, deep=args.deep_iteration, print_data=args.print_data_log,
+                                 max_bytes=args.max_bytes, as_json=args.json)
+        elif path.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+            log_path = path.rsplit(".", 1)[0] + LOG_SUFFIX
+            problems += dump_index(path, out, verify_only=args.verify_index_only,
+                                   sanity_check=args.index_sanity_check, as_json=args.json,
+                                   log_path=log_path)
+        else:
+            print(f"kstore dump-log: {path}: not a .log, .index or .timeindex file (ignored)",
+                  file=sys.stderr)
+    return 2 if problems else 0
