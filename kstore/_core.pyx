@@ -146,6 +146,38 @@ cdef inline Py_ssize_t get_varlong(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
     out[0] = <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
     return pos
 
+cdef inline Py_ssize_t _blob_size(Py_ssize_t n) noexcept nogil:
+    """Encoded size of a varint length and its bytes (n = -1: null, the length alone)."""
+    return varint_size(n) + (n if n > 0 else 0)
+
+cdef inline Py_ssize_t _put_blob(uint8_t* b, Py_ssize_t pos, const uint8_t* p,
+                                 Py_ssize_t n) noexcept nogil:
+    pos = put_varint(b, pos, n)
+    if n > 0:
+        memcpy(b + pos, p, n)
+        pos += n
+    return pos
+
+cdef inline Py_ssize_t _record_body_size(int64_t ts_delta, int64_t off_delta, Py_ssize_t klen,
+                                         Py_ssize_t vlen, Py_ssize_t hcount,
+                                         Py_ssize_t header_bytes) noexcept nogil:
+    """A v2 record's size after its length varint; header_bytes = the headers' blobs."""
+    return 1 + varint_size(ts_delta) + varint_size(off_delta) + _blob_size(klen) + \
+        _blob_size(vlen) + varint_size(hcount) + header_bytes
+
+cdef inline Py_ssize_t _put_record_head(uint8_t* b, Py_ssize_t pos, Py_ssize_t body,
+                                        int64_t ts_delta, int64_t off_delta, const uint8_t* kp,
+                                        Py_ssize_t klen, const uint8_t* vp, Py_ssize_t vlen,
+                                        Py_ssize_t hcount) noexcept nogil:
+    """A v2 record up to its header count; the headers follow as key/value blob pairs."""
+    pos = put_varint(b, pos, body)
+    b[pos] = 0                      # attributes
+    pos = put_varint(b, pos + 1, ts_delta)
+    pos = put_varint(b, pos, off_delta)
+    pos = _put_blob(b, pos, kp, klen)
+    pos = _put_blob(b, pos, vp, vlen)
+    return put_varint(b, pos, hcount)
+
 # ---------------------------------------------------------------------------------------------
 # CRC
 # ---------------------------------------------------------------------------------------------
@@ -846,7 +878,7 @@ cdef class BatchBuilder:
     cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
                        int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
                        int codec, int32_t leader_epoch, list keep) except -1:
-        cdef Py_ssize_t i, pos, body, klen, vlen, hcount, j, L
+        cdef Py_ssize_t i, pos, body, klen, vlen, hcount, j, L, hbytes
         cdef const uint8_t* kp
         cdef const uint8_t* vp
         cdef object item, key, value, ts_obj, headers
@@ -888,44 +920,22 @@ cdef class BatchBuilder:
             if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
                 hdrs = self._headers(headers, i)
                 hcount = len(hdrs)
-            # body size
-            body = 1 + varint_size(ts - base_ts) + varint_size(i) + varint_size(klen) + \
-                (klen if klen > 0 else 0) + varint_size(vlen) + (vlen if vlen > 0 else 0) + \
-                varint_size(hcount)
-            if hcount:
-                for j in range(hcount):
-                    hk = hdrs[j][0]
-                    hv = hdrs[j][1]
-                    body += varint_size(len(hk)) + len(hk)
-                    body += varint_size(-1 if hv is None else len(hv)) + (0 if hv is None else len(hv))
+            hbytes = 0
+            for j in range(hcount):
+                hk = hdrs[j][0]
+                hv = hdrs[j][1]
+                hbytes += _blob_size(len(hk)) + _blob_size(-1 if hv is None else len(hv))
+            body = _record_body_size(ts - base_ts, i, klen, vlen, hcount, hbytes)
             self._ensure(pos + body + 10)
-            pos = put_varint(self.buf, pos, body)
-            self.buf[pos] = 0
-            pos += 1
-            pos = put_varint(self.buf, pos, ts - base_ts)
-            pos = put_varint(self.buf, pos, i)
-            pos = put_varint(self.buf, pos, klen)
-            if klen > 0:
-                memcpy(self.buf + pos, kp, klen)
-                pos += klen
-            pos = put_varint(self.buf, pos, vlen)
-            if vlen > 0:
-                memcpy(self.buf + pos, vp, vlen)
-                pos += vlen
-            pos = put_varint(self.buf, pos, hcount)
-            if hcount:
-                for j in range(hcount):
-                    hk = hdrs[j][0]
-                    hv = hdrs[j][1]
-                    pos = put_varint(self.buf, pos, len(hk))
-                    memcpy(self.buf + pos, PyBytes_AS_STRING(hk), len(hk))
-                    pos += len(hk)
-                    if hv is None:
-                        pos = put_varint(self.buf, pos, -1)
-                    else:
-                        pos = put_varint(self.buf, pos, len(hv))
-                        memcpy(self.buf + pos, PyBytes_AS_STRING(hv), len(hv))
-                        pos += len(hv)
+            pos = _put_record_head(self.buf, pos, body, ts - base_ts, i, kp, klen, vp, vlen, hcount)
+            for j in range(hcount):
+                hk = hdrs[j][0]
+                hv = hdrs[j][1]
+                pos = _put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hk), len(hk))
+                if hv is None:
+                    pos = put_varint(self.buf, pos, -1)
+                else:
+                    pos = _put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hv), len(hv))
             if len(keep) > 64:
                 del keep[:]
         return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
@@ -977,7 +987,7 @@ cdef class BatchBuilder:
         """Encode rows [start, stop) of columnar input (Arrow-layout buffers, see ColumnInput)
         as one v2 batch, with build()'s validation and no per-record Python objects.
         Returns the record count."""
-        cdef Py_ssize_t n = stop - start, i, pos, body, j, h0, h1, hk, hv, klen, vlen, hcount
+        cdef Py_ssize_t n = stop - start, i, pos, body, j, h0, h1, hk, klen, vlen, hcount, hbytes
         cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
         cdef const uint8_t* kp
         cdef const uint8_t* vp
@@ -1027,41 +1037,20 @@ cdef class BatchBuilder:
                 if cols.hval_n and not cols.hval[i]:
                     h1 = h0
             hcount = h1 - h0
-            body = 1 + varint_size(ts - base_ts) + varint_size(i - start) + varint_size(klen) + \
-                (klen if klen > 0 else 0) + varint_size(vlen) + (vlen if vlen > 0 else 0) + \
-                varint_size(hcount)
+            hbytes = 0
             for j in range(h0, h1):
                 hk = cols.hk_len(j)
-                hv = cols.hv_len(j)
                 if hk < 0:
                     raise InvalidRecordError(f"record {i}: a header key is null")
-                body += varint_size(hk) + hk + varint_size(hv) + (hv if hv > 0 else 0)
+                hbytes += _blob_size(hk) + _blob_size(cols.hv_len(j))
+            body = _record_body_size(ts - base_ts, i - start, klen, vlen, hcount, hbytes)
             self._ensure(pos + body + 10)
-            pos = put_varint(self.buf, pos, body)
-            self.buf[pos] = 0
-            pos += 1
-            pos = put_varint(self.buf, pos, ts - base_ts)
-            pos = put_varint(self.buf, pos, i - start)
-            pos = put_varint(self.buf, pos, klen)
-            if klen > 0:
-                memcpy(self.buf + pos, cols.kdat + cols.koff[i], klen)
-                pos += klen
-            pos = put_varint(self.buf, pos, vlen)
-            if vlen > 0:
-                memcpy(self.buf + pos, cols.vdat + cols.voff[i], vlen)
-                pos += vlen
-            pos = put_varint(self.buf, pos, hcount)
+            pos = _put_record_head(self.buf, pos, body, ts - base_ts, i - start,
+                                   cols.kdat + (cols.koff[i] if klen > 0 else 0), klen,
+                                   cols.vdat + (cols.voff[i] if vlen > 0 else 0), vlen, hcount)
             for j in range(h0, h1):
-                hk = cols.hk_len(j)
-                hv = cols.hv_len(j)
-                pos = put_varint(self.buf, pos, hk)
-                if hk > 0:
-                    memcpy(self.buf + pos, cols.hkdat + cols.hkoff[j], hk)
-                    pos += hk
-                pos = put_varint(self.buf, pos, hv)
-                if hv > 0:
-                    memcpy(self.buf + pos, cols.hvdat + cols.hvoff[j], hv)
-                    pos += hv
+                pos = _put_blob(self.buf, pos, cols.hkdat + cols.hkoff[j], cols.hk_len(j))
+                pos = _put_blob(self.buf, pos, cols.hvdat + cols.hvoff[j], cols.hv_len(j))
         self._finish_v2(pos, n, base_offset, base_ts, max_ts, log_append_time, codec, leader_epoch)
         return n
 
@@ -1504,6 +1493,79 @@ cdef inline object _corrupt(str msg, Py_ssize_t position):
     e.position = position
     return e
 
+cdef struct RecordFields:
+    Py_ssize_t end          # one past the record
+    int64_t ts_delta
+    Py_ssize_t offd_pos     # where the offset delta starts
+    int64_t off_delta
+    Py_ssize_t key_pos
+    int64_t key_len         # -1 = null
+    Py_ssize_t value_pos
+    int64_t value_len       # -1 = null (tombstone)
+    const char* why         # what is malformed, when a parse fails
+
+
+cdef inline Py_ssize_t _record_fields(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                                      RecordFields* f) noexcept nogil:
+    """Parse a v2 record up to its value, every length checked against the record's bounds:
+    returns f.end, or -1 with f.why. The one record parser of the readers and the cleaner."""
+    cdef int64_t rlen
+    cdef Py_ssize_t q = get_varlong(p, pos, end, &rlen, 5)
+    f.why = NULL
+    if q < 0 or rlen <= 0 or rlen > end - q:
+        f.why = "malformed, empty or oversized record length"
+        return -1
+    f.end = q + rlen
+    q = get_varlong(p, q + 1, f.end, &f.ts_delta, 10)
+    if q < 0:
+        f.why = "malformed timestamp delta"
+        return -1
+    f.offd_pos = q
+    q = get_varlong(p, q, f.end, &f.off_delta, 5)
+    if q < 0 or f.off_delta < 0:
+        f.why = "malformed offset delta"
+        return -1
+    q = get_varlong(p, q, f.end, &f.key_len, 5)
+    if q < 0 or f.key_len < -1 or f.key_len > f.end - q:
+        f.why = "malformed key length"
+        return -1
+    f.key_pos = q
+    q = get_varlong(p, q + (f.key_len if f.key_len > 0 else 0), f.end, &f.value_len, 5)
+    if q < 0 or f.value_len < -1 or f.value_len > f.end - q:
+        f.why = "malformed value length"
+        return -1
+    f.value_pos = q
+    return f.end
+
+
+cdef inline Py_ssize_t _header_count(const uint8_t* p, RecordFields* f, int64_t* n) noexcept nogil:
+    """Read the header count after the value: the position of the first header, or -1."""
+    cdef Py_ssize_t q = get_varlong(p, f.value_pos + (f.value_len if f.value_len > 0 else 0),
+                                    f.end, n, 5)
+    if q < 0 or n[0] < 0 or n[0] > f.end - q:
+        f.why = "malformed header count"
+        return -1
+    return q
+
+
+cdef inline Py_ssize_t _next_header(const uint8_t* p, Py_ssize_t q, RecordFields* f,
+                                    Py_ssize_t* kpos, int64_t* klen, Py_ssize_t* vpos,
+                                    int64_t* vlen) noexcept nogil:
+    """Parse the header at q (key, then value; -1 length = null value): the position after
+    it, or -1."""
+    q = get_varlong(p, q, f.end, klen, 5)
+    if q < 0 or klen[0] < 0 or klen[0] > f.end - q:
+        f.why = "malformed header key length"
+        return -1
+    kpos[0] = q
+    q = get_varlong(p, q + klen[0], f.end, vlen, 5)
+    if q < 0 or vlen[0] < -1 or vlen[0] > f.end - q:
+        f.why = "malformed header value length"
+        return -1
+    vpos[0] = q
+    return q + (vlen[0] if vlen[0] > 0 else 0)
+
+
 cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                                    int64_t base_offset, int64_t base_ts, int64_t max_ts,
                                    int32_t count, bint lat, int64_t min_offset,
@@ -1511,84 +1573,50 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
     """Decode `count` v2 records from p[pos:end) into out (skipping offsets < min_offset);
     stops after max_records. Returns the number appended."""
     cdef int32_t i
-    cdef int64_t rlen, tsd, offd, klen, vlen, hcount, hk, hv, j
-    cdef Py_ssize_t rend, q
+    cdef int64_t hcount, hk, hv, j
+    cdef Py_ssize_t q, kq, vq
     cdef Py_ssize_t added = 0
     cdef Record r
-    cdef object key, value
     cdef list hdrs
+    cdef RecordFields f
     cdef int tstype = 1 if lat else 0
     for i in range(count):
-        q = get_varlong(p, pos, end, &rlen, 5)
-        if q < 0 or rlen < 0 or rlen > end - q:
-            raise _corrupt(f"record {i} of the batch has a malformed or oversized length", err_pos)
-        rend = q + rlen
-        if q >= rend:
-            raise _corrupt(f"record {i} of the batch is empty", err_pos)
-        # offset delta lets us skip without decoding the rest
-        q += 1   # attributes
-        q = get_varlong(p, q, rend, &tsd, 10)
-        if q < 0:
-            raise _corrupt(f"record {i}: malformed timestamp delta", err_pos)
-        q = get_varlong(p, q, rend, &offd, 5)
-        if q < 0:
-            raise _corrupt(f"record {i}: malformed offset delta", err_pos)
-        if base_offset + offd < min_offset:
-            pos = rend
+        if _record_fields(p, pos, end, &f) < 0:
+            raise _corrupt(f"record {i} of the batch: {f.why.decode('ascii')}", err_pos)
+        if base_offset + f.off_delta < min_offset:
+            pos = f.end
             continue
-        q = get_varlong(p, q, rend, &klen, 5)
-        if q < 0 or klen < -1 or klen > rend - q:
-            raise _corrupt(f"record {i}: malformed key length", err_pos)
-        if klen >= 0:
-            key = PyBytes_FromStringAndSize(<const char*>(p + q), klen)
-            q += klen
-        else:
-            key = None
-        q = get_varlong(p, q, rend, &vlen, 5)
-        if q < 0 or vlen < -1 or vlen > rend - q:
-            raise _corrupt(f"record {i}: malformed value length", err_pos)
-        if vlen >= 0:
-            value = PyBytes_FromStringAndSize(<const char*>(p + q), vlen)
-            q += vlen
-        else:
-            value = None
-        q = get_varlong(p, q, rend, &hcount, 5)
-        if q < 0 or hcount < 0 or hcount > rend - q:
-            raise _corrupt(f"record {i}: malformed header count", err_pos)
+        q = _header_count(p, &f, &hcount)
+        if q < 0:
+            raise _corrupt(f"record {i} of the batch: {f.why.decode('ascii')}", err_pos)
         r = Record.__new__(Record)
         if hcount:
             hdrs = []
             for j in range(hcount):
-                q = get_varlong(p, q, rend, &hk, 5)
-                if q < 0 or hk < 0 or hk > rend - q:
-                    raise _corrupt(f"record {i}: malformed header key length", err_pos)
+                q = _next_header(p, q, &f, &kq, &hk, &vq, &hv)
+                if q < 0:
+                    raise _corrupt(f"record {i} of the batch: {f.why.decode('ascii')}", err_pos)
                 try:
-                    hks = PyUnicode_DecodeUTF8(<const char*>(p + q), hk, NULL)
+                    hks = PyUnicode_DecodeUTF8(<const char*>(p + kq), hk, NULL)
                 except UnicodeDecodeError:
                     raise _corrupt(f"record {i}: header key is not UTF-8", err_pos)
-                q += hk
-                q = get_varlong(p, q, rend, &hv, 5)
-                if q < 0 or hv < -1 or hv > rend - q:
-                    raise _corrupt(f"record {i}: malformed header value length", err_pos)
-                if hv >= 0:
-                    hvb = PyBytes_FromStringAndSize(<const char*>(p + q), hv)
-                    q += hv
-                else:
-                    hvb = None
-                hdrs.append((hks, hvb))
+                hdrs.append((hks, PyBytes_FromStringAndSize(<const char*>(p + vq), hv)
+                             if hv >= 0 else None))
             r.headers = tuple(hdrs)
         else:
             r.headers = _EMPTY
-        if q != rend:
-            raise _corrupt(f"record {i}: {rend - q} unexpected bytes after the headers", err_pos)
-        r.offset = base_offset + offd
-        r.timestamp = max_ts if lat else base_ts + tsd
-        r.key = key
-        r.value = value
+        if q != f.end:
+            raise _corrupt(f"record {i}: {f.end - q} unexpected bytes after the headers", err_pos)
+        r.offset = base_offset + f.off_delta
+        r.timestamp = max_ts if lat else base_ts + f.ts_delta
+        r.key = PyBytes_FromStringAndSize(<const char*>(p + f.key_pos), f.key_len) \
+            if f.key_len >= 0 else None
+        r.value = PyBytes_FromStringAndSize(<const char*>(p + f.value_pos), f.value_len) \
+            if f.value_len >= 0 else None
         r.timestamp_type = tstype
         out.append(r)
         added += 1
-        pos = rend
+        pos = f.end
         if added >= max_records:
             return added
     if pos != end:
@@ -2205,42 +2233,6 @@ cdef class OffsetMap:
         return self.size / self.slots
 
 
-cdef struct RecordFields:
-    Py_ssize_t end          # one past the record
-    int64_t ts_delta
-    Py_ssize_t offd_pos     # where the offset delta starts
-    int64_t off_delta
-    Py_ssize_t key_pos
-    int64_t key_len         # -1 = null
-    int64_t value_len       # -1 = null (tombstone)
-
-
-cdef inline Py_ssize_t _record_fields(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
-                                      RecordFields* f) noexcept nogil:
-    """Parse a v2 record's prefix up to the value length (bounds-checked); returns f.end, or -1
-    if malformed."""
-    cdef int64_t rlen
-    cdef Py_ssize_t q = get_varlong(p, pos, end, &rlen, 5)
-    if q < 0 or rlen <= 0 or rlen > end - q:
-        return -1
-    f.end = q + rlen
-    q = get_varlong(p, q + 1, f.end, &f.ts_delta, 10)
-    if q < 0:
-        return -1
-    f.offd_pos = q
-    q = get_varlong(p, q, f.end, &f.off_delta, 5)
-    if q < 0:
-        return -1
-    q = get_varlong(p, q, f.end, &f.key_len, 5)
-    if q < 0 or f.key_len < -1 or f.key_len > f.end - q:
-        return -1
-    f.key_pos = q
-    q = get_varlong(p, q + (f.key_len if f.key_len > 0 else 0), f.end, &f.value_len, 5)
-    if q < 0 or f.value_len < -1:
-        return -1
-    return f.end
-
-
 cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
                                 int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:
     """Put every keyed record with offset >= first_dirty into the map; -1 if malformed."""
@@ -2693,9 +2685,8 @@ cdef class Columns:
     cdef int add(self, int64_t offset, int64_t ts_ms, int32_t tstype, const uint8_t* k,
                  Py_ssize_t klen, const uint8_t* v, Py_ssize_t vlen) noexcept nogil:
         """One record without its headers (add_header / end_headers follow when headers=True)."""
-        cdef int64_t us = ts_ms * 1000 if ts_ms >= 0 else ts_ms * 1000
         cdef Buf* b = self.b
-        if (_put_i64(&b[COL_OFFSET], offset) < 0 or _put_i64(&b[COL_TS], us) < 0 or
+        if (_put_i64(&b[COL_OFFSET], offset) < 0 or _put_i64(&b[COL_TS], ts_ms * 1000) < 0 or
                 _put_i32(&b[COL_TSTYPE], tstype) < 0):
             return -1
         if klen >= 0:
@@ -2768,75 +2759,44 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                   Py_ssize_t max_data, int64_t* next_offset, const char** why) noexcept nogil:
     """Decode one v2 batch's records region p[pos:end) into c (see decode_columns)."""
     cdef int32_t i
-    cdef int64_t rlen, tsd, offd, klen, vlen, hcount, hk, hv, j, offset
-    cdef Py_ssize_t rend, q, kq, vq
+    cdef int64_t hcount, hk, hv, j, offset
+    cdef Py_ssize_t q, kq, vq
     cdef int tstype = 1 if lat else 0
+    cdef RecordFields f
     for i in range(count):
-        q = get_varlong(p, pos, end, &rlen, 5)
-        if q < 0 or rlen <= 0 or rlen > end - q:
-            why[0] = "a record has a malformed or oversized length"
+        if _record_fields(p, pos, end, &f) < 0:
+            why[0] = f.why
             return C_CORRUPT
-        rend = q + rlen
-        q += 1   # attributes
-        q = get_varlong(p, q, rend, &tsd, 10)
-        if q < 0:
-            why[0] = "a record has a malformed timestamp delta"
-            return C_CORRUPT
-        q = get_varlong(p, q, rend, &offd, 5)
-        if q < 0 or offd < 0:
-            why[0] = "a record has a malformed offset delta"
-            return C_CORRUPT
-        offset = base_offset + offd
+        offset = base_offset + f.off_delta
         if offset >= stop_offset:
             next_offset[0] = offset
             return C_STOP
         if offset < min_offset:
-            pos = rend
+            pos = f.end
             continue
-        if c.count >= max_records or (c.count > 0 and c._data_bytes() + rlen > max_data):
+        if c.count >= max_records or (c.count > 0 and c._data_bytes() + f.end - pos > max_data):
             next_offset[0] = offset
             return C_LIMIT
-        q = get_varlong(p, q, rend, &klen, 5)
-        if q < 0 or klen < -1 or klen > rend - q:
-            why[0] = "a record has a malformed key length"
+        q = _header_count(p, &f, &hcount)
+        if q < 0:
+            why[0] = f.why
             return C_CORRUPT
-        kq = q
-        if klen > 0:
-            q += klen
-        q = get_varlong(p, q, rend, &vlen, 5)
-        if q < 0 or vlen < -1 or vlen > rend - q:
-            why[0] = "a record has a malformed value length"
-            return C_CORRUPT
-        vq = q
-        if vlen > 0:
-            q += vlen
-        q = get_varlong(p, q, rend, &hcount, 5)
-        if q < 0 or hcount < 0 or hcount > rend - q:
-            why[0] = "a record has a malformed header count"
-            return C_CORRUPT
-        if c.add(offset, max_ts if lat else base_ts + tsd, tstype, p + kq, klen, p + vq, vlen) < 0:
+        if c.add(offset, max_ts if lat else base_ts + f.ts_delta, tstype, p + f.key_pos,
+                 f.key_len, p + f.value_pos, f.value_len) < 0:
             return C_NOMEM
         for j in range(hcount):
-            q = get_varlong(p, q, rend, &hk, 5)
-            if q < 0 or hk < 0 or hk > rend - q:
-                why[0] = "a record has a malformed header key length"
+            q = _next_header(p, q, &f, &kq, &hk, &vq, &hv)
+            if q < 0:
+                why[0] = f.why
                 return C_CORRUPT
-            kq = q
-            q += hk
-            q = get_varlong(p, q, rend, &hv, 5)
-            if q < 0 or hv < -1 or hv > rend - q:
-                why[0] = "a record has a malformed header value length"
-                return C_CORRUPT
-            if c.headers and c.add_header(p + kq, hk, p + q, hv) < 0:
+            if c.headers and c.add_header(p + kq, hk, p + vq, hv) < 0:
                 return C_NOMEM
-            if hv > 0:
-                q += hv
         if c.headers and c.end_headers(hcount) < 0:
             return C_NOMEM
-        if q != rend:
+        if q != f.end:
             why[0] = "a record has unexpected bytes after its headers"
             return C_CORRUPT
-        pos = rend
+        pos = f.end
     if pos != end:
         why[0] = "bytes remain after the batch's records"
         return C_CORRUPT
