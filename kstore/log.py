@@ -476,15 +476,7 @@ class Log:
                         now - before, now + after, cfg.compact, cfg.codec)
             if n == 0:
                 return _core.empty_append_info(self._leo)
-            size = b.size
-            if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
-                self._too_large(b)
-            seg = self._segs[-1]
-            last = b.last_offset
-            if seg.should_roll(size, b.max_timestamp, last, now):
-                seg = self._roll_locked(b.base_offset)
-            seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
-            self._leo = last + 1
+            self._append_built(b, cfg, now)
             if self._leo - self._recovery_point >= cfg.flush_messages:
                 self.flush()
             return b.info(now if cfg.log_append_time else -1)
@@ -506,20 +498,25 @@ class Log:
             pos = 0
             while pos < total:
                 now = self._time.milliseconds()
-                size = b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
-                if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
-                    self._too_large(b)
-                seg = self._segs[-1]
-                last = b.last_offset
-                if seg.should_roll(size, b.max_timestamp, last, now):
-                    seg = self._roll_locked(b.base_offset)
-                seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
-                self._leo = last + 1
+                pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                self._append_built(b, cfg, now)
                 count += b.count
-                pos += size
             if count and self._leo - self._recovery_point >= cfg.flush_messages:
                 self.flush()
             return first, count
+
+    def _append_built(self, b: _core.BatchBuilder, cfg: LogConfig, now: int) -> None:
+        """Write the batch the builder holds at the log end (lock held): size limits, roll if
+        any roll condition holds, segment append, log end offset."""
+        size = b.size
+        if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
+            self._too_large(b)
+        seg = self._segs[-1]
+        last = b.last_offset
+        if seg.should_roll(size, b.max_timestamp, last, now):
+            seg = self._roll_locked(b.base_offset)
+        seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
+        self._leo = last + 1
 
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config
