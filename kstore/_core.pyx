@@ -644,13 +644,11 @@ cdef class ColumnInput:
             o[i] = s
         return out
 
-    def murmur2_partitions(self, int32_t num_partitions):
-        """Kafka's default partition of each row's key (toPositive(murmur2(key)) % n) as an
-        int32 array; -1 where the key is null (the caller spreads those)."""
-        if num_partitions <= 0:
-            raise ValueError("num_partitions must be positive")
-        out = np.empty(self.n, dtype=np.int32)
-        cdef int32_t[::1] o = out
+    def key_hashes(self):
+        """Kafka's default partitioner before the modulo: toPositive(murmur2(key)) of each row's
+        key as an int64 array; -1 where the key is null (the caller spreads those)."""
+        out = np.empty(self.n, dtype=np.int64)
+        cdef int64_t[::1] o = out
         cdef Py_ssize_t i, k
         with nogil:
             for i in range(self.n):
@@ -658,7 +656,7 @@ cdef class ColumnInput:
                 if k < 0:
                     o[i] = -1
                 else:
-                    o[i] = <int32_t>((_murmur2(self.kdat + self.koff[i], k) & 0x7fffffff) % num_partitions)
+                    o[i] = _murmur2(self.kdat + self.koff[i], k) & 0x7fffffff
         return out
 
 

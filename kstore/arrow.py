@@ -183,6 +183,15 @@ def column_input(batch: pa.RecordBatch) -> _core.ColumnInput:
         value=_binary_buffers(value, "value"), timestamps=timestamps, headers=headers)
 
 
+def key_hashes(batch: pa.RecordBatch) -> np.ndarray:
+    """Kafka's default partitioner before the modulo, per row: toPositive(murmur2(key)), or -1
+    for a null key (int64)."""
+    key = _column(batch, "key")
+    if key is None:
+        return np.full(batch.num_rows, -1, dtype=np.int64)
+    return _core.ColumnInput(batch.num_rows, key=_binary_buffers(key, "key")).key_hashes()
+
+
 def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
     """Consecutive row ranges of [start, stop) whose summed sizes stay within budget (a range
     holds at least one row). One Python step per range, not per row."""

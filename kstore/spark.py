@@ -48,7 +48,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 import numpy as np
 
 from kstore import _core
-from kstore.arrow import column_input, iter_batches, kafka_schema, split_rows
+from kstore.arrow import column_input, iter_batches, kafka_schema, key_hashes, split_rows
 from kstore.broker_config import BrokerConfig
 from kstore.config import LogConfig
 from kstore.errors import (DataLossError, InvalidConfigError, InvalidRecordError,
@@ -733,13 +733,14 @@ class _Stager:
         if pcol >= 0:
             pa_col = batch.column(pcol)
             explicit = pc.cast(pa_col, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
-        cols = column_input(batch)
+        hashes = key_hashes(batch)
         parts = np.empty(n, dtype=np.int64)
         for i, topic in enumerate(topics):
             rows = np.nonzero(tix == i)[0] if len(topics) > 1 else np.arange(n)
             plan = self.plan_for(topic)
             # Kafka's default partitioner per key, round robin for null keys
-            dflt = cols.murmur2_partitions(plan.partitions)[rows].astype(np.int64)
+            h = hashes[rows]
+            dflt = np.where(h >= 0, h % plan.partitions, -1)
             nulls = np.nonzero(dflt < 0)[0]
             if len(nulls):
                 dflt[nulls] = (self.rr + np.arange(len(nulls))) % plan.partitions
@@ -758,8 +759,8 @@ class _Stager:
         order = np.argsort(group, kind="stable")
         if not np.array_equal(order, np.arange(n)):
             batch = batch.take(pa.array(order))
-            cols = column_input(batch)
             group = group[order]
+        cols = column_input(batch)
         sizes = cols.sizes()
         cuts = np.nonzero(np.diff(group))[0] + 1
         bounds = [0, *cuts.tolist(), n]
