@@ -8,12 +8,15 @@ import json
 import os
 import struct
 import sys
+
+import numpy as np
 from typing import IO, Iterator, Optional
 
 from kstore import _core
 from kstore.compression import CODEC_NAMES
 from kstore.errors import CorruptRecordError
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
+from kstore.index import OFFSET_DTYPE, TIME_DTYPE
 
 _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 
@@ -144,26 +147,25 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     """Entries of a .index ("offset: O position: P") or .timeindex ("timestamp: T offset: O");
     with the segment's .log beside it, each entry is checked against the log as Kafka does."""
     time_index = path.endswith(TIME_INDEX_SUFFIX)
-    esize = 12 if time_index else 8
+    dtype = TIME_DTYPE if time_index else OFFSET_DTYPE      # the on-disk entry layouts
+    esize = dtype.itemsize
     base = _base_offset_of(path)
     with open(path, "rb") as f:
         raw = f.read()
-    entries = []
-    for i in range(len(raw) // esize):
-        if time_index:
-            ts, rel = struct.unpack_from(">qi", raw, i * esize)
-            if ts == 0 and rel == 0 and i > 0:
-                break                       # preallocated zero tail
-            entries.append((ts, base + rel))
-        else:
-            rel, pos = struct.unpack_from(">ii", raw, i * esize)
-            if rel == 0 and pos == 0 and i > 0:
-                break
-            entries.append((base + rel, pos))
+    arr = np.frombuffer(raw, dtype=dtype, count=len(raw) // esize)
+    zero = np.logical_and.reduce([arr[name] == 0 for name in dtype.names])
+    zero[:1] = False                       # the first entry may be all zeros; later ones are padding
+    arr = arr[:int(np.argmax(zero))] if zero.any() else arr
+    if time_index:
+        keys = arr["timestamp"].astype(np.int64)
+        entries = list(zip(keys.tolist(), (arr["relative_offset"].astype(np.int64) + base).tolist()))
+        unordered = bool((np.diff(keys) < 0).any())
+    else:
+        keys = arr["relative_offset"].astype(np.int64) + base
+        entries = list(zip(keys.tolist(), arr["position"].astype(np.int64).tolist()))
+        unordered = bool((np.diff(keys) <= 0).any())
     problems = []
-    key = [e[0] for e in entries]
-    if any(b <= a for a, b in zip(key, key[1:])) if not time_index else \
-            any(b < a for a, b in zip(key, key[1:])):
+    if unordered:
         problems.append(f"{path}: entries are not increasing")
     if len(raw) % esize:
         problems.append(f"{path}: size {len(raw)} is not a multiple of the entry size {esize}")
