@@ -39,15 +39,22 @@ def contents(lg):
     return [(r.offset, r.key, r.value) for r in lg]
 
 
+def append_cycling_keys(m, n, keys, key_format):
+    """n single-record appends to c-0, record i keyed key_format % (i % keys) with value v<i>;
+    returns [(offset, key, value)]."""
+    written = []
+    for i in range(n):
+        k = key_format % (i % keys)
+        md = m.append("c", k, b"v%d" % i, partition=0, timestamp=NOW)
+        written.append((md.offset, k, b"v%d" % i))
+    return written
+
+
 def test_compaction_keeps_latest_value_of_each_key_at_its_offset(tmp_path):
     m, t = mgr(tmp_path)
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact"})
-        written = []
-        for i in range(400):
-            k = b"k%d" % (i % 17)
-            md = m.append("c", k, b"v%d" % i, partition=0, timestamp=NOW)
-            written.append((md.offset, k, b"v%d" % i))
+        written = append_cycling_keys(m, 400, 17, b"k%d")
         lg = m.log("c", 0)
         active_base = lg.active_segment.base_offset
         stats = m.clean_now()
@@ -352,11 +359,7 @@ def test_full_dedupe_map_cleans_in_several_passes(tmp_path):
                           "log.cleaner.io.buffer.load.factor": "0.5", "log.segment.bytes": "3000"})
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
-        written = []
-        for i in range(600):
-            k = b"k%02d" % (i % 60)
-            md = m.append("c", k, b"v%d" % i, partition=0, timestamp=NOW)
-            written.append((md.offset, k, b"v%d" % i))
+        written = append_cycling_keys(m, 600, 60, b"k%02d")
         lg = m.log("c", 0)
         active = lg.active_segment.base_offset
         ends = []

@@ -688,30 +688,9 @@ def test_readers_survive_concurrent_retention(open_log):
     assert reads[0] > 0 and log.log_start_offset > 0
 
 
-def test_stale_index_entry_never_skips_records(open_log, log_dir):
-    """An .index whose entry points at a later batch (stale after a crash, or damaged) must not
-    make a read start past the requested offset."""
-    cfg = {"index.interval.bytes": 1}
-    log = open_log(cfg)
-    for i in range(20):
-        log.append([(None, b"v%d" % i, NOW + i)])
-    positions = [log.active_segment.offset_index.entry(n) for n in range(log.active_segment.offset_index.entries)]
-    log.close()
-    # rewrite the index so that the entry for offset 5 points at the batch of offset 12
-    idx_path = os.path.join(log_dir, "00000000000000000000.index")
-    raw = bytearray(open(idx_path, "rb").read())
-    pos12 = dict(positions)[12]
-    slot = [o for o, _ in positions].index(5)
-    raw[slot * 8 + 4: slot * 8 + 8] = struct.pack(">i", pos12)
-    open(idx_path, "wb").write(bytes(raw))
-    log = open_log(cfg)
-    assert [r.offset for r in log.read(6, max_records=3)] == [6, 7, 8]
-    assert log.read(5, 1)[0].offset == 5
-
-
-def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir):
-    """truncate_to and read_batches locate batches through the same checked index position as
-    reads: an entry pointing at a later batch must not move the cut."""
+def _log_with_stale_index_entry(open_log, log_dir):
+    """20 one-record batches, reopened after the .index entry for offset 5 was rewritten to
+    point at the batch of offset 12 (stale after a crash, or damaged)."""
     cfg = {"index.interval.bytes": 1}
     log = open_log(cfg)
     for i in range(20):
@@ -723,7 +702,21 @@ def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir
     slot = [o for o, _ in entries].index(5)
     raw[slot * 8 + 4: slot * 8 + 8] = struct.pack(">i", dict(entries)[12])
     open(idx_path, "wb").write(bytes(raw))
-    log = open_log(cfg)
+    return open_log(cfg)
+
+
+def test_stale_index_entry_never_skips_records(open_log, log_dir):
+    """An .index whose entry points at a later batch (stale after a crash, or damaged) must not
+    make a read start past the requested offset."""
+    log = _log_with_stale_index_entry(open_log, log_dir)
+    assert [r.offset for r in log.read(6, max_records=3)] == [6, 7, 8]
+    assert log.read(5, 1)[0].offset == 5
+
+
+def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir):
+    """truncate_to and read_batches locate batches through the same checked index position as
+    reads: an entry pointing at a later batch must not move the cut."""
+    log = _log_with_stale_index_entry(open_log, log_dir)
     assert struct.unpack(">q", bytes(log.read_batches(5, 1))[:8])[0] == 5
     log.truncate_to(5)
     assert log.log_end_offset == 5
