@@ -123,6 +123,7 @@ class Cleaner:
 
     def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io):
         self.offset_map = _core.OffsetMap(map_memory, load_factor)
+        self.lock = threading.Lock()     # one clean at a time per OffsetMap (thread vs clean_now)
         self.throttler = throttler
         self._time = time
         self._io = io
@@ -267,6 +268,7 @@ class LogCleaner:
         self._time = time
         self._io = io
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)     # notified when a clean finishes
         self._in_progress: set = set()
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._checkpoints: dict[str, dict] = {}
@@ -307,27 +309,32 @@ class LogCleaner:
         return self._load_checkpoint(d).get(tp)
 
     # -- selection -----------------------------------------------------------------------------
-    def grab_filthiest(self) -> Optional[LogToClean]:
+    def grab_filthiest(self, exclude=frozenset()) -> Optional[LogToClean]:
+        """The eligible log with the highest dirty ratio, marked in progress (None if none)."""
+        with self._lock:
+            return self._grab_locked(exclude)
+
+    def _grab_locked(self, exclude) -> Optional[LogToClean]:
         now = self._time.milliseconds()
         best = None
-        with self._lock:
-            for tp, lg in self._manager.logs().items():
-                if not lg.config.compact or tp in self._in_progress or tp in self.uncleanable or lg.closed:
-                    continue
-                d = self._manager.log_dir_of(*tp)
-                if d in self._manager.offline_dirs:
-                    continue
-                cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
-                fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
-                if dirty == 0:
-                    continue
-                ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
-                if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
-                    continue
-                if best is None or ltc.ratio > best.ratio:
-                    best = ltc
-            if best is not None:
-                self._in_progress.add(best.tp)
+        for tp, lg in self._manager.logs().items():
+            if (not lg.config.compact or tp in self._in_progress or tp in self.uncleanable
+                    or lg.closed or tp in exclude):
+                continue
+            d = self._manager.log_dir_of(*tp)
+            if d in self._manager.offline_dirs:
+                continue
+            cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
+            fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
+            if dirty == 0:
+                continue
+            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
+            if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
+                continue
+            if best is None or ltc.ratio > best.ratio:
+                best = ltc
+        if best is not None:
+            self._in_progress.add(best.tp)
         return best
 
     # -- cleaning ----------------------------------------------------------------------------
@@ -351,23 +358,27 @@ class LogCleaner:
             self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
             return None
         finally:
-            with self._lock:
+            with self._done:
                 self._in_progress.discard(ltc.tp)
+                self._done.notify_all()
 
     def run_pass(self) -> list[CleanerStats]:
-        """Clean every log that is eligible now, once; returns the statistics of each clean."""
+        """Clean every log that is eligible now, once; returns the statistics of each clean.
+
+        A clean a background thread has under way is waited for first, so when this returns every
+        log has been cleaned up to its active segment (the thread's clean or this pass's)."""
         out = []
-        tried = set()
+        tried: set = set()
+        cleaner = self._cleaners[0]
         while True:
-            ltc = self.grab_filthiest()
+            with self._done:
+                self._done.wait_for(lambda: not (self._in_progress - tried))
+                ltc = self._grab_locked(tried)
             if ltc is None:
                 break
-            if ltc.tp in tried:
-                with self._lock:
-                    self._in_progress.discard(ltc.tp)
-                break
             tried.add(ltc.tp)
-            stats = self._clean(self._cleaners[0], ltc)
+            with cleaner.lock:      # background thread 0 shares this OffsetMap
+                stats = self._clean(cleaner, ltc)
             if stats is not None:
                 out.append(stats)
         self._retention_for_compacted()
@@ -398,7 +409,8 @@ class LogCleaner:
                     self._retention_for_compacted()
                     self._stop.wait(self._backoff_ms / 1000)
                     continue
-                self._clean(cleaner, ltc)
+                with cleaner.lock:
+                    self._clean(cleaner, ltc)
         except Exception:
             self.dead_threads += 1
             log.exception("cleaner thread died")

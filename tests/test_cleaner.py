@@ -197,6 +197,55 @@ def test_uncleanable_partition_does_not_stop_the_others(tmp_path):
         assert "CRC" in m.uncleanable_partitions()[("bad", 0)] or "Corrupt" in m.uncleanable_partitions()[("bad", 0)]
 
 
+def test_clean_now_waits_for_a_clean_under_way_in_a_cleaner_thread(tmp_path):
+    """A clean a background thread holds must finish before clean_now returns: when it returns,
+    every key below the active segment has one record (this raced in the clickstream example)."""
+    import threading
+    import time as _t
+    m, t = mgr(tmp_path)
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        written = append_cycling_keys(m, 300, 7, b"k%d")
+        lg = m.log("c", 0)
+        active_base = lg.active_segment.base_offset
+        cleaner = m.cleaner
+        ltc = cleaner.grab_filthiest()            # as thread 0 would, then slowly cleans
+        assert ltc.tp == ("c", 0)
+
+        def background():
+            _t.sleep(0.3)
+            with cleaner._cleaners[0].lock:
+                cleaner._clean(cleaner._cleaners[0], ltc)
+
+        th = threading.Thread(target=background)
+        th.start()
+        m.clean_now()
+        below = [(o, k) for o, k, _ in contents(lg) if o < active_base]
+        th.join()
+        keys_below = {k for o, k, _ in written if o < active_base}
+        assert sorted(k for _, k in below) == sorted(keys_below)        # one record per key
+        assert dict((k, o) for o, k in below) == {k: o for o, k, _ in written if o < active_base}
+
+
+def test_clean_now_and_cleaner_thread_never_share_the_offset_map_at_once(tmp_path, monkeypatch):
+    """clean_now runs on thread 0's Cleaner; each clean holds that Cleaner's lock."""
+    from kstore import cleaner as cleaner_mod
+    seen = []
+    real = cleaner_mod.Cleaner.clean
+
+    def checked(self, ltc):
+        seen.append(self.lock.locked())
+        return real(self, ltc)
+
+    monkeypatch.setattr(cleaner_mod.Cleaner, "clean", checked)
+    m, t = mgr(tmp_path)
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        append_cycling_keys(m, 100, 5, b"k%d")
+        m.clean_now()
+    assert seen == [True]
+
+
 def test_segment_grouping_respects_sizes_and_offset_span(tmp_path):
     """testSegmentGroupingWithSparseOffsets: groups never span more than 2^31-1 offsets."""
     d = tmp_path / "t-0"
