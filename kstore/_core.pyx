@@ -1754,9 +1754,9 @@ cdef Py_ssize_t _decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, 
 
 cdef tuple _read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
                        Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
-                       bint strict, bint min_one):
+                       bint strict, bint min_one, bint include_control=False):
     """Decode batches from pos until end / max_records / max_bytes (at least one batch if
-    min_one). Returns (next_position, next_offset_hint, bytes_used). A malformed header raises
+    min_one); control batches' records only with include_control (dump tools). Returns (next_position, next_offset_hint, bytes_used). A malformed header raises
     if strict."""
     cdef BatchHeader h
     cdef const char* why
@@ -1776,7 +1776,8 @@ cdef tuple _read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t
             continue
         if used + h.size > max_bytes and (used > 0 or not min_one):
             break
-        added += _decode_batch(p, pos, &h, min_offset, max_records - added, out, verify_crc, False)
+        added += _decode_batch(p, pos, &h, min_offset, max_records - added, out, verify_crc,
+                               include_control)
         used += h.size
         if added >= max_records and len(out) > start_len:
             # stopped inside or at the end of this batch
@@ -1939,15 +1940,16 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     return out
 
 
-def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True):
-    """Decode every record in a bytes-like run of batches (e.g. from read_batches or a file)."""
+def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True, bint include_control=False):
+    """Decode every record in a bytes-like run of batches (e.g. from read_batches or a file);
+    control records (transaction markers) only with include_control, as consumers skip them."""
     cdef const uint8_t[::1] mv = data
     cdef Py_ssize_t n = mv.shape[0]
     cdef list out = []
     if n == 0:
         return out
     _read_range(&mv[0], 0, n, min_offset, <Py_ssize_t>1 << 62, <Py_ssize_t>1 << 62, verify_crc,
-                out, True, True)
+                out, True, True, include_control)
     return out
 
 cdef inline Py_ssize_t _floor_slot(const uint8_t* p, Py_ssize_t n, Py_ssize_t esize, int key_off,

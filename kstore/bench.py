@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 import kstore
 from kstore import _core
+from kstore.progress import Progress
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -59,9 +60,13 @@ class Result(dict):
     pass
 
 
+_bar: Optional[Progress] = None
+
+
 def _progress(msg: str, quiet: bool) -> None:
-    if not quiet:
-        print(f"  .. {msg}", file=sys.stderr, flush=True)
+    """The phase now running, on a progress line (only on a terminal, never with --json)."""
+    if _bar is not None and not quiet:
+        _bar.update(1, note=msg)
 
 
 def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
@@ -77,6 +82,8 @@ def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
     rows = [(keys[i], VALUE, BASE_TS + i) for i in range(n)]
     offsets = [rnd.randrange(n) for _ in range(lookups)]
     stamps = [BASE_TS + rnd.randrange(n) for _ in range(lookups)]
+    global _bar
+    _bar = Progress("kstore bench", None, "phases", enabled=False if quiet else None)
     try:
         _warm_up(root, n * 200 * 3, quiet)
         _bench_kstore(root, n, rows, offsets, stamps, out["kstore"], quiet)
@@ -90,6 +97,7 @@ def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
                 out["lmdb"] = {"skipped": "lmdb is not installed (pip install 'kstore[bench]')"}
         _bench_crc(out["kstore"], quiet)
     finally:
+        _bar.close()
         if own_dir:
             shutil.rmtree(root, ignore_errors=True)
     out["ratios"] = _ratios(out)

@@ -1,4 +1,8 @@
-"""The `kstore` command (also `python -m kstore`). Subcommands: quickstart, bench, dump-log."""
+"""The `kstore` command (also `python -m kstore`), on the standard library's argparse: quickstart,
+bench, dump-log, produce, consume, topics, get-offsets, log-dirs, delete-records, assign-replicas.
+
+Exit status: 0 success, 1 an error (printed as `kstore: error: ...`), 2 bad usage or, for
+dump-log, corruption found; 130 interrupted."""
 from __future__ import annotations
 
 import argparse
@@ -6,15 +10,23 @@ import os
 import shutil
 import sys
 import time
+from typing import Optional
 
 import kstore
 
 EPILOG = """examples:
   kstore quickstart                  build a small store in ./kstore-data and tour it
-  kstore quickstart --dir /tmp/demo  the same somewhere else
+  kstore topics create --log-dirs D --topic T --partitions 3
+  kstore produce --log-dirs D --topic T --key-separator : < lines.txt
+  kstore consume --log-dirs D --topic T --from-beginning --print-key
+  kstore get-offsets --log-dirs D --topic T --time latest
+  kstore dump-log --files D/T-0/00000000000000000000.log --print-data-log
   kstore bench --quick               a 100,000-record run against sqlite3 and LMDB
-  kstore bench --json > bench.json   the full run, for machines
-  kstore dump-log --files kstore-data/clicks-0/00000000000000000000.log --print-data-log
+
+Every command takes --help. Commands that only read (consume, topics list/describe,
+get-offsets, log-dirs, dump-log) open the store read-only and work beside a running
+application; the others take the store's lock.
+exit status: 0 ok, 1 error, 2 usage error (dump-log: corruption found), 130 interrupted
 """
 
 DUMP_EPILOG = """examples:
@@ -101,21 +113,40 @@ def _tour_manager(root: str, p) -> None:
     p(f"  closed cleanly: {sorted(n for n in os.listdir(root) if not os.path.isdir(os.path.join(root, n)))}")
 
 
-def main(argv=None) -> int:
+class _Fmt(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _sub(sub, name: str, help: str, epilog: str, description: Optional[str] = None):
+    return sub.add_parser(name, help=help, description=description or help, epilog=epilog,
+                          formatter_class=_Fmt)
+
+
+def _log_dirs(p, write: bool) -> None:
+    p.add_argument("--log-dirs", metavar="DIR[,DIR]",
+                   help="the store's log dirs, comma-separated (in place of --bootstrap-server)"
+                   + ("" if write else "; opened read-only"))
+    if write:
+        p.add_argument("--broker-config", metavar="server.properties",
+                       help="broker settings (num.partitions, log.segment.bytes, ...); its log.dirs "
+                            "is used when --log-dirs is not given")
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kstore", description="Kafka's log storage, embedded.",
-                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=EPILOG, formatter_class=_Fmt)
     ap.add_argument("--version", action="version", version=f"kstore {kstore.__version__}")
-    sub = ap.add_subparsers(dest="command")
-    q = sub.add_parser("quickstart", help="build a small store and tour it",
-                       epilog="example: kstore quickstart --dir ./kstore-data",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    q = _sub(sub, "quickstart", "build a small store and tour it",
+             "example:\n  kstore quickstart --dir ./kstore-data")
     q.add_argument("--dir", default="./kstore-data", help="log dir to write (default ./kstore-data)")
     sub.add_parser("bench", help="benchmark against sqlite3 and LMDB (see kstore bench --help)",
                    add_help=False)
-    d = sub.add_parser("dump-log", help="print the batches, records or index entries of segment files",
-                       description="Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
-                                   "and index entries checked against their .log.",
-                       epilog=DUMP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    d = _sub(sub, "dump-log", "print the batches, records or index entries of segment files",
+             DUMP_EPILOG, "Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
+                          "and index entries checked against their .log.")
     d.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex files")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batch headers")
@@ -123,27 +154,158 @@ def main(argv=None) -> int:
     d.add_argument("--index-sanity-check", action="store_true", help="check that the index files are well formed")
     d.add_argument("--max-bytes", type=int, default=-1, help="read at most this many bytes of each .log")
     d.add_argument("--json", action="store_true", help="one JSON object per batch or entry")
+
+    p = _sub(sub, "produce", "append lines from stdin to a topic (kafka-console-producer)", """examples:
+  echo hello | kstore produce --log-dirs D --topic T
+  kstore produce --log-dirs D --topic T --key-separator : < users.txt     lines are key:value
+  kstore produce --log-dirs D --topic T --partition 0 --batch-size 65536 < big.txt
+A missing topic is created with num.partitions (auto.create.topics.enable, as a broker does).
+Keyed lines go to murmur2(key) % partitions; unkeyed ones stick to one partition per input chunk.
+A line without the separator stops the command with exit status 1 (earlier lines are kept).""")
+    _log_dirs(p, write=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--key-separator", metavar="SEP",
+                   help="split each line into key SEP value (escapes such as \\t allowed)")
+    p.add_argument("--parse-key", action="store_true", help="lines are keyed (separator default \\t)")
+    p.add_argument("--partition", type=int, help="append every line to this partition")
+    p.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
+                   help="bytes per record batch, as the producer's batch.size (default 16384)")
+    p.add_argument("--verbose", action="store_true", help="say how many records were appended")
+
+    c = _sub(sub, "consume", "print a topic's records (kafka-console-consumer)", """examples:
+  kstore consume --log-dirs D --topic T --from-beginning
+  kstore consume --log-dirs D --topic T --partition 0 --offset 42 --max-messages 10
+  kstore consume --log-dirs D --topic T --time 2026-01-01T00:00:00Z --print-timestamp --print-key
+  kstore consume --log-dirs D --topic T --follow          tail new records until Ctrl-C
+Without --from-beginning, --offset or --time, reading starts at the end (Kafka's default), so
+only --follow prints anything. The last line on stderr is "Processed a total of N messages".""")
+    _log_dirs(c, write=False)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=int, help="read only this partition")
+    c.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    c.add_argument("--offset", metavar="N|earliest|latest", help="start offset (a number needs --partition)")
+    c.add_argument("--time", metavar="TIME", help="start at the first record with timestamp >= TIME "
+                   "(epoch ms or ISO-8601), found through the time index")
+    c.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records")
+    c.add_argument("--max-messages", type=int, help="stop after this many records")
+    c.add_argument("--timeout-ms", type=int, help="with --follow, stop after this long without a record")
+    c.add_argument("--poll-ms", type=int, default=100, help="with --follow, how often to look (default 100)")
+    c.add_argument("--print-key", action="store_true")
+    c.add_argument("--print-timestamp", action="store_true")
+    c.add_argument("--print-partition", action="store_true")
+    c.add_argument("--print-offset", action="store_true")
+    c.add_argument("--print-headers", action="store_true")
+    c.add_argument("--no-value", action="store_true", help="do not print values")
+    c.add_argument("--key-separator", metavar="SEP", help="between printed fields (default \\t)")
+    c.add_argument("--line-separator", metavar="SEP", default="\\n", help="after each record (default \\n)")
+
+    t = _sub(sub, "topics", "create, list, describe, delete or alter topics (kafka-topics)", """examples:
+  kstore topics create --log-dirs D --topic T --partitions 3 --config cleanup.policy=compact
+  kstore topics list --log-dirs D
+  kstore topics describe --log-dirs D --topic T [--json]
+  kstore topics alter --log-dirs D --topic T --config retention.ms=3600000 --delete-config segment.bytes
+  kstore topics alter --log-dirs D --topic T --partitions 6
+  kstore topics delete --log-dirs D --topic T""")
+    t.add_argument("action", choices=["create", "list", "describe", "delete", "alter"])
+    _log_dirs(t, write=True)
+    t.add_argument("--topic")
+    t.add_argument("--partitions", type=int, help="create: the count (default num.partitions); alter: grow to")
+    t.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config override (repeatable)")
+    t.add_argument("--delete-config", action="append", metavar="KEY", help="alter: remove an override (repeatable)")
+    t.add_argument("--if-not-exists", action="store_true")
+    t.add_argument("--if-exists", action="store_true")
+    t.add_argument("--exclude-internal", action="store_true", help="list: hide topics starting with __")
+    t.add_argument("--json", action="store_true", help="describe: JSON")
+
+    g = _sub(sub, "get-offsets", "offsets by time: earliest, latest, max-timestamp or a timestamp "
+             "(kafka-get-offsets)", """examples:
+  kstore get-offsets --log-dirs D --topic T                 latest, as topic:partition:offset
+  kstore get-offsets --log-dirs D --topic T --time earliest
+  kstore get-offsets --log-dirs D --time 1767225600000 --partitions 0,1
+An empty offset means no record has a timestamp at or after --time.""")
+    _log_dirs(g, write=False)
+    g.add_argument("--topic", help="one topic (default: all)")
+    g.add_argument("--partitions", metavar="P[,P]", help="only these partitions")
+    g.add_argument("--time", default="latest",
+                   help="earliest (-2), latest (-1, default), max-timestamp (-3), epoch ms or ISO-8601")
+
+    ld = _sub(sub, "log-dirs", "size of every partition per log dir, as JSON (kafka-log-dirs --describe)",
+              """example:
+  kstore log-dirs --log-dirs D1,D2 --topic-list clicks,orders""")
+    _log_dirs(ld, write=False)
+    ld.add_argument("--topic-list", metavar="T[,T]", help="only these topics")
+    ld.add_argument("--broker-id", type=int, default=0, help="the broker id to report (default 0)")
+
+    dr = _sub(sub, "delete-records", "advance log start offsets, deleting what is below "
+              "(kafka-delete-records)", """examples:
+  kstore delete-records --log-dirs D --offset-json-file delete.json
+      delete.json: {"partitions": [{"topic": "T", "partition": 0, "offset": 100}], "version": 1}
+  kstore delete-records --log-dirs D --topic T --partition 0 --offset 100
+  kstore delete-records --log-dirs D --topic T --offset -1        everything, every partition
+Offset -1 means the high watermark. Exit status 1 when any partition failed.""")
+    _log_dirs(dr, write=True)
+    dr.add_argument("--offset-json-file", metavar="FILE")
+    dr.add_argument("--topic")
+    dr.add_argument("--partition", metavar="P[,P]", help="default: every partition of --topic")
+    dr.add_argument("--offset", type=int)
+
+    ar = _sub(sub, "assign-replicas", "propose a replica assignment, as kafka-reassign-partitions "
+              "--generate", """examples:
+  kstore assign-replicas --log-dirs D --topic T --broker-list 0,1,2 --replication-factor 2
+  kstore assign-replicas --log-dirs D --topics-to-move-json-file topics.json --broker-list 1,2,3
+  kstore assign-replicas --topic T --partitions 6 --broker-list 0,1,2 --replication-factor 3 \\
+      --start-index 0 --shift 0 --json
+The layout is Kafka's rack-unaware assignReplicasToBrokers; the start index and shift are random
+unless given, as Kafka's.""")
+    _log_dirs(ar, write=False)
+    ar.add_argument("--topic", action="append", help="a topic to assign (repeatable)")
+    ar.add_argument("--topics-to-move-json-file", metavar="FILE")
+    ar.add_argument("--partitions", type=int, help="a partition count instead of reading the store")
+    ar.add_argument("--broker-list", required=True, metavar="ID[,ID]")
+    ar.add_argument("--replication-factor", type=int, default=1)
+    ar.add_argument("--start-index", type=int)
+    ar.add_argument("--shift", type=int)
+    ar.add_argument("--broker-id", type=int, default=0, help="this store's broker id (the current assignment)")
+    ar.add_argument("--json", action="store_true", help="print only the proposed assignment")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args, rest = ap.parse_known_args(argv)
+    if rest and args.command != "bench":
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        if args.command == "dump-log":
-            if rest:
-                ap.error(f"unrecognized arguments: {' '.join(rest)}")
+        cmd = args.command
+        if cmd == "dump-log":
             from kstore import dump
             return dump.main(args)
-        if args.command == "quickstart":
-            if rest:
-                ap.error(f"unrecognized arguments: {' '.join(rest)}")
+        if cmd == "quickstart":
             return quickstart(args.dir)
-        if args.command == "bench":
+        if cmd == "bench":
             from kstore import bench
             return bench.main(rest)
+        if cmd in ("produce", "consume"):
+            from kstore import console
+            return console.produce(args) if cmd == "produce" else console.consume(args)
+        if cmd is not None:
+            from kstore import admin
+            run = {"topics": admin.topics, "get-offsets": admin.get_offsets, "log-dirs": admin.log_dirs,
+                   "delete-records": admin.delete_records, "assign-replicas": admin.assign}[cmd]
+            return run(args, sys.stdout)
         ap.print_help()
         return 2
     except kstore.KStoreError as e:
         print(f"kstore: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:
+        try:                       # the reader went away (| head): quiet, as other tools are
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
         return 0
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from kstore.compression import CODEC_NAMES
 from kstore.errors import CorruptRecordError
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
 from kstore.index import OFFSET_DTYPE, TIME_DTYPE
+from kstore.progress import Progress
 
 _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 
@@ -56,22 +57,24 @@ def batches(data: bytes, path: str) -> Iterator[dict]:
 
 
 def _records(data: bytes, pos: int, size: int) -> list:
-    return _core.decode_batches(data[pos:pos + size], -1, True)
+    return _core.decode_batches(data[pos:pos + size], -1, True, True)
 
 
 def dump_log(path: str, out: IO, *, deep: bool, print_data: bool, max_bytes: int,
-             as_json: bool) -> int:
+             as_json: bool, bar: Optional[Progress] = None) -> int:
     with open(path, "rb") as f:
         data = f.read(max_bytes if max_bytes > 0 else -1)
+    bar = bar or Progress("", enabled=False)
     problems = 0
     if not as_json:
         out.write(f"Dumping {path}\nLog starting offset: {_base_offset_of(path)}\n")
     try:
         for b in batches(data, path):
+            bar.update(b["size"])
             if not b["isvalid"]:
                 problems += 1
             recs = []
-            if (deep or print_data) and not b.get("isControl"):
+            if deep or print_data:
                 try:
                     recs = _records(data, b["position"], b["size"])
                 except CorruptRecordError as e:
@@ -80,7 +83,7 @@ def dump_log(path: str, out: IO, *, deep: bool, print_data: bool, max_bytes: int
             if as_json:
                 b = dict(b)
                 if deep or print_data:
-                    b["records"] = [_record_json(r, print_data) for r in recs]
+                    b["records"] = [_record_json(r, print_data, b.get("isControl", False)) for r in recs]
                 out.write(json.dumps(b) + "\n")
                 continue
             out.write(_batch_line(b) + "\n")
@@ -127,17 +130,44 @@ def _record_line(r, b: dict, print_data: bool) -> str:
         seq = b["baseSequence"]
         line += (f" sequence: {-1 if seq < 0 else seq + r.offset - b['baseOffset']} "
                  f"headerKeys: [{','.join(k for k, _v in r.headers)}]")
-    if print_data:
+    if b.get("isControl"):
+        line += " " + control_text(r.key, r.value)
+    elif print_data:
         line += f" key: {_text(r.key)} payload: {_text(r.value)}"
     return line
 
 
-def _record_json(r, print_data: bool) -> dict:
+CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
+                 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+
+
+def control_fields(key: Optional[bytes], value: Optional[bytes]) -> dict:
+    """A control record's meaning (Kafka's ControlRecordType / EndTransactionMarker): the key is
+    version int16 + type int16; a COMMIT/ABORT value is version int16 + coordinatorEpoch int32."""
+    if key is None or len(key) < 4:
+        return {"controlType": "UNKNOWN(-1)", "error": "control record key shorter than 4 bytes"}
+    _version, type_id = struct.unpack_from(">hh", key)
+    name = CONTROL_TYPES.get(type_id)
+    if type_id in (0, 1):
+        if value is None or len(value) < 6:
+            return {"endTxnMarker": name, "error": "end transaction marker value shorter than 6 bytes"}
+        return {"endTxnMarker": name, "coordinatorEpoch": struct.unpack_from(">i", value, 2)[0]}
+    return {"controlType": f"{name or 'UNKNOWN'}({type_id})"}
+
+
+def control_text(key: Optional[bytes], value: Optional[bytes]) -> str:
+    """As kafka-dump-log prints it: "endTxnMarker: COMMIT coordinatorEpoch: 0"."""
+    return " ".join(f"{k}: {v}" for k, v in control_fields(key, value).items())
+
+
+def _record_json(r, print_data: bool, control: bool = False) -> dict:
     d = {"offset": r.offset, "timestamp": r.timestamp, "timestampType": r.timestamp_type,
          "keySize": -1 if r.key is None else len(r.key),
          "valueSize": -1 if r.value is None else len(r.value),
          "headerKeys": [k for k, _v in r.headers]}
-    if print_data:
+    if control:
+        d.update(control_fields(r.key, r.value))
+    elif print_data:
         d.update(key=None if r.key is None else _text(r.key), payload=_text(r.value))
     return d
 
@@ -202,21 +232,31 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
 def main(args, out: Optional[IO] = None) -> int:
     out = out or sys.stdout
     problems = 0
-    for path in [p for p in args.files.split(",") if p]:
+    paths = [p for p in args.files.split(",") if p]
+    for path in paths:
         if not os.path.exists(path):
             print(f"kstore dump-log: {path}: no such file", file=sys.stderr)
             return 1
-        if path.endswith(LOG_SUFFIX):
-            if args.verify_index_only or args.index_sanity_check:
-                continue
-            problems += dump_log(path, out, deep=args.deep_iteration, print_data=args.print_data_log,
-                                 max_bytes=args.max_bytes, as_json=args.json)
-        elif path.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
-            log_path = path.rsplit(".", 1)[0] + LOG_SUFFIX
-            problems += dump_index(path, out, verify_only=args.verify_index_only,
-                                   sanity_check=args.index_sanity_check, as_json=args.json,
-                                   log_path=log_path)
-        else:
-            print(f"kstore dump-log: {path}: not a .log, .index or .timeindex file (ignored)",
-                  file=sys.stderr)
+    logs = [p for p in paths if p.endswith(LOG_SUFFIX)]
+    total = sum(os.path.getsize(p) for p in logs)
+    if args.max_bytes > 0:
+        total = sum(min(os.path.getsize(p), args.max_bytes) for p in logs)
+    with Progress("dumping", total, "B") as bar:
+        for path in paths:
+            problems += _dump_one(path, args, out, bar)
     return 2 if problems else 0
+
+
+def _dump_one(path: str, args, out: IO, bar: Progress) -> int:
+    """Dump one file; returns how many problems it showed."""
+    if path.endswith(LOG_SUFFIX):
+        if args.verify_index_only or args.index_sanity_check:
+            return 0
+        return dump_log(path, out, deep=args.deep_iteration, print_data=args.print_data_log,
+                        max_bytes=args.max_bytes, as_json=args.json, bar=bar)
+    if path.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+        return dump_index(path, out, verify_only=args.verify_index_only,
+                          sanity_check=args.index_sanity_check, as_json=args.json,
+                          log_path=path.rsplit(".", 1)[0] + LOG_SUFFIX)
+    print(f"kstore dump-log: {path}: not a .log, .index or .timeindex file (ignored)", file=sys.stderr)
+    return 0

@@ -18,7 +18,7 @@ import threading
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
@@ -110,8 +110,12 @@ class LogManager:
 
     def __init__(self, log_dirs: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                  config: Optional[Mapping[str, Any]] = None, *, read_only: bool = False,
-                 time=None, scheduler=None, io: Optional[FileOps] = None):
+                 time=None, scheduler=None, io: Optional[FileOps] = None,
+                 progress: Optional[Callable[[int, int], None]] = None):
         self._cfg = BrokerConfig(config)
+        self._progress = progress          # called (partitions loaded, total) during startup
+        self._loaded_count = 0
+        self._load_total = 0
         if log_dirs is None:
             dirs = self._cfg.log_dirs
         elif isinstance(log_dirs, (str, os.PathLike)):
@@ -192,6 +196,8 @@ class LogManager:
         if not live:
             raise LogDirOfflineError(f"every log dir is offline: {self._offline}")
         self._load_topic_configs()
+        if self._progress is not None:
+            self._load_total = sum(len(partition_dirs(self._io, d)) for d in live)
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
             list(pool.map(self._load_dir, live))
         if not self.read_only:
@@ -283,6 +289,10 @@ class LogManager:
             lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp),
                           clean_shutdown=clean, io=io, time=self._time, scheduler=self._scheduler,
                           read_only=self.read_only)
+            if self._progress is not None:
+                with self._lock:
+                    self._loaded_count += 1
+                    self._progress(self._loaded_count, self._load_total)
             return tp, path, lg
         try:
             # Recovery threads pay off only where a GIL-free CRC scan dominates: partitions with
@@ -530,13 +540,7 @@ class LogManager:
         """Append one record, choosing the partition as Kafka's default partitioner does:
         murmur2 of the key when there is one, round robin otherwise."""
         self._check_writable()
-        if topic not in {t for (t, _p) in self._logs}:
-            if not self._cfg["auto.create.topics.enable"]:
-                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
-            with self._lock:
-                if topic not in {t for (t, _p) in self._logs}:
-                    self.create_topic(topic)
-        n = len(self.partitions(topic))
+        n = self.ensure_topic(topic)
         if partition is None:
             partition = partition_for_key(bytes(key), n) if key is not None else next(self._rr) % n
         elif not 0 <= partition < n:
@@ -546,6 +550,27 @@ class LogManager:
         info = self._guard(self._dir_of[tp], lg.append, [(key, value, timestamp, headers)])
         ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
         return RecordMetadata(topic, partition, info.first_offset, ts)
+
+    def append_batch(self, topic: str, partition: int, records: Iterable):
+        """Append records to one partition as one batch (what a producer sends): (key, value[,
+        timestamp[, headers]]) tuples. Returns the batch's AppendInfo (offsets, timestamps)."""
+        self._check_writable()
+        n = self.ensure_topic(topic)
+        if not 0 <= partition < n:
+            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        tp = (topic, partition)
+        return self._guard(self._dir_of[tp], self._logs[tp].append, records)
+
+    def ensure_topic(self, topic: str) -> int:
+        """The topic's partition count, creating it first (num.partitions) when it is missing and
+        auto.create.topics.enable is on, as a broker does for a producer."""
+        if topic not in {t for (t, _p) in self._logs}:
+            if not self._cfg["auto.create.topics.enable"]:
+                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
+            with self._lock:
+                if topic not in {t for (t, _p) in self._logs}:
+                    self.create_topic(topic)
+        return len(self.partitions(topic))
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20):

@@ -1,0 +1,346 @@
+"""Operator commands over a store: `kstore topics`, `get-offsets`, `log-dirs`, `delete-records`
+and `assign-replicas`, shaped after Kafka's kafka-topics, GetOffsetShell, kafka-log-dirs,
+kafka-delete-records and kafka-reassign-partitions, with --log-dirs in place of a broker.
+
+Commands that only read open the store read-only (no lock), so they work beside a running
+application; commands that write take the store's lock and fail clearly while another process
+holds it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+from typing import IO, Optional
+
+from kstore.assignment import assign_replicas
+from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
+from kstore.manager import LogManager, read_topic_config_file
+from kstore.progress import Progress
+from kstore.reader import StoreReader, split_log_dirs
+
+# A command-line process is short-lived: it must not start retention, flushes or cleaning of
+# its own in the middle of the command (the store's owner does those), only recover and close.
+CLI_BROKER_SETTINGS = {"log.initial.task.delay.ms": 365 * 86_400_000, "log.cleaner.enable": False}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+SPECIAL_TIMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
+
+
+class _LoadProgress:
+    """Recovery progress for a LogManager's startup (a bar only on a terminal)."""
+
+    def __init__(self):
+        self.bar: Optional[Progress] = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = Progress("loading partitions", total, "partitions")
+        self.bar.set(done, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def open_manager(args) -> LogManager:
+    """The store for a command that writes: takes the directory lock, recovers if needed."""
+    settings = dict(CLI_BROKER_SETTINGS)
+    progress = _LoadProgress()
+    try:
+        if getattr(args, "broker_config", None):
+            overrides = {k.replace(".", "_"): v for k, v in settings.items()}
+            if args.log_dirs:
+                overrides["log_dirs"] = ",".join(split_log_dirs(args.log_dirs))
+            return LogManager.from_properties(args.broker_config, progress=progress, **overrides)
+        return LogManager(split_log_dirs(_need_log_dirs(args)), settings, progress=progress)
+    finally:
+        progress.close()
+
+
+def open_reader(args) -> StoreReader:
+    """The store for a command that only reads: read-only, lock-free."""
+    return StoreReader(_need_log_dirs(args))
+
+
+def _need_log_dirs(args) -> str:
+    if not args.log_dirs:
+        raise InvalidConfigError("--log-dirs is required (a comma-separated list of log dirs)")
+    return args.log_dirs
+
+
+def parse_time(text: str) -> int:
+    """--time: earliest, latest, max-timestamp, -1/-2/-3, epoch milliseconds, or ISO-8601
+    (a time without a zone is UTC)."""
+    t = text.strip().lower()
+    if t in SPECIAL_TIMES:
+        return SPECIAL_TIMES[t]
+    try:
+        v = int(t)
+    except ValueError:
+        try:
+            dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidConfigError(
+                f"--time {text!r}: expected earliest, latest, max-timestamp, epoch milliseconds "
+                f"or an ISO-8601 time") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return (dt - _EPOCH) // timedelta(milliseconds=1)      # exact, no float rounding
+    if v < -3:
+        raise InvalidConfigError(f"--time {v}: negative values other than -1, -2, -3 are not times")
+    return v
+
+
+def parse_config_pairs(pairs) -> dict:
+    """--config k=v, repeatable as kafka-topics' (a value may hold commas: cleanup.policy=compact,delete)."""
+    out = {}
+    for kv in pairs or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip():
+            raise InvalidConfigError(f"--config {kv!r}: expected key=value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _partition_list(text: Optional[str]) -> Optional[list[int]]:
+    if text is None:
+        return None
+    try:
+        return sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise InvalidConfigError(f"--partitions {text!r}: expected a comma-separated list of numbers") from None
+
+
+def _topics_of(store: StoreReader, topic: Optional[str]) -> list[str]:
+    names = store.topics()
+    if topic is None:
+        return names
+    if topic in names:
+        return [topic]
+    raise UnknownTopicError(f"Topic '{topic}' does not exist in {','.join(store.log_dirs)}")
+
+
+# -- kstore topics ---------------------------------------------------------------------------------
+def topics(args, out: IO) -> int:
+    action = args.action
+    if action == "list":
+        with open_reader(args) as store:
+            for t in store.topics():
+                if not args.exclude_internal or not t.startswith("__"):
+                    out.write(t + "\n")
+        return 0
+    if action == "describe":
+        return _describe(args, out)
+    if not args.topic:
+        raise InvalidConfigError(f"kstore topics {action} needs --topic")
+    if action == "create":
+        config = parse_config_pairs(args.config)
+        with open_manager(args) as m:
+            if args.topic in m.topics():
+                if args.if_not_exists:
+                    return 0
+            m.create_topic(args.topic, args.partitions, config)
+            out.write(f"Created topic {args.topic}.\n")
+        return 0
+    if action == "delete":
+        with open_manager(args) as m:
+            if args.topic not in m.topics():
+                if args.if_exists:
+                    return 0
+                raise UnknownTopicError(f"Topic '{args.topic}' does not exist as expected")
+            m.delete_topic(args.topic)
+        out.write(f"Deleted topic {args.topic} (its directories are renamed *-delete and "
+                  f"removed after file.delete.delay.ms by the store's owner).\n")
+        return 0
+    if action == "alter":
+        config = parse_config_pairs(args.config)
+        for k in args.delete_config or []:
+            config[k.strip()] = None
+        if not config and args.partitions is None:
+            raise InvalidConfigError("kstore topics alter needs --config, --delete-config or --partitions")
+        with open_manager(args) as m:
+            if args.topic not in m.topics():
+                raise UnknownTopicError(f"Topic '{args.topic}' does not exist")
+            if args.partitions is not None:
+                new = m.add_partitions(args.topic, args.partitions)
+                out.write(f"Added partitions {new} to {args.topic}.\n")
+            if config:
+                cfg = m.alter_topic_config(args.topic, config)
+                out.write(f"Completed updating config for topic {args.topic}: "
+                          f"{_config_text(cfg.overrides)}\n")
+        return 0
+    raise InvalidConfigError(f"unknown topics action {action!r}")
+
+
+def _config_text(overrides: dict) -> str:
+    return ",".join(f"{k}={v if not isinstance(v, tuple) else ','.join(v)}"
+                    for k, v in sorted(overrides.items()))
+
+
+def _describe(args, out: IO) -> int:
+    with open_reader(args) as store:
+        conf = read_topic_config_file(store.log_dirs) or {}
+        described = []
+        for t in _topics_of(store, args.topic):
+            parts = []
+            for _t, p in store.partitions(t):
+                lg = store.log(t, p)
+                parts.append({"partition": p, "logDir": os.path.dirname(lg.dir),
+                              "logStartOffset": lg.log_start_offset, "logEndOffset": lg.log_end_offset,
+                              "size": lg.size, "segments": len(lg.segments)})
+            described.append({"topic": t, "topicId": _topic_id(store, t, conf),
+                              "partitionCount": len(parts), "replicationFactor": 1,
+                              "configs": dict(sorted(conf.get("topics", {}).get(t, {}).items())),
+                              "partitions": parts})
+    if args.json:
+        out.write(json.dumps(described if args.topic is None else described[0]) + "\n")
+        return 0
+    for d in described:
+        configs = ",".join(f"{k}={v}" for k, v in d["configs"].items())
+        out.write(f"Topic: {d['topic']}\tTopicId: {d['topicId']}\tPartitionCount: {d['partitionCount']}"
+                  f"\tReplicationFactor: 1\tConfigs: {configs}\n")
+        for p in d["partitions"]:
+            out.write(f"\tTopic: {d['topic']}\tPartition: {p['partition']}\tLogDir: {p['logDir']}"
+                      f"\tLogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}"
+                      f"\tSize: {p['size']}\tSegments: {p['segments']}\n")
+    return 0
+
+
+def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
+    tid = conf.get("topic_ids", {}).get(topic)
+    if tid:
+        return tid
+    for _t, p in store.partitions(topic):       # a broker's partition.metadata
+        try:
+            with open(os.path.join(store.log(topic, p).dir, "partition.metadata")) as f:
+                for line in f:
+                    if line.startswith("topic_id:"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            continue
+    return "-"
+
+
+# -- kstore get-offsets ------------------------------------------------------------------------
+def get_offsets(args, out: IO) -> int:
+    ts = parse_time(args.time)
+    wanted = _partition_list(args.partitions)
+    with open_reader(args) as store:
+        for t in _topics_of(store, args.topic):
+            for _t, p in store.partitions(t):
+                if wanted is not None and p not in wanted:
+                    continue
+                off = store.log(t, p, refresh=True).offset_for_timestamp(ts)
+                out.write(f"{t}:{p}:{'' if off is None else off}\n")
+    return 0
+
+
+# -- kstore log-dirs -----------------------------------------------------------------------------
+def log_dirs(args, out: IO) -> int:
+    topics_wanted = None if not args.topic_list else {t for t in args.topic_list.split(",") if t}
+    dirs = split_log_dirs(_need_log_dirs(args))
+    entries = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            entries.append({"logDir": d, "error": f"KafkaStorageException: {d} is not a directory",
+                            "partitions": []})
+            continue
+        parts = []
+        with StoreReader(d) as store:
+            for t, p in store.partitions():
+                if topics_wanted is not None and t not in topics_wanted:
+                    continue
+                parts.append({"partition": f"{t}-{p}", "size": store.log(t, p).size,
+                              "offsetLag": 0, "isFuture": False})
+        entries.append({"logDir": d, "error": None, "partitions": parts})
+    out.write(json.dumps({"version": 1, "brokers": [{"broker": args.broker_id, "logDirs": entries}]})
+              + "\n")
+    return 0
+
+
+# -- kstore delete-records -----------------------------------------------------------------------
+def delete_records(args, out: IO) -> int:
+    """Advance log start offsets (Kafka's DeleteRecords): offset -1 means the high watermark."""
+    if args.offset_json_file:
+        try:
+            with open(args.offset_json_file, encoding="utf-8") as f:
+                spec = json.load(f)
+            wanted = [(str(e["topic"]), int(e["partition"]), int(e["offset"])) for e in spec["partitions"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InvalidConfigError(f"--offset-json-file {args.offset_json_file}: {e} (expected "
+                                     f'{{"partitions": [{{"topic": T, "partition": P, "offset": O}}], '
+                                     f'"version": 1}})') from None
+    elif args.topic is not None and args.offset is not None:
+        wanted = [(args.topic, p, args.offset) for p in (_partition_list(args.partition) or [None])]
+    else:
+        raise InvalidConfigError("give --offset-json-file, or --topic and --offset (and optionally --partition)")
+    out.write("Executing records delete operation\n")
+    failures = 0
+    lines = []
+    with open_manager(args) as m:
+        expanded = []
+        for t, p, off in wanted:
+            if p is None:
+                if t not in m.topics():
+                    raise UnknownTopicError(f"Topic '{t}' does not exist")
+                expanded += [(t, q, off) for q in m.partitions(t)]
+            else:
+                expanded.append((t, p, off))
+        for t, p, off in expanded:
+            try:
+                lg = m.log(t, p)
+                low = lg.delete_records(lg.high_watermark if off == -1 else off)
+                lines.append(f"partition: {t}-{p}\tlow_watermark: {low}")
+            except KStoreError as e:
+                failures += 1
+                lines.append(f"partition: {t}-{p}\terror: {e}")
+        m.checkpoint_log_start_offsets()
+    out.write("Records delete operation completed:\n" + "".join(l + "\n" for l in lines))
+    return 1 if failures else 0
+
+
+# -- kstore assign-replicas ----------------------------------------------------------------------
+def assign(args, out: IO) -> int:
+    try:
+        brokers = [int(b) for b in args.broker_list.split(",") if b.strip()]
+    except ValueError:
+        raise InvalidConfigError(f"--broker-list {args.broker_list!r}: expected broker ids like 0,1,2") from None
+    if len(set(brokers)) != len(brokers):
+        raise InvalidConfigError(f"--broker-list {args.broker_list!r} repeats a broker id")
+    counts: dict[str, int] = {}
+    if args.partitions is not None:
+        if not args.topic or len(args.topic) != 1:
+            raise InvalidConfigError("--partitions needs exactly one --topic")
+        counts[args.topic[0]] = args.partitions
+    else:
+        names = list(args.topic or [])
+        if args.topics_to_move_json_file:
+            try:
+                with open(args.topics_to_move_json_file, encoding="utf-8") as f:
+                    names += [str(e["topic"]) for e in json.load(f)["topics"]]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise InvalidConfigError(f"--topics-to-move-json-file {args.topics_to_move_json_file}: "
+                                         f'{e} (expected {{"topics": [{{"topic": T}}], "version": 1}})') from None
+        if not names:
+            raise InvalidConfigError("give --topic (repeatable) or --topics-to-move-json-file")
+        with open_reader(args) as store:
+            for t in names:
+                counts[t] = len(store.partitions(_topics_of(store, t)[0]))
+    current, proposed = [], []
+    for t, n in counts.items():
+        plan = assign_replicas(n, brokers, args.replication_factor,
+                               start_index=args.start_index, shift=args.shift)
+        for p in range(n):
+            current.append({"topic": t, "partition": p, "replicas": [args.broker_id], "log_dirs": ["any"]})
+            proposed.append({"topic": t, "partition": p, "replicas": plan[p],
+                             "log_dirs": ["any"] * len(plan[p])})
+    if args.json:
+        out.write(json.dumps({"version": 1, "partitions": proposed}) + "\n")
+        return 0
+    out.write("Current partition replica assignment\n")
+    out.write(json.dumps({"version": 1, "partitions": current}, separators=(",", ":")) + "\n\n")
+    out.write("Proposed partition reassignment configuration\n")
+    out.write(json.dumps({"version": 1, "partitions": proposed}, separators=(",", ":")) + "\n")
+    return 0
+

@@ -1,0 +1,265 @@
+"""`kstore produce` and `kstore consume`: Kafka's console producer and consumer over a local store.
+
+produce reads lines from stdin (optionally "key<sep>value") and appends them in producer-sized
+batches; consume prints records in the shape of Kafka's DefaultMessageFormatter, from an offset,
+a timestamp, the beginning or the end, and with --follow keeps tailing what the owner appends.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from typing import IO, Optional
+
+from kstore.admin import open_manager, open_reader, parse_time
+from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from kstore.partitioner import partition_for_key
+from kstore.progress import Progress
+
+READ_CHUNK = 1 << 20
+TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+
+
+def _unescape(sep: str) -> bytes:
+    """A separator as typed in a shell: \\t, \\n and friends allowed."""
+    return sep.encode("utf-8").decode("unicode_escape").encode("utf-8")
+
+
+# -- produce -------------------------------------------------------------------------------------
+def produce(args, stdin: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
+    """Append stdin's lines to --topic; returns the shell exit status."""
+    stdin = stdin if stdin is not None else sys.stdin.buffer
+    err = err or sys.stderr
+    sep = _unescape(args.key_separator) if args.key_separator is not None else None
+    if args.parse_key and sep is None:
+        sep = b"\t"                                  # Kafka's key.separator default
+    if sep is not None and not sep:
+        raise InvalidConfigError("--key-separator must not be empty")
+    batch_bytes = args.batch_size
+    total = _regular_file_size(stdin)
+    produced = 0
+    line_no = 0
+    with open_manager(args) as m, Progress(f"producing to {args.topic}", total, "B") as bar:
+        n_parts = m.ensure_topic(args.topic)
+        if args.partition is not None and not 0 <= args.partition < n_parts:
+            raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist "
+                                    f"({n_parts} partitions)")
+        sticky = 0
+        rest = b""
+        while True:
+            chunk = stdin.read(READ_CHUNK)
+            data = rest + chunk
+            if not chunk:
+                lines, rest = (data.split(b"\n") if data else []), b""
+            else:
+                lines = data.split(b"\n")
+                rest = lines.pop()
+            if lines:
+                by_part: dict[int, list] = {}
+                ts = int(time.time() * 1000)
+                for line in lines:
+                    line_no += 1
+                    if line.endswith(b"\r"):
+                        line = line[:-1]
+                    key = None
+                    if sep is not None:
+                        i = line.find(sep)
+                        if i < 0:
+                            raise InvalidConfigError(
+                                f"No key separator found on line number {line_no}: '{line.decode('utf-8', 'replace')}'")
+                        key, line = line[:i], line[i + len(sep):]
+                    if args.partition is not None:
+                        p = args.partition
+                    elif key is not None:
+                        p = partition_for_key(key, n_parts)
+                    else:
+                        p = sticky                      # sticky partitioning for unkeyed lines
+                    by_part.setdefault(p, []).append((key, line, ts))
+                sticky = (sticky + 1) % n_parts
+                for p, recs in by_part.items():
+                    for batch in _batches(recs, batch_bytes):
+                        m.append_batch(args.topic, p, batch)
+                produced += len(lines)
+            bar.update(len(chunk))
+            if not chunk:
+                break
+    if args.verbose:
+        print(f"Produced {produced} records to {args.topic}", file=err)
+    return 0
+
+
+def _batches(recs: list, limit: int):
+    """Cut records into batches of about `limit` bytes of keys and values (Kafka's batch.size)."""
+    start, size = 0, 0
+    for i, (k, v, _ts) in enumerate(recs):
+        size += len(v) + (len(k) if k is not None else 0) + 8
+        if size >= limit:
+            yield recs[start:i + 1]
+            start, size = i + 1, 0
+    if start < len(recs):
+        yield recs[start:]
+
+
+def _regular_file_size(f) -> Optional[int]:
+    try:
+        st = os.fstat(f.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+# -- consume -------------------------------------------------------------------------------------
+class Formatter:
+    """Kafka's DefaultMessageFormatter: [ts][partition][offset][headers][key] value, separated by
+    key.separator, one record per line."""
+
+    def __init__(self, args):
+        self.sep = _unescape(args.key_separator) if args.key_separator is not None else b"\t"
+        self.line_sep = _unescape(args.line_separator)
+        self.print_key = args.print_key
+        self.print_ts = args.print_timestamp
+        self.print_part = args.print_partition
+        self.print_off = args.print_offset
+        self.print_headers = args.print_headers
+        self.print_value = not args.no_value
+        self.simple = not (self.print_key or self.print_ts or self.print_part or self.print_off
+                           or self.print_headers) and self.print_value
+
+    def format(self, partition: int, records: list) -> bytes:
+        if self.simple:
+            ls = self.line_sep
+            return b"".join((b"null" if r.value is None else r.value) + ls for r in records)
+        return b"".join(self._one(partition, r) for r in records)
+
+    def _one(self, partition: int, r) -> bytes:
+        parts = []
+        if self.print_ts:
+            t = TS_TYPES.get(r.timestamp_type)
+            parts.append(f"{t}:{r.timestamp}".encode() if t else b"NO_TIMESTAMP")
+        if self.print_part:
+            parts.append(b"Partition:%d" % partition)
+        if self.print_off:
+            parts.append(b"Offset:%d" % r.offset)
+        if self.print_headers:
+            hs = [k.encode() + b":" + (b"null" if v is None else v) for k, v in r.headers]
+            parts.append(b",".join(hs) if hs else b"NO_HEADERS")
+        if self.print_key:
+            parts.append(b"null" if r.key is None else r.key)
+        if self.print_value:
+            parts.append(b"null" if r.value is None else r.value)
+        return self.sep.join(parts) + self.line_sep
+
+
+def consume(args, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
+    """Print records of --topic; returns the shell exit status."""
+    out = out if out is not None else sys.stdout.buffer
+    err = err or sys.stderr
+    starts = [s for s in (args.from_beginning, args.offset is not None, args.time is not None) if s]
+    if len(starts) > 1:
+        raise InvalidConfigError("give at most one of --from-beginning, --offset and --time")
+    if args.offset is not None and args.offset not in ("earliest", "latest") and args.partition is None:
+        raise InvalidConfigError("--offset with a number needs --partition (as Kafka's console consumer)")
+    fmt = Formatter(args)
+    limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
+    timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
+    count = 0
+    with open_reader(args) as store:
+        if args.topic not in store.topics():
+            if not args.follow:
+                raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
+        positions: dict[int, int] = {}
+
+        def discover(first: bool) -> None:
+            for _t, p in store.partitions(args.topic):
+                if p in positions or (args.partition is not None and p != args.partition):
+                    continue
+                positions[p] = _start_offset(store.log(args.topic, p), args, appeared=not first)
+            if first and args.partition is not None and args.partition not in positions and not args.follow:
+                raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist")
+
+        discover(first=True)
+        last_data = time.monotonic()
+        last_scan = last_data
+        try:
+            while True:
+                got = 0
+                for p in sorted(positions):
+                    lg = store.log(args.topic, p, refresh=args.follow)
+                    try:
+                        recs = lg.read(positions[p], max_bytes=READ_CHUNK)
+                    except OffsetOutOfRangeError:
+                        start = lg.log_start_offset
+                        print(f"kstore consume: offset {positions[p]} of {args.topic}-{p} is gone "
+                              f"(retention); resuming at the log start {start}", file=err)
+                        positions[p] = start
+                        continue
+                    if not recs:
+                        # the end, or nothing left at or after the position in its segment (a
+                        # compacted tail): go on at the next segment
+                        positions[p] = _past_gap(lg, positions[p])
+                        continue
+                    if limit is not None and count + len(recs) > limit:
+                        recs = recs[:limit - count]
+                    out.write(fmt.format(p, recs))
+                    count += len(recs)
+                    got += len(recs)
+                    positions[p] = recs[-1].offset + 1
+                    if limit is not None and count >= limit:
+                        break
+                if limit is not None and count >= limit:
+                    break
+                now = time.monotonic()
+                if got:
+                    last_data = now
+                    continue
+                if not args.follow:
+                    break
+                if timeout is not None and now - last_data >= timeout:
+                    break
+                out.flush()
+                if args.partition is None and now - last_scan >= 1.0:
+                    store.refresh()                 # new partitions (or the topic) appear
+                    discover(first=False)
+                    last_scan = now
+                time.sleep(args.poll_ms / 1000)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            try:
+                out.flush()
+            except BrokenPipeError:
+                pass
+    print(f"Processed a total of {count} messages", file=err)
+    return 0
+
+
+def _past_gap(lg, pos: int) -> int:
+    if pos >= lg.log_end_offset:
+        return pos
+    for s in lg.segments:
+        if s.base_offset > pos:
+            return s.base_offset
+    return pos
+
+
+def _start_offset(lg, args, appeared: bool) -> int:
+    """Where to start reading a partition: a partition that appears while following starts at
+    its beginning (nothing in it was seen yet)."""
+    if appeared:
+        return lg.log_start_offset
+    if args.from_beginning or args.offset == "earliest":
+        return lg.log_start_offset
+    if args.offset is not None and args.offset != "latest":
+        try:
+            off = int(args.offset)
+        except ValueError:
+            raise InvalidConfigError(f"--offset {args.offset!r}: expected earliest, latest or a number") from None
+        if off < 0:
+            raise InvalidConfigError(f"--offset {off}: must not be negative")
+        return max(off, lg.log_start_offset)
+    if args.time is not None:
+        ts = parse_time(args.time)
+        off = lg.offset_for_timestamp(ts)
+        return lg.log_end_offset if off is None else off
+    return lg.log_end_offset

@@ -1,0 +1,179 @@
+"""kstore.admin: `kstore topics`, get-offsets, log-dirs, delete-records and assign-replicas, run
+through the CLI entry point with exact output and exit status."""
+import json
+import os
+
+import pytest
+
+import kstore
+from kstore.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture
+def store(tmp_path):
+    d = str(tmp_path / "store")
+    with kstore.LogManager(d, {"log.cleaner.enable": False}) as m:
+        m.create_topic("clicks", 2)
+        m.create_topic("users", 1, {"cleanup.policy": "compact"})
+        for i in range(10):
+            m.append("clicks", None, b"c%d" % i, partition=i % 2, timestamp=1000 + i)
+        m.append("users", b"u", b"x", timestamp=5000)
+    return d
+
+
+def test_topics_create_list_describe(tmp_path, capsys):
+    d = str(tmp_path / "s")
+    assert run(capsys, "topics", "create", "--log-dirs", d, "--topic", "T", "--partitions", "3",
+               "--config", "cleanup.policy=compact,delete", "--config", "segment.bytes=4096") == \
+        (0, "Created topic T.\n", "")
+    assert sorted(n for n in os.listdir(d) if n.startswith("T-")) == ["T-0", "T-1", "T-2"]
+    rc, out, err = run(capsys, "topics", "create", "--log-dirs", d, "--topic", "T")
+    assert (rc, out, err) == (1, "", "kstore: error: Topic 'T' already exists.\n")
+    assert run(capsys, "topics", "create", "--log-dirs", d, "--topic", "T", "--if-not-exists")[0] == 0
+    assert run(capsys, "topics", "list", "--log-dirs", d) == (0, "T\n", "")
+    rc, out, _ = run(capsys, "topics", "describe", "--log-dirs", d, "--topic", "T")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 4
+    assert lines[0].startswith("Topic: T\tTopicId: ")
+    assert lines[0].endswith("\tPartitionCount: 3\tReplicationFactor: 1\t"
+                             "Configs: cleanup.policy=compact,delete,segment.bytes=4096")
+    assert lines[1] == (f"\tTopic: T\tPartition: 0\tLogDir: {d}\tLogStartOffset: 0\tLogEndOffset: 0"
+                        f"\tSize: 0\tSegments: 1")
+    tid = lines[0].split("TopicId: ")[1].split("\t")[0]
+    assert open(os.path.join(d, "T-1", "partition.metadata")).read() == f"version: 0\ntopic_id: {tid}\n"
+
+
+def test_topics_alter_and_delete(store, capsys):
+    rc, out, _ = run(capsys, "topics", "alter", "--log-dirs", store, "--topic", "users",
+                     "--config", "retention.ms=3600000", "--partitions", "3")
+    assert rc == 0
+    assert out == ("Added partitions [1, 2] to users.\n"
+                   "Completed updating config for topic users: cleanup.policy=compact,retention.ms=3600000\n")
+    rc, out, _ = run(capsys, "topics", "alter", "--log-dirs", store, "--topic", "users",
+                     "--delete-config", "retention.ms")
+    assert out == "Completed updating config for topic users: cleanup.policy=compact\n"
+    rc, out, _ = run(capsys, "topics", "describe", "--log-dirs", store, "--topic", "users", "--json")
+    desc = json.loads(out)
+    assert desc["partitionCount"] == 3 and desc["configs"] == {"cleanup.policy": "compact"}
+    assert [(p["partition"], p["logEndOffset"]) for p in desc["partitions"]] == [(0, 1), (1, 0), (2, 0)]
+    with kstore.LogManager(store, {"log.cleaner.enable": False}) as m:     # the change persisted
+        assert m.topic_config("users").overrides == {"cleanup.policy": ("compact",)}
+        assert m.partitions("users") == [0, 1, 2]
+    assert run(capsys, "topics", "delete", "--log-dirs", store, "--topic", "users")[0] == 0
+    assert sorted(n.split(".")[0] for n in os.listdir(store) if n.endswith("-delete")) == \
+        ["users-0", "users-1", "users-2"]
+    assert run(capsys, "topics", "list", "--log-dirs", store)[1] == "clicks\n"
+    rc, _, err = run(capsys, "topics", "delete", "--log-dirs", store, "--topic", "users")
+    assert rc == 1 and "does not exist" in err
+    assert run(capsys, "topics", "delete", "--log-dirs", store, "--topic", "users", "--if-exists")[0] == 0
+
+
+def test_reading_commands_work_beside_the_owner(store, capsys):
+    """list, describe, get-offsets and log-dirs open read-only: the owner keeps its lock."""
+    with kstore.LogManager(store, {"log.cleaner.enable": False}) as m:
+        m.append("clicks", None, b"late", partition=0, timestamp=9000)
+        assert run(capsys, "topics", "list", "--log-dirs", store)[1] == "clicks\nusers\n"
+        assert run(capsys, "get-offsets", "--log-dirs", store, "--topic", "clicks")[1] == \
+            "clicks:0:6\nclicks:1:5\n"
+        rc, _, err = run(capsys, "topics", "create", "--log-dirs", store, "--topic", "x")
+        assert rc == 1 and err.startswith("kstore: error: ") and "lock" in err.lower()
+
+
+def test_get_offsets_by_time(store, capsys):
+    g = lambda *a: run(capsys, "get-offsets", "--log-dirs", store, *a)[1]  # noqa: E731
+    assert g() == "clicks:0:5\nclicks:1:5\nusers:0:1\n"
+    assert g("--topic", "clicks", "--time", "earliest") == "clicks:0:0\nclicks:1:0\n"
+    assert g("--topic", "clicks", "--time", "-2") == "clicks:0:0\nclicks:1:0\n"
+    # clicks partition 0 holds timestamps 1000,1002,..; partition 1 holds 1001,1003,..
+    assert g("--topic", "clicks", "--time", "1003") == "clicks:0:2\nclicks:1:1\n"
+    assert g("--topic", "clicks", "--time", "1009", "--partitions", "0") == "clicks:0:\n"
+    assert g("--topic", "clicks", "--time", "max-timestamp") == "clicks:0:4\nclicks:1:4\n"
+    assert g("--topic", "clicks", "--time", "1970-01-01T00:00:01.003Z") == "clicks:0:2\nclicks:1:1\n"
+    rc, _, err = run(capsys, "get-offsets", "--log-dirs", store, "--time", "soon")
+    assert rc == 1 and "--time 'soon'" in err
+    rc, _, err = run(capsys, "get-offsets", "--log-dirs", store, "--topic", "nope")
+    assert (rc, err) == (1, f"kstore: error: Topic 'nope' does not exist in {store}\n")
+
+
+def test_log_dirs_json(store, tmp_path, capsys):
+    missing = str(tmp_path / "missing")
+    rc, out, _ = run(capsys, "log-dirs", "--log-dirs", f"{store},{missing}", "--topic-list", "clicks")
+    doc = json.loads(out)
+    sizes = {p: os.path.getsize(os.path.join(store, p, "00000000000000000000.log")) for p in ("clicks-0", "clicks-1")}
+    assert doc == {"version": 1, "brokers": [{"broker": 0, "logDirs": [
+        {"logDir": store, "error": None, "partitions": [
+            {"partition": "clicks-0", "size": sizes["clicks-0"], "offsetLag": 0, "isFuture": False},
+            {"partition": "clicks-1", "size": sizes["clicks-1"], "offsetLag": 0, "isFuture": False}]},
+        {"logDir": missing, "error": f"KafkaStorageException: {missing} is not a directory", "partitions": []}]}]}
+
+
+def test_delete_records(store, tmp_path, capsys):
+    spec = tmp_path / "del.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": "clicks", "partition": 0, "offset": 3},
+                                               {"topic": "clicks", "partition": 1, "offset": 99}],
+                                "version": 1}))
+    rc, out, _ = run(capsys, "delete-records", "--log-dirs", store, "--offset-json-file", str(spec))
+    assert rc == 1
+    assert out.splitlines()[:3] == ["Executing records delete operation", "Records delete operation completed:",
+                                    "partition: clicks-0\tlow_watermark: 3"]
+    assert out.splitlines()[3].startswith("partition: clicks-1\terror: cannot delete records up to 99")
+    rc, out, _ = run(capsys, "delete-records", "--log-dirs", store, "--topic", "clicks", "--offset", "-1")
+    assert rc == 0 and out.splitlines()[2:] == ["partition: clicks-0\tlow_watermark: 5",
+                                                "partition: clicks-1\tlow_watermark: 5"]
+    # durable: a fresh reader sees the new log start offsets
+    assert run(capsys, "get-offsets", "--log-dirs", store, "--topic", "clicks", "--time", "earliest")[1] == \
+        "clicks:0:5\nclicks:1:5\n"
+    spec.write_text("{not json")
+    rc, _, err = run(capsys, "delete-records", "--log-dirs", store, "--offset-json-file", str(spec))
+    assert rc == 1 and f"--offset-json-file {spec}" in err
+
+
+def test_assign_replicas_prints_kafka_reassignment_json(store, tmp_path, capsys):
+    rc, out, _ = run(capsys, "assign-replicas", "--log-dirs", store, "--topic", "clicks", "--broker-list", "0,1,2",
+                     "--replication-factor", "2", "--start-index", "0", "--shift", "0")
+    assert rc == 0
+    assert out == (
+        "Current partition replica assignment\n"
+        '{"version":1,"partitions":[{"topic":"clicks","partition":0,"replicas":[0],"log_dirs":["any"]},'
+        '{"topic":"clicks","partition":1,"replicas":[0],"log_dirs":["any"]}]}\n\n'
+        "Proposed partition reassignment configuration\n"
+        '{"version":1,"partitions":[{"topic":"clicks","partition":0,"replicas":[0,1],"log_dirs":["any","any"]},'
+        '{"topic":"clicks","partition":1,"replicas":[1,2],"log_dirs":["any","any"]}]}\n')
+    move = tmp_path / "move.json"
+    move.write_text('{"topics": [{"topic": "users"}], "version": 1}')
+    rc, out, _ = run(capsys, "assign-replicas", "--log-dirs", store, "--topics-to-move-json-file", str(move),
+                     "--broker-list", "5,6", "--json", "--start-index", "1", "--shift", "0")
+    assert json.loads(out) == {"version": 1, "partitions": [
+        {"topic": "users", "partition": 0, "replicas": [6], "log_dirs": ["any"]}]}
+    # without a store: Kafka's seed layout for 6 partitions on 3 brokers, RF 3
+    rc, out, _ = run(capsys, "assign-replicas", "--topic", "x", "--partitions", "6", "--broker-list", "0,1,2",
+                     "--replication-factor", "3", "--start-index", "0", "--shift", "0", "--json")
+    assert [p["replicas"] for p in json.loads(out)["partitions"]] == \
+        [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [1, 0, 2], [2, 1, 0]]
+    rc, _, err = run(capsys, "assign-replicas", "--topic", "x", "--partitions", "2", "--broker-list", "0",
+                     "--replication-factor", "2")
+    assert rc == 1 and "larger than available brokers: 1" in err
+
+
+def test_usage_errors_exit_2_with_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["topics", "frobnicate"])
+    assert e.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+    for cmd in ("topics", "produce", "consume", "get-offsets", "log-dirs", "delete-records",
+                "assign-replicas", "dump-log", "quickstart"):
+        with pytest.raises(SystemExit) as e:
+            main([cmd, "--help"])
+        assert e.value.code == 0
+        assert "example" in capsys.readouterr().out
+
+
+def test_missing_log_dirs_is_a_clear_error(capsys):
+    rc, _, err = run(capsys, "topics", "list")
+    assert (rc, err) == (1, "kstore: error: --log-dirs is required (a comma-separated list of log dirs)\n")

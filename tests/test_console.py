@@ -1,0 +1,166 @@
+"""kstore.console: `kstore produce` and `kstore consume` (Kafka's console tools over a store)."""
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import kstore
+from kstore.cli import build_parser
+from kstore import console
+from kstore.partitioner import partition_for_key
+
+
+def args(*argv):
+    return build_parser().parse_args(list(argv))
+
+
+def produce(d, data: bytes, *extra):
+    return console.produce(args("produce", "--log-dirs", d, *extra), stdin=io.BytesIO(data), err=io.StringIO())
+
+
+def consume(d, *extra):
+    out, err = io.BytesIO(), io.StringIO()
+    rc = console.consume(args("consume", "--log-dirs", d, *extra), out=out, err=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def contents(d, topic):
+    with kstore.StoreReader(d) as s:
+        return {p: [(r.offset, r.key, r.value) for r in s.log(topic, p).read(0)]
+                for _t, p in s.partitions(topic)}
+
+
+def test_produce_keyed_lines_go_to_the_murmur2_partition(tmp_path):
+    d = str(tmp_path / "s")
+    with kstore.LogManager(d, {"log.cleaner.enable": False}) as m:
+        m.create_topic("T", 3)
+    lines = [b"user%d:event %d" % (i % 7, i) for i in range(50)]
+    assert produce(d, b"\n".join(lines) + b"\n", "--topic", "T", "--key-separator", ":") == 0
+    got = contents(d, "T")
+    expected = {0: [], 1: [], 2: []}
+    for line in lines:
+        k, v = line.split(b":", 1)
+        p = partition_for_key(k, 3)
+        expected[p].append((len(expected[p]), k, v))
+    assert got == expected
+
+
+def test_produce_unkeyed_crlf_no_trailing_newline_and_auto_create(tmp_path):
+    d = str(tmp_path / "s")
+    assert produce(d, b"a\r\nb\n\nc", "--topic", "new", "--partition", "0") == 0
+    assert contents(d, "new")[0] == [(0, None, b"a"), (1, None, b"b"), (2, None, b""), (3, None, b"c")]
+
+
+def test_produce_batches_follow_batch_size(tmp_path):
+    d = str(tmp_path / "s")
+    data = b"".join(b"%099d\n" % i for i in range(1000))       # 99-byte values
+    assert produce(d, data, "--topic", "t", "--partition", "0", "--batch-size", "16384") == 0
+    from kstore.dump import batches
+    path = os.path.join(d, "t-0", "00000000000000000000.log")
+    counts = [b["count"] for b in batches(open(path, "rb").read(), path)]
+    assert sum(counts) == 1000
+    # each record counts 99 + 8 bytes against batch.size 16384: a batch closes at the 154th
+    assert counts == [154] * 6 + [76]
+
+
+def test_produce_missing_separator_names_the_line(tmp_path):
+    d = str(tmp_path / "s")
+    with pytest.raises(kstore.KStoreError, match=r"No key separator found on line number 2: 'oops'"):
+        produce(d, b"k:v\noops\n", "--topic", "t", "--key-separator", ":", "--partition", "0")
+    assert contents(d, "t")[0] == []             # the chunk holding the bad line appended nothing
+
+
+def test_consume_formats_like_kafkas_default_formatter(tmp_path):
+    d = str(tmp_path / "s")
+    with kstore.LogManager(d, {"log.cleaner.enable": False}) as m:
+        m.create_topic("T", 2)
+        m.append("T", b"k1", b"v1", partition=0, timestamp=1000, headers=[("h1", b"x"), ("h2", None)])
+        m.append("T", None, None, partition=0, timestamp=1001)
+        m.append("T", b"k3", b"v3", partition=1, timestamp=1002)
+    rc, out, err = consume(d, "--topic", "T", "--from-beginning")
+    assert (rc, out, err) == (0, b"v1\nnull\nv3\n", "Processed a total of 3 messages\n")
+    rc, out, _ = consume(d, "--topic", "T", "--from-beginning", "--print-key", "--print-timestamp",
+                         "--print-partition", "--print-offset", "--print-headers")
+    assert out == (b"CreateTime:1000\tPartition:0\tOffset:0\th1:x,h2:null\tk1\tv1\n"
+                   b"CreateTime:1001\tPartition:0\tOffset:1\tNO_HEADERS\tnull\tnull\n"
+                   b"CreateTime:1002\tPartition:1\tOffset:0\tNO_HEADERS\tk3\tv3\n")
+    rc, out, _ = consume(d, "--topic", "T", "--from-beginning", "--print-key", "--key-separator", "=",
+                         "--line-separator", "|")
+    assert out == b"k1=v1|null=null|k3=v3|"
+
+
+def test_consume_start_positions(tmp_path):
+    d = str(tmp_path / "s")
+    with kstore.LogManager(d, {"log.cleaner.enable": False}) as m:
+        m.create_topic("T", 1)
+        for i in range(10):
+            m.append("T", None, b"v%d" % i, partition=0, timestamp=1000 + 10 * i)
+    assert consume(d, "--topic", "T")[1:] == (b"", "Processed a total of 0 messages\n")   # latest
+    assert consume(d, "--topic", "T", "--partition", "0", "--offset", "7")[1] == b"v7\nv8\nv9\n"
+    assert consume(d, "--topic", "T", "--offset", "earliest", "--max-messages", "2")[1] == b"v0\nv1\n"
+    assert consume(d, "--topic", "T", "--time", "1055")[1] == b"v6\nv7\nv8\nv9\n"
+    assert consume(d, "--topic", "T", "--time", "99999")[1] == b""
+    with pytest.raises(kstore.KStoreError, match="--offset with a number needs --partition"):
+        consume(d, "--topic", "T", "--offset", "3")
+    with pytest.raises(kstore.KStoreError, match="at most one of"):
+        consume(d, "--topic", "T", "--offset", "earliest", "--from-beginning")
+    with pytest.raises(kstore.UnknownTopicError):
+        consume(d, "--topic", "nope", "--from-beginning")
+
+
+WRITER = textwrap.dedent("""
+    import sys, time, kstore
+    with kstore.LogManager(sys.argv[1], {"log.cleaner.enable": False}) as m:
+        m.create_topic("live", 1)
+        print("ready", flush=True)
+        for i in range(200):
+            m.append("live", None, b"r%d" % i, partition=0)
+            if i % 20 == 19:
+                time.sleep(0.05)
+        print("done", flush=True)
+        sys.stdin.readline()          # hold the store (and its lock) until told to stop
+""")
+
+
+def test_consume_follow_tails_another_process(tmp_path):
+    """--follow beside the owning process: read-only, sees every record as it is appended."""
+    d = str(tmp_path / "s")
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    w = subprocess.Popen([sys.executable, "-c", WRITER, d], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env=env, text=True)
+    try:
+        assert w.stdout.readline().strip() == "ready"
+        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "live",
+                              "--from-beginning", "--follow", "--timeout-ms", "1500", "--poll-ms", "20"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        out, err = c.communicate(timeout=60)
+        assert w.stdout.readline().strip() == "done"
+    finally:
+        w.stdin.write("\n")
+        w.stdin.flush()
+        w.wait(timeout=30)
+    assert c.returncode == 0
+    assert out.decode().splitlines() == [f"r{i}" for i in range(200)]
+    assert err.decode().splitlines()[-1] == "Processed a total of 200 messages"
+
+
+def test_cli_produce_consume_round_trip_in_a_shell(tmp_path):
+    d = str(tmp_path / "s")
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    k = [sys.executable, "-m", "kstore"]
+    r = subprocess.run(k + ["topics", "create", "--log-dirs", d, "--topic", "T", "--partitions", "1"],
+                       capture_output=True, env=env)
+    assert (r.returncode, r.stdout) == (0, b"Created topic T.\n")
+    r = subprocess.run(k + ["produce", "--log-dirs", d, "--topic", "T", "--key-separator", "\\t"],
+                       input=b"a\t1\nb\t2\n", capture_output=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"", b"")     # nothing on stderr off a terminal
+    r = subprocess.run(k + ["consume", "--log-dirs", d, "--topic", "T", "--from-beginning", "--print-key"],
+                       capture_output=True, env=env)
+    assert (r.returncode, r.stdout) == (0, b"a\t1\nb\t2\n")
+    r = subprocess.run(k + ["consume", "--log-dirs", d, "--topic", "missing", "--from-beginning"],
+                       capture_output=True, env=env)
+    assert r.returncode == 1 and r.stderr.startswith(b"kstore: error: Topic 'missing' does not exist")
