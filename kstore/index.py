@@ -158,12 +158,15 @@ class AbstractIndex:
             return np.zeros(0, dtype=self.DTYPE)
         return np.frombuffer(self._map, dtype=self.DTYPE, count=self._entries)
 
-    def resize(self, new_size: int) -> bool:
-        """Set the file and mapping length to new_size rounded down to whole entries."""
+    def resize(self, new_size: int, durable: bool = False) -> bool:
+        """Set the file and mapping length to new_size rounded down to whole entries (and fsync
+        the file when durable: a clean close must not leave a preallocated tail to come back)."""
         with self._lock:
             self._pending_length = None
             rounded = self._round(new_size)
             if rounded == self._length:
+                if durable and self._writable and self._map is not None:
+                    self._io.map_flush(self._map, 0, rounded)
                 return False
             if not self._writable:
                 raise KStoreStateError(f"cannot resize read-only index {self.path}")
@@ -175,15 +178,17 @@ class AbstractIndex:
                 # sparse, as Kafka's setLength: entries are written with pwrite (never through
                 # the mapping), so a full disk fails an append cleanly instead of raising SIGBUS
                 self._io.truncate(fd, rounded)
+                if durable:
+                    self._io.fsync(fd)
                 self._allocated = min(self._allocated, rounded)
                 self._remap(fd, rounded)
             finally:
                 self._io.close(fd)
             return True
 
-    def trim_to_valid_size(self) -> None:
+    def trim_to_valid_size(self, durable: bool = False) -> None:
         if self._writable:
-            self.resize(self._entries * self.ENTRY_SIZE)
+            self.resize(self._entries * self.ENTRY_SIZE, durable)
 
     @property
     def length_on_disk(self) -> int:
@@ -250,9 +255,9 @@ class AbstractIndex:
         if self._map is not None and self._writable:
             self._io.map_flush(self._map, 0, self._entries * self.ENTRY_SIZE)
 
-    def close(self) -> None:
-        """Trim to the used entries and unmap."""
-        self.trim_to_valid_size()
+    def close(self, durable: bool = False) -> None:
+        """Trim to the used entries (fsynced when durable) and unmap."""
+        self.trim_to_valid_size(durable)
         self.close_handler()
 
     def close_handler(self) -> None:

@@ -208,8 +208,8 @@ class Log:
         for name in names:
             p = parse_name(name)
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_SUFFIX):
-                io.unlink(path)
+            if name.endswith((DELETED_SUFFIX, ".tmp")):
+                io.unlink(path)          # .tmp: an atomic write (marker, metadata) cut short
             elif name.endswith(CLEANED_SUFFIX):
                 if p:
                     cleaned_offsets.append(p[0])
@@ -570,6 +570,11 @@ class Log:
                     log.warning("newly rolled segment file %s already exists; deleting it first", path)
                     io.unlink(path)
             active.on_become_inactive()
+            if self._leo <= self._recovery_point:
+                # its data is durable already, so no later flush covers it: make the trim durable
+                # now, or a power loss between here and the next flush brings the preallocated
+                # zeros back below the recovery point, where recovery never looks
+                active.flush()
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
         self._set_segments(self._segs + [seg])
@@ -757,14 +762,18 @@ class Log:
                     return
                 end = self._leo if offset is None else min(offset, self._leo)
                 rp = self._recovery_point
-                if end <= rp:
-                    return
                 bases, segs = self._bases, self._segs
-                lo = max(0, bisect.bisect_right(bases, rp) - 1)
-                hi = bisect.bisect_left(bases, end)
-                to_flush = segs[lo:hi] if hi > lo else []
-                if not to_flush and segs:
-                    to_flush = [segs[max(0, self._segment_for(end - 1))]]
+                trimmed = [s for s in segs if s.trim_unsynced]     # rolled since their last fsync
+                if end <= rp and not trimmed:
+                    return
+                to_flush = []
+                if end > rp:
+                    lo = max(0, bisect.bisect_right(bases, rp) - 1)
+                    hi = bisect.bisect_left(bases, end)
+                    to_flush = segs[lo:hi] if hi > lo else []
+                    if not to_flush and segs:
+                        to_flush = [segs[max(0, self._segment_for(end - 1))]]
+                to_flush = [s for s in trimmed if s not in to_flush] + to_flush
             for s in to_flush:
                 s.flush()
             if any(s.base_offset >= rp for s in to_flush):
@@ -885,7 +894,10 @@ class Log:
             self._log_start_offset = new_start
         for seg in doomed:
             log.info("deleting segment %s (%s)", seg.log_path, reason)
-            self._async_delete(seg)
+            self._async_delete(seg, sync_dir=False)
+        # one directory fsync makes every .deleted rename durable: deleted segments never come
+        # back after a power loss (a crash-harness finding; Kafka leaves this to its checkpoint)
+        self._io.fsync_dir(self.dir)
         return len(doomed)
 
     def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
@@ -923,10 +935,13 @@ class Log:
                     seg.delete()
             return True
 
-    def _async_delete(self, seg: LogSegment) -> None:
-        """Rename to .deleted now; unlink after file.delete.delay.ms (Kafka)."""
+    def _async_delete(self, seg: LogSegment, sync_dir: bool = True) -> None:
+        """Rename to .deleted now (durably, unless the caller syncs the directory once for many);
+        unlink after file.delete.delay.ms (Kafka)."""
         seg.close_handlers()
         seg.change_file_suffixes("", DELETED_SUFFIX)
+        if sync_dir:
+            self._io.fsync_dir(self.dir)
         if self._scheduler is not None:
             self._scheduler.schedule_once("delete-file", seg.delete, delay_ms=self._config.file_delete_delay_ms)
         else:

@@ -278,6 +278,9 @@ class LogManager:
         starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
         if not self.read_only:
             for name in sorted(io.listdir(d)):
+                if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
+                    io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
+                    continue
                 if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
                     self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
         jobs = partition_dirs(io, d)

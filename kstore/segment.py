@@ -68,6 +68,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
+        self.trim_unsynced = False      # trimmed at roll, not yet fsynced since
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -312,6 +313,10 @@ class LogSegment:
             self.time_index.trim_to_valid_size()
             if self._map_writable:
                 self._io.truncate(self._fd, self.size)
+                # the trim is metadata the next flush must make durable even if the data already
+                # is: lost, the preallocated zeros come back as an invalid tail before the next
+                # segment, and recovery would drop every later segment (found by the crash harness)
+                self.trim_unsynced = True
                 self._alloc = self.size
                 old = self._map
                 self._map = self._io.map(self._fd, self.size, False)
@@ -637,6 +642,7 @@ class LogSegment:
         with self._lock:
             if self.closed:
                 return
+            self.trim_unsynced = False
             if self._map_writable:
                 self._io.map_flush(self._map, 0, self.size)
                 self._io.fsync(self._fd)
@@ -671,10 +677,13 @@ class LogSegment:
                     if ts >= 0:
                         self.time_index.maybe_append(ts, off, skip_full_check=True)
                     self._io.truncate(self._fd, self.size)
+                    # durable before a clean-shutdown marker can be: a lost trim would bring
+                    # the preallocated zeros back behind a marker that skips recovery
+                    self._io.fsync(self._fd)
                 if self._oidx is not None:
-                    self._oidx.close()
+                    self._oidx.close(durable=True)
                 if self._tidx is not None:
-                    self._tidx.close()
+                    self._tidx.close(durable=True)
             finally:
                 self._drop_mapping()
                 self.closed = True
