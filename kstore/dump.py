@@ -202,7 +202,12 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     if log_path and os.path.exists(log_path) and not time_index:
         with open(log_path, "rb") as f:
             log_data = f.read()
-        starts = {h["position"]: h for h in batches(log_data, log_path)}
+        starts = {}
+        try:
+            for h in batches(log_data, log_path):
+                starts[h["position"]] = h
+        except CorruptRecordError as e:
+            problems.append(str(e))          # entries past the corruption show as mismatches
         for off, pos in entries:
             h = starts.get(pos)
             if h is None:

@@ -54,6 +54,7 @@ class AbstractIndex:
         self._length = 0
         self._allocated = 0
         self._pending_length: Optional[int] = None
+        self._resized_unsynced = False      # a length change no fsync has made durable yet
         if not load:
             # the owner fills the entries itself (a read-only view of a file another process
             # may shrink must not be mapped)
@@ -165,8 +166,11 @@ class AbstractIndex:
             self._pending_length = None
             rounded = self._round(new_size)
             if rounded == self._length:
-                if durable and self._writable and self._map is not None:
-                    self._io.map_flush(self._map, 0, rounded)
+                if durable and self._writable:
+                    if self._map is not None:
+                        self._io.map_flush(self._map, 0, rounded)
+                    if self._resized_unsynced:
+                        self._fsync_file()
                 return False
             if not self._writable:
                 raise KStoreStateError(f"cannot resize read-only index {self.path}")
@@ -180,11 +184,20 @@ class AbstractIndex:
                 self._io.truncate(fd, rounded)
                 if durable:
                     self._io.fsync(fd)
+                self._resized_unsynced = not durable
                 self._allocated = min(self._allocated, rounded)
                 self._remap(fd, rounded)
             finally:
                 self._io.close(fd)
             return True
+
+    def _fsync_file(self) -> None:
+        fd = self._io.open(self.path, os.O_RDWR)
+        try:
+            self._io.fsync(fd)
+        finally:
+            self._io.close(fd)
+        self._resized_unsynced = False
 
     def trim_to_valid_size(self, durable: bool = False) -> None:
         if self._writable:
@@ -285,6 +298,14 @@ class AbstractIndex:
                 raise CorruptIndexError(
                     f"index file {self.path} has length {length}, not a multiple of {self.ENTRY_SIZE}")
 
+    def entries_problem(self, log_size: int) -> Optional[str]:
+        """Why the loaded entries cannot be trusted against a .log of log_size bytes, or None:
+        keys not increasing, offsets below the base, positions past the end of the .log."""
+        arr = self.entries_array()
+        if not len(arr):
+            return None
+        return self._entries_problem(arr, log_size)
+
     def _load_bulk(self, raw: np.ndarray) -> None:
         """Replace every entry with raw (a structured array in the on-disk layout)."""
         n = len(raw)
@@ -373,6 +394,17 @@ class OffsetIndex(AbstractIndex):
             raise CorruptIndexError(
                 f"Corrupt index found, index file ({self.path}) has non-zero size but the last "
                 f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
+
+    def _entries_problem(self, arr: np.ndarray, log_size: int) -> Optional[str]:
+        rel = arr["relative_offset"].astype(np.int64)
+        pos = arr["position"].astype(np.int64)
+        if rel[0] < 0:
+            return f"offset {self.base_offset + int(rel[0])} below the base offset {self.base_offset}"
+        if len(rel) > 1 and not (np.all(np.diff(rel) > 0) and np.all(np.diff(pos) > 0)):
+            return "entries not increasing"
+        if pos[0] < 0 or int(pos[-1]) >= max(log_size, 1):
+            return f"position {int(pos[-1])} past the end of the .log ({log_size} bytes)"
+        return None
 
     def load_entries(self, raw: np.ndarray) -> None:
         self._load_bulk(raw)
@@ -473,6 +505,17 @@ class TimeIndex(AbstractIndex):
                 raise CorruptIndexError(
                     f"Corrupt time index found, time index file ({self.path}) has non-zero size but "
                     f"the last offset is {last_off} which is less than the base offset {self.base_offset}")
+
+    def _entries_problem(self, arr: np.ndarray, log_size: int) -> Optional[str]:
+        ts = arr["timestamp"].astype(np.int64)
+        rel = arr["relative_offset"].astype(np.int64)
+        if rel.min() < 0:
+            return f"offset {self.base_offset + int(rel.min())} below the base offset {self.base_offset}"
+        if len(rel) > 1 and not (np.all(np.diff(ts) >= 0) and np.all(np.diff(rel) >= 0)):
+            return "entries not increasing"
+        if log_size == 0:
+            return "entries for an empty .log"
+        return None
 
     def load_entries(self, raw: np.ndarray) -> None:
         self._load_bulk(raw)

@@ -69,6 +69,7 @@ class LogSegment:
         self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
         self.trim_unsynced = False      # trimmed at roll, not yet fsynced since
+        self._rebuilding = False
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -125,6 +126,7 @@ class LogSegment:
                                              self._config.max_index_size, io=self._io,
                                              writable=not self.read_only, load=not self.read_only)
                     self.view.index = self._oidx.state
+                    self._check_index(self._oidx)
                 idx = self._oidx
         return idx
 
@@ -138,8 +140,24 @@ class LogSegment:
                                            self._config.max_index_size, io=self._io,
                                            writable=not self.read_only, load=not self.read_only)
                     self.view.tindex = self._tidx.state
+                    self._check_index(self._tidx)
                 idx = self._tidx
         return idx
+
+    def _check_index(self, idx) -> None:
+        """An index is checked against its .log when first used, whatever side of the recovery
+        point the segment is on; one that fails is rebuilt from the .log, never trusted."""
+        if self.read_only or self._rebuilding:
+            return
+        problem = idx.entries_problem(self.size)
+        if problem is None:
+            return
+        log.warning("rebuilding the indexes of %s: %s is corrupt (%s)", self.log_path, idx.path, problem)
+        self._rebuilding = True
+        try:
+            self._rebuild_indexes()
+        finally:
+            self._rebuilding = False
 
     def set_config(self, config: LogConfig) -> None:
         self._config = config
@@ -427,6 +445,44 @@ class LogSegment:
         return headers[-1][2] + 1 if headers else self.base_offset
 
     # -- recovery --------------------------------------------------------------------------
+    def _install_indexes(self, res: dict) -> None:
+        """Replace both indexes with the entries of a recover_scan result (plus Kafka's final
+        time entry for the max timestamp)."""
+        times = res["time_entries"]
+        mts, moff = (res["max_timestamp"], res["offset_of_max_timestamp"])
+        if mts >= 0 and (len(times) == 0 or mts > int(times["timestamp"][-1])):
+            # the final entry Kafka's recover() writes with skip_full_check
+            # (built in the on-disk dtype: np.concatenate would canonicalise to native order)
+            grown = np.zeros(len(times) + 1, dtype=_core.TIME_DTYPE)
+            grown[:-1] = times
+            grown["timestamp"][-1] = mts
+            grown["relative_offset"][-1] = moff - self.base_offset
+            times = grown
+        oidx, tidx = self._oidx, self._tidx
+        if oidx is None:      # not loaded yet: no need to open the file being replaced
+            oidx = self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
+                                            self._config.max_index_size, io=self._io, load=False)
+            self.view.index = oidx.state
+        if tidx is None:
+            tidx = self._tidx = TimeIndex(self.time_index_path, self.base_offset,
+                                          self._config.max_index_size, io=self._io, load=False)
+            self.view.tindex = tidx.state
+        oidx.rewrite(res["offset_entries"])
+        tidx.rewrite(times)
+        self._update_indexes_full()
+
+    def _rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the valid batches of the .log as it is (no truncation, the
+        mapping kept: a reader may hold it)."""
+        m = self.mapping()
+        end = min(self.size, m.length)
+        max_index = self._config.max_index_size
+        res = _core.recover_scan(m, end, self.base_offset, self._config.index_interval_bytes,
+                                 max_index // 8, max_index // 12 - 1)
+        if res["status"] == "overflow":
+            raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
+        self._install_indexes(res)
+
     def recover(self) -> dict:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
@@ -458,29 +514,8 @@ class LogSegment:
                 if res["max_timestamp"] >= 0 else (-1, -1)
             self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
             self._bytes_since_last_index_entry = 0
-            times = res["time_entries"]
-            mts, moff = self._max_ts
-            if mts >= 0 and (len(times) == 0 or mts > int(times["timestamp"][-1])):
-                # the final entry Kafka's recover() writes with skip_full_check
-                # (built in the on-disk dtype: np.concatenate would canonicalise to native order)
-                grown = np.zeros(len(times) + 1, dtype=_core.TIME_DTYPE)
-                grown[:-1] = times
-                grown["timestamp"][-1] = mts
-                grown["relative_offset"][-1] = moff - self.base_offset
-                times = grown
-            oidx, tidx = self._oidx, self._tidx
-            if oidx is None:      # not loaded yet: no need to open the file being replaced
-                oidx = self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
-                                                self._config.max_index_size, io=self._io, load=False)
-                self.view.index = oidx.state
-            if tidx is None:
-                tidx = self._tidx = TimeIndex(self.time_index_path, self.base_offset,
-                                              self._config.max_index_size, io=self._io, load=False)
-                self.view.tindex = tidx.state
-            oidx.rewrite(res["offset_entries"])
-            tidx.rewrite(times)
+            self._install_indexes(res)
             res["truncated_bytes"] = flen - valid
-            self._update_indexes_full()
             if was_active:
                 self.make_active()
             return res

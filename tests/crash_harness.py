@@ -21,6 +21,7 @@ import hashlib
 import os
 import random
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -390,6 +391,11 @@ def explore(snapshots: list[Snapshot], workdir: str, check: Callable[[str, Snaps
     metadata operation, all of them and one in between; "all" tries every prefix."""
     tally = tally or Tally()
     seen = set()
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        workdir = tempfile.mkdtemp(prefix="kstore-crash-", dir="/dev/shm")   # tmpfs: ~5x faster
+        own = True
+    else:
+        own = False
     rng = random.Random(seed)
     for snap in snapshots[::stride]:
         variants = [("kill", True, "all", 0)]
@@ -422,4 +428,6 @@ def explore(snapshots: list[Snapshot], workdir: str, check: Callable[[str, Snaps
                 raise AssertionError(f"crash before op {snap.k} ({snap.op}), state {kind}: "
                                      f"{type(e).__name__}: {e}") from e
             shutil.rmtree(target, ignore_errors=True)
+    if own:
+        shutil.rmtree(workdir, ignore_errors=True)
     return tally
