@@ -286,7 +286,7 @@ class Log:
                 seg.delete()
                 continue
             try:
-                res = self._recover_segment(seg)
+                res = self._recover_segment(seg, todo[0].base_offset if todo else None)
             except LogSegmentOffsetOverflowError:
                 todo[:0] = self._split_overflowed_segment(seg)
                 continue
@@ -383,8 +383,8 @@ class Log:
             pieces.append(piece)
         return pieces
 
-    def _recover_segment(self, seg: LogSegment) -> dict:
-        res = seg.recover()
+    def _recover_segment(self, seg: LogSegment, upper_bound: Optional[int] = None) -> dict:
+        res = seg.recover(upper_bound)
         res["segment"] = seg.log_path
         if res["truncated_bytes"] and not res["tail_zero"]:
             log.warning("recovered %s: truncated %d invalid bytes (%s)", seg.log_path,

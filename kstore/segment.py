@@ -269,7 +269,10 @@ class LogSegment:
     # -- roll ------------------------------------------------------------------------------
     def _load_max_timestamp(self) -> tuple[int, int]:
         if self._max_ts is None:
-            ts, off = self.time_index.last_entry
+            # the last time entry, then the batch headers after it: exact even when the time
+            # index lost entries (cut short, or never written), at the cost of reading the
+            # headers of about one index interval when it is intact
+            ts, off = self._scan_max_timestamp() if self.size > 0 else (-1, -1)
             self._max_ts = (ts, off) if ts >= 0 else (-1, -1)
         return self._max_ts
 
@@ -483,11 +486,24 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def recover(self) -> dict:
+    def _first_batch_out_of_range(self, m, length: int, upper_bound: Optional[int]):
+        """(position, base, last) of the first batch below the base offset, at/after upper_bound,
+        or going back from the one before it; None when every batch is in range."""
+        prev = self.base_offset - 1
+        for (pos, base, last, _size, _magic, _attrs, _ts, _count) in _core.batch_headers(m, 0, length):
+            if base < self.base_offset or last < base or base <= prev or \
+                    (upper_bound is not None and last >= upper_bound):
+                return pos, base, last
+            prev = last
+        return None
+
+    def recover(self, upper_bound: Optional[int] = None) -> dict:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
-        Returns the scan result with 'truncated_bytes'. Raises LogSegmentOffsetOverflowError if
-        a batch's offset does not fit the segment.
+        A batch whose offsets fall below the base offset or at/after upper_bound (the next
+        segment's base) is invalid too: base offsets lie outside the CRC, so a flipped bit there
+        is caught only this way. Returns the scan result with 'truncated_bytes'. Raises
+        LogSegmentOffsetOverflowError if a batch's offset does not fit the segment.
         """
         with self._lock:
             was_active = self._map_writable
@@ -500,6 +516,16 @@ class LogSegment:
                     max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
                                              max_index // 8, max_index // 12 - 1)
+                    cut = self._first_batch_out_of_range(m, flen, upper_bound) \
+                        if res["status"] == "overflow" or upper_bound is not None else None
+                    if cut is not None:
+                        pos, first, last = cut
+                        res = _core.recover_scan(m, pos, self.base_offset, self._config.index_interval_bytes,
+                                                 max_index // 8, max_index // 12 - 1)
+                        res.update(status="corrupt", tail_zero=False,
+                                   reason=f"the batch at position {pos} has offsets {first}..{last}, outside "
+                                          f"the segment's range [{self.base_offset}, "
+                                          f"{'...' if upper_bound is None else upper_bound})")
                 finally:
                     m.close()
                 if res["status"] == "overflow":
