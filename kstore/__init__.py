@@ -22,7 +22,8 @@ from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflo
                            KStoreError, KStoreStateError, LogDirOfflineError,
                            LogDirLockedError, LogSegmentOffsetOverflowError,
                            OffsetOutOfRangeError, RecordTooLargeError, TopicExistsError,
-                           InvalidTopicError, UnknownTopicError, UnsupportedCodecError)
+                           InvalidTopicError, KafkaStorageError, UnknownTopicError,
+                           UnsupportedCodecError)
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
 from kstore.index import OffsetIndex, TimeIndex  # noqa: E402
 from kstore.log import Log  # noqa: E402
@@ -37,7 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
-    "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError",
+    "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError", "KafkaStorageError",
     "AppendInfo", "CorruptRecordError", "DataLossError", "StoreReader", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",

@@ -65,6 +65,11 @@ class LogDirOfflineError(KStoreError):
     """A log directory hit an I/O error and takes no more writes until reopened."""
 
 
+class KafkaStorageError(LogDirOfflineError, OSError):
+    """An I/O error (ENOSPC, EIO, EROFS, ...) in a log's file operation, naming the log; keeps the
+    errno. Once raised, the log refuses writes (fsync is never retried) until it is reopened."""
+
+
 def with_path(exc: CorruptRecordError, path, base_position: int = 0) -> CorruptRecordError:
     """Attach the file name (and shift the position) to an error raised by the core."""
     exc.path = str(path)

@@ -8,6 +8,8 @@ reader always sees whole batches.
 from __future__ import annotations
 
 import bisect
+import errno
+import functools
 import itertools
 import json
 import logging
@@ -21,7 +23,7 @@ from kstore.clock import SYSTEM_TIME
 from kstore.config import LONG_MAX, LogConfig
 from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
-from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
+from kstore.errors import (CorruptRecordError, KafkaStorageError, KStoreError, KStoreStateError,
                            LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
                            RecordTooLargeError, with_path)
 from kstore.fileio import FileOps, get_file_ops
@@ -41,6 +43,24 @@ _TS_CLAMP = 1 << 62
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+
+
+def _storage_op(fn):
+    """A write-side Log operation: an OSError fails the log (Kafka's offline log dir) and is
+    raised as KafkaStorageError naming it; later writes are refused without touching the disk."""
+    @functools.wraps(fn)
+    def op(self, *args, **kw):
+        if self._failed is not None:
+            raise KafkaStorageError(errno.EIO, f"log {self.dir} failed after an I/O error "
+                                    f"({self._failed}); reopen it once the disk is fixed")
+        try:
+            return fn(self, *args, **kw)
+        except KafkaStorageError:
+            raise
+        except OSError as e:
+            self._failed = str(e)
+            raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {self.dir})") from e
+    return op
 
 
 class Log:
@@ -66,6 +86,7 @@ class Log:
         self._recovery_point = 0
         self._builder = _core.BatchBuilder()
         self._closed = False
+        self._failed: Optional[str] = None     # the I/O error that failed this log
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
         self._last_flush_ms = time.milliseconds()
@@ -98,7 +119,13 @@ class Log:
         if read_only:
             log_._load_read_only(log_start_offset)
         else:
-            log_._load(recovery_point, log_start_offset, clean_shutdown)
+            try:
+                log_._load(recovery_point, log_start_offset, clean_shutdown)
+            except OSError as e:
+                log_.close_handlers()
+                if isinstance(e, KafkaStorageError) or e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+                    raise
+                raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (opening log {log_.dir})") from e
         return log_
 
     # -- read-only -------------------------------------------------------------------------
@@ -455,6 +482,7 @@ class Log:
             raise KStoreStateError(f"log {self.dir} is open read-only")
 
     # -- append ----------------------------------------------------------------------------
+    @_storage_op
     def append(self, records: Iterable) -> _core.AppendInfo:
         """Append records as one batch and return the offsets they got.
 
@@ -481,6 +509,7 @@ class Log:
                 self.flush()
             return b.info(now if cfg.log_append_time else -1)
 
+    @_storage_op
     def append_batches(self, data) -> tuple[int, int]:
         """Append pre-encoded v2 batches (bytes-like, back to back), giving them offsets from the
         log end as a broker does for a produce request: each batch's CRC is checked and its bytes
@@ -538,6 +567,7 @@ class Log:
         return self._ts_window_cache
 
     # -- roll ------------------------------------------------------------------------------
+    @_storage_op
     def roll(self, expected_next_offset: Optional[int] = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log_end_offset)."""
         with self._lock:
@@ -751,6 +781,7 @@ class Log:
         return r
 
     # -- flush -----------------------------------------------------------------------------
+    @_storage_op
     def flush(self, offset: Optional[int] = None) -> None:
         """fsync every segment holding offsets in [recovery_point, offset) (default: the log
         end), fsync the directory if any of them is new, and advance the recovery point."""
@@ -792,6 +823,7 @@ class Log:
         return self._leo - self._recovery_point
 
     # -- truncation and deletion ---------------------------------------------------------------
+    @_storage_op
     def truncate_to(self, target_offset: int) -> bool:
         """Drop every record at or after target_offset (whole batches, as Kafka); returns False
         if there was nothing to drop."""
@@ -817,6 +849,7 @@ class Log:
             self._recovery_point = min(target_offset, self._recovery_point)
             return True
 
+    @_storage_op
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at new_offset."""
         with self._lock:
@@ -829,6 +862,7 @@ class Log:
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
 
+    @_storage_op
     def delete_records(self, offset: int) -> int:
         """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
         are deleted. Returns the new log start offset."""
@@ -843,6 +877,7 @@ class Log:
                                   "log start offset breach")
             return self._log_start_offset
 
+    @_storage_op
     def delete_old_segments(self) -> int:
         """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
         (size and time only with cleanup.policy delete). Returns the segments deleted."""
@@ -953,12 +988,20 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            if self.read_only:
+            if self.read_only or self._failed is not None:
                 self.close_handlers()
                 return
-            self.flush()
-            for s in self._segs:
-                s.close()
+            try:
+                self.flush()
+                for s in self._segs:
+                    s.close()
+            except OSError as e:
+                # no clean-shutdown marker: the next open recovers
+                self._failed = str(e)
+                self.close_handlers()
+                if isinstance(e, KafkaStorageError):
+                    raise
+                raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (closing log {self.dir})") from e
             self._closed = True
             if not self._managed:
                 marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)

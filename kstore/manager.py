@@ -462,7 +462,9 @@ class LogManager:
             self._logs[(topic, partition)] = lg
             self._dir_of[(topic, partition)] = d
             return lg
-        raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {last_error}")
+        why = last_error if last_error is not None else \
+            "every log dir is offline: " + "; ".join(f"{d}: {e}" for d, e in self._offline.items())
+        raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {why}")
 
     def _write_partition_metadata(self, path: str, topic: str) -> None:
         meta = os.path.join(path, "partition.metadata")
@@ -602,13 +604,18 @@ class LogManager:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
         number of segments deleted."""
         total = 0
+        failed = []
         for tp, lg, d in self._each_log():
             if lg.config.compact:
                 continue
             try:
                 total += self._guard(d, lg.delete_old_segments)
-            except (LogDirOfflineError, KStoreStateError):
-                continue        # offline, or closed by a concurrent delete_topic
+            except LogDirOfflineError as e:
+                failed.append(str(e))      # the other dirs go on; the caller hears of it below
+            except KStoreStateError:
+                continue        # closed by a concurrent delete_topic
+        if failed:
+            raise LogDirOfflineError("retention failed: " + "; ".join(failed))
         return total
 
     def flush_dirty_logs(self) -> None:
@@ -641,11 +648,15 @@ class LogManager:
                     v = value(lg)
                     if v is not None:
                         by_dir[d][tp] = v
+        failed = []
         for d, entries in by_dir.items():
             try:
                 OffsetCheckpointFile(os.path.join(d, name), self._io).write(entries)
             except OSError as e:
                 self._mark_offline(d, e)
+                failed.append(f"{d}: {e}")
+        if failed and not self._closed:
+            raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
 
     def delete_logs(self) -> int:
         """Remove `-delete` dirs queued at least file.delete.delay.ms ago; returns how many."""
@@ -706,6 +717,11 @@ class LogManager:
         finally:
             self._closed = True
             self._release_locks()
+        failed = {d: e for d, e in self._offline.items() if d in dirs_ok}
+        if failed:
+            # the store is closed and unlocked, but not cleanly: say so (the next open recovers)
+            raise LogDirOfflineError("log dir(s) went offline while closing: " +
+                                     "; ".join(f"{d}: {e}" for d, e in failed.items()))
 
     def __enter__(self) -> "LogManager":
         return self

@@ -99,11 +99,15 @@ def test_enospc_on_preallocation_fails_append_cleanly(tmp_path):
     big = [(None, os.urandom(200_000))] * 30     # forces the runway to grow
     with pytest.raises(OSError) as ei:
         log.append(big)
-    assert ei.value.errno == errno.ENOSPC
+    assert ei.value.errno == errno.ENOSPC and isinstance(ei.value, kstore.KStoreError)
+    assert d in str(ei.value)
     assert log.log_end_offset == 1
-    assert [r.value for r in log.read(0)] == [b"first"]
-    log.append([(None, b"after the disk was freed")])     # space back: appends work again
+    assert [r.value for r in log.read(0)] == [b"first"]      # acknowledged records stay readable
+    with pytest.raises(kstore.KafkaStorageError, match="reopen it"):
+        log.append([(None, b"refused")])         # Kafka: an I/O error fails the log until reopened
     log.close()
+    with kstore.Log.open(d) as log:              # space back: reopened, appends work again
+        log.append([(None, b"after the disk was freed")])
     with kstore.Log.open(d) as log:
         assert [r.value for r in log.read(0)] == [b"first", b"after the disk was freed"]
 
