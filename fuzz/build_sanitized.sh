@@ -11,7 +11,7 @@ PY=${PYTHON:-python3}
 "$PY" -m venv .fuzz-venv
 . .fuzz-venv/bin/activate
 pip install --quiet --upgrade pip
-pip install --quiet cython numpy crcmod setuptools pytest hypothesis cramjam xxhash
+pip install --quiet --upgrade "setuptools>=77" cython numpy crcmod pytest hypothesis cramjam xxhash
 # setup.py: Cython boundscheck/wraparound/initializedcheck/overflowcheck, -O1 -g, ASan + UBSan
 export KSTORE_FUZZ_BUILD=1
 if [ "${ATHERIS:-0}" = 1 ]; then
