@@ -67,3 +67,25 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+_RELIABILITY: dict = {}
+
+
+@pytest.fixture(scope="session")
+def reliability_counts():
+    """The reliability tests file their figures here (section -> dict); at the end of the session
+    they are merged into tests/.crash-counts.json for the README's Reliability section."""
+    yield _RELIABILITY
+    if not _RELIABILITY:
+        return
+    import json
+    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
+    try:
+        with open(path) as f:
+            counts = json.load(f)
+    except (OSError, ValueError):
+        counts = {}
+    counts.update(_RELIABILITY)
+    with open(path, "w") as f:
+        json.dump(counts, f, indent=1, sort_keys=True)

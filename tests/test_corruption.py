@@ -10,7 +10,6 @@ checkpoint and topic-config files, each with its expected outcome.
 - reads check CRCs: a flipped bit in a segment trusted by a clean shutdown surfaces as
   CorruptRecordError naming the file and the batch's byte position.
 """
-import json
 import os
 import random
 import shutil
@@ -296,14 +295,6 @@ def test_reads_verify_crcs_and_name_file_and_position(pristine, tmp_path):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def write_counts():
+def _file_counts(reliability_counts):
     yield
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts["corruption"] = dict(COUNTS)
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
+    reliability_counts["corruption"] = dict(COUNTS)

@@ -13,7 +13,6 @@ a crash point; each process-kill and power-loss state is reopened and Kafka's pr
 KSTORE_CRASH_FULL=1 tries every prefix of the pending metadata operations (a larger run).
 Counts go to tests/.crash-counts.json for the README's reliability section.
 """
-import json
 import os
 import shutil
 import sys
@@ -291,14 +290,6 @@ def test_a_crash_during_recovery_is_recoverable(tmp_path):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def write_counts():
+def _file_counts(reliability_counts):
     yield
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts.update({k: v.__dict__ for k, v in TALLY.items()})
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
+    reliability_counts.update({k: v.__dict__ for k, v in TALLY.items()})

@@ -4,7 +4,6 @@ OSError, never SIGBUS), acknowledged records stay readable beside the failed sto
 reopening once the fault is gone recovers a valid prefix holding every acknowledged record.
 Also: a fork()ed child does not release the directory lock (flock semantics)."""
 import errno
-import json
 import os
 import shutil
 
@@ -131,14 +130,6 @@ def test_forked_child_does_not_release_the_lock(tmp_path):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def write_counts():
+def _file_counts(reliability_counts):
     yield
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts["faults"] = dict(COUNTS)
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
+    reliability_counts["faults"] = dict(COUNTS)

@@ -8,7 +8,6 @@ exceptions: never IndexError, struct.error, MemoryError, a crash or a hang.
 Long runs: KSTORE_FUZZ_EXAMPLES=100000; an atheris entry point and a sanitizer build are in
 fuzz/ (see the README's Reliability section).
 """
-import json
 import os
 import struct
 import tempfile
@@ -172,14 +171,6 @@ def test_checkpoint_reader_returns_offsets_or_checkpoint_error(raw):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def write_counts():
+def _file_counts(reliability_counts):
     yield
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts["fuzz"] = dict(COUNTS)
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
+    reliability_counts["fuzz"] = dict(COUNTS)

@@ -72,7 +72,7 @@ def check(root, acked):
                 assert not name.endswith((".cleaned", ".swap", ".tmp")), name
 
 
-def test_kill_9_loop(tmp_path):
+def test_kill_9_loop(tmp_path, reliability_counts):
     root = str(tmp_path / "store")
     rng = random.Random(11)
     env = dict(os.environ, PYTHONSAFEPATH="1")
@@ -100,18 +100,7 @@ def test_kill_9_loop(tmp_path):
                 acked[parts[0]] = max(acked.get(parts[0], -1), int(parts[1]))
         check(root, acked)
         cycles += 1
-    _write_counts(cycles, acked)
+    reliability_counts["kill9"] = {"cycles": cycles, "records_acked": sum(v + 1 for v in acked.values()),
+                                   "seconds": SECONDS, "records_lost": 0}
     assert acked.get("del", -1) > 100
 
-
-def _write_counts(cycles, acked):
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts["kill9"] = {"cycles": cycles, "records_acked": sum(v + 1 for v in acked.values()),
-                       "seconds": SECONDS, "records_lost": 0}
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
