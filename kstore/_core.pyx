@@ -109,6 +109,7 @@ cdef inline void st16(uint8_t* p, uint16_t v) noexcept nogil:
 cdef inline void st64(uint8_t* p, uint64_t v) noexcept nogil:
     st32(p, <uint32_t>(v >> 32)); st32(p + 4, <uint32_t>v)
 
+@cython.overflowcheck(False)    # zig-zag / hashing wrap on purpose
 cdef inline int varint_size(int64_t v) noexcept nogil:
     cdef uint64_t u = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
     cdef int n = 1
@@ -117,6 +118,7 @@ cdef inline int varint_size(int64_t v) noexcept nogil:
         n += 1
     return n
 
+@cython.overflowcheck(False)    # zig-zag / hashing wrap on purpose
 cdef inline Py_ssize_t put_varint(uint8_t* p, Py_ssize_t pos, int64_t v) noexcept nogil:
     cdef uint64_t u = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
     while u >= 0x80:
@@ -126,6 +128,7 @@ cdef inline Py_ssize_t put_varint(uint8_t* p, Py_ssize_t pos, int64_t v) noexcep
     p[pos] = <uint8_t>u
     return pos + 1
 
+@cython.overflowcheck(False)    # zig-zag / hashing wrap on purpose
 cdef inline Py_ssize_t get_varlong(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t* out,
                                    int max_bytes) noexcept nogil:
     """Decode a zig-zag varint at pos; returns the next position or -1 if malformed/truncated."""
@@ -660,6 +663,7 @@ cdef class ColumnInput:
         return out
 
 
+@cython.overflowcheck(False)    # zig-zag / hashing wrap on purpose
 cdef inline uint32_t _murmur2(const uint8_t* d, Py_ssize_t length) noexcept nogil:
     """Kafka's Utils.murmur2 (seed 0x9747b28c)."""
     cdef uint32_t m = 0x5bd1e995
