@@ -45,21 +45,30 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
+def _failed_error(log_dir: str, failed: str) -> KafkaStorageError:
+    return KafkaStorageError(errno.EIO, f"log {log_dir} failed after an I/O error ({failed}); "
+                             f"reopen it once the disk is fixed")
+
+
+def _storage_error(log_dir: str, e: OSError) -> KafkaStorageError:
+    if isinstance(e, KafkaStorageError):
+        return e
+    return KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
+
+
 def _storage_op(fn):
     """A write-side Log operation: an OSError fails the log (Kafka's offline log dir) and is
-    raised as KafkaStorageError naming it; later writes are refused without touching the disk."""
+    raised as KafkaStorageError naming it; later writes are refused without touching the disk.
+    (append inlines the same steps: it is the hot path.)"""
     @functools.wraps(fn)
     def op(self, *args, **kw):
         if self._failed is not None:
-            raise KafkaStorageError(errno.EIO, f"log {self.dir} failed after an I/O error "
-                                    f"({self._failed}); reopen it once the disk is fixed")
+            raise _failed_error(self.dir, self._failed)
         try:
             return fn(self, *args, **kw)
-        except KafkaStorageError:
-            raise
         except OSError as e:
             self._failed = str(e)
-            raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {self.dir})") from e
+            raise _storage_error(self.dir, e) from e
     return op
 
 
@@ -482,7 +491,6 @@ class Log:
             raise KStoreStateError(f"log {self.dir} is open read-only")
 
     # -- append ----------------------------------------------------------------------------
-    @_storage_op
     def append(self, records: Iterable) -> _core.AppendInfo:
         """Append records as one batch and return the offsets they got.
 
@@ -495,6 +503,8 @@ class Log:
             if self._closed or self.read_only:
                 self._check_open()
                 raise KStoreStateError(f"log {self.dir} is open read-only")
+            if self._failed is not None:
+                raise _failed_error(self.dir, self._failed)
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
@@ -504,7 +514,11 @@ class Log:
                         now - before, now + after, cfg.compact, cfg.codec)
             if n == 0:
                 return _core.empty_append_info(self._leo)
-            self._append_built(b, cfg, now)
+            try:
+                self._append_built(b, cfg, now)
+            except OSError as e:         # _storage_op, inlined on the hot path
+                self._failed = str(e)
+                raise _storage_error(self.dir, e) from e
             if self._leo - self._recovery_point >= cfg.flush_messages:
                 self.flush()
             return b.info(now if cfg.log_append_time else -1)
