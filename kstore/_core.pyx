@@ -62,6 +62,7 @@ cdef enum:
     R_OFFSET_ORDER = 3
     R_OVERFLOW = 4
     R_BELOW_BASE = 5
+    R_PAST_NEXT = 6
 
 # ---------------------------------------------------------------------------------------------
 # Format constants (Kafka: LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, LegacyRecord overheads)
@@ -1364,7 +1365,8 @@ TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 
 def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_interval,
                  Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
-                 bint verify_crc=True, Py_ssize_t start=0, int64_t prev_last_offset=-1):
+                 bint verify_crc=True, Py_ssize_t start=0, int64_t prev_last_offset=-1,
+                 int64_t upper_bound=-1):
     """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
 
     Returns a dict: valid_bytes, next_offset (-1 if no batch), max_timestamp,
@@ -1373,7 +1375,9 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     'offset_order', 'overflow', 'below_base'), reason (text) and tail_zero (whether the bytes
     after valid_bytes are all zero, i.e. a preallocated tail rather than garbage).
     Runs without the GIL. `start` / `prev_last_offset` continue a scan from a known valid
-    position (the read-only refresh of a segment another process appends to).
+    position (the read-only refresh of a segment another process appends to). A batch reaching
+    `upper_bound` (the next segment's base offset, if >= 0) is invalid ('past_next'): base
+    offsets lie outside the CRC, so a flipped bit there is caught only this way.
     """
     if end < 0 or end > m.length or start < 0 or start > end:
         raise ValueError("scan range outside mapping")
@@ -1428,6 +1432,9 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
                                   h.last_offset <= prev_last):
                     status = R_OFFSET_ORDER
                     break
+                if upper_bound >= 0 and h.last_offset >= upper_bound:
+                    status = R_PAST_NEXT
+                    break
                 if h.last_offset - base_offset > INT32_MAX:
                     status = R_OVERFLOW
                     break
@@ -1460,13 +1467,16 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     finally:
         m.unpin()
     names = {R_END: "end", R_CORRUPT: "corrupt", R_CRC: "crc", R_OFFSET_ORDER: "offset_order",
-             R_OVERFLOW: "overflow", R_BELOW_BASE: "below_base"}
+             R_OVERFLOW: "overflow", R_BELOW_BASE: "below_base", R_PAST_NEXT: "past_next"}
     if status == R_CRC:
         reason = f"CRC mismatch in the batch at position {valid} (stored {stored:#010x}, computed {computed:#010x})"
     elif status == R_OFFSET_ORDER:
         reason = f"offsets of the batch at position {valid} do not follow the previous batch's last offset {prev_last}"
     elif status == R_OVERFLOW:
         reason = f"the batch at position {valid} has offset {h.last_offset}, more than 2^31-1 above the base offset {base_offset}"
+    elif status == R_PAST_NEXT:
+        reason = (f"the batch at position {valid} has offsets {h.base_offset}..{h.last_offset}, at or "
+                  f"past the next segment's base offset {upper_bound}")
     elif status == R_BELOW_BASE:
         reason = f"the batch at position {valid} has offset {h.base_offset}, below the segment's base offset {base_offset}"
     elif valid < end:

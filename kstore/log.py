@@ -615,9 +615,10 @@ class Log:
                     io.unlink(path)
             active.on_become_inactive()
             if self._leo <= self._recovery_point:
-                # its data is durable already, so no later flush covers it: make the trim durable
-                # now, or a power loss between here and the next flush brings the preallocated
-                # zeros back below the recovery point, where recovery never looks
+                # its data is durable already, so no later flush covers it (a flush starts at the
+                # recovery point): make the trim durable now, or a power loss brings the
+                # preallocated zeros back below the recovery point, where recovery never looks.
+                # Otherwise the flush up to the new segment below covers it, trim included.
                 active.flush()
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
@@ -807,18 +808,14 @@ class Log:
                     return
                 end = self._leo if offset is None else min(offset, self._leo)
                 rp = self._recovery_point
-                bases, segs = self._bases, self._segs
-                trimmed = [s for s in segs if s.trim_unsynced]     # rolled since their last fsync
-                if end <= rp and not trimmed:
+                if end <= rp:
                     return
-                to_flush = []
-                if end > rp:
-                    lo = max(0, bisect.bisect_right(bases, rp) - 1)
-                    hi = bisect.bisect_left(bases, end)
-                    to_flush = segs[lo:hi] if hi > lo else []
-                    if not to_flush and segs:
-                        to_flush = [segs[max(0, self._segment_for(end - 1))]]
-                to_flush = [s for s in trimmed if s not in to_flush] + to_flush
+                bases, segs = self._bases, self._segs
+                lo = max(0, bisect.bisect_right(bases, rp) - 1)
+                hi = bisect.bisect_left(bases, end)
+                to_flush = segs[lo:hi] if hi > lo else []
+                if not to_flush and segs:
+                    to_flush = [segs[max(0, self._segment_for(end - 1))]]
             for s in to_flush:
                 s.flush()
             if any(s.base_offset >= rp for s in to_flush):

@@ -68,7 +68,6 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
-        self.trim_unsynced = False      # trimmed at roll, not yet fsynced since
         self._rebuilding = False
         if file_already_exists:
             self.size = io.getsize(self.log_path)
@@ -334,10 +333,6 @@ class LogSegment:
             self.time_index.trim_to_valid_size()
             if self._map_writable:
                 self._io.truncate(self._fd, self.size)
-                # the trim is metadata the next flush must make durable even if the data already
-                # is: lost, the preallocated zeros come back as an invalid tail before the next
-                # segment, and recovery would drop every later segment (found by the crash harness)
-                self.trim_unsynced = True
                 self._alloc = self.size
                 old = self._map
                 self._map = self._io.map(self._fd, self.size, False)
@@ -486,24 +481,12 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def _first_batch_out_of_range(self, m, length: int, upper_bound: Optional[int]):
-        """(position, base, last) of the first batch below the base offset, at/after upper_bound,
-        or going back from the one before it; None when every batch is in range."""
-        prev = self.base_offset - 1
-        for (pos, base, last, _size, _magic, _attrs, _ts, _count) in _core.batch_headers(m, 0, length):
-            if base < self.base_offset or last < base or base <= prev or \
-                    (upper_bound is not None and last >= upper_bound):
-                return pos, base, last
-            prev = last
-        return None
-
     def recover(self, upper_bound: Optional[int] = None) -> dict:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
-        A batch whose offsets fall below the base offset or at/after upper_bound (the next
-        segment's base) is invalid too: base offsets lie outside the CRC, so a flipped bit there
-        is caught only this way. Returns the scan result with 'truncated_bytes'. Raises
-        LogSegmentOffsetOverflowError if a batch's offset does not fit the segment.
+        A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
+        segment's base) is invalid too (recover_scan). Returns the scan result with
+        'truncated_bytes'. Raises LogSegmentOffsetOverflowError if a batch's offset does not fit.
         """
         with self._lock:
             was_active = self._map_writable
@@ -515,17 +498,8 @@ class LogSegment:
                 try:
                     max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
-                                             max_index // 8, max_index // 12 - 1)
-                    cut = self._first_batch_out_of_range(m, flen, upper_bound) \
-                        if res["status"] == "overflow" or upper_bound is not None else None
-                    if cut is not None:
-                        pos, first, last = cut
-                        res = _core.recover_scan(m, pos, self.base_offset, self._config.index_interval_bytes,
-                                                 max_index // 8, max_index // 12 - 1)
-                        res.update(status="corrupt", tail_zero=False,
-                                   reason=f"the batch at position {pos} has offsets {first}..{last}, outside "
-                                          f"the segment's range [{self.base_offset}, "
-                                          f"{'...' if upper_bound is None else upper_bound})")
+                                             max_index // 8, max_index // 12 - 1,
+                                             upper_bound=-1 if upper_bound is None else upper_bound)
                 finally:
                     m.close()
                 if res["status"] == "overflow":
@@ -703,7 +677,6 @@ class LogSegment:
         with self._lock:
             if self.closed:
                 return
-            self.trim_unsynced = False
             if self._map_writable:
                 self._io.map_flush(self._map, 0, self.size)
                 self._io.fsync(self._fd)
