@@ -1268,6 +1268,13 @@ cdef inline bint _crc_ok(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, uint3
         computed[0] = ks_crc32(0, p + pos + 16, h.size - 16)
     return stored[0] == computed[0]
 
+cdef inline int _require_crc(const uint8_t* p, Py_ssize_t pos, BatchHeader* h) except -1:
+    """Raise CorruptRecordError at pos unless the batch's stored CRC matches its bytes."""
+    cdef uint32_t s, c
+    if not _crc_ok(p, pos, h, &s, &c):
+        raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+    return 0
+
 cdef inline bint _legacy_lengths_ok(const uint8_t* p, Py_ssize_t pos, BatchHeader* h) noexcept nogil:
     """Key and value lengths of a v0/v1 message must add up to its size exactly."""
     cdef Py_ssize_t q = pos + LOG_OVERHEAD + (V1_OVERHEAD - 8 if h.magic == 1 else V0_OVERHEAD - 8)
@@ -1738,12 +1745,11 @@ cdef Py_ssize_t _decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
 cdef Py_ssize_t _decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, int64_t min_offset,
                               Py_ssize_t max_records, list out, bint verify_crc,
                               bint include_control) except -1:
-    cdef uint32_t s, c
     cdef int codec
     cdef const uint8_t* rp
     cdef Py_ssize_t n
-    if verify_crc and not _crc_ok(p, pos, h, &s, &c):
-        raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+    if verify_crc:
+        _require_crc(p, pos, h)
     if h.magic < 2:
         return _decode_legacy(p, pos, h, min_offset, max_records, out, pos, verify_crc, 0, 0,
                               NO_TIMESTAMP, False)
@@ -2275,7 +2281,6 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
     cdef int hs, rc
     cdef list tmp = []
     cdef Record r
-    cdef uint32_t s, c
     m.pin()
     try:
         while True:
@@ -2289,8 +2294,7 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                 continue
             if omap.size + h.count > omap.capacity:
                 return (pos, True)
-            if not _crc_ok(p, pos, &h, &s, &c):
-                raise _corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+            _require_crc(p, pos, &h)
             if h.magic == 2 and (h.attrs & CODEC_MASK) == 0:
                 with nogil:
                     rc = _map_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
@@ -2429,7 +2433,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef bytearray out = bytearray()
     cdef int64_t new_base_ts, max_ts
     cdef bint retain_deletes, has_horizon, tomb_kept, set_horizon, lat
-    cdef uint32_t crc, crc_s, crc_c
+    cdef uint32_t crc
     cdef const uint8_t* rp
     cdef Py_ssize_t rn, cap, nk, wn
     cdef uint8_t* obuf
@@ -2449,8 +2453,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 break
             # verified before anything is copied or rebuilt: a rebuilt batch gets a fresh CRC,
             # which must never launder corrupt bytes into valid-looking data
-            if not _crc_ok(p, pos, &h, &crc_s, &crc_c):
-                raise _corrupt(f"CRC mismatch (stored {crc_s:#010x}, computed {crc_c:#010x})", pos)
+            _require_crc(p, pos, &h)
             stats.bytes_read += h.size
             if h.magic < 2:
                 _filter_legacy(p, pos, &h, omap, legacy_retain_deletes, final_offset, out, stats)
