@@ -51,9 +51,12 @@ def _failed_error(log_dir: str, failed: str) -> KafkaStorageError:
 
 
 def _storage_error(log_dir: str, e: OSError) -> KafkaStorageError:
+    """e as a KafkaStorageError naming the log (e itself if it already is one)."""
     if isinstance(e, KafkaStorageError):
         return e
-    return KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
+    err = KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
+    err.__cause__ = e
+    return err
 
 
 def _storage_op(fn):
@@ -68,7 +71,7 @@ def _storage_op(fn):
             return fn(self, *args, **kw)
         except OSError as e:
             self._failed = str(e)
-            raise _storage_error(self.dir, e) from e
+            raise _storage_error(self.dir, e)
     return op
 
 
@@ -132,9 +135,9 @@ class Log:
                 log_._load(recovery_point, log_start_offset, clean_shutdown)
             except OSError as e:
                 log_.close_handlers()
-                if isinstance(e, KafkaStorageError) or e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
-                    raise
-                raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (opening log {log_.dir})") from e
+                if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+                    raise                # a wrong path, not a failing disk
+                raise _storage_error(log_.dir, e)
         return log_
 
     # -- read-only -------------------------------------------------------------------------
@@ -518,7 +521,7 @@ class Log:
                 self._append_built(b, cfg, now)
             except OSError as e:         # _storage_op, inlined on the hot path
                 self._failed = str(e)
-                raise _storage_error(self.dir, e) from e
+                raise _storage_error(self.dir, e)
             if self._leo - self._recovery_point >= cfg.flush_messages:
                 self.flush()
             return b.info(now if cfg.log_append_time else -1)
@@ -1010,9 +1013,7 @@ class Log:
                 # no clean-shutdown marker: the next open recovers
                 self._failed = str(e)
                 self.close_handlers()
-                if isinstance(e, KafkaStorageError):
-                    raise
-                raise KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (closing log {self.dir})") from e
+                raise _storage_error(self.dir, e)
             self._closed = True
             if not self._managed:
                 marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
