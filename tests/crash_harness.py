@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import numpy as np
+
 from kstore.fileio import FileOps
 
 SECTOR = 512
@@ -63,7 +65,6 @@ class TracingOps(FileOps):
         self.root_id = self._new_id(is_dir=True)
         self._adopt(self.root, self.root_id)
         self.last_content: dict = {}
-        self.recording = True
 
     # -- the model ---------------------------------------------------------------------------
     def _new_id(self, is_dir=False) -> int:
@@ -106,16 +107,6 @@ class TracingOps(FileOps):
     def _id_of(self, path: str):
         return self._resolve(path)[2]
 
-    def _path_of_dir(self, dir_id: int) -> Optional[str]:
-        if dir_id == self.root_id:
-            return self.root
-        for d, names in self.names.items():
-            for n, i in names.items():
-                if i == dir_id:
-                    parent = self._path_of_dir(d)
-                    return None if parent is None else os.path.join(parent, n)
-        return None
-
     def _walk_files(self):
         """(id, real path) of every file reachable now."""
         stack = [(self.root_id, self.root)]
@@ -129,8 +120,6 @@ class TracingOps(FileOps):
                     yield i, q
 
     def _snap(self, op: str) -> None:
-        if not self.recording:
-            return
         files = {}
         for i, p in self._walk_files():
             try:
@@ -272,7 +261,7 @@ def _touches(op, d) -> bool:
 
 
 # -- materialising states ---------------------------------------------------------------------
-def _apply_meta(names: dict, dirs: set, op) -> None:
+def _apply_meta(names: dict, op) -> None:
     kind = op[0]
     if kind in ("create", "mkdir"):
         _, parent, name, i = op
@@ -290,44 +279,30 @@ def _apply_meta(names: dict, dirs: set, op) -> None:
         names.setdefault(dp, {})[dn] = i
 
 
+def _unsynced_sectors(durable: bytes, current: bytes, start: int):
+    """(start, end) of each sector of current that differs from the durable bytes."""
+    for s in range(start, len(current), SECTOR):
+        e = min(s + SECTOR, len(current))
+        if s >= len(durable) or durable[s:e] != current[s:e]:
+            yield s, e
+
+
 def _data(mode: str, durable: bytes, current: bytes, rng: random.Random) -> bytes:
+    """A file's bytes after a power loss, by data mode (see the module docstring)."""
     if mode == "synced":
         return durable
     if mode == "all" or durable == current:
         return current
     n = min(len(durable), len(current))
-    start = 0
-    if n:
-        # first differing byte
-        a, b = memoryview(durable)[:n], memoryview(current)[:n]
-        lo, hi = 0, n
-        if a == b:
-            start = n
-        else:
-            while hi - lo > 64:
-                mid = (lo + hi) // 2
-                if a[lo:mid] == b[lo:mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            start = lo + next(j for j in range(hi - lo) if a[lo + j] != b[lo + j])
+    diff = np.flatnonzero(np.frombuffer(durable, np.uint8, n) != np.frombuffer(current, np.uint8, n))
+    start = int(diff[0]) if len(diff) else n          # the first byte not synced
     if mode == "torn":
         cut = start + (len(current) - start) // 2
         cut -= (cut - start) % SECTOR if cut - start > SECTOR else 0
         return current[:cut] + durable[cut:]
     out = bytearray(current)
-    if mode == "zero":
-        for s in range(start, len(out), SECTOR):
-            e = min(s + SECTOR, len(out))
-            if s >= len(durable) or durable[s:e] != current[s:e]:
-                out[s:e] = bytes(e - s)
-        return bytes(out)
-    # garbage: each unsynced sector new, zero or random
-    for s in range(start, len(out), SECTOR):
-        e = min(s + SECTOR, len(out))
-        if s < len(durable) and durable[s:e] == current[s:e]:
-            continue
-        c = rng.randrange(3)
+    for s, e in _unsynced_sectors(durable, current, start):
+        c = 1 if mode == "zero" else rng.randrange(3)     # garbage: new, zero or random
         if c == 1:
             out[s:e] = bytes(e - s)
         elif c == 2:
@@ -344,17 +319,16 @@ def materialise(snap: Snapshot, target: str, *, kill: bool, mode: str = "all", p
         names = snap.names
     else:
         names = {d: dict(n) for d, n in snap.durable_names.items()}
-        dirs = set(snap.dirs)
         for op in snap.pending[:prefix]:
-            _apply_meta(names, dirs, op)
+            _apply_meta(names, op)
     os.makedirs(target, exist_ok=True)
 
-    def build(d, path, depth=0):
+    def build(d, path):
         for n, i in names.get(d, {}).items():
             q = os.path.join(path, n)
             if i in snap.dirs:
                 os.mkdir(q)
-                build(i, q, depth + 1)
+                build(i, q)
             else:
                 cur = snap.files.get(i, snap.durable_data.get(i, b""))
                 data = cur if kill else _data(mode, snap.durable_data.get(i, b""), cur, rng)
