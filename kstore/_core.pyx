@@ -2659,15 +2659,55 @@ cdef enum:
     NCOLS = 16
 
 
+cdef class Columns
+
+
+cdef class _ColumnView:
+    """Read-only buffer over one column of a Columns. While any view lives, its Columns refuses
+    clear() and decoding, so the memory under it can neither change nor move."""
+    cdef Columns owner
+    cdef const uint8_t* p
+    cdef Py_ssize_t n
+
+    def __dealloc__(self):
+        if self.owner is not None:
+            self.owner.live_views -= 1
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, <void*>(self.p if self.p != NULL else &_empty_byte),
+                          self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+
+_COLUMN_NAMES = (
+    ("offset", COL_OFFSET, np.int64), ("timestamp", COL_TS, np.int64),
+    ("timestampType", COL_TSTYPE, np.int32),
+    ("key_offsets", COL_KOFF, np.int32), ("key_data", COL_KDAT, np.uint8),
+    ("key_valid", COL_KVAL, np.uint8),
+    ("value_offsets", COL_VOFF, np.int32), ("value_data", COL_VDAT, np.uint8),
+    ("value_valid", COL_VVAL, np.uint8),
+)
+_HEADER_COLUMN_NAMES = (
+    ("headers_offsets", COL_HOFF, np.int32), ("headers_valid", COL_HVAL, np.uint8),
+    ("header_key_offsets", COL_HKOFF, np.int32), ("header_key_data", COL_HKDAT, np.uint8),
+    ("header_value_offsets", COL_HVOFF, np.int32), ("header_value_data", COL_HVDAT, np.uint8),
+    ("header_value_valid", COL_HVVAL, np.uint8),
+)
+
+
 cdef class Columns:
     """Decoded records as Arrow-layout columns: offset int64, timestamp int64 (microseconds),
     timestamp type int32, key / value as (int32 offsets, data, validity bytes) and, with
     headers=True, the list<struct<key string, value binary>> buffers. Filled by decode_columns;
-    arrays() hands them to numpy (kstore.arrow turns them into a pyarrow RecordBatch)."""
+    arrays() hands numpy copies out, views() zero-copy views (kstore.arrow turns them into a
+    pyarrow RecordBatch)."""
     cdef Buf b[16]
     cdef readonly Py_ssize_t count
     cdef readonly Py_ssize_t header_count
     cdef readonly bint headers
+    cdef readonly Py_ssize_t live_views    # views() alive: while > 0 the columns are frozen
 
     def __cinit__(self, bint headers=False):
         memset(self.b, 0, sizeof(self.b))
@@ -2682,6 +2722,7 @@ cdef class Columns:
     def clear(self):
         """Empty the columns (keeping their memory) for the next chunk."""
         cdef int i
+        self._require_unviewed()
         for i in range(NCOLS):
             self.b[i].n = 0
         self.count = 0
@@ -2741,33 +2782,38 @@ cdef class Columns:
             return -1
         return 0
 
+    cdef int _require_unviewed(self) except -1:
+        if self.live_views:
+            raise BufferError(f"Columns has {self.live_views} live view(s) of its buffers: release "
+                              "the arrays from views() before clearing or refilling it")
+        return 0
+
     cdef object _array(self, int col, object dtype):
         return np.frombuffer(PyBytes_FromStringAndSize(<char*>self.b[col].p, self.b[col].n), dtype=dtype)
 
+    cdef object _view(self, int col, object dtype):
+        cdef _ColumnView v = _ColumnView.__new__(_ColumnView)
+        v.owner = self
+        v.p = self.b[col].p
+        v.n = self.b[col].n
+        self.live_views += 1
+        return np.frombuffer(v, dtype=dtype)
+
+    def _columns(self, bint copy):
+        names = _COLUMN_NAMES + _HEADER_COLUMN_NAMES if self.headers else _COLUMN_NAMES
+        if copy:
+            return {name: self._array(col, dtype) for name, col, dtype in names}
+        return {name: self._view(col, dtype) for name, col, dtype in names}
+
     def arrays(self):
         """The columns as numpy arrays (copies), keyed by name."""
-        out = {
-            "offset": self._array(COL_OFFSET, np.int64),
-            "timestamp": self._array(COL_TS, np.int64),
-            "timestampType": self._array(COL_TSTYPE, np.int32),
-            "key_offsets": self._array(COL_KOFF, np.int32),
-            "key_data": self._array(COL_KDAT, np.uint8),
-            "key_valid": self._array(COL_KVAL, np.uint8),
-            "value_offsets": self._array(COL_VOFF, np.int32),
-            "value_data": self._array(COL_VDAT, np.uint8),
-            "value_valid": self._array(COL_VVAL, np.uint8),
-        }
-        if self.headers:
-            out.update({
-                "headers_offsets": self._array(COL_HOFF, np.int32),
-                "headers_valid": self._array(COL_HVAL, np.uint8),
-                "header_key_offsets": self._array(COL_HKOFF, np.int32),
-                "header_key_data": self._array(COL_HKDAT, np.uint8),
-                "header_value_offsets": self._array(COL_HVOFF, np.int32),
-                "header_value_data": self._array(COL_HVDAT, np.uint8),
-                "header_value_valid": self._array(COL_HVVAL, np.uint8),
-            })
-        return out
+        return self._columns(True)
+
+    def views(self):
+        """The columns as read-only numpy arrays over this object's memory, keyed by name (no
+        copy). Until every one of them is released, clear() and decode_columns raise
+        BufferError, so the data under them stays put."""
+        return self._columns(False)
 
 
 cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
@@ -2849,6 +2895,7 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
         raise ValueError("decode range outside mapping")
     if max_records <= 0 or max_data <= 0:
         raise ValueError("max_records and max_data must be positive")
+    cols._require_unviewed()
     if max_data > (1 << 30):
         max_data = 1 << 30      # Arrow int32 offsets: keep every buffer well below 2 GiB
     p = m.ptr()

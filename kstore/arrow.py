@@ -66,9 +66,10 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def columns_to_batch(cols: _core.Columns, topic: str, partition: int,
-                     schema: Optional[pa.Schema] = None) -> pa.RecordBatch:
-    """A RecordBatch in Spark's Kafka source schema from decoded columns."""
-    a = cols.arrays()
+                     schema: Optional[pa.Schema] = None, copy: bool = True) -> pa.RecordBatch:
+    """A RecordBatch in Spark's Kafka source schema from decoded columns: over copies of them,
+    or with copy=False over their memory (cols stays frozen until the batch is released)."""
+    a = cols.arrays() if copy else cols.views()
     n = cols.count
     arrays = [
         _binary(pa.binary(), n, a["key_offsets"], a["key_data"], a["key_valid"]),
@@ -102,15 +103,23 @@ def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
                  include_headers: bool = False, batch_records: int = DEFAULT_BATCH_RECORDS,
                  batch_bytes: int = DEFAULT_BATCH_BYTES, verify_crc: bool = True,
                  schema: Optional[pa.Schema] = None) -> Iterator[pa.RecordBatch]:
-    """RecordBatches of the records with start <= offset < stop (stopping at the log end)."""
-    cols = _core.Columns(include_headers)
+    """RecordBatches of the records with start <= offset < stop (stopping at the log end).
+
+    The batches are zero-copy views of decode buffers, which are reused once the batches over
+    them are released: a consumer that sends each batch on (as Spark does) keeps two or three
+    buffers in use, and one that keeps every batch gets a buffer per batch."""
+    pool: list[_core.Columns] = []
     offset = start
     while offset < stop:
+        cols = next((c for c in pool if not c.live_views), None)
+        if cols is None:
+            cols = _core.Columns(include_headers)
+            pool.append(cols)
         cols.clear()
         nxt = log.read_columns(offset, stop, cols, max_records=batch_records,
                                max_data=batch_bytes, verify_crc=verify_crc)
         if cols.count:
-            yield columns_to_batch(cols, topic, partition, schema)
+            yield columns_to_batch(cols, topic, partition, schema, copy=False)
         elif nxt <= offset:
             return
         offset = nxt

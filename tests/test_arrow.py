@@ -283,3 +283,42 @@ def test_store_reader_sees_new_partitions_records_and_starts(tmp_path):
                 r.log("c", 0)
     with pytest.raises(kstore.KStoreError, match="does not exist"):
         kstore.StoreReader(str(tmp_path / "nope"))
+
+
+def test_columns_views_are_zero_copy_and_freeze_the_columns(open_log):
+    lg = open_log()
+    lg.append([(b"k%d" % i, b"v%d" % i) for i in range(10)])
+    cols = _core.Columns()
+    lg.read_columns(0, 10, cols)
+    v = cols.views()
+    assert cols.live_views == len(v) == 9
+    assert v["offset"].tolist() == list(range(10)) and not v["value_data"].flags.writeable
+    assert bytes(v["value_data"][v["value_offsets"][3]:v["value_offsets"][4]]) == b"v3"
+    with pytest.raises(BufferError, match="live view"):
+        cols.clear()
+    with pytest.raises(BufferError, match="live view"):
+        lg.read_columns(0, 10, cols)
+    a = cols.arrays()                      # copies do not freeze anything
+    del v
+    assert cols.live_views == 0
+    cols.clear()
+    assert a["offset"].tolist() == list(range(10))
+
+
+def test_iter_batches_reuses_buffers_only_once_batches_are_released(open_log):
+    lg = open_log({"segment.bytes": 1 << 20})
+    for i in range(20):
+        lg.append(records(50, i * 50))
+    want = expected_rows(lg, 0, 1000)
+    # a consumer that sends each batch on (as Spark's worker does) and keeps nothing
+    got, addresses = [], set()
+    for b in ka.iter_batches(lg, "t", 0, 0, 1000, include_headers=True, batch_records=64):
+        got += actual_rows([b])
+        addresses.add(b.column("value").buffers()[2].address)
+        del b
+    assert got == want
+    assert len(addresses) <= 3                 # the decode buffers were recycled
+    # one that keeps every batch: none is overwritten by a later one
+    kept = list(ka.iter_batches(lg, "t", 0, 0, 1000, include_headers=True, batch_records=64))
+    assert len({b.column("value").buffers()[2].address for b in kept}) == len(kept)
+    assert actual_rows(kept) == want
