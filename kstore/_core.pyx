@@ -1899,6 +1899,11 @@ cdef class SegmentView:
         return self.log_map is not None and self.index is not None and not self.log_map.closing \
             and (self.index.map is not None or self.index.entries == 0)
 
+    @property
+    def is_ready(self):
+        """Mapped with its index loaded: the read fast path can use it."""
+        return self.ready()
+
     cdef tuple _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
                      bint verify_crc, list out, bint min_one):
         cdef Py_ssize_t end = self.size

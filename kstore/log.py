@@ -170,9 +170,11 @@ class Log:
             for gone in old.values():
                 gone.close_handlers()
             for i, seg in enumerate(segs):
-                # a segment is re-validated whenever its file length differs from what was
-                # validated (the last one grows; one that was last may have grown before its roll)
-                seg.refresh_read_only(i == len(segs) - 1)
+                # the last segment is validated now and re-validated whenever its file length
+                # differs from what was validated (it grows; one that was last may have grown
+                # before its roll); the others are validated when a read first maps them
+                if seg.ro_scanned or i == len(segs) - 1:
+                    seg.refresh_read_only(i == len(segs) - 1)
             self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
@@ -666,9 +668,10 @@ class Log:
             self._prepare_for_read(offset, segs)
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
-        """Map segments and load indexes the fast path found missing (lazy open). A segment
-        deleted under the reader (retention, truncation) sends it back for a fresh segment list,
-        or raises OffsetOutOfRangeError if the offset is gone."""
+        """Map the first segment the fast path found missing and load its index (lazy open; a
+        read-only segment is validated then). One per call, so a read maps only the segments it
+        reaches. A segment deleted under the reader (retention, truncation) sends it back for a
+        fresh segment list, or raises OffsetOutOfRangeError if the offset is gone."""
         if self._closed:
             self._check_open()
         i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
@@ -676,8 +679,10 @@ class Log:
             if seg.closed:
                 self._check_range(offset)
                 return
-            seg.mapping()
-            seg.offset_index
+            if not seg.view.is_ready:
+                seg.mapping()
+                seg.offset_index
+                return
 
     def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> memoryview:
         """Whole raw batches from the one holding offset, as a zero-copy view (one segment)."""

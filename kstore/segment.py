@@ -69,6 +69,8 @@ class LogSegment:
         self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
         self._rebuilding = False
+        self.ro_scanned = False          # read-only: the .log's batches were validated
+        self._ro_last_offset = -1
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -163,8 +165,12 @@ class LogSegment:
 
     # -- mapping ---------------------------------------------------------------------------
     def mapping(self) -> _core.Mapping:
-        """The mapping that covers [0, size): writable for the active segment, else read-only."""
+        """The mapping that covers [0, size): writable for the active segment, else read-only.
+        A read-only segment validates its batches first (deferred from the log's open)."""
         m = self._map
+        if m is None and self.read_only and not self.ro_scanned:
+            self.refresh_read_only(False)
+            m = self._map
         if m is None:
             with self._lock:
                 if self._map is None:
@@ -526,7 +532,9 @@ class LogSegment:
         the valid size by validating pread copies of the new bytes (a batch still being written
         fails its CRC and stays invisible; a file shrinking under us just reads short), then load
         the indexes' valid prefix the same way. Mapped reads never go past the validated size,
-        which the writer never cuts, so no page past its end-of-file is ever touched."""
+        which the writer never cuts, so no page past its end-of-file is ever touched. The log
+        validates its last segment when it opens or refreshes; the others on first use
+        (mapping()), so opening costs the same whatever the partition's size."""
         with self._lock:
             try:
                 fd = self._io.open(self.log_path, os.O_RDONLY)
@@ -534,9 +542,9 @@ class LogSegment:
                 return
             try:
                 flen = self._io.size(fd)
-                if getattr(self, "_ro_scanned", False) and flen == self.size:
+                if self.ro_scanned and flen == self.size:
                     return
-                pos = self.size if getattr(self, "_ro_scanned", False) else 0
+                pos = self.size if self.ro_scanned else 0
                 last = self._ro_last_offset if pos else -1
                 best = self._max_ts if pos and self._max_ts else (-1, -1)
                 window = 64 << 10
@@ -564,7 +572,7 @@ class LogSegment:
                         old.close()
             finally:
                 self._io.close(fd)
-            self._ro_scanned = True
+            self.ro_scanned = True
             self._ro_last_offset = last
             self.size = pos
             self._max_ts = best
