@@ -2,10 +2,18 @@
 the rate of writing a DataFrame into a topic, in one local SparkSession.
 
 Workload: N records (default 1,000,000) of 16-byte keys and 100-byte values in P partitions
-(default 2, one per core of local[2]). The read job is the same for both sources: every column
-of every row through Spark's `noop` sink. The Parquet copy holds the same seven columns, one
-file per partition, written by pyarrow. Figures are medians of `repeats` runs after a warm-up;
-the ratio is kstore's rate over Parquet's in the same run.
+(default 2, one per core of local[2]). The read job is the same for every source: every column
+of every row through Spark's `noop` sink. Three sources are read in the same session:
+
+- kstore: the `kstore` format, decoding the segments in each task;
+- parquet: the same seven columns, one file per partition, written by pyarrow;
+- ceiling: the very batches kstore's tasks yield, saved beforehand as Arrow IPC files and
+  replayed through a memory map by a Python data source, one task per partition. It is what
+  Spark's Python data source path costs with no decoding at all (Spark copies each Arrow batch
+  into rows in the JVM), so kstore / ceiling shows how much of a read is kstore's own work.
+
+Each source is read `warmup` times first (JIT, Python workers, page cache);
+figures are medians of `repeats` runs after that, and ratios are of medians from the same run.
 """
 from __future__ import annotations
 
@@ -19,6 +27,51 @@ from typing import Optional
 
 import kstore
 from kstore.bench import BASE_TS, VALUE, _key
+from kstore.arrow import kafka_schema
+from kstore.spark import SCHEMA_DDL
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("kstore bench --spark needs PySpark: pip install 'kstore[spark]'") from e
+
+
+class _ArrowFile(InputPartition):
+    def __init__(self, path: str):
+        self.path = path
+
+
+class CeilingReader(DataSourceReader):
+    """Replays Arrow IPC files through a memory map: batches reach Spark with no decoding."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def partitions(self):
+        return [_ArrowFile(os.path.join(self.path, f)) for f in sorted(os.listdir(self.path))]
+
+    def read(self, partition: _ArrowFile):
+        import pyarrow as pa
+        with pa.memory_map(partition.path) as source:
+            f = pa.ipc.open_file(source)
+            for i in range(f.num_record_batches):
+                yield f.get_batch(i)
+
+
+class CeilingDataSource(DataSource):
+    """Format ``kstore_bench_ceiling``: the kstore ranges' batches, already decoded into Arrow
+    IPC files (one per partition, same rows and batch sizes), through the same Python data
+    source path. What that path costs with no decoding at all."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kstore_bench_ceiling"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema) -> CeilingReader:
+        return CeilingReader(self.options["path"])
 
 
 def _session(cores: int):
@@ -35,6 +88,9 @@ def _session(cores: int):
 
 
 def _build(root: str, n: int, partitions: int) -> str:
+    """The topic, then its rows as Parquet (one file per partition) and as the ceiling's Arrow
+    IPC files (the batches kstore's tasks yield)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from kstore.arrow import iter_batches
     store = os.path.join(root, "store")
@@ -45,14 +101,27 @@ def _build(root: str, n: int, partitions: int) -> str:
             lg = m.log("bench", p)
             for s in range(0, per, 1000):
                 lg.append([(_key(i), VALUE, BASE_TS + i) for i in range(s, min(per, s + 1000))])
-    parquet = os.path.join(root, "parquet")
-    os.makedirs(parquet)
+    for d in ("parquet", "ceiling"):
+        os.makedirs(os.path.join(root, d))
     with kstore.StoreReader(store) as r:
         for p in range(partitions):
             batches = list(iter_batches(r.log("bench", p), "bench", p, 0, 1 << 62))
-            import pyarrow as pa
-            pq.write_table(pa.Table.from_batches(batches), os.path.join(parquet, f"part-{p}.parquet"))
+            pq.write_table(pa.Table.from_batches(batches),
+                           os.path.join(root, "parquet", f"part-{p}.parquet"))
+            with pa.OSFile(os.path.join(root, "ceiling", f"part-{p}.arrow"), "wb") as f, \
+                    pa.ipc.new_file(f, kafka_schema()) as w:
+                for b in batches:
+                    w.write_batch(b)
     return store
+
+
+def _fingerprint(df) -> tuple:
+    """Row count and sums over every column: the sources must agree on all of them."""
+    from pyspark.sql import functions as F
+    row = df.agg(F.count("*"), F.sum("offset"), F.sum("partition"), F.sum("timestampType"),
+                 F.sum(F.unix_micros("timestamp").cast("decimal(38,0)")), F.sum(F.crc32("key")),
+                 F.sum(F.crc32("value")), F.sum(F.crc32(F.col("topic").cast("binary")))).first()
+    return tuple(row)
 
 
 def _timed(fn) -> float:
@@ -61,48 +130,65 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 3,
-        dir_: Optional[str] = None, quiet: bool = False) -> dict:
+def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 5,
+        warmup: int = 3, dir_: Optional[str] = None, quiet: bool = False, spark=None) -> dict:
+    """Build the data, measure, clean up. With `spark` given, runs in that session (with the
+    kstore source registered) and leaves it running; otherwise starts local[cores] and stops it."""
     root = tempfile.mkdtemp(prefix="kstore-spark-bench-", dir=dir_)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
         say(f"building {n:,} records in {partitions} partitions and their Parquet copy ...")
         store = _build(root, n, partitions)
-        say(f"starting local[{cores}] ...")
-        spark = _session(cores)
+        own = spark is None
+        if own:
+            say(f"starting local[{cores}] ...")
+            spark = _session(cores)
         try:
-            kdf = spark.read.format("kstore").option("subscribe", "bench").load(store)
-            pdf = spark.read.parquet(os.path.join(root, "parquet"))
-            assert kdf.count() == pdf.count() == n // partitions * partitions
+            spark.dataSource.register(CeilingDataSource)
+            sources = {
+                "kstore": spark.read.format("kstore").option("subscribe", "bench").load(store),
+                "parquet": spark.read.parquet(os.path.join(root, "parquet")),
+                "ceiling": spark.read.format(CeilingDataSource.name())
+                .load(os.path.join(root, "ceiling")),
+            }
+            rows = n // partitions * partitions
+            prints = {name: _fingerprint(df) for name, df in sources.items()}
+            if len(set(prints.values())) != 1 or prints["kstore"][0] != rows:
+                raise AssertionError(f"the sources differ (expected {rows:,} rows): {prints}")
 
             def read(df):
                 return lambda: df.write.format("noop").mode("overwrite").save()
 
-            for df in (kdf, pdf):       # warm-up: JVM, Python workers, page cache
-                read(df)()
-            k_times, p_times, w_times = [], [], []
-            for i in range(repeats):
-                k_times.append(_timed(read(kdf)))
-                p_times.append(_timed(read(pdf)))
-                say(f"  read run {i + 1}: kstore {k_times[-1]:.2f} s, parquet {p_times[-1]:.2f} s")
+            for _ in range(warmup):
+                for df in sources.values():
+                    read(df)()
+            times: dict = {name: [] for name in sources}
+            for i in range(repeats):        # interleaved, so drift in the host hits all alike
+                for name, df in sources.items():
+                    times[name].append(_timed(read(df)))
+                say(f"  read run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()))
             # the write source is cached, so the write runs time the sink, not a Parquet scan
-            src = pdf.select("key", "value").repartition(cores).cache()
+            src = sources["parquet"].select("key", "value").repartition(cores).cache()
             src.count()
+            w_times = []
             for i in range(repeats):
                 w = (src.write.format("kstore").mode("append").option("topic", f"out{i}")
                      .option("kstore.num.partitions", str(partitions)))
                 w_times.append(_timed(lambda: w.save(store)))
                 say(f"  write run {i + 1}: {w_times[-1]:.2f} s")
         finally:
-            spark.stop()
-        rows = n // partitions * partitions
-        k, p, w = (statistics.median(t) for t in (k_times, p_times, w_times))
+            if own:
+                spark.stop()
+        k, p, c, w = (statistics.median(t) for t in
+                      (times["kstore"], times["parquet"], times["ceiling"], w_times))
         return {
-            "records": rows, "partitions": partitions, "cores": cores,
-            "kstore_read_s": k_times, "parquet_read_s": p_times, "kstore_write_s": w_times,
+            "records": rows, "partitions": partitions, "cores": cores, "warmup": warmup,
+            "kstore_read_s": times["kstore"], "parquet_read_s": times["parquet"],
+            "ceiling_read_s": times["ceiling"], "kstore_write_s": w_times,
             "kstore_read_rec_s": rows / k, "kstore_read_rec_s_per_core": rows / k / cores,
-            "parquet_read_rec_s": rows / p, "kstore_over_parquet": p / k,
-            "kstore_write_rec_s": rows / w,
+            "parquet_read_rec_s": rows / p, "ceiling_read_rec_s": rows / c,
+            "kstore_over_parquet": p / k, "kstore_over_ceiling": c / k,
+            "ceiling_over_parquet": p / c, "kstore_write_rec_s": rows / w,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -111,11 +197,17 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
 def print_report(out: dict, file=sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)   # noqa: E731
     p(f"Spark local[{out['cores']}], {out['records']:,} records (100-byte values), "
-      f"{out['partitions']} partitions; medians of {len(out['kstore_read_s'])} runs")
+      f"{out['partitions']} partitions; medians of {len(out['kstore_read_s'])} runs after "
+      f"{out['warmup']} warm-up runs")
     p(f"  read kstore : {out['kstore_read_rec_s']:,.0f} rec/s "
       f"({out['kstore_read_rec_s_per_core']:,.0f} per core)")
     p(f"  read parquet: {out['parquet_read_rec_s']:,.0f} rec/s")
-    p(f"  kstore / parquet: {out['kstore_over_parquet']:.2f}x")
+    p(f"  read ceiling: {out['ceiling_read_rec_s']:,.0f} rec/s (Spark's Python data source path, "
+      f"no decoding)")
+    p(f"  kstore / parquet : {out['kstore_over_parquet']:.2f}x")
+    p(f"  kstore / ceiling : {out['kstore_over_ceiling']:.2f}x")
+    p(f"  ceiling / parquet: {out['ceiling_over_parquet']:.2f}x (the most any Python data source "
+      f"reaches here)")
     p(f"  write kstore: {out['kstore_write_rec_s']:,.0f} rec/s")
     per_core = out["kstore_read_rec_s_per_core"]
     p(f"  [{'ok' if per_core >= 1e6 else 'SHORT'}] read >= 1M rec/s per core: {per_core:,.0f}")
