@@ -9,7 +9,7 @@ Kafka's (docs/format.md); all integers on disk are big-endian.
 """
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t, int64_t, uintptr_t
-from libc.string cimport memcpy, memset, memcmp
+from libc.string cimport memcpy, memset, memcmp, memchr
 from libc.stdlib cimport malloc, realloc, free
 from libc.errno cimport errno
 from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED, MS_SYNC
@@ -632,6 +632,31 @@ cdef class ColumnInput:
             return -1
         return self.hvoff[j + 1] - self.hvoff[j]
 
+    def rows(self, Py_ssize_t start, Py_ssize_t stop):
+        """Rows [start, stop) as (key, value, timestamp, headers) tuples for BatchBuilder.build
+        (a timestamp < 0 becomes None: now). For the legacy message formats only: the columnar
+        path exists to avoid these objects."""
+        cdef Py_ssize_t i, j, k, v
+        cdef list out = []
+        if start < 0 or stop > self.n or start > stop:
+            raise ValueError(f"rows [{start}, {stop}) outside the {self.n} input rows")
+        for i in range(start, stop):
+            k = self.key_len(i)
+            v = self.value_len(i)
+            key = None if k < 0 else PyBytes_FromStringAndSize(<char*>self.kdat + self.koff[i], k)
+            value = None if v < 0 else PyBytes_FromStringAndSize(<char*>self.vdat + self.voff[i], v)
+            ts = None if self.ts == NULL or self.ts[i] < 0 else self.ts[i]
+            headers = None
+            if self.hoff != NULL and (self.hval == NULL or self.hval[i]):
+                headers = []
+                for j in range(self.hoff[i], self.hoff[i + 1]):
+                    hv = None if self.hv_len(j) < 0 else \
+                        PyBytes_FromStringAndSize(<char*>self.hvdat + self.hvoff[j], self.hv_len(j))
+                    headers.append((PyUnicode_DecodeUTF8(<char*>self.hkdat + self.hkoff[j],
+                                                         self.hk_len(j), NULL), hv))
+            out.append((key, value, ts, headers))
+        return out
+
     def sizes(self):
         """Per-row upper bound of the encoded record size (int64 numpy array), for splitting
         rows into batches under a byte budget without per-row Python work."""
@@ -698,6 +723,152 @@ def murmur2(data):
     cdef const uint8_t[::1] mv = data
     cdef Py_ssize_t n = mv.shape[0]
     return <int32_t>_murmur2(&mv[0] if n else &_empty_byte, n)
+
+
+cdef inline Py_ssize_t _find(const uint8_t* p, Py_ssize_t start, Py_ssize_t end,
+                             const uint8_t* pat, Py_ssize_t plen) noexcept nogil:
+    """Position of the first pat in p[start:end), or -1."""
+    cdef const uint8_t* q
+    while end - start >= plen:
+        q = <const uint8_t*>memchr(p + start, pat[0], <size_t>(end - start - plen + 1))
+        if q == NULL:
+            return -1
+        start = q - p
+        if memcmp(q, pat, <size_t>plen) == 0:
+            return start
+        start += 1
+    return -1
+
+
+def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int sticky,
+                bint final):
+    """Split text lines (a console producer's input) into per-partition columns, in two nogil
+    passes and no per-line Python objects.
+
+    Lines end at \\n (a trailing \\r is dropped); with final=False the bytes after the last
+    \\n are left for the next call. sep (bytes or None) splits each line into key and value at
+    its first occurrence. A line's partition is `partition` when >= 0, else Kafka's default
+    partitioner over its key (toPositive(murmur2) % n_parts) when keyed, else `sticky`.
+
+    Returns (consumed, lines, parts, bad): bytes consumed, lines split, and per partition None
+    or (count, key, value) in ColumnInput's form (key None when unkeyed). bad is -1, or the
+    (start, end) of the first line without the separator: splitting stopped before it, the
+    lines ahead of it are in parts and consumed ends at its start.
+    """
+    cdef Py_ssize_t n = data.shape[0]
+    cdef const uint8_t* p = &data[0] if n else &_empty_byte
+    cdef const uint8_t* pat = NULL
+    cdef Py_ssize_t plen = 0, limit = 0, nlines = 0, i, j, s, e, k, q, bad_s = -1, bad_e = -1
+    cdef const uint8_t* nl
+    cdef bytes sepb
+    if n_parts <= 0 or partition >= n_parts or not 0 <= sticky < n_parts:
+        raise ValueError(f"partition {partition} / sticky {sticky} outside {n_parts} partitions")
+    if sep is not None:
+        sepb = bytes(sep)
+        plen = len(sepb)
+        if plen == 0:
+            raise ValueError("the key separator must not be empty")
+        pat = <const uint8_t*>PyBytes_AS_STRING(sepb)
+    # the lines to split: up to the last newline, or everything when final
+    with nogil:
+        s = 0
+        while s < n:
+            nl = <const uint8_t*>memchr(p + s, 10, <size_t>(n - s))
+            if nl == NULL:
+                break
+            nlines += 1
+            s = (nl - p) + 1
+        limit = s
+        if final and limit < n:
+            nlines += 1
+            limit = n
+    starts = np.empty(nlines, dtype=np.int64)
+    seps = np.empty(nlines, dtype=np.int64)
+    ends = np.empty(nlines, dtype=np.int64)
+    parts_of = np.empty(nlines, dtype=np.int32)
+    counts = np.zeros(n_parts, dtype=np.int64)
+    kbytes = np.zeros(n_parts, dtype=np.int64)
+    vbytes = np.zeros(n_parts, dtype=np.int64)
+    cdef int64_t[::1] st = starts, sp = seps, en = ends, cnt = counts, kb = kbytes, vb = vbytes
+    cdef int32_t[::1] pt = parts_of
+    cdef int32_t part
+    with nogil:
+        s = 0
+        for i in range(nlines):
+            nl = <const uint8_t*>memchr(p + s, 10, <size_t>(limit - s)) if s < limit else NULL
+            e = (nl - p) if nl != NULL else limit
+            q = e + 1
+            if e > s and p[e - 1] == 13:
+                e -= 1
+            k = -1
+            if pat != NULL:
+                k = _find(p, s, e, pat, plen)
+                if k < 0:
+                    bad_s, bad_e = s, e
+                    nlines = i
+                    limit = s
+                    break
+            if partition >= 0:
+                part = partition
+            elif k >= 0:
+                part = <int32_t>((_murmur2(p + s, k - s) & 0x7fffffff) % <uint32_t>n_parts)
+            else:
+                part = sticky
+            st[i], sp[i], en[i], pt[i] = s, k, e, part
+            cnt[part] += 1
+            if k >= 0:
+                kb[part] += k - s
+                vb[part] += e - (k + plen)
+            else:
+                vb[part] += e - s
+            s = q
+    for j in range(n_parts):
+        if kb[j] > INT32_MAX or vb[j] > INT32_MAX:
+            raise InvalidRecordError("more than 2 GiB of keys or values in one call")
+    out = []
+    cdef int32_t[::1] ko, vo
+    cdef uint8_t[::1] kd, vd
+    cdef Py_ssize_t r, kp, vp, a
+    for j in range(n_parts):
+        if cnt[j] == 0:
+            out.append(None)
+            continue
+        koff = np.empty(cnt[j] + 1, dtype=np.int32) if pat != NULL else None
+        kdat = np.empty(kb[j], dtype=np.uint8) if pat != NULL else None
+        voff = np.empty(cnt[j] + 1, dtype=np.int32)
+        vdat = np.empty(vb[j], dtype=np.uint8)
+        vo, vd = voff, vdat
+        if pat != NULL:
+            ko, kd = koff, kdat
+        r = kp = vp = 0
+        with nogil:
+            vo[0] = 0
+            if pat != NULL:
+                ko[0] = 0
+            for i in range(nlines):
+                if pt[i] != j:
+                    continue
+                if sp[i] >= 0:
+                    a = sp[i] - st[i]
+                    if a:
+                        memcpy(&kd[kp], p + st[i], <size_t>a)
+                    kp += a
+                    ko[r + 1] = <int32_t>kp
+                    a = en[i] - (sp[i] + plen)
+                    if a:
+                        memcpy(&vd[vp], p + sp[i] + plen, <size_t>a)
+                else:
+                    a = en[i] - st[i]
+                    if a:
+                        memcpy(&vd[vp], p + st[i], <size_t>a)
+                vp += a
+                vo[r + 1] = <int32_t>vp
+                r += 1
+        out.append((int(cnt[j]), (koff, kdat, None) if pat != NULL else None, (voff, vdat, None)))
+    bad = -1
+    if bad_s >= 0:
+        bad = (bad_s, bad_e)
+    return limit, nlines, out, bad
 
 
 cdef class BatchBuilder:

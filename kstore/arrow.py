@@ -18,7 +18,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from kstore import _core
 from kstore.errors import InvalidRecordError
-from kstore.log import Log
+from kstore.log import Log, split_rows  # noqa: F401  (re-exported: the Spark sink uses it)
 
 #: Records per RecordBatch by default, and the cap on a batch's key/value/header bytes.
 DEFAULT_BATCH_RECORDS = 1 << 16
@@ -199,21 +199,3 @@ def key_hashes(batch: pa.RecordBatch) -> np.ndarray:
     if key is None:
         return np.full(batch.num_rows, -1, dtype=np.int64)
     return _core.ColumnInput(batch.num_rows, key=_binary_buffers(key, "key")).key_hashes()
-
-
-def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
-    """Consecutive row ranges of [start, stop) whose summed sizes stay within budget (a range
-    holds at least one row). One Python step per range, not per row."""
-    out = []
-    if stop <= start:
-        return out
-    cs = np.cumsum(sizes[start:stop])
-    pos = 0
-    n = stop - start
-    while pos < n:
-        base = cs[pos - 1] if pos else 0
-        j = int(np.searchsorted(cs, base + budget, side="right"))
-        j = max(j, pos + 1)
-        out.append((start + pos, start + j))
-        pos = j
-    return out

@@ -566,6 +566,18 @@ class LogManager:
         tp = (topic, partition)
         return self._guard(self._dir_of[tp], self._logs[tp].append, records)
 
+    def append_columns(self, topic: str, partition: int, cols, start: int = 0,
+                       stop: Optional[int] = None, *, batch_bytes: int = 1 << 20) -> tuple[int, int]:
+        """Append rows of columnar input (a _core.ColumnInput) to one partition in batches of
+        about batch_bytes (Log.append_columns). Returns (first offset, record count)."""
+        self._check_writable()
+        n = self.ensure_topic(topic)
+        if not 0 <= partition < n:
+            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        tp = (topic, partition)
+        return self._guard(self._dir_of[tp], self._logs[tp].append_columns, cols, start, stop,
+                           batch_bytes=batch_bytes)
+
     def ensure_topic(self, topic: str) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
         auto.create.topics.enable is on, as a broker does for a producer."""

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import numpy as np
+
 import kstore
 from kstore import _core
 from kstore.clock import MockTime
@@ -780,3 +782,54 @@ def test_read_only_deferred_validation_still_stops_at_a_torn_tail(open_log, log_
     assert got == [o for o in range(60) if not (nxt - 1 <= o < nxt)]
     assert ro.segments[1].ro_scanned and ro.segments[1].size == last_batch_pos
     assert base1 < nxt - 1
+
+
+
+def _column_input(rows, ts=None):
+    """(key, value) rows as a ColumnInput (None keys are null)."""
+    n = len(rows)
+    koff, voff = np.zeros(n + 1, np.int32), np.zeros(n + 1, np.int32)
+    kvalid = np.array([k is not None for k, _v in rows], np.uint8)
+    koff[1:] = np.cumsum([len(k or b"") for k, _v in rows])
+    voff[1:] = np.cumsum([len(v) for _k, v in rows])
+    kdat = np.frombuffer(b"".join(k or b"" for k, _v in rows), np.uint8)
+    vdat = np.frombuffer(b"".join(v for _k, v in rows), np.uint8)
+    return _core.ColumnInput(n, key=(koff, kdat, kvalid), value=(voff, vdat, None),
+                             timestamps=None if ts is None else np.full(n, ts, np.int64))
+
+
+TS = 1_700_000_000_000
+
+
+def test_append_columns_writes_the_bytes_append_writes(open_log, tmp_path):
+    rows = [(None if i % 5 == 0 else b"k%d" % i, b"v" * (i % 70)) for i in range(500)]
+    a = open_log({"segment.bytes": 1 << 20}, path=str(tmp_path / "a-0"))
+    b = open_log({"segment.bytes": 1 << 20}, path=str(tmp_path / "b-0"))
+    cols = _column_input(rows, TS)
+    assert b.append_columns(cols, batch_bytes=4096) == (0, 500)
+    ranges = kstore.log.split_rows(cols.sizes(), 0, 500, 4096)
+    assert len(ranges) == 9
+    for lo, hi in ranges:            # append() of the same rows, cut at the same places
+        a.append([(k, v, TS) for k, v in rows[lo:hi]])
+    assert bytes(a.read_batches(0, 1 << 30)) == bytes(b.read_batches(0, 1 << 30))
+    assert b.append_columns(cols, 100, 110) == (500, 10)
+    assert [(r.key, r.value) for r in b.read(500)] == rows[100:110]
+
+
+def test_append_columns_validates_and_keeps_what_came_before(open_log):
+    lg = open_log({"cleanup.policy": "compact"})
+    rows = [(b"k%d" % i, b"v") for i in range(10)] + [(None, b"no key")] + [(b"k", b"v")]
+    with pytest.raises(kstore.InvalidRecordError):
+        lg.append_columns(_column_input(rows), batch_bytes=200)      # 5 rows (35 B) a batch
+    assert lg.log_end_offset == 10              # the batches before the bad one stay
+    with pytest.raises(kstore.RecordTooLargeError):
+        open_log({"max.message.bytes": 100}, path=lg.dir + "x-0").append_columns(
+            _column_input([(b"k", b"v" * 200)]))
+
+
+def test_append_columns_to_a_legacy_format_topic_writes_v1(open_log):
+    lg = open_log({"message.format.version": "0.10.2"})
+    rows = [(b"k%d" % i, b"v%d" % i) for i in range(20)]
+    assert lg.append_columns(_column_input(rows, TS), batch_bytes=100) == (0, 20)
+    assert [(r.key, r.value, r.timestamp) for r in lg.read(0)] == [(k, v, TS) for k, v in rows]
+    assert bytes(lg.read_batches(0, 1 << 20))[16] == 1          # magic byte of a v1 message

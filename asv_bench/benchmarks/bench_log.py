@@ -43,6 +43,39 @@ class Append:
         self.log.append(self.batch)
 
 
+class AppendColumns:
+    """100,000 records as Arrow-layout columns (Log.append_columns, the bulk path kstore produce
+    uses) against the same rows as tuples through Log.append, both in ~1 MiB batches."""
+    timeout = 300
+
+    def setup(self):
+        import numpy as np
+        self.dir = tempfile.mkdtemp()
+        self.cols_log = kstore.Log.open(os.path.join(self.dir, "c-0"), {"segment.bytes": 1 << 30})
+        self.rows_log = kstore.Log.open(os.path.join(self.dir, "r-0"), {"segment.bytes": 1 << 30})
+        n = N
+        offsets = lambda width: np.arange(n + 1, dtype=np.int32) * width  # noqa: E731
+        self.cols = _core.ColumnInput(
+            n, key=(offsets(len(KEY)), np.frombuffer(KEY * n, np.uint8), None),
+            value=(offsets(len(VALUE)), np.frombuffer(VALUE * n, np.uint8), None),
+            timestamps=np.arange(TS, TS + n, dtype=np.int64))
+        per = (1 << 20) // (32 + len(KEY) + len(VALUE))
+        self.batches = [[(KEY, VALUE, TS + i) for i in range(s, min(n, s + per))]
+                        for s in range(0, n, per)]
+
+    def teardown(self):
+        self.cols_log.close()
+        self.rows_log.close()
+        shutil.rmtree(self.dir)
+
+    def time_append_columns_100k(self):
+        self.cols_log.append_columns(self.cols, batch_bytes=1 << 20)
+
+    def time_append_tuples_100k(self):
+        for b in self.batches:
+            self.rows_log.append(b)
+
+
 class Read:
     timeout = 300
 
