@@ -169,7 +169,9 @@ A line without the separator stops the command with exit status 1 (earlier lines
     p.add_argument("--parse-key", action="store_true", help="lines are keyed (separator default \\t)")
     p.add_argument("--partition", type=int, help="append every line to this partition")
     p.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
-                   help="bytes per record batch, as the producer's batch.size (default 16384)")
+                   help="bytes per record batch, as the producer's batch.size: a batch closes "
+                        "before a record whose estimated encoded size (32 bytes + key + value) "
+                        "would take it past this (default 16384)")
     p.add_argument("--verbose", action="store_true", help="say how many records were appended")
 
     c = _sub(sub, "consume", "print a topic's records (kafka-console-consumer)", """examples:

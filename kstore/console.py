@@ -12,9 +12,9 @@ import sys
 import time
 from typing import IO, Optional
 
+from kstore import _core
 from kstore.admin import open_manager, open_reader, parse_time
 from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
-from kstore.partitioner import partition_for_key
 from kstore.progress import Progress
 
 READ_CHUNK = 1 << 20
@@ -45,60 +45,35 @@ def produce(args, stdin: Optional[IO[bytes]] = None, err: Optional[IO] = None) -
         if args.partition is not None and not 0 <= args.partition < n_parts:
             raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist "
                                     f"({n_parts} partitions)")
+        fixed = -1 if args.partition is None else args.partition
         sticky = 0
         rest = b""
         while True:
             chunk = stdin.read(READ_CHUNK)
-            data = rest + chunk
-            if not chunk:
-                lines, rest = (data.split(b"\n") if data else []), b""
-            else:
-                lines = data.split(b"\n")
-                rest = lines.pop()
+            data = rest + chunk if rest else chunk
+            # lines split per partition in the core: keys, murmur2, no per-line Python objects
+            consumed, lines, parts, bad = _core.split_lines(data, sep, n_parts, fixed, sticky,
+                                                            not chunk)
+            for p, part in enumerate(parts):
+                if part is not None:
+                    count, key, value = part
+                    m.append_columns(args.topic, p, _core.ColumnInput(count, key=key, value=value),
+                                     batch_bytes=batch_bytes)
+            produced += lines
+            line_no += lines
+            if bad != -1:
+                text = bytes(data[bad[0]:bad[1]]).decode("utf-8", "replace")
+                raise InvalidConfigError(
+                    f"No key separator found on line number {line_no + 1}: '{text}'")
             if lines:
-                by_part: dict[int, list] = {}
-                ts = int(time.time() * 1000)
-                for line in lines:
-                    line_no += 1
-                    if line.endswith(b"\r"):
-                        line = line[:-1]
-                    key = None
-                    if sep is not None:
-                        i = line.find(sep)
-                        if i < 0:
-                            raise InvalidConfigError(
-                                f"No key separator found on line number {line_no}: '{line.decode('utf-8', 'replace')}'")
-                        key, line = line[:i], line[i + len(sep):]
-                    if args.partition is not None:
-                        p = args.partition
-                    elif key is not None:
-                        p = partition_for_key(key, n_parts)
-                    else:
-                        p = sticky                      # sticky partitioning for unkeyed lines
-                    by_part.setdefault(p, []).append((key, line, ts))
-                sticky = (sticky + 1) % n_parts
-                for p, recs in by_part.items():
-                    for batch in _batches(recs, batch_bytes):
-                        m.append_batch(args.topic, p, batch)
-                produced += len(lines)
+                sticky = (sticky + 1) % n_parts         # sticky partitioning for unkeyed lines
+            rest = data[consumed:]
             bar.update(len(chunk))
             if not chunk:
                 break
     if args.verbose:
         print(f"Produced {produced} records to {args.topic}", file=err)
     return 0
-
-
-def _batches(recs: list, limit: int):
-    """Cut records into batches of about `limit` bytes of keys and values (Kafka's batch.size)."""
-    start, size = 0, 0
-    for i, (k, v, _ts) in enumerate(recs):
-        size += len(v) + (len(k) if k is not None else 0) + 8
-        if size >= limit:
-            yield recs[start:i + 1]
-            start, size = i + 1, 0
-    if start < len(recs):
-        yield recs[start:]
 
 
 def _regular_file_size(f) -> Optional[int]:

@@ -63,15 +63,18 @@ def test_produce_batches_follow_batch_size(tmp_path):
     path = os.path.join(d, "t-0", "00000000000000000000.log")
     counts = [b["count"] for b in batches(open(path, "rb").read(), path)]
     assert sum(counts) == 1000
-    # each record counts 99 + 8 bytes against batch.size 16384: a batch closes at the 154th
-    assert counts == [154] * 6 + [76]
+    # each record counts as 32 + 99 bytes (its encoded size's upper bound) against batch.size
+    # 16384: a batch closes before the 126th
+    assert counts == [125] * 8
 
 
 def test_produce_missing_separator_names_the_line(tmp_path):
     d = str(tmp_path / "s")
     with pytest.raises(kstore.KStoreError, match=r"No key separator found on line number 2: 'oops'"):
-        produce(d, b"k:v\noops\n", "--topic", "t", "--key-separator", ":", "--partition", "0")
-    assert contents(d, "t")[0] == []             # the chunk holding the bad line appended nothing
+        produce(d, b"k:v\noops\nk2:v2\n", "--topic", "t", "--key-separator", ":",
+                "--partition", "0")
+    # the lines before the bad one are appended, nothing from it on
+    assert [(k, v) for _o, k, v in contents(d, "t")[0]] == [(b"k", b"v")]
 
 
 def test_consume_formats_like_kafkas_default_formatter(tmp_path):
