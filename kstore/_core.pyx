@@ -2809,6 +2809,17 @@ cdef inline int _put_i64(Buf* b, int64_t v) noexcept nogil:
 cdef inline int _put_u8(Buf* b, uint8_t v) noexcept nogil:
     return _put(b, &v, 1)
 
+cdef inline int _put_binary(Buf* data, Buf* offsets, Buf* valid, const uint8_t* p,
+                            Py_ssize_t n) noexcept nogil:
+    """Append one value of an Arrow binary column (n < 0: null; valid NULL: never null)."""
+    if n >= 0 and _put(data, p, n) < 0:
+        return -1
+    if _put_i32(offsets, <int32_t>data.n) < 0:
+        return -1
+    if valid != NULL and _put_u8(valid, n >= 0) < 0:
+        return -1
+    return 0
+
 cdef enum:
     C_DONE = 0       # the batch was consumed
     C_LIMIT = 1      # max records / bytes reached: resume at next_offset
@@ -2852,9 +2863,6 @@ cdef class _ColumnView:
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         PyBuffer_FillInfo(buffer, self, <void*>(self.p if self.p != NULL else &_empty_byte),
                           self.n, 1, flags)
-
-    def __releasebuffer__(self, Py_buffer* buffer):
-        pass
 
 
 _COLUMN_NAMES = (
@@ -2921,19 +2929,9 @@ cdef class Columns:
         """One record without its headers (add_header / end_headers follow when headers=True)."""
         cdef Buf* b = self.b
         if (_put_i64(&b[COL_OFFSET], offset) < 0 or _put_i64(&b[COL_TS], ts_ms * 1000) < 0 or
-                _put_i32(&b[COL_TSTYPE], tstype) < 0):
-            return -1
-        if klen >= 0:
-            if _put(&b[COL_KDAT], k, klen) < 0:
-                return -1
-        if (_put_i32(&b[COL_KOFF], <int32_t>b[COL_KDAT].n) < 0 or
-                _put_u8(&b[COL_KVAL], klen >= 0) < 0):
-            return -1
-        if vlen >= 0:
-            if _put(&b[COL_VDAT], v, vlen) < 0:
-                return -1
-        if (_put_i32(&b[COL_VOFF], <int32_t>b[COL_VDAT].n) < 0 or
-                _put_u8(&b[COL_VVAL], vlen >= 0) < 0):
+                _put_i32(&b[COL_TSTYPE], tstype) < 0 or
+                _put_binary(&b[COL_KDAT], &b[COL_KOFF], &b[COL_KVAL], k, klen) < 0 or
+                _put_binary(&b[COL_VDAT], &b[COL_VOFF], &b[COL_VVAL], v, vlen) < 0):
             return -1
         self.count += 1
         return 0
@@ -2941,11 +2939,8 @@ cdef class Columns:
     cdef int add_header(self, const uint8_t* k, Py_ssize_t klen, const uint8_t* v,
                         Py_ssize_t vlen) noexcept nogil:
         cdef Buf* b = self.b
-        if _put(&b[COL_HKDAT], k, klen) < 0 or _put_i32(&b[COL_HKOFF], <int32_t>b[COL_HKDAT].n) < 0:
-            return -1
-        if vlen >= 0 and _put(&b[COL_HVDAT], v, vlen) < 0:
-            return -1
-        if _put_i32(&b[COL_HVOFF], <int32_t>b[COL_HVDAT].n) < 0 or _put_u8(&b[COL_HVVAL], vlen >= 0) < 0:
+        if (_put_binary(&b[COL_HKDAT], &b[COL_HKOFF], NULL, k, klen) < 0 or
+                _put_binary(&b[COL_HVDAT], &b[COL_HVOFF], &b[COL_HVVAL], v, vlen) < 0):
             return -1
         self.header_count += 1
         return 0
