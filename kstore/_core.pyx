@@ -825,46 +825,55 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
     for j in range(n_parts):
         if kb[j] > INT32_MAX or vb[j] > INT32_MAX:
             raise InvalidRecordError("more than 2 GiB of keys or values in one call")
+    # one fill pass: every partition's rows go to its own slice of shared buffers, at the row,
+    # key byte and value byte its cursor has reached (bases are prefix sums of the counts)
+    row_base = np.zeros(n_parts, dtype=np.int64)
+    row_base[1:] = np.cumsum(counts + 1)[:n_parts - 1]
+    kbase = np.zeros(n_parts, dtype=np.int64)
+    kbase[1:] = np.cumsum(kbytes)[:n_parts - 1]
+    vbase = np.zeros(n_parts, dtype=np.int64)
+    vbase[1:] = np.cumsum(vbytes)[:n_parts - 1]
+    voff = np.zeros(nlines + n_parts, dtype=np.int32)
+    vdat = np.empty(int(vbytes.sum()), dtype=np.uint8)
+    koff = np.zeros(nlines + n_parts, dtype=np.int32) if pat != NULL else voff   # unused unkeyed
+    kdat = np.empty(int(kbytes.sum()), dtype=np.uint8) if pat != NULL else vdat
+    rows = np.zeros(n_parts, dtype=np.int64)
+    kused = np.zeros(n_parts, dtype=np.int64)
+    vused = np.zeros(n_parts, dtype=np.int64)
+    cdef int64_t[::1] rb = row_base, kbs = kbase, vbs = vbase, rw = rows, ku = kused, vu = vused
+    cdef int32_t[::1] ko = koff, vo = voff
+    cdef uint8_t[::1] kdm = kdat, vdm = vdat
+    cdef uint8_t* kd = &kdm[0] if kdm.shape[0] else NULL      # NULL only when nothing is copied
+    cdef uint8_t* vd = &vdm[0] if vdm.shape[0] else NULL
+    cdef Py_ssize_t a
+    with nogil:
+        for i in range(nlines):
+            j = pt[i]
+            if sp[i] >= 0:
+                a = sp[i] - st[i]
+                if a:
+                    memcpy(kd + kbs[j] + ku[j], p + st[i], <size_t>a)
+                ku[j] += a
+                ko[rb[j] + rw[j] + 1] = <int32_t>ku[j]
+                a = en[i] - (sp[i] + plen)
+                if a:
+                    memcpy(vd + vbs[j] + vu[j], p + sp[i] + plen, <size_t>a)
+            else:
+                a = en[i] - st[i]
+                if a:
+                    memcpy(vd + vbs[j] + vu[j], p + st[i], <size_t>a)
+            vu[j] += a
+            rw[j] += 1
+            vo[rb[j] + rw[j]] = <int32_t>vu[j]
     out = []
-    cdef int32_t[::1] ko, vo
-    cdef uint8_t[::1] kd, vd
-    cdef Py_ssize_t r, kp, vp, a
     for j in range(n_parts):
         if cnt[j] == 0:
             out.append(None)
             continue
-        koff = np.empty(cnt[j] + 1, dtype=np.int32) if pat != NULL else None
-        kdat = np.empty(kb[j], dtype=np.uint8) if pat != NULL else None
-        voff = np.empty(cnt[j] + 1, dtype=np.int32)
-        vdat = np.empty(vb[j], dtype=np.uint8)
-        vo, vd = voff, vdat
-        if pat != NULL:
-            ko, kd = koff, kdat
-        r = kp = vp = 0
-        with nogil:
-            vo[0] = 0
-            if pat != NULL:
-                ko[0] = 0
-            for i in range(nlines):
-                if pt[i] != j:
-                    continue
-                if sp[i] >= 0:
-                    a = sp[i] - st[i]
-                    if a:
-                        memcpy(&kd[kp], p + st[i], <size_t>a)
-                    kp += a
-                    ko[r + 1] = <int32_t>kp
-                    a = en[i] - (sp[i] + plen)
-                    if a:
-                        memcpy(&vd[vp], p + sp[i] + plen, <size_t>a)
-                else:
-                    a = en[i] - st[i]
-                    if a:
-                        memcpy(&vd[vp], p + st[i], <size_t>a)
-                vp += a
-                vo[r + 1] = <int32_t>vp
-                r += 1
-        out.append((int(cnt[j]), (koff, kdat, None) if pat != NULL else None, (voff, vdat, None)))
+        r0, r1 = row_base[j], row_base[j] + cnt[j] + 1
+        value = (voff[r0:r1], vdat[vbase[j]:vbase[j] + vb[j]], None)
+        key = (koff[r0:r1], kdat[kbase[j]:kbase[j] + kb[j]], None) if pat != NULL else None
+        out.append((int(cnt[j]), key, value))
     bad = -1
     if bad_s >= 0:
         bad = (bad_s, bad_e)
