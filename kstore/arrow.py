@@ -23,6 +23,8 @@ from kstore.log import Log, split_rows  # noqa: F401  (re-exported: the Spark si
 #: Records per RecordBatch by default, and the cap on a batch's key/value/header bytes.
 DEFAULT_BATCH_RECORDS = 1 << 16
 DEFAULT_BATCH_BYTES = 64 << 20
+#: Decode buffers iter_batches keeps for reuse (Spark's worker holds at most three batches).
+POOL_SIZE = 4
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -107,14 +109,16 @@ def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
 
     The batches are zero-copy views of decode buffers, which are reused once the batches over
     them are released: a consumer that sends each batch on (as Spark does) keeps two or three
-    buffers in use, and one that keeps every batch gets a buffer per batch."""
+    buffers in use, and one that keeps every batch gets a fresh buffer per batch (the pool stays
+    at POOL_SIZE, so finding a free one never scans more)."""
     pool: list[_core.Columns] = []
     offset = start
     while offset < stop:
         cols = next((c for c in pool if not c.live_views), None)
         if cols is None:
             cols = _core.Columns(include_headers)
-            pool.append(cols)
+            if len(pool) < POOL_SIZE:
+                pool.append(cols)
         cols.clear()
         nxt = log.read_columns(offset, stop, cols, max_records=batch_records,
                                max_data=batch_bytes, verify_crc=verify_crc)
