@@ -6,6 +6,9 @@ import pytest
 
 import kstore
 
+# helper modules beside the tests (thread_watchdog, crash_harness) import by name
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 
 def pytest_report_header(config):
     return f"kstore {kstore.__version__} from {os.path.dirname(kstore.__file__)}; CRC-32C via {kstore._core.crc32c_implementation()}"
@@ -29,6 +32,23 @@ def open_log(log_dir):
     for lg in logs:
         if not lg.closed:
             lg.close()
+
+
+@pytest.fixture
+def watchdog():
+    """watchdog(seconds): bound a test; on expiry every thread's stack is dumped and the run fails
+    (see tests/watchdog.py). Concurrency tests wrap their whole body in it."""
+    from thread_watchdog import Watchdog
+    dogs = []
+
+    def arm(seconds=120):
+        dog = Watchdog(seconds)
+        dog.__enter__()
+        dogs.append(dog)
+        return dog
+    yield arm
+    for dog in dogs:
+        dog.__exit__(None, None, None)
 
 
 @pytest.fixture(autouse=True)
