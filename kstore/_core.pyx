@@ -2101,20 +2101,25 @@ cdef class SegmentView:
 
 
 def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
-             Py_ssize_t max_bytes, bint verify_crc):
-    """Log.read's fast path: bisect the segment, then read across segments within the limits.
+             Py_ssize_t max_bytes, bint verify_crc, list out, Py_ssize_t used=0):
+    """Log.read's fast path: bisect the segment, then read across segments within the limits,
+    appending records to out.
 
-    Returns the list of records, or None when a segment it needs is not mapped or its index not
-    loaded yet (the caller prepares it and calls again). CorruptRecordError carries .segment, the
-    index of the segment at fault.
+    The records form one contiguous run of the log: a segment whose next batch does not fit the
+    remaining byte budget ends the read there (never a later segment's smaller batch). Returns
+    None when done, or (segment index, offset, bytes used) when it reached a segment that is not
+    mapped or whose index is not loaded: the caller prepares that segment and calls again with
+    that offset and byte count and the same out, so the records already read are not decoded
+    again (a read that crosses S unmapped segments costs O(S), not O(S^2)). min_one (at least one
+    batch whatever max_bytes) holds only while nothing was read. CorruptRecordError carries
+    .segment, the index of the segment at fault.
     """
-    cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, used = 0
-    cdef list out = []
+    cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, end
     cdef SegmentView v
     cdef tuple res
-    cdef bint first = True
+    cdef int64_t base
     if n == 0 or PyList_GET_SIZE(views) != n:
-        return None
+        return (0, offset, used)
     hi = n
     while lo < hi:             # bisect_right
         mid = (lo + hi) >> 1
@@ -2127,22 +2132,29 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
         i = 0
     while i < n:
         v = <SegmentView>PyList_GET_ITEM(views, i)
+        base = v.base_offset
+        if offset < base:
+            offset = base      # nothing lies between one segment's end and the next's base
         if not v.ready():
-            return None
+            return (i, offset, used)
+        end = v.size
+        if end > v.log_map.length:
+            end = v.log_map.length
         try:
-            res = v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out, first)
+            res = v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out,
+                          used == 0)
         except CorruptRecordError as e:
             e.segment = i
             raise
-        if <Py_ssize_t>res[2]:
-            first = False
-            used += <Py_ssize_t>res[2]
+        used += <Py_ssize_t>res[2]
         if len(out) >= max_records or used >= max_bytes:
             break
+        if <Py_ssize_t>res[0] < end:
+            break              # the next batch of this segment did not fit: stop here
         if len(out):
             offset = (<Record>out[len(out) - 1]).offset + 1
         i += 1
-    return out
+    return None
 
 
 def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True, bint include_control=False):

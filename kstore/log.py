@@ -708,21 +708,25 @@ class Log:
             if offset > self._leo or offset < self._log_start_offset:
                 self._check_range(offset)
         limit = (1 << 62) if max_records is None else max_records
+        out: list[_core.Record] = []
+        used = 0
         while True:
             bases, views, segs = self._bases, self._views, self._segs
             try:
-                out = _log_read(bases, views, offset, limit, max_bytes, verify_crc)
+                need = _log_read(bases, views, offset, limit, max_bytes, verify_crc, out, used)
             except CorruptRecordError as e:
                 raise with_path(e, segs[e.segment].log_path) from None
-            if out is not None:
+            if need is None or not segs:
                 return out
-            self._prepare_for_read(offset, segs)
+            # a segment not mapped yet: map it and go on from there (what was read is kept)
+            i, offset, used = need
+            self._prepare_for_read(offset, segs[i:])
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
-        """Map the first segment the fast path found missing and load its index (lazy open; a
-        read-only segment is validated then). One per call, so a read maps only the segments it
-        reaches. A segment deleted under the reader (retention, truncation) sends it back for a
-        fresh segment list, or raises OffsetOutOfRangeError if the offset is gone."""
+        """Map the first segment of segs that holds offset or follows it, and load its index
+        (lazy open; a read-only segment is validated then). One per call, so a read maps only the
+        segments it reaches. A segment deleted under the reader (retention, truncation) sends it
+        back for a fresh segment list, or raises OffsetOutOfRangeError if the offset is gone."""
         if self._closed:
             self._check_open()
         i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)

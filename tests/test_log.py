@@ -266,6 +266,59 @@ def test_read_limits_and_ranges(open_log):
     assert [r.offset for r in log] == list(range(100))
 
 
+def test_read_under_max_bytes_never_skips_the_rest_of_a_segment(open_log):
+    """A batch that does not fit the remaining byte budget ends the read in its segment; a later
+    segment's smaller batch is never returned in its place (20,000 produced, 19,306 consumed)."""
+    log = open_log({"segment.bytes": 4000})
+    big = [(None, b"B" * 300, NOW)]
+    for i in range(6):                   # segment 0: six ~370-byte batches (offsets 0-5)
+        log.append(big)
+    log.roll()
+    for i in range(6):                   # segment 1: small batches (offsets 6-11)
+        log.append([(None, b"s", NOW)])
+    size = len(log.read_batches(0, max_bytes=1))
+    got = log.read(0, max_bytes=2 * size + size // 2)     # two big ones fit, the third does not
+    assert [r.offset for r in got] == [0, 1]
+    got = log.read(4, max_bytes=size + 5)                  # one big one fits, with room for a small
+    assert [r.offset for r in got] == [4]
+    # every resuming consumer loop sees every record once, in order
+    assert [r.offset for chunk in log.iter_chunks(max_bytes=2 * size + size // 2)
+            for r in chunk] == list(range(12))
+    seen, off = [], 0
+    while off < log.log_end_offset:
+        chunk = log.read(off, max_bytes=size + 100)
+        seen += [r.offset for r in chunk]
+        off = chunk[-1].offset + 1
+    assert seen == list(range(12))
+
+
+def test_read_across_unmapped_segments_decodes_each_batch_once(open_log, log_dir, monkeypatch):
+    """A read that crosses S segments not mapped yet maps each once and resumes where it stopped:
+    O(S) segment reads, not a restart per segment (O(S^2))."""
+    lg = open_log({"segment.bytes": 400})
+    for i in range(60):
+        lg.append([(None, b"%03d" % i, NOW + i)])
+    lg.close()
+    lg = open_log({"segment.bytes": 400})          # inactive segments open lazily, unmapped
+    nsegs = len(lg.segments)
+    assert nsegs >= 10
+    assert sum(not s.view.is_ready for s in lg.segments) >= nsegs - 1
+    calls = []
+    real = _core.SegmentView.read
+    import kstore.log as log_mod
+    real_log_read = log_mod._log_read
+
+    def counting(*a, **kw):
+        calls.append(a[2])
+        return real_log_read(*a, **kw)
+    monkeypatch.setattr(log_mod, "_log_read", counting)
+    got = lg.read(0, max_bytes=1 << 30)
+    assert [r.value for r in got] == [b"%03d" % i for i in range(60)]
+    # one call to find segment 0 unmapped, then one per segment mapped on the way, each
+    # resuming at that segment's base (the active segment is mapped already)
+    assert calls == [0] + [s.base_offset for s in lg.segments[:-1]]
+
+
 def test_read_batches_zero_copy(open_log, log_dir):
     log = open_log()
     log.append([(b"a", b"1")])
