@@ -23,7 +23,7 @@ _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 
 
 def _base_offset_of(path: str) -> int:
-    p = parse_name(os.path.basename(path))
+    p = parse_name(os.path.basename(path), os.path.dirname(path))
     return p[0] if p else 0
 
 
