@@ -134,6 +134,10 @@ class FileOps:
         os.replace(src, dst)
 
     def unlink(self, path: str) -> None:
+        """Remove a regular file. Anything else kstore would remove by its name (an orphaned
+        index, a leftover .deleted) is refused with UnusableFileError: a hostile file is left
+        for its owner, never deleted as kstore's own."""
+        self._refuse_special(path)
         os.unlink(path)
 
     def mkdir(self, path: str) -> None:

@@ -205,6 +205,7 @@ class LogManager:
             log.error("log dir %s is offline: %s", d, why)
         self._load_topic_configs()
         self._finish_deletions()
+        self._check_some_dir_online()
         live = [d for d in self.log_dirs if d not in self._offline]
         if self._progress is not None:
             self._load_total = sum(len(self._scan(d)) for d in live)
@@ -601,13 +602,13 @@ class LogManager:
         """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
         self._check_writable()
         with self._lock:
-            current = self.partitions(name)
-            if count <= len(current):
+            have = self.partitions(name)[-1] + 1       # with holes: the highest + 1
+            if count <= have:
                 raise InvalidTopicError(
-                    f"Topic currently has {len(current)} partitions, which is higher than or equal "
+                    f"Topic currently has {have} partitions, which is higher than or equal "
                     f"to the requested {count}.")
             cfg = self.topic_config(name)
-            new = list(range(len(current), count))
+            new = list(range(have, count))
             for p in new:
                 self._create_partition(name, p, cfg)
             return new

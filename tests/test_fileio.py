@@ -220,3 +220,19 @@ def test_hostile_checkpoint_and_config_files_are_refused_not_fatal(tmp_path, wat
         assert any("malformed checkpoint: refusing" in e for e in m.checkpoint_errors)
         assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
     assert os.path.isfile(tmp_path / "recovery-point-offset-checkpoint")
+
+
+@pytest.mark.parametrize("name", ["00000000000000000009.index", "00000000000000000000.log.deleted"])
+def test_hostile_file_is_never_deleted_as_kstore_own(tmp_path, name):
+    """An orphaned index or a leftover .deleted is removed at open; a symlink or FIFO with such
+    a name is refused instead (the open fails naming it), and nothing it points at is touched."""
+    from kstore.errors import UnusableFileError
+    part = tmp_path / "t-0"
+    _store_with_data(part)
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    os.symlink(target, part / name)
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.Log.open(str(part))
+    assert str(ei.value) == f"refusing {part / name}: a symbolic link, not a regular file"
+    assert os.path.islink(part / name) and target.read_bytes() == b"keep me"

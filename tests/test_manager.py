@@ -568,6 +568,10 @@ def test_topic_with_holes_appends_by_key_and_names_the_missing_partition(tmp_pat
         assert str(ei.value) == msg
         assert m.append("t", None, b"e", partition=2).offset == 2
         assert sorted(m.append("t", None, b"rr").partition for _ in range(4)) == [0, 0, 2, 2]
+        with pytest.raises(InvalidTopicError, match="Topic currently has 3 partitions"):
+            m.add_partitions("t", 3)
+        assert m.add_partitions("t", 4) == [3] and m.partitions("t") == [0, 2, 3]
+        assert [r.value for r in m.read("t", 2, 0)] == [b"a", b"b", b"e", b"rr", b"rr"]
 
 
 def test_a_hostile_partition_is_isolated_and_says_why(tmp_path, mock, watchdog, caplog):
