@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import uuid
 
 from kstore.errors import UnusableFileError
 
@@ -22,7 +23,8 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 # ASCII digits only: \d would take other scripts' digits, which int() reads as an offset
 _NAME = re.compile(r"^([0-9]{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$", re.ASCII)
 _PARTITION_DIR = re.compile(r"^(.+)-([0-9]+)$", re.ASCII)
-_DELETE_DIR = re.compile(r"^(.+)-([0-9]+)\.([0-9a-f]{32})-delete$", re.ASCII)
+# `topic-N.<32 hex>-delete`; a long topic's name is cut, partition number and all (Kafka)
+_DELETE_DIR = re.compile(r"^(.+)\.([0-9a-f]{32})-delete$", re.ASCII)
 INT64_MAX = (1 << 63) - 1
 _NOT_PARTITIONS = ("remote-log-index-cache", "__cluster_metadata")
 
@@ -55,6 +57,14 @@ def parse_partition_dir(path: str):
     if not m:
         return None
     return m.group(1), int(m.group(2))
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """Kafka's name for a deleted partition's directory: `topic-N.<32 hex>-delete`, the topic
+    part cut so that the whole stays within 255 bytes (UnifiedLog.logDeleteDirName)."""
+    suffix = f".{uuid.uuid4().hex}-delete"
+    prefix = f"{topic}-{partition}"
+    return prefix[: 255 - len(suffix)] + suffix
 
 
 def is_delete_dir(name: str) -> bool:

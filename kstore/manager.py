@@ -29,7 +29,7 @@ from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, K
                            LogDirLockedError, LogDirOfflineError, PartitionLoadError,
                            TopicExistsError, UnknownTopicError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.files import is_delete_dir, partition_dirs
+from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
@@ -256,7 +256,7 @@ class LogManager:
                 moved = False
                 for (topic, p), path in partition_dirs(self._io, d):
                     if topic in self._deleting:
-                        self._io.rename(path, self._delete_target(d, topic, p))
+                        self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
                         moved = True
                 if moved:
                     self._io.fsync_dir(d)
@@ -267,15 +267,6 @@ class LogManager:
             log.info("finished the deletion of topic(s) %s cut short before", self._deleting)
             self._deleting = []
             self._persist_topic_configs()
-
-    @staticmethod
-    def _delete_target(d: str, topic: str, partition: int) -> str:
-        """Kafka's name for a deleted partition dir: `topic-N.<uuid>-delete`, at most 255 bytes."""
-        suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        prefix = f"{topic}-{partition}"
-        if len(prefix) + len(suffix) > 255:
-            prefix = prefix[: 255 - len(suffix)]
-        return os.path.join(d, prefix + suffix)
 
     def _acquire_lock(self, d: str) -> None:
         path = os.path.join(d, LOCK_FILE)
@@ -662,7 +653,7 @@ class LogManager:
                     d, path = self._failed.pop(tp)[:2]    # isolated: its dir goes all the same
                 if d in self._offline:
                     continue               # finished by the start-up that finds it online
-                target = self._delete_target(d, name, p)
+                target = os.path.join(d, delete_dir_name(name, p))
                 try:
                     self._io.rename(path, target)
                     touched.add(d)

@@ -6,7 +6,7 @@ import pytest
 
 import kstore
 from kstore.errors import UnusableFileError
-from kstore.files import parse_name, parse_partition_dir
+from kstore.files import delete_dir_name, is_delete_dir, parse_name, parse_partition_dir
 
 ARABIC_ZERO = "\u0660"
 
@@ -71,3 +71,10 @@ def test_log_path_that_is_a_file_is_a_kstore_error(tmp_path):
         kstore.Log.open(str(f))
     with pytest.raises(UnusableFileError, match=f"refusing {f}: not a directory"):
         kstore.StoreReader(str(f))
+
+
+def test_delete_dir_name_is_kafkas_and_fits_255_bytes():
+    name = delete_dir_name("t", 3)
+    assert is_delete_dir(name) and name.startswith("t-3.") and name.endswith("-delete") and len(name) == 43
+    long = delete_dir_name("x" * 249, 12)
+    assert len(long) == 255 and is_delete_dir(long) and long.startswith("x" * 200)
