@@ -516,7 +516,11 @@ class LogManager:
         return dict(self._logs)
 
     def log_dir_of(self, topic: str, partition: int) -> str:
-        return self._dir_of[(topic, partition)]
+        try:
+            return self._dir_of[(topic, partition)]
+        except KeyError:
+            pass
+        self._raise_missing(topic, partition)
 
     def topic_config(self, topic: str) -> LogConfig:
         self.partitions(topic)

@@ -567,6 +567,8 @@ def test_topic_with_holes_appends_by_key_and_names_the_missing_partition(tmp_pat
             m.append_batch("t", 1, [(None, b"d")])
         assert str(ei.value) == msg
         assert m.append("t", None, b"e", partition=2).offset == 2
+        with pytest.raises(UnknownTopicError, match="partition 1 of topic 't' is not in this store"):
+            m.log_dir_of("t", 1)
         assert sorted(m.append("t", None, b"rr").partition for _ in range(4)) == [0, 0, 2, 2]
         with pytest.raises(InvalidTopicError, match="Topic currently has 3 partitions"):
             m.add_partitions("t", 3)
