@@ -160,6 +160,8 @@ class LogManager:
         try:
             self._startup()
         except BaseException:
+            for lg in self._logs.values():       # a start that failed keeps nothing mapped
+                lg.close_handlers()
             self._release_locks()
             if self._own_scheduler and self._scheduler is not None:
                 self._scheduler.shutdown()
@@ -227,8 +229,6 @@ class LogManager:
     def _check_some_dir_online(self) -> None:
         """Start-up fails, with every dir's reason, when no log dir is left online."""
         if all(d in self._offline for d in self.log_dirs):
-            for lg in self._logs.values():
-                lg.close_handlers()
             raise LogDirOfflineError("every log dir is offline: " +
                                      "; ".join(f"{d}: {e}" for d, e in self._offline.items()))
 

@@ -648,3 +648,22 @@ def test_io_error_at_start_up_takes_the_dir_offline_never_silently(tmp_path, moc
         manager([a], mock=mock, io=_EioOps(part_a))
     assert str(ei.value).startswith(f"every log dir is offline: {a}: ")
     assert "Input/output error (injected)" in str(ei.value)
+
+
+def test_a_hostile_clean_shutdown_marker_fails_the_start_naming_it(tmp_path, mock, watchdog):
+    """A FIFO as .kafka_cleanshutdown is not taken as a clean shutdown (recovery skipped) nor
+    removed: the start fails naming it, and a second start after it is removed works."""
+    from kstore.errors import UnusableFileError
+    watchdog(30)
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"v")
+    marker = tmp_path / ".kafka_cleanshutdown"
+    os.unlink(marker)
+    os.mkfifo(marker)
+    with pytest.raises(UnusableFileError) as ei:
+        manager(str(tmp_path), mock=mock)
+    assert str(ei.value) == f"refusing {marker}: a FIFO, not a regular file"
+    os.unlink(marker)
+    with manager(str(tmp_path), mock=mock) as m:
+        assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
