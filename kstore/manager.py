@@ -684,13 +684,16 @@ class LogManager:
         """Append one record, choosing the partition as Kafka's default partitioner does:
         murmur2 of the key when there is one, round robin otherwise."""
         self._check_writable()
-        n = self.ensure_topic(topic)
+        parts = self._ensure_partitions(topic)
+        n = parts[-1] + 1
         if partition is None:
             if key is not None:
                 partition = partition_for_key(bytes(key), n)
-            else:       # round robin over the partitions this store holds
-                here = [p for (t, p) in list(self._logs) if t == topic] or [0]
-                partition = sorted(here)[next(self._rr) % len(here)]
+            elif len(parts) == n and not self._failed:
+                partition = next(self._rr) % n
+            else:       # holes or isolated partitions: round robin over those that work
+                here = [p for p in parts if (topic, p) in self._logs] or parts
+                partition = here[next(self._rr) % len(here)]
         elif not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
         lg, d = self._writable_log(topic, partition)
@@ -731,13 +734,19 @@ class LogManager:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
         auto.create.topics.enable is on, as a broker does for a producer. With holes (a broker's
         dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
-        if topic not in self.topics():
+        return self._ensure_partitions(topic)[-1] + 1
+
+    def _ensure_partitions(self, topic: str) -> list[int]:
+        """partitions(topic), auto-creating the topic first as ensure_topic does."""
+        try:
+            return self.partitions(topic)
+        except UnknownTopicError:
             if not self._cfg["auto.create.topics.enable"]:
-                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
-            with self._lock:
-                if topic not in self.topics():
-                    self.create_topic(topic)
-        return self.partitions(topic)[-1] + 1
+                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)") from None
+        with self._lock:
+            if topic not in self.topics():
+                self.create_topic(topic)
+            return self.partitions(topic)
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20):
