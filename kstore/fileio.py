@@ -75,9 +75,13 @@ class FileOps:
             raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a regular file")
 
     def check_dir(self, path: str) -> None:
-        """Raise UnusableFileError unless path is a real directory (not a symlink to one): a
-        partition found by a directory scan must not lead kstore outside its log dir."""
-        st_mode = os.lstat(path).st_mode
+        """Raise UnusableFileError if path is anything but a real directory (a symlink to one
+        too): a partition found by a directory scan must not lead kstore outside its log dir.
+        A path that is gone is left to the caller's open to report, as before."""
+        try:
+            st_mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
         if not stat.S_ISDIR(st_mode):
             raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a directory")
 
