@@ -58,6 +58,7 @@ def test_a_file_as_log_dirs_is_one_error_line(tmp_path):
         assert _kstore(*cmd, "--log-dirs", str(f)) == (1, f"kstore: error: refusing {f}: not a directory\n"), cmd
     assert _kstore("topics", "create", "--topic", "t", "--partitions", "1", "--log-dirs", str(f)) == (
         1, f"kstore: error: every log dir is offline: {f}: refusing {f}: a log dir that is not a directory\n")
+    assert _kstore("quickstart", "--dir", str(f / "sub")) == (1, f"kstore: error: {f / 'sub'}: Not a directory\n")
     rc, err = _kstore("topics", "list", "--no-such-option")
     assert rc == 2 and err.startswith("usage: ")
 
@@ -65,7 +66,10 @@ def test_a_file_as_log_dirs_is_one_error_line(tmp_path):
 def test_os_errors_and_odd_names_are_one_error_line(tmp_path):
     d = tmp_path / "x.log"
     d.mkdir()
-    assert _kstore("dump-log", "--files", str(d)) == (1, f"kstore: error: {d}: Is a directory\n")
+    assert _kstore("dump-log", "--files", str(d)) == (1, f"kstore: error: refusing {d}: a directory, not a regular file\n")
+    fifo = tmp_path / "00000000000000000000.log"
+    os.mkfifo(fifo)
+    assert _kstore("dump-log", "--files", str(fifo)) == (1, f"kstore: error: refusing {fifo}: a FIFO, not a regular file\n")
     with kstore.LogManager(str(tmp_path / "s")) as m:
         m.create_topic("t", 1)
         m.append("t", None, b"v")
