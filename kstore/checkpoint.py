@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from kstore.errors import KStoreError
+from kstore.errors import KStoreError, UnusableFileError
 from kstore.fileio import FileOps, get_file_ops
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -44,6 +44,8 @@ class OffsetCheckpointFile:
             text = self._io.read_file(self.path).decode("utf-8")
         except UnicodeDecodeError as e:
             raise CheckpointError(f"malformed checkpoint {self.path}: not UTF-8 ({e})") from None
+        except UnusableFileError as e:       # a symlink or FIFO: refused, treated as malformed
+            raise CheckpointError(f"malformed checkpoint: {e}") from None
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()

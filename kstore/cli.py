@@ -306,6 +306,12 @@ def main(argv=None) -> int:
         except OSError:
             pass
         return 0
+    except OSError as e:
+        # a path that is not what it should be, a permission, a failing disk: one line, no
+        # traceback, as for kstore's own errors
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"kstore: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

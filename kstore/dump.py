@@ -15,6 +15,7 @@ from typing import IO, Iterator, Optional
 from kstore import _core
 from kstore.compression import CODEC_NAMES
 from kstore.errors import CorruptRecordError
+from kstore.fileio import get_file_ops
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
 from kstore.index import OFFSET_DTYPE, TIME_DTYPE
 from kstore.progress import Progress
@@ -22,8 +23,28 @@ from kstore.progress import Progress
 _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 
 
+def _read(path: str, limit: int = -1) -> bytes:
+    """The file's bytes (at most limit when limit > 0) through FileOps: a FIFO or a symlink
+    given as a segment is refused with UnusableFileError, never waited on or followed."""
+    io = get_file_ops()
+    if limit <= 0:
+        return io.read_file(path)
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        out, pos = [], 0
+        while pos < limit:
+            b = io.pread(fd, min(limit - pos, 1 << 20), pos)
+            if not b:
+                break
+            out.append(b)
+            pos += len(b)
+        return b"".join(out)
+    finally:
+        io.close(fd)
+
+
 def _base_offset_of(path: str) -> int:
-    p = parse_name(os.path.basename(path))
+    p = parse_name(os.path.basename(path), os.path.dirname(path))
     return p[0] if p else 0
 
 
@@ -62,8 +83,7 @@ def _records(data: bytes, pos: int, size: int) -> list:
 
 def dump_log(path: str, out: IO, *, deep: bool, print_data: bool, max_bytes: int,
              as_json: bool, bar: Optional[Progress] = None) -> int:
-    with open(path, "rb") as f:
-        data = f.read(max_bytes if max_bytes > 0 else -1)
+    data = _read(path, max_bytes)
     bar = bar or Progress("", enabled=False)
     problems = 0
     if not as_json:
@@ -180,8 +200,7 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     dtype = TIME_DTYPE if time_index else OFFSET_DTYPE      # the on-disk entry layouts
     esize = dtype.itemsize
     base = _base_offset_of(path)
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = _read(path)
     arr = np.frombuffer(raw, dtype=dtype, count=len(raw) // esize)
     zero = np.logical_and.reduce([arr[name] == 0 for name in dtype.names])
     zero[:1] = False                       # the first entry may be all zeros; later ones are padding
@@ -200,8 +219,7 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     if len(raw) % esize:
         problems.append(f"{path}: size {len(raw)} is not a multiple of the entry size {esize}")
     if log_path and os.path.exists(log_path) and not time_index:
-        with open(log_path, "rb") as f:
-            log_data = f.read()
+        log_data = _read(log_path)
         starts = {}
         try:
             for h in batches(log_data, log_path):

@@ -82,6 +82,23 @@ class LogDirLockedError(KStoreError):
     """Another LogManager (in this process or another) holds the log directory's lock."""
 
 
+class UnusableFileError(KStoreError):
+    """A path in a store that is not what belongs there: a symlink, FIFO, socket, device or
+    directory where a regular file belongs, a non-directory (or a symlink) where a directory
+    belongs, or a segment name whose offset does not fit in 64 bits. kstore refuses it without
+    following, opening or deleting it. Not an OSError: it never takes a log dir offline."""
+
+    def __init__(self, path, why: str):
+        self.path = str(path)
+        super().__init__(f"refusing {self.path}: {why}")
+
+
+class PartitionLoadError(KStoreError):
+    """A partition that failed to load when its LogManager started (e.g. a file kstore refuses
+    in its directory). It stays on disk untouched; every use of it raises this, with the reason,
+    until it is repaired and the store reopened."""
+
+
 class UnknownTopicError(KStoreError):
     """The topic does not exist (and auto.create.topics.enable is off)."""
 

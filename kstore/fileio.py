@@ -12,12 +12,30 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Optional
 
 from kstore._core import Mapping
+from kstore.errors import UnusableFileError
 
 
 _ZEROS = bytes(1 << 20)
+# never follow a symlink at the last component, never block on a FIFO (or a device) at open
+_OPEN_FLAGS = (getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_NONBLOCK", 0))
+# what open() fails with when the path is a symlink (ELOOP under O_NOFOLLOW), a directory
+# opened for writing, a FIFO opened write-only without a reader (ENXIO) or a device
+_SPECIAL_ERRNOS = {errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.EMLINK}
+
+
+def file_kind(mode: int) -> str:
+    """A file type in words, for error messages."""
+    for test, name in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "regular file" if stat.S_ISREG(mode) else "special file"
 
 
 class FileOps:
@@ -27,7 +45,45 @@ class FileOps:
 
     # -- files -----------------------------------------------------------------------------
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
-        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
+        """Open (or create) a regular file. A symlink, FIFO, socket, device or directory at path
+        is refused with UnusableFileError, without following it or blocking on it (O_NOFOLLOW,
+        O_NONBLOCK, then fstat): a hostile file must neither hang kstore nor redirect its writes."""
+        try:
+            fd = os.open(path, flags | _OPEN_FLAGS, mode)
+        except OSError as e:
+            if e.errno in _SPECIAL_ERRNOS:
+                self._refuse_special(path)
+            raise
+        try:
+            st_mode = os.fstat(fd).st_mode
+        except BaseException:
+            os.close(fd)
+            raise
+        if not stat.S_ISREG(st_mode):
+            os.close(fd)
+            raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a regular file")
+        return fd
+
+    @staticmethod
+    def _refuse_special(path: str) -> None:
+        """Raise UnusableFileError if path exists and is not a regular file (open failed)."""
+        try:
+            st_mode = os.lstat(path).st_mode
+        except OSError:
+            return
+        if not stat.S_ISREG(st_mode):
+            raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a regular file")
+
+    def check_dir(self, path: str) -> None:
+        """Raise UnusableFileError if path is anything but a real directory (a symlink to one
+        too): a partition found by a directory scan must not lead kstore outside its log dir.
+        A path that is gone is left to the caller's open to report, as before."""
+        try:
+            st_mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st_mode):
+            raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a directory")
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -82,6 +138,10 @@ class FileOps:
         os.replace(src, dst)
 
     def unlink(self, path: str) -> None:
+        """Remove a regular file. Anything else kstore would remove by its name (an orphaned
+        index, a leftover .deleted) is refused with UnusableFileError: a hostile file is left
+        for its owner, never deleted as kstore's own."""
+        self._refuse_special(path)
         os.unlink(path)
 
     def mkdir(self, path: str) -> None:
@@ -98,7 +158,10 @@ class FileOps:
             os.close(fd)
 
     def listdir(self, path: str) -> list[str]:
-        return os.listdir(path)
+        try:
+            return os.listdir(path)
+        except NotADirectoryError:
+            raise UnusableFileError(path, "not a directory") from None
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import uuid
+
+from kstore.errors import UnusableFileError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -16,9 +20,12 @@ SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
-_NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$")
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+# ASCII digits only: \d would take other scripts' digits, which int() reads as an offset
+_NAME = re.compile(r"^([0-9]{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$", re.ASCII)
+_PARTITION_DIR = re.compile(r"^(.+)-([0-9]+)$", re.ASCII)
+# `topic-N.<32 hex>-delete`; a long topic's name is cut, partition number and all (Kafka)
+_DELETE_DIR = re.compile(r"^(.+)\.([0-9a-f]{32})-delete$", re.ASCII)
+INT64_MAX = (1 << 63) - 1
 _NOT_PARTITIONS = ("remote-log-index-cache", "__cluster_metadata")
 
 
@@ -31,12 +38,17 @@ def segment_file(dir_: str, base_offset: int, suffix: str, extra: str = "") -> s
     return os.path.join(dir_, filename_prefix(base_offset) + suffix + extra)
 
 
-def parse_name(name: str):
-    """(base_offset, suffix, extra) for a segment file name, else None."""
+def parse_name(name: str, dir_: str | None = None):
+    """(base_offset, suffix, extra) for a segment file name, else None. A 20-digit name above
+    2^63-1 (no offset can be) raises UnusableFileError naming the file (under dir_ if given)."""
     m = _NAME.match(name)
     if not m:
         return None
-    return int(m.group(1)), m.group(2), m.group(3)
+    base = int(m.group(1))
+    if base > INT64_MAX:
+        raise UnusableFileError(os.path.join(dir_, name) if dir_ else name,
+                                "its base offset is above 2^63-1")
+    return base, m.group(2), m.group(3)
 
 
 def parse_partition_dir(path: str):
@@ -47,6 +59,14 @@ def parse_partition_dir(path: str):
     return m.group(1), int(m.group(2))
 
 
+def delete_dir_name(topic: str, partition: int) -> str:
+    """Kafka's name for a deleted partition's directory: `topic-N.<32 hex>-delete`, the topic
+    part cut so that the whole stays within 255 bytes (UnifiedLog.logDeleteDirName)."""
+    suffix = f".{uuid.uuid4().hex}-delete"
+    prefix = f"{topic}-{partition}"
+    return prefix[: 255 - len(suffix)] + suffix
+
+
 def is_delete_dir(name: str) -> bool:
     """A deleted topic's partition directory awaiting removal (`topic-N.<uuid>-delete`)."""
     return _DELETE_DIR.match(name) is not None
@@ -54,7 +74,9 @@ def is_delete_dir(name: str) -> bool:
 
 def partition_dirs(io, log_dir: str) -> list[tuple[tuple[str, int], str]]:
     """((topic, partition), path) of every live partition directory in a log dir, sorted by
-    name: not the deleted (`-delete`), future or stray ones, nor Kafka's special directories."""
+    name: not the deleted (`-delete`), future or stray ones, nor Kafka's special directories,
+    nor regular files. Symlinks and special files with a partition's name are listed, for the
+    caller's open to refuse (FileOps.check_dir) rather than skip them silently."""
     out = []
     for name in sorted(io.listdir(log_dir)):
         if name in _NOT_PARTITIONS or _DELETE_DIR.match(name) or name.endswith(("-future", "-stray")):
@@ -63,6 +85,10 @@ def partition_dirs(io, log_dir: str) -> list[tuple[tuple[str, int], str]]:
         if not m:
             continue
         path = os.path.join(log_dir, name)
-        if os.path.isdir(path):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue        # removed since the listing
+        if not stat.S_ISREG(mode):
             out.append(((m.group(1), int(m.group(2))), path))
     return out

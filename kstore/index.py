@@ -55,6 +55,7 @@ class AbstractIndex:
         self._allocated = 0
         self._pending_length: Optional[int] = None
         self._resized_unsynced = False      # a length change no fsync has made durable yet
+        self.load_problem: Optional[str] = None   # why the file's length cannot be trusted
         if not load:
             # the owner fills the entries itself (a read-only view of a file another process
             # may shrink must not be mapped)
@@ -64,17 +65,20 @@ class AbstractIndex:
             fd = self._io.open(path, os.O_RDWR if writable else os.O_RDONLY)
             try:
                 length = self._io.size(fd)
-                new = False
-                if length == 0 and writable and max_index_size > 0:
-                    length = self._round(max_index_size)
-                    self._io.truncate(fd, length)
-                    new = True
-                self._entries = 0 if new else length // self.ENTRY_SIZE
-                # an existing file may be sparse anywhere (Kafka's are): reserve its blocks
-                # before any store through the mapping
-                if writable and length and not new:
-                    self._io.allocate(fd, 0, length)
-                self._allocated = 0 if new else length
+                self.load_problem = self._length_problem(length)
+                if self.load_problem is not None:
+                    # neither mapped nor reserved: a damaged or hostile length (a sparse GiB) is
+                    # rebuilt from the .log on first use (Kafka's sanity check), never trusted
+                    self._entries = 0
+                    self._length = length       # so that a resize or trim still cuts it
+                    return
+                # Kafka: entries = length / entry size (an untrimmed zero tail counts, and fails
+                # the entries check). Nothing is reserved or grown here: blocks are reserved
+                # just ahead of the first store (_ensure_allocated), and only an active
+                # segment's index grows back to the maximum (resize_lazily), so an index read
+                # past (an empty segment left by compaction) stays as it is on disk.
+                self._entries = length // self.ENTRY_SIZE
+                self._allocated = 0
                 self._remap(fd, length)
             finally:
                 self._io.close(fd)
@@ -110,6 +114,16 @@ class AbstractIndex:
     # -- sizes -----------------------------------------------------------------------------
     def _round(self, n: int) -> int:
         return max(0, n) // self.ENTRY_SIZE * self.ENTRY_SIZE
+
+    def _length_problem(self, length: int) -> Optional[str]:
+        """Why an existing file's length is corrupt (Kafka's sanityCheck: not a multiple of the
+        entry size; and longer than segment.index.bytes rounded, which kstore never writes)."""
+        if length % self.ENTRY_SIZE:
+            return f"length {length} is not a multiple of {self.ENTRY_SIZE}"
+        if self._max_index_size > 0 and length > self._round(self._max_index_size):
+            return (f"length {length} is above segment.index.bytes "
+                    f"({self._round(self._max_index_size)})")
+        return None
 
     def _remap(self, fd: int, length: int) -> None:
         if self._map is not None:
@@ -182,6 +196,7 @@ class AbstractIndex:
                 # sparse, as Kafka's setLength: entries are written with pwrite (never through
                 # the mapping), so a full disk fails an append cleanly instead of raising SIGBUS
                 self._io.truncate(fd, rounded)
+                self.load_problem = None
                 if durable:
                     self._io.fsync(fd)
                 self._resized_unsynced = not durable
@@ -222,6 +237,7 @@ class AbstractIndex:
                 if data:
                     self._io.pwrite(fd, data, 0)
                 self._pending_length = None
+                self.load_problem = None
                 self._allocated = len(data)
                 self._remap(fd, len(data))
             finally:
@@ -301,6 +317,8 @@ class AbstractIndex:
     def entries_problem(self, log_size: int) -> Optional[str]:
         """Why the loaded entries cannot be trusted against a .log of log_size bytes, or None:
         keys not increasing, offsets below the base, positions past the end of the .log."""
+        if self.load_problem is not None:
+            return self.load_problem
         arr = self.entries_array()
         if not len(arr):
             return None

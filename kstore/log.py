@@ -176,7 +176,7 @@ class Log:
             io = self._io
             present = {}
             for name in io.listdir(self.dir):
-                p = parse_name(name)
+                p = parse_name(name, self.dir)
                 if p and not p[2] and p[1] == LOG_SUFFIX:
                     present[p[0]] = name
             old = {s.base_offset: s for s in self._segs}
@@ -267,7 +267,7 @@ class Log:
         names = io.listdir(self.dir)
         swaps, cleaned_offsets = [], []
         for name in names:
-            p = parse_name(name)
+            p = parse_name(name, self.dir)
             path = os.path.join(self.dir, name)
             if name.endswith((DELETED_SUFFIX, ".tmp")):
                 io.unlink(path)          # .tmp: an atomic write (marker, metadata) cut short
@@ -295,7 +295,7 @@ class Log:
                 swap_seg.close_handlers()
             # delete the segments the swap replaces: [base, end)
             for name in io.listdir(self.dir):
-                p = parse_name(name)
+                p = parse_name(name, self.dir)
                 if p and not p[2] and base <= p[0] < end:
                     io.unlink(os.path.join(self.dir, name))
         for base, suffix, path in live_swaps:
@@ -309,7 +309,7 @@ class Log:
         names = sorted(io.listdir(self.dir))
         logs, indexes = set(), []
         for name in names:
-            p = parse_name(name)
+            p = parse_name(name, self.dir)
             if not p or p[2]:
                 continue
             if p[1] == LOG_SUFFIX:

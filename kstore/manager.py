@@ -26,10 +26,10 @@ from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECK
 from kstore.clock import SYSTEM_TIME
 from kstore.config import LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
-                           LogDirLockedError, LogDirOfflineError, TopicExistsError,
-                           UnknownTopicError)
+                           LogDirLockedError, LogDirOfflineError, PartitionLoadError,
+                           TopicExistsError, UnknownTopicError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.files import is_delete_dir, partition_dirs
+from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
@@ -44,6 +44,10 @@ DELETE_DIR_SUFFIX = "-delete"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 PARALLEL_RECOVERY_BYTES = 4 << 20
 _IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
+# errors at start-up that concern one partition's files, not the disk: that partition is
+# isolated (failed_partitions); any other OSError takes its whole log dir offline, as in Kafka
+_PARTITION_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                     errno.ELOOP, errno.ENAMETOOLONG}
 
 
 class RecordMetadata(NamedTuple):
@@ -95,7 +99,7 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
             data = json.loads(io.read_file(path).decode("utf-8"))
             if best is None or data["version"] > best["version"]:
                 best = data
-        except (ValueError, KeyError, TypeError, OSError) as e:
+        except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
             log.warning("ignoring unreadable topic config file %s: %s", path, e)
     return best
 
@@ -141,6 +145,8 @@ class LogManager:
         self._topic_ids: dict[str, str] = {}
         self._topic_config_version = 0
         self._offline: dict[str, str] = {}
+        self._failed: dict[tuple[str, int], tuple] = {}    # tp -> (dir, path, why, checkpoints)
+        self._deleting: list[str] = []     # topics whose deletion is recorded but not finished
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}
         self._logs_to_delete: deque[tuple[str, int]] = deque()
@@ -154,6 +160,8 @@ class LogManager:
         try:
             self._startup()
         except BaseException:
+            for lg in self._logs.values():       # a start that failed keeps nothing mapped
+                lg.close_handlers()
             self._release_locks()
             if self._own_scheduler and self._scheduler is not None:
                 self._scheduler.shutdown()
@@ -184,22 +192,28 @@ class LogManager:
                     os.makedirs(os.path.dirname(d), exist_ok=True)
                     self._io.mkdir(d)
                     self._io.fsync_dir(os.path.dirname(d))
+                elif not os.path.isdir(d):
+                    raise UnusableFileError(d, "a log dir that is not a directory")
                 if _is_fs_nfs(d):
                     log.warning("log dir %s is on NFS: its lock is not reliable; use a local filesystem", d)
                 if not self.read_only:
                     self._acquire_lock(d)
             except LogDirLockedError:
                 raise
-            except OSError as e:
-                self._mark_offline(d, e)
-        live = [d for d in self.log_dirs if d not in self._offline]
-        if not live:
-            raise LogDirOfflineError(f"every log dir is offline: {self._offline}")
+            except (OSError, UnusableFileError) as e:
+                self._mark_offline(d, e, quiet=True)
+        self._check_some_dir_online()      # if none is left, the error says why: no log lines
+        for d, why in self._offline.items():
+            log.error("log dir %s is offline: %s", d, why)
         self._load_topic_configs()
+        self._finish_deletions()
+        self._check_some_dir_online()
+        live = [d for d in self.log_dirs if d not in self._offline]
         if self._progress is not None:
-            self._load_total = sum(len(partition_dirs(self._io, d)) for d in live)
+            self._load_total = sum(len(self._scan(d)) for d in live)
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
             list(pool.map(self._load_dir, live))
+        self._check_some_dir_online()
         if not self.read_only:
             self._schedule_tasks()
             c = self._cfg
@@ -211,6 +225,48 @@ class LogManager:
                                           self._time, self._io)
                 if self._own_scheduler:
                     self.cleaner.start()
+
+    def _check_some_dir_online(self) -> None:
+        """Start-up fails, with every dir's reason, when no log dir is left online."""
+        if all(d in self._offline for d in self.log_dirs):
+            raise LogDirOfflineError("every log dir is offline: " +
+                                     "; ".join(f"{d}: {e}" for d, e in self._offline.items()))
+
+    def _scan(self, d: str) -> list:
+        """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
+        cannot finish a deletion, and must not show what is being deleted); [] if d is offline."""
+        try:
+            return [job for job in partition_dirs(self._io, d) if job[0][0] not in self._deleting]
+        except (OSError, UnusableFileError) as e:
+            self._mark_offline(d, e)
+            return []
+
+    def _finish_deletions(self) -> None:
+        """Complete the topic deletions a crash cut short (delete_topic records the intent in
+        the topic config before its first rename): rename every partition left of those topics
+        to its `-delete` name, then drop the record. A dir that is offline keeps it pending."""
+        if not self._deleting or self.read_only:
+            return
+        done = True
+        for d in self.log_dirs:
+            if d in self._offline:
+                done = False
+                continue
+            try:
+                moved = False
+                for (topic, p), path in partition_dirs(self._io, d):
+                    if topic in self._deleting:
+                        self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
+                        moved = True
+                if moved:
+                    self._io.fsync_dir(d)
+            except (OSError, UnusableFileError) as e:
+                self._mark_offline(d, e)
+                done = False
+        if done:
+            log.info("finished the deletion of topic(s) %s cut short before", self._deleting)
+            self._deleting = []
+            self._persist_topic_configs()
 
     def _acquire_lock(self, d: str) -> None:
         path = os.path.join(d, LOCK_FILE)
@@ -241,11 +297,13 @@ class LogManager:
             self._topic_config_version = best["version"]
             self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
             self._topic_ids = dict(best.get("topic_ids", {}))
+            self._deleting = list(best.get("deleting", []))
 
     def _persist_topic_configs(self) -> None:
         self._topic_config_version += 1
         data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs,
-                           "topic_ids": self._topic_ids}, sort_keys=True, indent=1).encode()
+                           "topic_ids": self._topic_ids, "deleting": self._deleting},
+                          sort_keys=True, indent=1).encode()
         for d in self.log_dirs:
             if d in self._offline:
                 continue
@@ -267,37 +325,48 @@ class LogManager:
 
     def _load_dir(self, d: str) -> None:
         io = self._io
-        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        clean = io.exists(marker)
-        if clean and not self.read_only:
-            # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
-            io.unlink(marker)
-            io.fsync_dir(d)
-        self._loaded_clean[d] = False
-        recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
-        starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
-        if not self.read_only:
-            for name in sorted(io.listdir(d)):
-                if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
-                    io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
-                    continue
-                if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
-                    self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
-        jobs = partition_dirs(io, d)
-        threads = self._cfg["num.recovery.threads.per.data.dir"]
-
-        def load(job):
-            tp, path = job
-            cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
-            lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp),
-                          clean_shutdown=clean, io=io, time=self._time, scheduler=self._scheduler,
-                          read_only=self.read_only)
-            if self._progress is not None:
-                with self._lock:
-                    self._loaded_count += 1
-                    self._progress(self._loaded_count, self._load_total)
-            return tp, path, lg
+        results = []
         try:
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            clean = io.exists(marker)
+            if clean and not self.read_only:
+                # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
+                io.unlink(marker)
+                io.fsync_dir(d)
+            self._loaded_clean[d] = False
+            recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
+            starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
+            if not self.read_only:
+                for name in sorted(io.listdir(d)):
+                    if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
+                        io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
+                        continue
+                    if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
+                        self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
+            jobs = partition_dirs(io, d)
+            jobs = [job for job in jobs if job[0][0] not in self._deleting]
+            threads = self._cfg["num.recovery.threads.per.data.dir"]
+
+            def load(job):
+                tp, path = job
+                try:
+                    io.check_dir(path)       # a symlinked or special partition dir is refused
+                    cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
+                    lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
+                                  log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
+                                  time=self._time, scheduler=self._scheduler, read_only=self.read_only)
+                except OSError as e:
+                    if e.errno not in _PARTITION_ERRNOS:
+                        raise            # a failing disk: the whole dir goes offline
+                    lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
+                except KStoreError as e:
+                    lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
+                if self._progress is not None:
+                    with self._lock:
+                        self._loaded_count += 1
+                        self._progress(self._loaded_count, self._load_total)
+                if lg is not None:
+                    results.append((tp, path, lg))
             # Recovery threads pay off only where a GIL-free CRC scan dominates: partitions with
             # megabytes to validate. Loading many small partitions is Python and syscalls, where
             # threads only queue on the GIL (measured: 1,000 tiny partitions 1.4 s on one
@@ -306,12 +375,18 @@ class LogManager:
             for job in jobs:
                 (big if not clean and self._bytes_to_recover(job[1], recovery.get(job[0], 0))
                  >= PARALLEL_RECOVERY_BYTES else small).append(job)
-            results = [load(job) for job in small]
+            for job in small:
+                load(job)
             if big:
                 with ThreadPoolExecutor(max_workers=threads) as pool:
-                    results += list(pool.map(load, big))
+                    list(pool.map(load, big))
         except OSError as e:
             self._mark_offline(d, e)
+            for _tp, _path, lg in results:
+                lg.close_handlers()
+            with self._lock:
+                for tp in [tp for tp, f in self._failed.items() if f[0] == d]:
+                    del self._failed[tp]       # the whole dir is offline: it says why
             return
         with self._lock:
             for tp, path, lg in results:
@@ -322,7 +397,19 @@ class LogManager:
                         f"{self._dir_of[tp]} and {d}. Recover or delete one of them.")
                 self._logs[tp] = lg
                 self._dir_of[tp] = d
-        self._loaded_clean[d] = True
+        # a partition left unrecovered must be recovered next time: no clean marker then
+        self._loaded_clean[d] = clean or not any(f[0] == d for f in self._failed.values())
+
+    def _fail_partition(self, d: str, tp: tuple[str, int], path: str, e: BaseException,
+                        recovery: Optional[int], start: Optional[int]) -> None:
+        """Isolate a partition that failed to load: logged as an ERROR, listed by
+        failed_partitions, untouched on disk (its checkpoint entries are kept as they were);
+        every use raises PartitionLoadError."""
+        why = f"{type(e).__name__}: {e}"
+        log.error("partition %s-%d (%s) failed to load and is isolated: %s", tp[0], tp[1], path, why)
+        with self._lock:
+            self._failed[tp] = (d, path, why, {RECOVERY_POINT_CHECKPOINT: recovery,
+                                               LOG_START_OFFSET_CHECKPOINT: start})
 
     def _bytes_to_recover(self, path: str, recovery_point: int) -> int:
         """Size of the .log files at or above the segment holding the recovery point."""
@@ -330,7 +417,8 @@ class LogManager:
         try:
             with os.scandir(path) as it:
                 for e in it:
-                    if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isdigit():
+                    if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isascii() \
+                            and e.name[:20].isdigit():
                         sizes.append((int(e.name[:20]), e.stat().st_size))
         except OSError:
             return 0
@@ -361,11 +449,12 @@ class LogManager:
         return run
 
     # -- offline handling ----------------------------------------------------------------------
-    def _mark_offline(self, d: str, exc: BaseException) -> None:
+    def _mark_offline(self, d: str, exc: BaseException, quiet: bool = False) -> None:
         with self._lock:
             if d not in self._offline:
                 self._offline[d] = str(exc)
-                log.error("log dir %s is offline after an I/O error: %s", d, exc)
+                if not quiet:
+                    log.error("log dir %s is offline: %s", d, exc)
 
     @property
     def offline_dirs(self) -> dict[str, str]:
@@ -385,11 +474,20 @@ class LogManager:
             raise
 
     # -- topics --------------------------------------------------------------------------------
+    @property
+    def failed_partitions(self) -> dict[tuple[str, int], str]:
+        """Partitions that failed to load at start-up, with the reason (their log dir stays
+        online; each is left untouched on disk and raises PartitionLoadError when used)."""
+        with self._lock:
+            return {tp: f"{f[1]}: {f[2]}" for tp, f in self._failed.items()}
+
     def topics(self) -> list[str]:
-        return sorted({tp[0] for tp in self._logs})
+        return sorted({tp[0] for tp in self._logs} | {tp[0] for tp in self._failed})
 
     def partitions(self, topic: str) -> list[int]:
-        parts = sorted(p for (t, p) in self._logs if t == topic)
+        """The topic's partitions in this store, failed ones included (there may be holes: a
+        broker's log dirs hold only some partitions of a topic)."""
+        parts = sorted({p for (t, p) in self._logs if t == topic} | {p for (t, p) in self._failed if t == topic})
         if not parts:
             raise UnknownTopicError(f"unknown topic {topic!r}")
         return parts
@@ -398,13 +496,31 @@ class LogManager:
         try:
             return self._logs[(topic, partition)]
         except KeyError:
+            pass
+        self._raise_missing(topic, partition)
+
+    def _raise_missing(self, topic: str, partition: int):
+        """The error for a partition that is not loaded: failed at start-up, or not here."""
+        f = self._failed.get((topic, partition))
+        if f is not None:
+            raise PartitionLoadError(f"partition {topic}-{partition} failed to load at start-up "
+                                     f"and is isolated: {f[1]}: {f[2]}")
+        try:
+            parts = self.partitions(topic)
+        except UnknownTopicError:
             raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+        raise UnknownTopicError(f"partition {partition} of topic {topic!r} is not in this store "
+                                f"(its log dirs hold partitions {parts})")
 
     def logs(self) -> dict[tuple[str, int], Log]:
         return dict(self._logs)
 
     def log_dir_of(self, topic: str, partition: int) -> str:
-        return self._dir_of[(topic, partition)]
+        try:
+            return self._dir_of[(topic, partition)]
+        except KeyError:
+            pass
+        self._raise_missing(topic, partition)
 
     def topic_config(self, topic: str) -> LogConfig:
         self.partitions(topic)
@@ -427,8 +543,10 @@ class LogManager:
         overrides = dict(config or {})
         cfg = self._cfg.log_config(overrides)          # validates
         with self._lock:
-            if any(t == name for (t, _p) in self._logs):
+            if name in self.topics():
                 raise TopicExistsError(f"Topic '{name}' already exists.")
+            if name in self._deleting:
+                raise TopicExistsError(f"Topic '{name}' is marked for deletion.")
             collide = {t.replace(".", "_") for (t, _p) in self._logs}
             if name.replace(".", "_") in collide:
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
@@ -479,13 +597,13 @@ class LogManager:
         """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
         self._check_writable()
         with self._lock:
-            current = self.partitions(name)
-            if count <= len(current):
+            have = self.partitions(name)[-1] + 1       # with holes: the highest + 1
+            if count <= have:
                 raise InvalidTopicError(
-                    f"Topic currently has {len(current)} partitions, which is higher than or equal "
+                    f"Topic currently has {have} partitions, which is higher than or equal "
                     f"to the requested {count}.")
             cfg = self.topic_config(name)
-            new = list(range(len(current), count))
+            new = list(range(have, count))
             for p in new:
                 self._create_partition(name, p, cfg)
             return new
@@ -511,30 +629,51 @@ class LogManager:
             return cfg
 
     def delete_topic(self, name: str) -> None:
-        """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms."""
+        """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms.
+
+        Crash-atomic: the intent is first recorded durably in the topic config of every log dir
+        ("deleting"); a crash after that is finished by the next start-up before anything loads,
+        so the topic comes back whole or not at all."""
         self._check_writable()
         with self._lock:
             parts = self.partitions(name)
+            if name not in self._deleting:
+                self._deleting.append(name)
+            self._topic_configs.pop(name, None)
+            self._topic_ids.pop(name, None)
+            self._persist_topic_configs()
+            if all(d in self._offline for d in self.log_dirs):
+                raise LogDirOfflineError(f"could not record the deletion of {name}: every log dir "
+                                         f"is offline: {self._offline}")
+            touched = set()
             for p in parts:
                 tp = (name, p)
-                lg = self._logs.pop(tp)
-                d = self._dir_of.pop(tp)
-                lg.close_handlers()
-                suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-                prefix = f"{name}-{p}"
-                if len(prefix) + len(suffix) > 255:
-                    prefix = prefix[: 255 - len(suffix)]
-                target = os.path.join(d, prefix + suffix)
+                lg = self._logs.pop(tp, None)
+                if lg is not None:
+                    d = self._dir_of.pop(tp)
+                    lg.close_handlers()
+                    path = lg.dir
+                else:
+                    d, path = self._failed.pop(tp)[:2]    # isolated: its dir goes all the same
+                if d in self._offline:
+                    continue               # finished by the start-up that finds it online
+                target = os.path.join(d, delete_dir_name(name, p))
                 try:
-                    self._io.rename(lg.dir, target)
-                    self._io.fsync_dir(d)
+                    self._io.rename(path, target)
+                    touched.add(d)
                 except OSError as e:
                     self._mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
                 self._logs_to_delete.append((target, self._time.milliseconds()))
-            self._topic_configs.pop(name, None)
-            self._topic_ids.pop(name, None)
-            self._persist_topic_configs()
+            for d in sorted(touched):
+                try:
+                    self._io.fsync_dir(d)
+                except OSError as e:
+                    self._mark_offline(d, e)
+                    raise LogDirOfflineError(f"could not delete {name}: {e}") from e
+            if not any(d in self._offline for d in self.log_dirs):
+                self._deleting.remove(name)
+                self._persist_topic_configs()
             self.checkpoint_recovery_offsets()
             self.checkpoint_log_start_offsets()
 
@@ -545,14 +684,20 @@ class LogManager:
         """Append one record, choosing the partition as Kafka's default partitioner does:
         murmur2 of the key when there is one, round robin otherwise."""
         self._check_writable()
-        n = self.ensure_topic(topic)
+        parts = self._ensure_partitions(topic)
+        n = parts[-1] + 1
         if partition is None:
-            partition = partition_for_key(bytes(key), n) if key is not None else next(self._rr) % n
+            if key is not None:
+                partition = partition_for_key(bytes(key), n)
+            elif len(parts) == n and not self._failed:
+                partition = next(self._rr) % n
+            else:       # holes or isolated partitions: round robin over those that work
+                here = [p for p in parts if (topic, p) in self._logs] or parts
+                partition = here[next(self._rr) % len(here)]
         elif not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        tp = (topic, partition)
-        lg = self._logs[tp]
-        info = self._guard(self._dir_of[tp], lg.append, [(key, value, timestamp, headers)])
+        lg, d = self._writable_log(topic, partition)
+        info = self._guard(d, lg.append, [(key, value, timestamp, headers)])
         ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
         return RecordMetadata(topic, partition, info.first_offset, ts)
 
@@ -563,8 +708,8 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        tp = (topic, partition)
-        return self._guard(self._dir_of[tp], self._logs[tp].append, records)
+        lg, d = self._writable_log(topic, partition)
+        return self._guard(d, lg.append, records)
 
     def append_columns(self, topic: str, partition: int, cols, start: int = 0,
                        stop: Optional[int] = None, *, batch_bytes: int = 1 << 20) -> tuple[int, int]:
@@ -574,20 +719,34 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        tp = (topic, partition)
-        return self._guard(self._dir_of[tp], self._logs[tp].append_columns, cols, start, stop,
-                           batch_bytes=batch_bytes)
+        lg, d = self._writable_log(topic, partition)
+        return self._guard(d, lg.append_columns, cols, start, stop, batch_bytes=batch_bytes)
+
+    def _writable_log(self, topic: str, partition: int) -> tuple[Log, str]:
+        """(log, its dir) of a partition to append to; a kstore error if it is not loaded."""
+        try:
+            return self._logs[(topic, partition)], self._dir_of[(topic, partition)]
+        except KeyError:
+            pass
+        self._raise_missing(topic, partition)
 
     def ensure_topic(self, topic: str) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
-        auto.create.topics.enable is on, as a broker does for a producer."""
-        if topic not in {t for (t, _p) in self._logs}:
+        auto.create.topics.enable is on, as a broker does for a producer. With holes (a broker's
+        dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
+        return self._ensure_partitions(topic)[-1] + 1
+
+    def _ensure_partitions(self, topic: str) -> list[int]:
+        """partitions(topic), auto-creating the topic first as ensure_topic does."""
+        try:
+            return self.partitions(topic)
+        except UnknownTopicError:
             if not self._cfg["auto.create.topics.enable"]:
-                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
-            with self._lock:
-                if topic not in {t for (t, _p) in self._logs}:
-                    self.create_topic(topic)
-        return len(self.partitions(topic))
+                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)") from None
+        with self._lock:
+            if topic not in self.topics():
+                self.create_topic(topic)
+            return self.partitions(topic)
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20):
@@ -660,6 +819,9 @@ class LogManager:
                     v = value(lg)
                     if v is not None:
                         by_dir[d][tp] = v
+            for tp, (d, _path, _why, kept) in self._failed.items():
+                if d in by_dir and kept.get(name) is not None:
+                    by_dir[d][tp] = kept[name]         # isolated: as it was read
         failed = []
         for d, entries in by_dir.items():
             try:
@@ -678,6 +840,7 @@ class LogManager:
         while self._logs_to_delete and self._logs_to_delete[0][1] + delay <= now:
             path, _ = self._logs_to_delete.popleft()
             try:
+                self._io.check_dir(path)         # never follow a symlink out of the log dir
                 for name in self._io.listdir(path):
                     self._io.unlink(os.path.join(path, name))
                 self._io.rmdir(path)
@@ -685,8 +848,13 @@ class LogManager:
                 n += 1
             except FileNotFoundError:
                 n += 1
+            except UnusableFileError as e:
+                log.error("not removing deleted partition %s: %s", path, e)
             except OSError as e:
-                self._mark_offline(os.path.dirname(path), e)
+                if e.errno in _PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
+                    log.error("could not remove deleted partition %s: %s", path, e)
+                else:
+                    self._mark_offline(os.path.dirname(path), e)
         return n
 
     # -- shutdown --------------------------------------------------------------------------------

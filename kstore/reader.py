@@ -90,6 +90,7 @@ class StoreReader:
             path = self._paths.get(tp)
             if path is None:
                 raise UnknownTopicError(f"unknown topic partition {topic}-{partition} in {self.log_dirs}")
+            self._io.check_dir(path)     # a symlinked partition dir would lead outside the store
             lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
                           io=self._io)
             self._logs[tp] = lg

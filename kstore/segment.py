@@ -588,7 +588,10 @@ class LogSegment:
             try:
                 fd = self._io.open(idx.path, os.O_RDONLY)
                 try:
-                    raw = self._io.pread(fd, self._io.size(fd), 0)
+                    # no more entries than batches (26 bytes at least): a huge sparse index
+                    # (damaged or hostile) is not read past what the .log could index
+                    cap = (self.size // 26 + 1) * idx.ENTRY_SIZE
+                    raw = self._io.pread(fd, min(self._io.size(fd), cap), 0)
                 finally:
                     self._io.close(fd)
             except FileNotFoundError:

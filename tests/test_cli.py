@@ -40,3 +40,40 @@ def test_bench_json_tiny_run(capsys):
 def test_no_command_prints_help(capsys):
     assert cli.main([]) == 2
     assert "quickstart" in capsys.readouterr().out
+
+
+# -- errors: one line, no traceback, exit status 1 (issue 12, defect 18) ------------------------
+def _kstore(*args):
+    # cwd "/": python -m puts the cwd first on sys.path; PYTHONPATH chooses the tree under test
+    r = subprocess.run([sys.executable, "-m", "kstore", *args], capture_output=True, text=True,
+                       timeout=120, cwd="/")
+    return r.returncode, r.stderr
+
+
+def test_a_file_as_log_dirs_is_one_error_line(tmp_path):
+    f = tmp_path / "afile"
+    f.write_bytes(b"")
+    for cmd in (["topics", "list"], ["get-offsets", "--topic", "t"],
+                ["consume", "--topic", "t", "--from-beginning"]):
+        assert _kstore(*cmd, "--log-dirs", str(f)) == (1, f"kstore: error: refusing {f}: not a directory\n"), cmd
+    assert _kstore("topics", "create", "--topic", "t", "--partitions", "1", "--log-dirs", str(f)) == (
+        1, f"kstore: error: every log dir is offline: {f}: refusing {f}: a log dir that is not a directory\n")
+    assert _kstore("quickstart", "--dir", str(f / "sub")) == (1, f"kstore: error: {f / 'sub'}: Not a directory\n")
+    rc, err = _kstore("topics", "list", "--no-such-option")
+    assert rc == 2 and err.startswith("usage: ")
+
+
+def test_os_errors_and_odd_names_are_one_error_line(tmp_path):
+    d = tmp_path / "x.log"
+    d.mkdir()
+    assert _kstore("dump-log", "--files", str(d)) == (1, f"kstore: error: refusing {d}: a directory, not a regular file\n")
+    fifo = tmp_path / "00000000000000000000.log"
+    os.mkfifo(fifo)
+    assert _kstore("dump-log", "--files", str(fifo)) == (1, f"kstore: error: refusing {fifo}: a FIFO, not a regular file\n")
+    with kstore.LogManager(str(tmp_path / "s")) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"v")
+    odd = tmp_path / "s" / "t-0" / "99999999999999999999.log"
+    odd.write_bytes(b"")
+    assert _kstore("consume", "--topic", "t", "--from-beginning", "--log-dirs", str(tmp_path / "s")) == (
+        1, f"kstore: error: refusing {odd}: its base offset is above 2^63-1\n")

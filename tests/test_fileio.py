@@ -131,3 +131,108 @@ def test_default_ops_can_be_swapped(tmp_path):
         assert any(o[0] == "fsync" for o in ops.ops)
     finally:
         kstore.set_file_ops(prev)
+
+
+# -- hostile files: refused, never followed, never waited on (issue 12, defect 17) ---------------
+def _store_with_data(path):
+    with kstore.Log.open(str(path)) as lg:
+        for i in range(5):
+            lg.append([(b"k", b"v%d" % i)])
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_fifo_named_like_a_segment_is_refused_without_blocking(tmp_path, watchdog, read_only):
+    from kstore.errors import UnusableFileError
+    watchdog(30)
+    part = tmp_path / "t-0"
+    part.mkdir()
+    fifo = part / "00000000000000000000.log"
+    os.mkfifo(fifo)
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.Log.open(str(part), read_only=read_only)
+    assert ei.value.path == str(fifo)
+    assert str(ei.value) == f"refusing {fifo}: a FIFO, not a regular file"
+    assert not isinstance(ei.value, OSError)          # not an I/O error: no dir goes offline
+    assert os.path.exists(fifo) and sorted(os.listdir(part)) == ["00000000000000000000.log"]
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+@pytest.mark.parametrize("suffix", [".log", ".index"])
+def test_symlinked_segment_file_is_refused_and_its_target_untouched(tmp_path, watchdog, read_only, suffix):
+    from kstore.errors import UnusableFileError
+    watchdog(30)
+    part = tmp_path / "t-0"
+    _store_with_data(part)
+    seg = part / ("00000000000000000000" + suffix)
+    outside = tmp_path / ("outside" + suffix)
+    os.rename(seg, outside)
+    os.symlink(outside, seg)
+    before = (outside.read_bytes(), os.stat(outside).st_mtime_ns)
+    with pytest.raises(UnusableFileError) as ei:
+        with kstore.Log.open(str(part), read_only=read_only) as lg:
+            lg.read(0)                         # a read-only log opens its index on first read
+            lg.append([(b"k", b"after")])
+    assert ei.value.path == str(seg)
+    assert str(ei.value) == f"refusing {seg}: a symbolic link, not a regular file"
+    assert (outside.read_bytes(), os.stat(outside).st_mtime_ns) == before
+    assert os.path.islink(seg)
+
+
+def test_open_refuses_special_files_and_creates_none_through_a_dangling_link(tmp_path):
+    from kstore.errors import UnusableFileError
+    ops = FileOps()
+    d = tmp_path / "d"
+    d.mkdir()
+    with pytest.raises(UnusableFileError, match="a directory, not a regular file"):
+        ops.open(str(d), os.O_RDONLY)
+    with pytest.raises(UnusableFileError, match="a directory, not a regular file"):
+        ops.open(str(d), os.O_RDWR)
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "nowhere", link)
+    with pytest.raises(UnusableFileError, match="a symbolic link"):
+        ops.open(str(link), os.O_RDWR | os.O_CREAT)
+    assert not os.path.exists(tmp_path / "nowhere")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UnusableFileError, match="a FIFO"):
+        ops.open(str(fifo), os.O_WRONLY)       # no reader: ENXIO under O_NONBLOCK, refused
+    with pytest.raises(UnusableFileError, match="a symbolic link, not a directory"):
+        os.symlink(d, tmp_path / "dlink")
+        ops.check_dir(str(tmp_path / "dlink"))
+    fd = ops.open(str(tmp_path / "plain"), os.O_RDWR | os.O_CREAT)
+    ops.close(fd)
+
+
+def test_hostile_checkpoint_and_config_files_are_refused_not_fatal(tmp_path, watchdog):
+    """A FIFO as a checkpoint or the topic config: treated as unreadable (a warning), the
+    store opens; the FIFOs are replaced by the next atomic write, never read from."""
+    watchdog(30)
+    with kstore.LogManager(str(tmp_path)) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"v")
+    for name in ("recovery-point-offset-checkpoint", "kstore-topic-config.json"):
+        os.unlink(tmp_path / name)
+        os.mkfifo(tmp_path / name)
+    with kstore.LogManager(str(tmp_path), read_only=True) as ro:
+        assert ro.topics() == ["t"] and ro.offline_dirs == {}
+    with kstore.LogManager(str(tmp_path)) as m:
+        assert m.topics() == ["t"] and m.offline_dirs == {}
+        assert any("malformed checkpoint: refusing" in e for e in m.checkpoint_errors)
+        assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
+    assert os.path.isfile(tmp_path / "recovery-point-offset-checkpoint")
+
+
+@pytest.mark.parametrize("name", ["00000000000000000009.index", "00000000000000000000.log.deleted"])
+def test_hostile_file_is_never_deleted_as_kstore_own(tmp_path, name):
+    """An orphaned index or a leftover .deleted is removed at open; a symlink or FIFO with such
+    a name is refused instead (the open fails naming it), and nothing it points at is touched."""
+    from kstore.errors import UnusableFileError
+    part = tmp_path / "t-0"
+    _store_with_data(part)
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    os.symlink(target, part / name)
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.Log.open(str(part))
+    assert str(ei.value) == f"refusing {part / name}: a symbolic link, not a regular file"
+    assert os.path.islink(part / name) and target.read_bytes() == b"keep me"

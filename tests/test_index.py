@@ -246,3 +246,77 @@ def test_views_survive_resize(tmp_path):
     assert view["position"].tolist() == [0, 1, 2, 3, 4]
     del view
     idx.close_handler()
+
+
+# -- damaged or hostile lengths (issue 12, defect 19) ----------------------------------------------
+def _small_log(path, **cfg):
+    import kstore
+    lg = kstore.Log.open(str(path), {"index.interval.bytes": 1, **cfg})
+    for i in range(20):
+        lg.append([(b"k%d" % i, b"v%d" % i)])
+    lg.close()
+
+
+def test_huge_sparse_index_is_rebuilt_without_reserving_it(tmp_path):
+    """A 2 GiB sparse .index (truncate, never written) is neither fallocated nor trusted: a
+    writable and a read-only open read in well under a second, and it is rebuilt to the data."""
+    import time
+    import kstore
+    _small_log(tmp_path / "t-0")
+    p = str(tmp_path / "t-0" / "00000000000000000000.index")
+    good = open(p, "rb").read()
+    assert len(good) == 19 * 8
+    os.truncate(p, 2 << 30)
+    t0 = time.monotonic()
+    with kstore.Log.open(str(tmp_path / "t-0"), read_only=True) as ro:
+        assert [r.value for r in ro.read(7, max_records=2)] == [b"v7", b"v8"]
+    with kstore.Log.open(str(tmp_path / "t-0"), {"index.interval.bytes": 1}) as lg:
+        assert [(r.offset, r.value) for r in lg.read(13, max_records=1)] == [(13, b"v13")]
+        assert os.stat(p).st_blocks * 512 < 1 << 20      # nothing reserved for the 2 GiB
+        assert lg.append([(b"k", b"v20")]).first_offset == 20
+    assert time.monotonic() - t0 < 1.0
+    assert open(p, "rb").read()[: len(good)] == good     # rebuilt from the .log, then closed
+    assert os.path.getsize(p) == len(good)
+
+
+@pytest.mark.parametrize("length, why", [(10 * 8 + 3, "not a multiple of 8"),
+                                         (8 * 1024 + 8, "above segment.index.bytes")])
+def test_index_of_impossible_length_is_not_trusted(tmp_path, length, why):
+    """Kafka's sanity check: a length that is not a multiple of the entry size, or (kstore) above
+    segment.index.bytes, is a corrupt index: rebuilt from the .log on first use."""
+    p = str(tmp_path / "00000000000000000000.index")
+    with open(p, "wb") as f:
+        f.write(struct.pack(">ii", 1, 0) + b"\xff" * (length - 8))
+    idx = OffsetIndex(p, 0, 8 * 1024)
+    assert idx.entries == 0 and idx.mapping is None
+    assert why in idx.entries_problem(1000)
+    idx.rewrite(np.zeros(0, dtype=_core.OFFSET_DTYPE))
+    assert idx.entries_problem(1000) is None and os.path.getsize(p) == 0
+    idx.close_handler()
+
+
+def test_empty_segment_read_past_keeps_its_empty_index(tmp_path):
+    """An empty segment (compaction leaves them) keeps its 0-byte indexes when a read passes
+    it: no growth to segment.index.bytes, no blocks pinned."""
+    import kstore
+    d = tmp_path / "t-0"
+    lg = kstore.Log.open(str(d), {"index.interval.bytes": 1})
+    for i in range(3):
+        lg.append([(b"k", b"a%d" % i)])
+    lg.roll()
+    for i in range(3, 6):
+        lg.append([(b"k", b"b%d" % i)])
+    lg.roll()
+    for i in range(6, 9):
+        lg.append([(b"k", b"c%d" % i)])
+    lg.close()
+    # what the cleaner leaves when every record of a segment is superseded: empty files
+    for suffix in (".log", ".index", ".timeindex"):
+        os.truncate(str(d / ("00000000000000000003" + suffix)), 0)
+    with kstore.Log.open(str(d)) as lg:
+        assert [(r.offset, r.value) for r in lg.read(0, max_records=10)] == \
+            [(0, b"a0"), (1, b"a1"), (2, b"a2"), (6, b"c6"), (7, b"c7"), (8, b"c8")]
+        assert lg.offset_for_timestamp(0) == 0
+        for suffix in (".index", ".timeindex"):
+            st = os.stat(str(d / ("00000000000000000003" + suffix)))
+            assert (st.st_size, st.st_blocks) == (0, 0), suffix

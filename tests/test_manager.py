@@ -493,3 +493,177 @@ def test_scheduled_tasks_skip_logs_deleted_meanwhile(tmp_path, mock):
         s.advance(100)          # retention, flush and checkpoints run without raising
         assert m.log("b", 0).recovery_point == 1
         assert m.cleanup_logs() == 0
+
+
+# -- start-up and hostile files (issue 12, defects 15 and 16) --------------------------------------
+def test_crash_anywhere_in_delete_topic_leaves_the_topic_whole_or_gone(tmp_path):
+    """Crash at every file operation of delete_topic (process kill and power loss): the reopened
+    store has all three partitions of the topic with their records, or none (and no `t-N` dir
+    left), and keyed appends work either way."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from crash_harness import TracingOps, explore
+    cfg = {"log.segment.delete.delay.ms": 0, "file.delete.delay.ms": 0, "log.cleaner.enable": False}
+    root = str(tmp_path / "w")
+    os.makedirs(root)
+    t = MockTime(NOW)
+    with LogManager(root, cfg, time=t, scheduler=MockScheduler(t)) as m:
+        m.create_topic("keep", 1)
+        m.create_topic("t", 3)
+        for p in range(3):
+            m.append_batch("t", p, [(b"k%d" % p, b"v%d" % p, NOW)])
+        m.append_batch("keep", 0, [(None, b"kept", NOW)])
+    ops = TracingOps(root)
+    m = LogManager(root, cfg, io=ops, time=t, scheduler=MockScheduler(t))
+    first = len(ops.snapshots)
+    m.delete_topic("t")
+    ops.mark("deleted", True)
+    m.close()
+    ops.finish()
+    seen = {"whole": 0, "gone": 0}
+
+    def check(state, snap, kind):
+        with LogManager(state, cfg, time=t, scheduler=MockScheduler(t)) as m2:
+            assert [r.value for r in m2.read("keep", 0, 0)] == [b"kept"]
+            if "t" in m2.topics():
+                assert not snap.marks.get("deleted"), "a deleted topic came back"
+                assert m2.partitions("t") == [0, 1, 2]
+                for p in range(3):
+                    assert [(r.offset, r.value) for r in m2.read("t", p, 0)] == [(0, b"v%d" % p)]
+                for i in range(12):
+                    key = b"key-%d" % i
+                    assert m2.append("t", key, b"x").partition == partition_for_key(key, 3)
+                seen["whole"] += 1
+            else:
+                assert not [n for n in os.listdir(state) if n.startswith("t-") and "-delete" not in n]
+                m2.create_topic("t", 2)
+                assert m2.append("t", b"key", b"x").offset == 0
+                seen["gone"] += 1
+
+    tally = explore(ops.snapshots[first:], str(tmp_path), check, prefixes="ends")
+    assert tally.states > 100 and seen["whole"] and seen["gone"], (tally, seen)
+
+
+def test_topic_with_holes_appends_by_key_and_names_the_missing_partition(tmp_path, mock):
+    """A store holding partitions 0 and 2 of a 3-partition topic (a broker's share): keys map
+    over 3 partitions as Kafka's; a key or an explicit partition that is not here gets a kstore
+    error naming topic and partition; round robin goes over the partitions held."""
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 3)
+    import shutil
+    shutil.rmtree(tmp_path / "t-1")
+    keys = {p: next(b"k%d" % i for i in range(100) if partition_for_key(b"k%d" % i, 3) == p)
+            for p in range(3)}
+    with manager(str(tmp_path), mock=mock) as m:
+        assert m.partitions("t") == [0, 2] and m.ensure_topic("t") == 3
+        r = m.append("t", keys[2], b"a")
+        assert (r.topic, r.partition, r.offset) == ("t", 2, 0)
+        assert m.append("t", keys[2], b"b").offset == 1
+        assert m.append("t", keys[0], b"c").partition == 0
+        msg = "partition 1 of topic 't' is not in this store (its log dirs hold partitions [0, 2])"
+        with pytest.raises(UnknownTopicError) as ei:
+            m.append("t", keys[1], b"d")
+        assert str(ei.value) == msg
+        with pytest.raises(UnknownTopicError) as ei:
+            m.append_batch("t", 1, [(None, b"d")])
+        assert str(ei.value) == msg
+        assert m.append("t", None, b"e", partition=2).offset == 2
+        with pytest.raises(UnknownTopicError, match="partition 1 of topic 't' is not in this store"):
+            m.log_dir_of("t", 1)
+        assert sorted(m.append("t", None, b"rr").partition for _ in range(4)) == [0, 0, 2, 2]
+        with pytest.raises(InvalidTopicError, match="Topic currently has 3 partitions"):
+            m.add_partitions("t", 3)
+        assert m.add_partitions("t", 4) == [3] and m.partitions("t") == [0, 2, 3]
+        assert [r.value for r in m.read("t", 2, 0)] == [b"a", b"b", b"e", b"rr", b"rr"]
+
+
+def test_a_hostile_partition_is_isolated_and_says_why(tmp_path, mock, watchdog, caplog):
+    """A FIFO named like a segment in t-1 and a symlinked partition dir u-0: both isolated
+    (ERROR logged, failed_partitions, PartitionLoadError on use); the dir stays online, the
+    other partitions work, the hostile files and the link's target are untouched, and the
+    isolated partitions keep their checkpoint entries."""
+    from kstore.errors import PartitionLoadError
+    watchdog(60)
+    d = tmp_path / "d"
+    with manager(str(d), mock=mock) as m:
+        m.create_topic("t", 2)
+        for p in range(2):
+            m.append_batch("t", p, [(None, b"v%d" % p)])
+    fifo = d / "t-1" / "00000000000000000000.log"
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    outside = tmp_path / "outside-0"
+    outside.mkdir()
+    (outside / "00000000000000000000.log").write_bytes(b"not yours")
+    os.symlink(outside, d / "u-0")
+    for read_only in (True, False):
+        caplog.clear()
+        with manager(str(d), mock=mock, read_only=read_only) as m:
+            assert m.offline_dirs == {}
+            assert m.failed_partitions == {
+                ("t", 1): f"{d / 't-1'}: UnusableFileError: refusing {fifo}: a FIFO, not a regular file",
+                ("u", 0): f"{d / 'u-0'}: UnusableFileError: refusing {d / 'u-0'}: a symbolic link, not a directory"}
+            assert m.topics() == ["t", "u"] and m.partitions("t") == [0, 1]
+            assert [r.value for r in m.read("t", 0, 0)] == [b"v0"]
+            with pytest.raises(PartitionLoadError) as ei:
+                m.log("t", 1)
+            assert str(ei.value) == ("partition t-1 failed to load at start-up and is isolated: "
+                                     f"{d / 't-1'}: UnusableFileError: refusing {fifo}: a FIFO, not a regular file")
+            if not read_only:
+                with pytest.raises(PartitionLoadError):
+                    m.append("t", None, b"x", partition=1)
+                with pytest.raises(TopicExistsError):
+                    m.create_topic("u", 1)
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any("partition t-1" in e and "isolated" in e for e in errors), errors
+    assert os.path.exists(fifo) and os.path.islink(d / "u-0")
+    assert (outside / "00000000000000000000.log").read_bytes() == b"not yours"
+    assert sorted(os.listdir(outside)) == ["00000000000000000000.log"]
+    cp = OffsetCheckpointFile(str(d / "recovery-point-offset-checkpoint")).read()
+    assert cp[("t", 1)] == 1 and cp[("t", 0)] == 1
+
+
+class _EioOps(FileOps):
+    """EIO on opening anything under one directory: a failing disk."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def open(self, path, flags, mode=0o644):
+        if path.startswith(self.bad):
+            raise OSError(errno.EIO, "Input/output error (injected)", path)
+        return super().open(path, flags, mode)
+
+
+def test_io_error_at_start_up_takes_the_dir_offline_never_silently(tmp_path, mock, caplog):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with manager([a, b], mock=mock) as m:
+        m.create_topic("t", 2)
+    assert {m for m in os.listdir(a) if m.startswith("t-")} and {m for m in os.listdir(b) if m.startswith("t-")}
+    part_a = os.path.join(a, next(n for n in os.listdir(a) if n.startswith("t-")))
+    with manager([a, b], mock=mock, io=_EioOps(part_a)) as m:
+        assert list(m.offline_dirs) == [a] and "Input/output error (injected)" in m.offline_dirs[a]
+        assert m.failed_partitions == {}
+    assert any(r.levelname == "ERROR" and a in r.getMessage() for r in caplog.records)
+    with pytest.raises(LogDirOfflineError) as ei:
+        manager([a], mock=mock, io=_EioOps(part_a))
+    assert str(ei.value).startswith(f"every log dir is offline: {a}: ")
+    assert "Input/output error (injected)" in str(ei.value)
+
+
+def test_a_hostile_clean_shutdown_marker_fails_the_start_naming_it(tmp_path, mock, watchdog):
+    """A FIFO as .kafka_cleanshutdown is not taken as a clean shutdown (recovery skipped) nor
+    removed: the start fails naming it, and a second start after it is removed works."""
+    from kstore.errors import UnusableFileError
+    watchdog(30)
+    with manager(str(tmp_path), mock=mock) as m:
+        m.create_topic("t", 1)
+        m.append("t", None, b"v")
+    marker = tmp_path / ".kafka_cleanshutdown"
+    os.unlink(marker)
+    os.mkfifo(marker)
+    with pytest.raises(UnusableFileError) as ei:
+        manager(str(tmp_path), mock=mock)
+    assert str(ei.value) == f"refusing {marker}: a FIFO, not a regular file"
+    os.unlink(marker)
+    with manager(str(tmp_path), mock=mock) as m:
+        assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
