@@ -1,0 +1,565 @@
+"""Threads sharing one Log or one LogManager topic (issue 12, "Tests that stay"): appenders race
+readers (read with small max_bytes, iter_chunks, read_batches, read_columns,
+offset_for_timestamp), flush, roll, truncate_to, delete_records, retention, the cleaner (clean_now
+and two background threads) and topic creation and deletion.
+
+Every record's value names its writer and sequence number (b"w1:37"), so the checks are exact:
+each acknowledged record is read back exactly once at the offset its append returned, unless a
+truncation or a log-start move that the mutating threads recorded removed it; offsets are dense
+where nothing was removed (compacted topics: each key's latest value, against a model); a read
+returns a contiguous run of offsets starting at the one asked for; nothing but the documented
+kstore errors is raised; nothing hangs (a watchdog dumps every thread's stack).
+
+A failure message starts with the defect class: LOST, WRONG, SKIP, REPEAT, EMPTY READ,
+UNEXPECTED EXCEPTION, OFFLINE, ERROR LOGGED, or "threads still running" (a hang, with stacks).
+
+In-process read-only readers beside a truncating writer are left to tests/test_soak_concurrent.py:
+a SIGBUS there would kill the whole test run instead of one reader process."""
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import threading
+import time
+import traceback
+
+import pytest
+
+import kstore
+from kstore import _core
+from kstore.errors import KStoreError, OffsetOutOfRangeError
+from thread_watchdog import join_all
+
+SECONDS = 3.0          # how long the threads of each test race
+JOIN_TIMEOUT = 25.0    # a thread still running this long after stop is a hang
+
+
+class Race:
+    """The threads of one test: each runs its step function until stop (or until it raises,
+    which is recorded with its traceback and ends that thread only)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.failures: list[str] = []
+        self._lock = threading.Lock()
+
+    def fail(self, msg: str) -> None:
+        with self._lock:
+            self.failures.append(msg)
+
+    def spawn(self, name: str, step, pause: float = 0.0) -> None:
+        def run():
+            try:
+                while not self.stop.is_set():
+                    step()
+                    if pause:
+                        time.sleep(pause)
+            except AssertionError as e:
+                self.fail(f"{name}: {e}")
+            except BaseException as e:
+                kind = "kstore error" if isinstance(e, KStoreError) else "UNEXPECTED EXCEPTION (not a kstore error)"
+                self.fail(f"{name}: {kind} {type(e).__name__}: {e}\n{traceback.format_exc()}")
+        self.threads.append(threading.Thread(target=run, name=name, daemon=True))
+
+    def run(self, seconds: float = SECONDS) -> None:
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.failures:
+            time.sleep(0.05)
+        self.stop.set()
+        join_all(self.threads, JOIN_TIMEOUT)      # a hang fails here, with every stack
+
+    def check(self) -> None:
+        assert not self.failures, f"{len(self.failures)} thread failure(s):\n" + "\n".join(self.failures[:8])
+
+
+class Acked:
+    """What the appenders were told: offset -> every value acknowledged there (more than one only
+    after a truncation let the offset be reused)."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, list[bytes]] = {}
+        self.keys: dict[int, bytes] = {}         # keyed appends: offset -> key
+        self._lock = threading.Lock()
+
+    def add(self, first: int, values: list[bytes], keys=None) -> None:
+        with self._lock:
+            for i, v in enumerate(values):
+                self.at.setdefault(first + i, []).append(v)
+                if keys is not None:
+                    self.keys[first + i] = keys[i]
+
+    def values(self) -> set:
+        return {(o, v) for o, vs in self.at.items() for v in vs}
+
+
+def appender(race: Race, acked: Acked, append, w: int, keyed: int = 0, seed: int = 0):
+    """A step that appends 1-5 records valued b"w<w>:<seq>" and records the acknowledged offsets.
+    keyed > 0 gives each record one of that many keys (compacted topics)."""
+    rng = random.Random(seed * 1000 + w)
+    seq = [0]
+
+    def step():
+        n = rng.randint(1, 5)
+        vals = [b"w%d:%d" % (w, seq[0] + i) for i in range(n)]
+        seq[0] += n
+        recs = [(b"k%d" % rng.randrange(keyed) if keyed else None, v) for v in vals]
+        info = append(recs)
+        first = info.first_offset
+        assert info.last_offset == first + n - 1, \
+            f"WRONG: an append of {n} records got offsets {first}..{info.last_offset}"
+        acked.add(first, vals, [k for k, _v in recs] if keyed else None)
+    return step
+
+
+def single_appender(acked: Acked, m, topic: str, w: int):
+    """A step that appends one record with LogManager.append (the producer path, partition 0)."""
+    seq = [0]
+
+    def step():
+        v = b"w%d:%d" % (w, seq[0])
+        seq[0] += 1
+        md = m.append(topic, None, v, partition=0)
+        acked.add(md.offset, [v])
+    return step
+
+
+def check_run(name: str, recs, pos: int, expect_dense: bool = True) -> None:
+    """A read at pos returned recs: a contiguous run of offsets starting at pos (compacted
+    logs: increasing, starting at or after pos)."""
+    offs = [r.offset for r in recs]
+    if not offs:
+        return
+    if expect_dense:
+        if offs[0] != pos:
+            raise AssertionError(f"SKIP: {name} read at offset {pos} returned first offset {offs[0]}")
+        for a, b in zip(offs, offs[1:]):
+            if b != a + 1:
+                raise AssertionError(f"SKIP: {name} read at {pos}: offset {a} followed by {b} "
+                                     f"(offsets {offs[0]}..{offs[-1]})")
+    else:
+        if offs[0] < pos or any(b <= a for a, b in zip(offs, offs[1:])):
+            raise AssertionError(f"REPEAT: {name} read at {pos} returned offsets {offs[:20]}...")
+
+
+def check_seen(name: str, seen: dict, acked: Acked) -> None:
+    """Every record a reader saw was acknowledged at that offset with that value."""
+    for o, v in seen.items():
+        vals = acked.at.get(o)
+        if vals is None or v not in vals:
+            raise AssertionError(f"WRONG: {name} read offset {o} = {v!r}; acknowledged there: {vals}")
+
+
+def check_batches(view: memoryview, pos: int) -> tuple[int, int]:
+    """Raw batches from read_batches: CRC-32C correct, back to back, the first holding pos.
+    Returns (first base offset, next offset after the last batch)."""
+    data = bytes(view)
+    at, expect, first = 0, None, None
+    while at < len(data):
+        base, length = struct.unpack_from(">qi", data, at)
+        crc, = struct.unpack_from(">I", data, at + 17)
+        delta, = struct.unpack_from(">i", data, at + 23)
+        end = at + 12 + length
+        assert kstore.crc32c(data[at + 21:end]) == crc, f"WRONG: read_batches at {pos}: bad CRC in batch at offset {base}"
+        if expect is None:
+            first = base
+            assert base <= pos <= base + delta, f"SKIP: read_batches at {pos} began with batch {base}..{base + delta}"
+        else:
+            assert base == expect, f"SKIP: read_batches at {pos}: batch {base} follows one ending at {expect - 1}"
+        expect = base + delta + 1
+        at = end
+    return first, expect
+
+
+def column_values(cols) -> list[tuple[int, bytes]]:
+    a = cols.arrays()
+    vo, vd = a["value_offsets"], a["value_data"].tobytes()
+    return [(int(o), vd[vo[i]:vo[i + 1]]) for i, o in enumerate(a["offset"])]
+
+
+def final_records(lg) -> list:
+    out, pos = [], lg.log_start_offset
+    while pos < lg.log_end_offset:
+        recs = lg.read(pos, max_bytes=1 << 20)
+        assert recs, f"EMPTY READ: final read at {pos} < log end {lg.log_end_offset}"
+        out += recs
+        pos = recs[-1].offset + 1
+    return out
+
+
+def check_dense_exact(lg, acked: Acked, start: int = 0) -> None:
+    """No removals: the log holds exactly the acknowledged records, densely, from start."""
+    recs = final_records(lg)
+    got = {r.offset: r.value for r in recs}
+    for o, vals in sorted(acked.at.items()):
+        assert len(vals) == 1, f"REPEAT: offset {o} was acknowledged {len(vals)} times: {vals}"
+        if o < start:
+            continue
+        if o not in got:
+            raise AssertionError(f"LOST: acknowledged offset {o} ({vals[0]!r}) is missing")
+        assert got[o] == vals[0], f"WRONG: offset {o} holds {got[o]!r}, acknowledged {vals[0]!r}"
+    offs = [r.offset for r in recs]
+    assert offs == list(range(start, start + len(offs))), "SKIP: final log offsets are not dense"
+    assert lg.log_end_offset == max(acked.at) + 1, \
+        f"LOST: log end {lg.log_end_offset}, acknowledged up to {max(acked.at)}"
+
+
+def chaser(race: Race, lg, name: str, seen: dict, max_bytes: int, dense: bool = True,
+           removals: bool = False):
+    """A reader that follows the log end with small reads, resuming at last offset + 1."""
+    st = {"pos": None}
+
+    def step():
+        if st["pos"] is None:
+            st["pos"] = lg.log_start_offset
+        pos = st["pos"]
+        end = lg.log_end_offset
+        try:
+            recs = lg.read(pos, max_bytes=max_bytes)
+        except OffsetOutOfRangeError:
+            if not removals:
+                raise
+            st["pos"] = lg.log_start_offset if pos < lg.log_start_offset else min(pos, lg.log_end_offset)
+            return
+        if not recs:
+            if pos < end and dense and not removals:
+                raise AssertionError(f"EMPTY READ: {name} read at {pos} below the log end {end}")
+            if pos < end and not dense:
+                st["pos"] = next((s.base_offset for s in lg.segments if s.base_offset > pos), pos)
+            time.sleep(0.001)
+            return
+        if removals and recs[0].offset > pos:
+            # offsets below the log start were removed legitimately (delete_records, retention)
+            start = lg.log_start_offset
+            if recs[0].offset > start:
+                raise AssertionError(
+                    f"SKIP: {name} read at offset {pos} returned first offset {recs[0].offset}, "
+                    f"though only offsets below {start} (the log start now) were removed; "
+                    f"segments {[s.base_offset for s in lg.segments]}, log end {lg.log_end_offset}")
+            pos = recs[0].offset
+        check_run(name, recs, pos, dense)
+        for r in recs:
+            if r.offset in seen and not removals and seen[r.offset] != r.value:
+                raise AssertionError(f"WRONG: {name} read offset {r.offset} as {seen[r.offset]!r} "
+                                     f"then {r.value!r}")
+            seen[r.offset] = r.value
+        st["pos"] = recs[-1].offset + 1
+    return step
+
+
+# -- one Log ----------------------------------------------------------------------------------
+LOG_CFG = {"segment.bytes": 2048, "index.interval.bytes": 128, "segment.index.bytes": 4096}
+
+
+def test_log_flush_beside_appends_and_rolls(tmp_path, watchdog):
+    """flush() in two threads while three others append (rolling small segments) and one rolls
+    explicitly: no deadlock; the log holds exactly the acknowledged records, densely, and the
+    recovery point reaches the log end."""
+    watchdog(90)
+    lg = kstore.Log.open(str(tmp_path / "t-0"), LOG_CFG)
+    race, acked = Race(), Acked()
+    for w in range(3):
+        race.spawn(f"appender-{w}", appender(race, acked, lg.append, w, seed=1), pause=0.0002)
+    race.spawn("flusher-0", lg.flush, pause=0.001)
+    race.spawn("flusher-1", lambda: lg.flush(max(0, lg.log_end_offset - 3)), pause=0.001)
+    race.spawn("roller", lambda: lg.roll(), pause=0.005)
+    race.run()
+    race.check()
+    check_dense_exact(lg, acked)
+    lg.flush()
+    assert lg.recovery_point == lg.log_end_offset
+    lg.close()
+    with kstore.Log.open(str(tmp_path / "t-0"), LOG_CFG) as again:
+        check_dense_exact(again, acked)
+
+
+def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
+    """Three appenders and a roller against readers of every kind (read with small max_bytes,
+    iter_chunks, read_batches, read_columns, offset_for_timestamp): every read is a contiguous
+    run from its offset; each acknowledged record is read exactly once, exactly."""
+    watchdog(90)
+    lg = kstore.Log.open(str(tmp_path / "t-0"), LOG_CFG)
+    race, acked = Race(), Acked()
+    for w in range(3):
+        race.spawn(f"appender-{w}", appender(race, acked, lg.append, w), pause=0.0005)
+    race.spawn("roller", lambda: lg.roll(), pause=0.01)
+    seen_read: dict = {}
+    race.spawn("reader-read", chaser(race, lg, "read(max_bytes=150)", seen_read, 150))
+
+    passes = []
+
+    def iter_pass():
+        end = lg.log_end_offset
+        offs = [r.offset for chunk in lg.iter_chunks(max_bytes=300) for r in chunk]
+        assert offs[:end] == list(range(end)), \
+            f"SKIP: iter_chunks pass read {len(offs)} records; first gap after " \
+            f"{next((a for a, b in zip(offs, offs[1:]) if b != a + 1), None)} (log end was {end})"
+        assert len(offs) == len(set(offs)), "REPEAT: iter_chunks returned an offset twice"
+        passes.append(len(offs))
+    race.spawn("reader-iter_chunks", iter_pass, pause=0.01)
+
+    bpos = [0]
+
+    def batches_step():
+        if bpos[0] >= lg.log_end_offset:
+            time.sleep(0.001)
+            return
+        v = lg.read_batches(bpos[0], max_bytes=200)
+        assert len(v), f"EMPTY READ: read_batches at {bpos[0]} below the log end"
+        _first, bpos[0] = check_batches(v, bpos[0])
+    race.spawn("reader-read_batches", batches_step)
+
+    cpos, cseen = [0], {}
+    cols = _core.Columns()
+
+    def columns_step():
+        pos = cpos[0]
+        cols.clear()
+        nxt = lg.read_columns(pos, 1 << 62, cols, max_records=40, max_data=300)
+        got = column_values(cols)
+        offs = [o for o, _v in got]
+        assert offs == list(range(pos, nxt)), \
+            f"SKIP: read_columns at {pos} returned offsets {offs[:5]}..{offs[-3:]}, next {nxt}"
+        cseen.update(got)
+        cpos[0] = nxt
+        if not got:
+            time.sleep(0.001)
+    race.spawn("reader-read_columns", columns_step)
+
+    lookups = []
+
+    def ts_step():
+        end = lg.log_end_offset
+        if end == 0:
+            return
+        o = random.randrange(end)
+        r = lg.read(o, max_records=1)
+        assert r and r[0].offset == o, f"SKIP: read({o}, max_records=1) returned {r[:1]}"
+        lookups.append((o, r[0].timestamp, lg.offset_for_timestamp(r[0].timestamp)))
+    race.spawn("reader-offset_for_timestamp", ts_step, pause=0.002)
+
+    race.run()
+    race.check()
+    check_seen("read(max_bytes=150)", seen_read, acked)
+    check_seen("read_columns", cseen, acked)
+    check_dense_exact(lg, acked)
+    recs = final_records(lg)
+    assert len(seen_read) >= min(len(recs), 100) and passes, "the readers made no progress"
+    ts = [r.timestamp for r in recs]
+    for o, t, found in lookups:
+        want = next(i for i, x in enumerate(ts) if x >= t)
+        assert found == want, f"WRONG: offset_for_timestamp({t}) = {found}, expected {want} (from record {o})"
+    lg.close()
+
+
+def test_log_truncate_and_delete_records_under_appends_and_reads(tmp_path, watchdog):
+    """truncate_to and delete_records race two appenders and readers: readers raise nothing but
+    OffsetOutOfRangeError, never a CorruptRecordError on healthy data; every acknowledged record
+    is in the final log at its offset unless a recorded truncation or start move removed it."""
+    watchdog(90)
+    lg = kstore.Log.open(str(tmp_path / "t-0"), LOG_CFG)
+    race, acked = Race(), Acked()
+    for w in range(2):
+        race.spawn(f"appender-{w}", appender(race, acked, lg.append, w, seed=2), pause=0.0005)
+    truncations: list[int] = []
+    rng = random.Random(5)
+
+    def mutate():
+        end, start = lg.log_end_offset, lg.log_start_offset
+        if end - start < 20:
+            return
+        if rng.random() < 0.7:
+            # at a batch boundary: truncate_to drops the whole batch holding its target, as
+            # Kafka does, so a mid-batch target would leave a legitimate hole below it
+            target = struct.unpack_from(">q", bytes(lg.read_batches(end - rng.randint(1, 15))[:8]))[0]
+            if lg.truncate_to(target):
+                truncations.append(target)
+        else:
+            lg.delete_records(start + rng.randint(1, 10))
+    race.spawn("truncator", mutate, pause=0.01)
+    seen = [{} for _ in range(2)]
+    race.spawn("reader-read-0", chaser(race, lg, "read(max_bytes=120)", seen[0], 120, removals=True))
+    race.spawn("reader-read-1", chaser(race, lg, "read(max_bytes=600)", seen[1], 600, removals=True))
+    race.run()
+    race.check()
+    assert truncations, "no truncation happened"
+    for i, s in enumerate(seen):
+        check_seen(f"reader-read-{i}", s, acked)
+    start = lg.log_start_offset
+    recs = final_records(lg)
+    offs = [r.offset for r in recs]
+    assert offs == list(range(start, lg.log_end_offset)), "SKIP: final log offsets are not dense"
+    assert len({r.value for r in recs}) == len(recs), "REPEAT: a value appears twice in the final log"
+    got = {r.offset: r.value for r in recs}
+    for o, vals in acked.at.items():
+        cut = sum(1 for t in truncations if t <= o)
+        assert len(vals) <= 1 + cut, \
+            f"REPEAT: offset {o} acknowledged {len(vals)} times with only {cut} truncation(s) at or below it"
+        if o in got:
+            assert got[o] in vals, f"WRONG: offset {o} holds {got[o]!r}, acknowledged there: {vals}"
+        if o >= start and (o not in got or got[o] != vals[-1]) and not cut:
+            raise AssertionError(f"LOST: offset {o} ({vals}) is gone and no truncation reached it "
+                                 f"(log start {start})")
+    lg.close()
+
+
+# -- one LogManager topic ---------------------------------------------------------------------
+MGR_CFG = {"log.segment.bytes": 2048, "log.index.size.max.bytes": 4096, "log.index.interval.bytes": 128,
+           "log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 20,
+           "log.flush.interval.ms": 5, "log.flush.scheduler.interval.ms": 5,
+           "log.flush.offset.checkpoint.interval.ms": 10,
+           "log.flush.start.offset.checkpoint.interval.ms": 10,
+           "log.segment.delete.delay.ms": 5, "file.delete.delay.ms": 5,
+           "log.flush.interval.messages": 40, "log.cleaner.threads": 2, "log.cleaner.backoff.ms": 5, "auto.create.topics.enable": False}
+
+
+class ErrorLogs(logging.Handler):
+    """kstore log records at ERROR or above (an ordinary race must not log one)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record):
+        self.records.append(self.format(record))
+
+
+@pytest.fixture
+def error_logs():
+    h = ErrorLogs()
+    h.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    lg = logging.getLogger("kstore")
+    lg.addHandler(h)
+    yield h
+    lg.removeHandler(h)
+
+
+def check_manager_healthy(m, error_logs) -> None:
+    assert m.offline_dirs == {}, f"OFFLINE: a benign race took a log dir offline: {m.offline_dirs}"
+    assert not error_logs.records, "ERROR LOGGED for an ordinary race:\n" + "\n".join(error_logs.records[:3])
+    if m.cleaner is not None:
+        assert m.cleaner.dead_threads == 0, "a cleaner thread died"
+        assert m.uncleanable_partitions() == {}, f"uncleanable: {m.uncleanable_partitions()}"
+
+
+def churn(m, rng):
+    """Create and delete topics of many partitions beside the busy ones; each gets appends that
+    roll its small segments right before it is deleted (the roll's scheduled flush races it)."""
+    n = [0]
+
+    def step():
+        name = f"churn-{n[0]}"
+        n[0] += 1
+        m.create_topic(name, 12, {"segment.bytes": 1024})
+        for i in range(rng.randint(10, 20)):
+            m.append_batch(name, i % 2, [(None, b"c%03d" % i + b"." * 200)])
+        m.delete_topic(name)
+    return step
+
+
+def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path, watchdog, error_logs):
+    """Appenders on one topic with retention, the real scheduler flushing, checkpointing and
+    deleting segments every few ms, delete_records, readers, and other topics created and
+    deleted: no deadlock, no offline dir, no ERROR log; every acknowledged record at or above
+    the final log start is there, densely."""
+    watchdog(120)
+    m = kstore.LogManager(str(tmp_path / "store"), MGR_CFG)
+    m.create_topic("busy", 1, {"retention.bytes": 12000})
+    lg = m.log("busy", 0)
+    race, acked = Race(), Acked()
+    for w in range(2):
+        race.spawn(f"appender-{w}", appender(race, acked, lambda r: m.append_batch("busy", 0, r), w, seed=3),
+                   pause=0.0005)
+    race.spawn("appender-2", single_appender(acked, m, "busy", 2), pause=0.0002)
+    rng = random.Random(7)
+    starts: list[int] = []
+
+    def delete_records():
+        end, start = lg.log_end_offset, lg.log_start_offset
+        if end - start > 30:
+            starts.append(lg.delete_records(start + rng.randint(1, 20)))
+    race.spawn("delete_records", delete_records, pause=0.03)
+    race.spawn("topic-churn", churn(m, random.Random(8)), pause=0.01)
+    race.spawn("flush", lambda: lg.flush(), pause=0.004)
+    race.spawn("cleanup_logs", lambda: m.cleanup_logs(), pause=0.01)
+    seen = [{}, {}]
+    race.spawn("reader-0", chaser(race, lg, "read(max_bytes=150)", seen[0], 150, removals=True))
+    race.spawn("reader-1", chaser(race, lg, "read(max_bytes=4000)", seen[1], 4000, removals=True))
+    race.run()
+    race.check()
+    check_manager_healthy(m, error_logs)
+    for i, s in enumerate(seen):
+        check_seen(f"reader-{i}", s, acked)
+    start = lg.log_start_offset
+    assert starts and start >= max(starts), "delete_records did not move the log start"
+    check_dense_exact(lg, acked, start)
+    assert [t for t in m.topics() if t.startswith("churn-")] == [], m.topics()
+    m.close()
+    # and again after a restart: nothing acknowledged at or above the start came back or went
+    with kstore.LogManager(str(tmp_path / "store"), dict(MGR_CFG, **{"log.cleaner.enable": False})) as m2:
+        assert m2.topics() == ["busy"]
+        check_dense_exact(m2.log("busy", 0), acked, m2.log("busy", 0).log_start_offset)
+
+
+def check_compacted(lg, acked: Acked) -> None:
+    """Compacted: every record present was acknowledged at its offset; each key's latest
+    acknowledged record at or above the log start is present."""
+    keys, start = acked.keys, lg.log_start_offset
+    recs = final_records(lg)
+    offs = [r.offset for r in recs]
+    assert offs == sorted(set(offs)), "REPEAT: compacted log offsets are not increasing"
+    latest: dict = {}
+    for o in sorted(acked.at):
+        latest[keys[o]] = o
+    got = {r.offset: (r.key, r.value) for r in recs}
+    for o, (k, v) in got.items():
+        assert acked.at.get(o) == [v] and keys[o] == k, \
+            f"WRONG: offset {o} holds {k!r}={v!r}, acknowledged {keys.get(o)!r}={acked.at.get(o)}"
+    for k, o in latest.items():
+        if o >= start and o not in got:
+            raise AssertionError(f"LOST: key {k!r}'s latest record (offset {o}, {acked.at[o]}) was compacted away")
+    assert lg.log_end_offset == max(acked.at) + 1
+
+
+def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path, watchdog, error_logs):
+    """Two compacted topics (one compact,delete with retention) with appenders, the two
+    background cleaner threads, clean_now and delete_records racing: no dir offline (shared
+    checkpoint .tmp names, segments renamed under the cleaner), each key's latest value kept,
+    readers see only acknowledged records in increasing order."""
+    watchdog(120)
+    m = kstore.LogManager(str(tmp_path / "store"), MGR_CFG)
+    topics = {"comp-a": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
+                         "segment.bytes": 1024},
+              "comp-b": {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.01,
+                         "segment.bytes": 1024, "retention.bytes": 6000}}
+    for t, c in topics.items():
+        m.create_topic(t, 1, c)
+    race = Race()
+    ack = {t: Acked() for t in topics}
+    for i, t in enumerate(topics):
+        for w in range(2):
+            race.spawn(f"appender-{t}-{w}", appender(race, ack[t], lambda r, t=t: m.append_batch(t, 0, r),
+                                                     w, keyed=11, seed=4 + i), pause=0.0005)
+    race.spawn("clean_now", lambda: m.clean_now(), pause=0.01)
+    lga = m.log("comp-a", 0)
+
+    def delete_records():
+        end, start = lga.log_end_offset, lga.log_start_offset
+        if end - start > 60:
+            lga.delete_records(start + 10)
+    race.spawn("delete_records-comp-a", delete_records, pause=0.05)
+    race.spawn("cleanup_logs", lambda: m.cleanup_logs(), pause=0.01)
+    race.spawn("topic-churn", churn(m, random.Random(9)), pause=0.02)
+    seen = {t: {} for t in topics}
+    for t in topics:
+        race.spawn(f"reader-{t}", chaser(race, m.log(t, 0), f"read {t}", seen[t], 200, dense=False))
+    race.run()
+    race.check()
+    check_manager_healthy(m, error_logs)
+    for t in topics:
+        check_seen(f"reader-{t}", seen[t], ack[t])
+        check_compacted(m.log(t, 0), ack[t])
+    m.close()
