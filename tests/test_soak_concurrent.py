@@ -299,6 +299,14 @@ def test_writer_and_reader_processes(tmp_path, reliability_counts):
         w = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", WRITER, root, json.dumps(CFG),
                               str(SECONDS), wout], stderr=e, env=env)
     procs = []
+    failures: list[str] = []
+
+    def check(fn, *args):
+        try:
+            return fn(*args)
+        except AssertionError as e:
+            failures.append(str(e))
+            return 0
     try:
         deadline = time.monotonic() + 30
         while not (os.path.exists(wout) and open(wout).readline() == "ready\n"):
@@ -317,36 +325,30 @@ def test_writer_and_reader_processes(tmp_path, reliability_counts):
                                   "--follow", "--print-offset", "--timeout-ms", "5000", "--poll-ms", "20"],
                                  stdout=o, stderr=e, env=env)
         procs.append(c)
-        _wait(w, "writer", SECONDS + 120, werr)
-        open(stop, "w").close()
-        _wait(r, "reader StoreReader", 120, rerr)
-        _wait(c, "reader consume --follow", 120, cerr)
+        # every check runs, so one defect does not hide another; the failures are reported together
+        check(_wait, w, "writer", SECONDS + 120, werr)
+        open(stop, "w").close()          # the readers make a last pass to the end and exit
+        check(_wait, r, "reader StoreReader", 120, rerr)
+        check(_wait, c, "reader consume --follow", 120, cerr)
     finally:
         for p in [w] + procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    # every check runs, so one defect does not hide another; the failures are reported together
-    failures = []
-
-    def check(fn, *args):
-        try:
-            return fn(*args)
-        except AssertionError as e:
-            failures.append(str(e))
-            return 0
     errors = [line for line in open(werr).read().splitlines() if line.startswith(("ERROR", "CRITICAL"))]
-    if errors:
+    if errors and w.returncode == 0:
         failures.append("ERROR LOGGED by the writer:\n" + _tail(werr, 3000))
+    ev = check(read_reader, rout, rerr)
+    cev = check(read_consume, cout, cerr)
+    if w.returncode != 0:
+        raise AssertionError(f"{len(failures)} failure(s):\n" + "\n".join(failures))
     acked, truncs, ends, n_acked = parse_writer(wout)
     assert truncs, "the writer never truncated"
     assert ends["events"][0] > 0, "retention never moved the events log start"
     read = 0
-    ev = check(read_reader, rout, rerr)
     if ev:
         for t in TOPICS:
             read += check(check_sequence, "StoreReader", t, ev[t], acked, truncs, ends)
-    cev = check(read_consume, cout, cerr)
     if cev:
         read += check(check_sequence, "consume --follow", "events", cev, acked, truncs, ends)
     assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures)
