@@ -34,6 +34,25 @@ from thread_watchdog import join_all
 
 SECONDS = 3.0          # how long the threads of each test race
 JOIN_TIMEOUT = 25.0    # a thread still running this long after stop is a hang
+COUNTS = {"tests": 0, "threads": 0, "seconds": 0.0, "records_acked": 0, "records_read": 0,
+          "records_lost": 0, "hangs": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _file_counts(reliability_counts):
+    """The figures of the races that passed, for the README's Reliability table."""
+    yield
+    if COUNTS["tests"]:
+        reliability_counts["concurrency"] = dict(COUNTS, seconds=round(COUNTS["seconds"], 1))
+
+
+def tally(race: "Race", *acked: "Acked") -> None:
+    """Count a race whose every check passed."""
+    COUNTS["tests"] += 1
+    COUNTS["threads"] += len(race.threads)
+    COUNTS["seconds"] += race.seconds
+    COUNTS["records_read"] += race.reads
+    COUNTS["records_acked"] += sum(len(a.at) for a in acked)
 
 
 class Race:
@@ -44,6 +63,8 @@ class Race:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.failures: list[str] = []
+        self.seconds = 0.0
+        self.reads = 0          # records the readers checked
         self._lock = threading.Lock()
 
     def fail(self, msg: str) -> None:
@@ -65,6 +86,7 @@ class Race:
         self.threads.append(threading.Thread(target=run, name=name, daemon=True))
 
     def run(self, seconds: float = SECONDS) -> None:
+        t0 = time.monotonic()
         old = sys.getswitchinterval()
         sys.setswitchinterval(0.0002)     # switch threads 25x more often: races show sooner
         try:
@@ -77,6 +99,7 @@ class Race:
             join_all(self.threads, JOIN_TIMEOUT)      # a hang fails here, with every stack
         finally:
             sys.setswitchinterval(old)
+            self.seconds = time.monotonic() - t0
 
     def check(self) -> None:
         assert not self.failures, f"{len(self.failures)} thread failure(s):\n" + "\n".join(self.failures[:8])
@@ -247,6 +270,7 @@ def chaser(race: Race, lg, name: str, seen: dict, max_bytes: int, dense: bool = 
                     f"segments {[s.base_offset for s in lg.segments]}, log end {lg.log_end_offset}")
             pos = recs[0].offset
         check_run(name, recs, pos, dense)
+        race.reads += len(recs)
         for r in recs:
             if r.offset in seen and not removals and seen[r.offset] != r.value:
                 raise AssertionError(f"WRONG: {name} read offset {r.offset} as {seen[r.offset]!r} "
@@ -280,6 +304,7 @@ def test_log_flush_beside_appends_and_rolls(tmp_path, watchdog):
     lg.close()
     with kstore.Log.open(str(tmp_path / "t-0"), LOG_CFG) as again:
         check_dense_exact(again, acked)
+    tally(race, acked)
 
 
 def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
@@ -305,6 +330,7 @@ def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
             f"{next((a for a, b in zip(offs, offs[1:]) if b != a + 1), None)} (log end was {end})"
         assert len(offs) == len(set(offs)), "REPEAT: iter_chunks returned an offset twice"
         passes.append(len(offs))
+        race.reads += len(offs)
     race.spawn("reader-iter_chunks", iter_pass, pause=0.01)
 
     bpos = [0]
@@ -330,6 +356,7 @@ def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
         assert offs == list(range(pos, nxt)), \
             f"SKIP: read_columns at {pos} returned offsets {offs[:5]}..{offs[-3:]}, next {nxt}"
         cseen.update(got)
+        race.reads += len(got)
         cpos[0] = nxt
         if not got:
             time.sleep(0.001)
@@ -359,6 +386,7 @@ def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
         want = next(i for i, x in enumerate(ts) if x >= t)
         assert found == want, f"WRONG: offset_for_timestamp({t}) = {found}, expected {want} (from record {o})"
     lg.close()
+    tally(race, acked)
 
 
 def test_log_truncate_and_delete_records_under_appends_and_reads(tmp_path, watchdog):
@@ -410,6 +438,7 @@ def test_log_truncate_and_delete_records_under_appends_and_reads(tmp_path, watch
             raise AssertionError(f"LOST: offset {o} ({vals}) is gone and no truncation reached it "
                                  f"(log start {start})")
     lg.close()
+    tally(race, acked)
 
 
 # -- one LogManager topic ---------------------------------------------------------------------
@@ -484,6 +513,7 @@ def test_manager_scheduled_flushes_beside_appends(tmp_path, watchdog, error_logs
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
     m.close()
+    tally(race, acked)
 
 
 def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path, watchdog, error_logs):
@@ -528,6 +558,7 @@ def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path
     with kstore.LogManager(str(tmp_path / "store"), dict(MGR_CFG, **{"log.cleaner.enable": False})) as m2:
         assert m2.topics() == ["busy"]
         check_dense_exact(m2.log("busy", 0), acked, m2.log("busy", 0).log_start_offset)
+    tally(race, acked)
 
 
 def check_compacted(lg, acked: Acked) -> None:
@@ -589,6 +620,7 @@ def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path
         check_seen(f"reader-{t}", seen[t], ack[t])
         check_compacted(m.log(t, 0), ack[t])
     m.close()
+    tally(race, *ack.values())
 
 
 def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
@@ -618,3 +650,4 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
     m.close()
+    tally(race, acked)
