@@ -39,7 +39,7 @@ WRITER = textwrap.dedent("""
     out = open(path, "w", buffering=1)
     m = kstore.LogManager(root, cfg)
     m.create_topic("events", 1, {"retention.bytes": 16384})
-    m.create_topic("trunc", 1, {})
+    m.create_topic("trunc", 1, {"segment.bytes": 65536})   # truncations cross pages
     m.create_topic("comp", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.05,
                                "segment.bytes": 1024})
     print("ready", file=out)
@@ -59,10 +59,10 @@ WRITER = textwrap.dedent("""
             print("A", t, o, o + n - 1, gen[t], file=out)
             if t == "trunc":
                 firsts.append(o)
-                del firsts[:-40]
+                del firsts[:-200]
         now = time.monotonic()
         if now - last_trunc > 0.15 and len(firsts) > 12:
-            target = firsts[-rng.randint(1, 12)]            # a batch boundary
+            target = firsts[-rng.randint(1, min(len(firsts), 150))]     # a batch boundary
             if m.log("trunc", 0).truncate_to(target):
                 gen["trunc"] += 1
                 print("T trunc", target, gen["trunc"], file=out)
