@@ -591,7 +591,9 @@ def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path
     topics = {"comp-a": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
                          "segment.bytes": 1024},
               "comp-b": {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.01,
-                         "segment.bytes": 1024, "retention.bytes": 6000}}
+                         "segment.bytes": 1024, "retention.bytes": 6000},
+              "comp-c": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
+                         "segment.bytes": 512}}
     for t, c in topics.items():
         m.create_topic(t, 1, c)
     race = Race()
