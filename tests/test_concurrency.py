@@ -20,20 +20,17 @@ from __future__ import annotations
 import logging
 import random
 import struct
-import sys
-import threading
 import time
-import traceback
 
 import pytest
 
 import kstore
 from kstore import _core
-from kstore.errors import KStoreError, OffsetOutOfRangeError
-from thread_watchdog import join_all
+from race_harness import (Acked, ErrorLogs, Race, appender, chaser, check_batches, check_compacted,
+                          check_dense_exact, check_manager_healthy, check_seen, column_values,
+                          final_records, single_appender)
 
 SECONDS = 3.0          # how long the threads of each test race
-JOIN_TIMEOUT = 25.0    # a thread still running this long after stop is a hang
 COUNTS = {"tests": 0, "threads": 0, "seconds": 0.0, "records_acked": 0, "records_read": 0,
           "records_lost": 0, "hangs": 0}
 
@@ -46,238 +43,13 @@ def _file_counts(reliability_counts):
         reliability_counts["concurrency"] = dict(COUNTS, seconds=round(COUNTS["seconds"], 1))
 
 
-def tally(race: "Race", *acked: "Acked") -> None:
+def tally(race: Race, *acked: Acked) -> None:
     """Count a race whose every check passed."""
     COUNTS["tests"] += 1
     COUNTS["threads"] += len(race.threads)
     COUNTS["seconds"] += race.seconds
     COUNTS["records_read"] += race.reads
     COUNTS["records_acked"] += sum(len(a.at) for a in acked)
-
-
-class Race:
-    """The threads of one test: each runs its step function until stop (or until it raises,
-    which is recorded with its traceback and ends that thread only)."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.failures: list[str] = []
-        self.seconds = 0.0
-        self.reads = 0          # records the readers checked
-        self._lock = threading.Lock()
-
-    def fail(self, msg: str) -> None:
-        with self._lock:
-            self.failures.append(msg)
-
-    def spawn(self, name: str, step, pause: float = 0.0) -> None:
-        def run():
-            try:
-                while not self.stop.is_set():
-                    step()
-                    if pause:
-                        time.sleep(pause)
-            except AssertionError as e:
-                self.fail(f"{name}: {e}")
-            except BaseException as e:
-                kind = "kstore error" if isinstance(e, KStoreError) else "UNEXPECTED EXCEPTION (not a kstore error)"
-                self.fail(f"{name}: {kind} {type(e).__name__}: {e}\n{traceback.format_exc()}")
-        self.threads.append(threading.Thread(target=run, name=name, daemon=True))
-
-    def run(self, seconds: float = SECONDS) -> None:
-        t0 = time.monotonic()
-        old = sys.getswitchinterval()
-        sys.setswitchinterval(0.0002)     # switch threads 25x more often: races show sooner
-        try:
-            for t in self.threads:
-                t.start()
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline and not self.failures:
-                time.sleep(0.05)
-            self.stop.set()
-            join_all(self.threads, JOIN_TIMEOUT)      # a hang fails here, with every stack
-        finally:
-            sys.setswitchinterval(old)
-            self.seconds = time.monotonic() - t0
-
-    def check(self) -> None:
-        assert not self.failures, f"{len(self.failures)} thread failure(s):\n" + "\n".join(self.failures[:8])
-
-
-class Acked:
-    """What the appenders were told: offset -> every value acknowledged there (more than one only
-    after a truncation let the offset be reused)."""
-
-    def __init__(self) -> None:
-        self.at: dict[int, list[bytes]] = {}
-        self.keys: dict[int, bytes] = {}         # keyed appends: offset -> key
-        self._lock = threading.Lock()
-
-    def add(self, first: int, values: list[bytes], keys=None) -> None:
-        with self._lock:
-            for i, v in enumerate(values):
-                self.at.setdefault(first + i, []).append(v)
-                if keys is not None:
-                    self.keys[first + i] = keys[i]
-
-    def values(self) -> set:
-        return {(o, v) for o, vs in self.at.items() for v in vs}
-
-
-def appender(race: Race, acked: Acked, append, w: int, keyed: int = 0, seed: int = 0):
-    """A step that appends 1-5 records valued b"w<w>:<seq>" and records the acknowledged offsets.
-    keyed > 0 gives each record one of that many keys (compacted topics)."""
-    rng = random.Random(seed * 1000 + w)
-    seq = [0]
-
-    def step():
-        n = rng.randint(1, 5)
-        vals = [b"w%d:%d" % (w, seq[0] + i) for i in range(n)]
-        seq[0] += n
-        recs = [(b"k%d" % rng.randrange(keyed) if keyed else None, v) for v in vals]
-        info = append(recs)
-        first = info.first_offset
-        assert info.last_offset == first + n - 1, \
-            f"WRONG: an append of {n} records got offsets {first}..{info.last_offset}"
-        acked.add(first, vals, [k for k, _v in recs] if keyed else None)
-    return step
-
-
-def single_appender(acked: Acked, m, topic: str, w: int):
-    """A step that appends one record with LogManager.append (the producer path, partition 0)."""
-    seq = [0]
-
-    def step():
-        v = b"w%d:%d" % (w, seq[0])
-        seq[0] += 1
-        md = m.append(topic, None, v, partition=0)
-        acked.add(md.offset, [v])
-    return step
-
-
-def check_run(name: str, recs, pos: int, expect_dense: bool = True) -> None:
-    """A read at pos returned recs: a contiguous run of offsets starting at pos (compacted
-    logs: increasing, starting at or after pos)."""
-    offs = [r.offset for r in recs]
-    if not offs:
-        return
-    if expect_dense:
-        if offs[0] != pos:
-            raise AssertionError(f"SKIP: {name} read at offset {pos} returned first offset {offs[0]}")
-        for a, b in zip(offs, offs[1:]):
-            if b != a + 1:
-                raise AssertionError(f"SKIP: {name} read at {pos}: offset {a} followed by {b} "
-                                     f"(offsets {offs[0]}..{offs[-1]})")
-    else:
-        if offs[0] < pos or any(b <= a for a, b in zip(offs, offs[1:])):
-            raise AssertionError(f"REPEAT: {name} read at {pos} returned offsets {offs[:20]}...")
-
-
-def check_seen(name: str, seen: dict, acked: Acked) -> None:
-    """Every record a reader saw was acknowledged at that offset with that value."""
-    for o, v in seen.items():
-        vals = acked.at.get(o)
-        if vals is None or v not in vals:
-            raise AssertionError(f"WRONG: {name} read offset {o} = {v!r}; acknowledged there: {vals}")
-
-
-def check_batches(view: memoryview, pos: int) -> tuple[int, int]:
-    """Raw batches from read_batches: CRC-32C correct, back to back, the first holding pos.
-    Returns (first base offset, next offset after the last batch)."""
-    data = bytes(view)
-    at, expect, first = 0, None, None
-    while at < len(data):
-        base, length = struct.unpack_from(">qi", data, at)
-        crc, = struct.unpack_from(">I", data, at + 17)
-        delta, = struct.unpack_from(">i", data, at + 23)
-        end = at + 12 + length
-        assert kstore.crc32c(data[at + 21:end]) == crc, f"WRONG: read_batches at {pos}: bad CRC in batch at offset {base}"
-        if expect is None:
-            first = base
-            assert base <= pos <= base + delta, f"SKIP: read_batches at {pos} began with batch {base}..{base + delta}"
-        else:
-            assert base == expect, f"SKIP: read_batches at {pos}: batch {base} follows one ending at {expect - 1}"
-        expect = base + delta + 1
-        at = end
-    return first, expect
-
-
-def column_values(cols) -> list[tuple[int, bytes]]:
-    a = cols.arrays()
-    vo, vd = a["value_offsets"], a["value_data"].tobytes()
-    return [(int(o), vd[vo[i]:vo[i + 1]]) for i, o in enumerate(a["offset"])]
-
-
-def final_records(lg) -> list:
-    out, pos = [], lg.log_start_offset
-    while pos < lg.log_end_offset:
-        recs = lg.read(pos, max_bytes=1 << 20)
-        assert recs, f"EMPTY READ: final read at {pos} < log end {lg.log_end_offset}"
-        out += recs
-        pos = recs[-1].offset + 1
-    return out
-
-
-def check_dense_exact(lg, acked: Acked, start: int = 0) -> None:
-    """No removals: the log holds exactly the acknowledged records, densely, from start."""
-    recs = final_records(lg)
-    got = {r.offset: r.value for r in recs}
-    for o, vals in sorted(acked.at.items()):
-        assert len(vals) == 1, f"REPEAT: offset {o} was acknowledged {len(vals)} times: {vals}"
-        if o < start:
-            continue
-        if o not in got:
-            raise AssertionError(f"LOST: acknowledged offset {o} ({vals[0]!r}) is missing")
-        assert got[o] == vals[0], f"WRONG: offset {o} holds {got[o]!r}, acknowledged {vals[0]!r}"
-    offs = [r.offset for r in recs]
-    assert offs == list(range(start, start + len(offs))), "SKIP: final log offsets are not dense"
-    assert lg.log_end_offset == max(acked.at) + 1, \
-        f"LOST: log end {lg.log_end_offset}, acknowledged up to {max(acked.at)}"
-
-
-def chaser(race: Race, lg, name: str, seen: dict, max_bytes: int, dense: bool = True,
-           removals: bool = False):
-    """A reader that follows the log end with small reads, resuming at last offset + 1."""
-    st = {"pos": None}
-
-    def step():
-        if st["pos"] is None:
-            st["pos"] = lg.log_start_offset
-        pos = st["pos"]
-        end = lg.log_end_offset
-        try:
-            recs = lg.read(pos, max_bytes=max_bytes)
-        except OffsetOutOfRangeError:
-            if not removals:
-                raise
-            st["pos"] = lg.log_start_offset if pos < lg.log_start_offset else min(pos, lg.log_end_offset)
-            return
-        if not recs:
-            if pos < end and dense and not removals:
-                raise AssertionError(f"EMPTY READ: {name} read at {pos} below the log end {end}")
-            if pos < end and not dense:
-                st["pos"] = next((s.base_offset for s in lg.segments if s.base_offset > pos), pos)
-            time.sleep(0.001)
-            return
-        if removals and recs[0].offset > pos:
-            # offsets below the log start were removed legitimately (delete_records, retention)
-            start = lg.log_start_offset
-            if recs[0].offset > start:
-                raise AssertionError(
-                    f"SKIP: {name} read at offset {pos} returned first offset {recs[0].offset}, "
-                    f"though only offsets below {start} (the log start now) were removed; "
-                    f"segments {[s.base_offset for s in lg.segments]}, log end {lg.log_end_offset}")
-            pos = recs[0].offset
-        check_run(name, recs, pos, dense)
-        race.reads += len(recs)
-        for r in recs:
-            if r.offset in seen and not removals and seen[r.offset] != r.value:
-                raise AssertionError(f"WRONG: {name} read offset {r.offset} as {seen[r.offset]!r} "
-                                     f"then {r.value!r}")
-            seen[r.offset] = r.value
-        st["pos"] = recs[-1].offset + 1
-    return step
 
 
 # -- one Log ----------------------------------------------------------------------------------
@@ -296,7 +68,7 @@ def test_log_flush_beside_appends_and_rolls(tmp_path, watchdog):
     race.spawn("flusher-0", lg.flush, pause=0.001)
     race.spawn("flusher-1", lambda: lg.flush(max(0, lg.log_end_offset - 3)), pause=0.001)
     race.spawn("roller", lambda: lg.roll(), pause=0.005)
-    race.run()
+    race.run(SECONDS)
     race.check()
     check_dense_exact(lg, acked)
     lg.flush()
@@ -374,7 +146,7 @@ def test_log_readers_of_every_kind_beside_appends_and_rolls(tmp_path, watchdog):
         lookups.append((o, r[0].timestamp, lg.offset_for_timestamp(r[0].timestamp)))
     race.spawn("reader-offset_for_timestamp", ts_step, pause=0.002)
 
-    race.run()
+    race.run(SECONDS)
     race.check()
     check_seen("read(max_bytes=150)", seen_read, acked)
     check_seen("read_columns", cseen, acked)
@@ -417,7 +189,7 @@ def test_log_truncate_and_delete_records_under_appends_and_reads(tmp_path, watch
     seen = [{} for _ in range(2)]
     race.spawn("reader-read-0", chaser(race, lg, "read(max_bytes=120)", seen[0], 120, removals=True))
     race.spawn("reader-read-1", chaser(race, lg, "read(max_bytes=600)", seen[1], 600, removals=True))
-    race.run()
+    race.run(SECONDS)
     race.check()
     assert truncations, "no truncation happened"
     for i, s in enumerate(seen):
@@ -451,17 +223,6 @@ MGR_CFG = {"log.segment.bytes": 2048, "log.index.size.max.bytes": 4096, "log.ind
            "log.cleaner.threads": 2, "log.cleaner.backoff.ms": 5, "auto.create.topics.enable": False}
 
 
-class ErrorLogs(logging.Handler):
-    """kstore log records at ERROR or above (an ordinary race must not log one)."""
-
-    def __init__(self):
-        super().__init__(logging.ERROR)
-        self.records: list[str] = []
-
-    def emit(self, record):
-        self.records.append(self.format(record))
-
-
 @pytest.fixture
 def error_logs():
     h = ErrorLogs()
@@ -470,14 +231,6 @@ def error_logs():
     lg.addHandler(h)
     yield h
     lg.removeHandler(h)
-
-
-def check_manager_healthy(m, error_logs) -> None:
-    assert m.offline_dirs == {}, f"OFFLINE: a benign race took a log dir offline: {m.offline_dirs}"
-    assert not error_logs.records, "ERROR LOGGED for an ordinary race:\n" + "\n".join(error_logs.records[:3])
-    if m.cleaner is not None:
-        assert m.cleaner.dead_threads == 0, "a cleaner thread died"
-        assert m.uncleanable_partitions() == {}, f"uncleanable: {m.uncleanable_partitions()}"
 
 
 def churn(m, rng):
@@ -508,7 +261,7 @@ def test_manager_scheduled_flushes_beside_appends(tmp_path, watchdog, error_logs
         race.spawn(f"appender-{w}", appender(race, acked, lambda r: m.append_batch("busy", 0, r), w, seed=6),
                    pause=0.0002)
     race.spawn("appender-2", single_appender(acked, m, "busy", 2), pause=0.0002)
-    race.run()
+    race.run(SECONDS)
     race.check()
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
@@ -544,7 +297,7 @@ def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path
     seen = [{}, {}]
     race.spawn("reader-0", chaser(race, lg, "read(max_bytes=150)", seen[0], 150, removals=True))
     race.spawn("reader-1", chaser(race, lg, "read(max_bytes=4000)", seen[1], 4000, removals=True))
-    race.run()
+    race.run(SECONDS)
     race.check()
     check_manager_healthy(m, error_logs)
     for i, s in enumerate(seen):
@@ -559,26 +312,6 @@ def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path
         assert m2.topics() == ["busy"]
         check_dense_exact(m2.log("busy", 0), acked, m2.log("busy", 0).log_start_offset)
     tally(race, acked)
-
-
-def check_compacted(lg, acked: Acked) -> None:
-    """Compacted: every record present was acknowledged at its offset; each key's latest
-    acknowledged record at or above the log start is present."""
-    keys, start = acked.keys, lg.log_start_offset
-    recs = final_records(lg)
-    offs = [r.offset for r in recs]
-    assert offs == sorted(set(offs)), "REPEAT: compacted log offsets are not increasing"
-    latest: dict = {}
-    for o in sorted(acked.at):
-        latest[keys[o]] = o
-    got = {r.offset: (r.key, r.value) for r in recs}
-    for o, (k, v) in got.items():
-        assert acked.at.get(o) == [v] and keys[o] == k, \
-            f"WRONG: offset {o} holds {k!r}={v!r}, acknowledged {keys.get(o)!r}={acked.at.get(o)}"
-    for k, o in latest.items():
-        if o >= start and o not in got:
-            raise AssertionError(f"LOST: key {k!r}'s latest record (offset {o}, {acked.at[o]}) was compacted away")
-    assert lg.log_end_offset == max(acked.at) + 1
 
 
 def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path, watchdog, error_logs):
@@ -615,7 +348,7 @@ def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path
     seen = {t: {} for t in topics}
     for t in topics:
         race.spawn(f"reader-{t}", chaser(race, m.log(t, 0), f"read {t}", seen[t], 200, dense=False))
-    race.run()
+    race.run(SECONDS)
     race.check()
     check_manager_healthy(m, error_logs)
     for t in topics:
@@ -646,7 +379,7 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
         m.log(name, 0).roll()
         m.delete_topic(name)
     race.spawn("roll-then-delete", roll_then_delete)
-    race.run()
+    race.run(SECONDS)
     race.check()
     assert n[0] > 20, f"only {n[0]} topics deleted"
     check_manager_healthy(m, error_logs)
