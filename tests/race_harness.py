@@ -226,7 +226,7 @@ def chaser(race: Race, lg, name: str, seen: dict, max_bytes: int, dense: bool = 
                 st["pos"] = next((s.base_offset for s in lg.segments if s.base_offset > pos), pos)
             time.sleep(0.001)
             return
-        if removals and recs[0].offset > pos:
+        if removals and dense and recs[0].offset > pos:
             # offsets below the log start were removed legitimately (delete_records, retention)
             start = lg.log_start_offset
             if recs[0].offset > start:

@@ -347,7 +347,8 @@ def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path
     race.spawn("topic-churn", churn(m, random.Random(9)), pause=0.02)
     seen = {t: {} for t in topics}
     for t in topics:
-        race.spawn(f"reader-{t}", chaser(race, m.log(t, 0), f"read {t}", seen[t], 200, dense=False))
+        race.spawn(f"reader-{t}", chaser(race, m.log(t, 0), f"read {t}", seen[t], 200, dense=False,
+                                         removals=True))
     race.run(SECONDS)
     race.check()
     check_manager_healthy(m, error_logs)
@@ -381,7 +382,7 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
     race.spawn("roll-then-delete", roll_then_delete)
     race.run(SECONDS)
     race.check()
-    assert n[0] > 20, f"only {n[0]} topics deleted"
+    assert n[0] >= 5, f"only {n[0]} topics deleted"
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
     m.close()
