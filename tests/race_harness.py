@@ -66,8 +66,14 @@ class Race:
             sys.setswitchinterval(old)
             self.seconds = time.monotonic() - t0
 
-    def check(self) -> None:
-        assert not self.failures, f"{len(self.failures)} thread failure(s):\n" + "\n".join(self.failures[:8])
+    def check(self, error_logs: "ErrorLogs | None" = None) -> None:
+        """Fail with the threads' failures, and the ERROR records logged meanwhile (a dir taken
+        offline by a background thread fails every appender: the log names the first cause)."""
+        if not self.failures:
+            return
+        logged = error_logs.records[:2] if error_logs is not None else []
+        raise AssertionError(f"{len(self.failures)} thread failure(s):\n" + "\n".join(self.failures[:6])
+                             + "".join(f"\nERROR LOGGED meanwhile: {r}" for r in logged))
 
 
 class Acked:

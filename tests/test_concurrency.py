@@ -262,7 +262,7 @@ def test_manager_scheduled_flushes_beside_appends(tmp_path, watchdog, error_logs
                    pause=0.0002)
     race.spawn("appender-2", single_appender(acked, m, "busy", 2), pause=0.0002)
     race.run(SECONDS)
-    race.check()
+    race.check(error_logs)
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
     m.close()
@@ -298,7 +298,7 @@ def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path
     race.spawn("reader-0", chaser(race, lg, "read(max_bytes=150)", seen[0], 150, removals=True))
     race.spawn("reader-1", chaser(race, lg, "read(max_bytes=4000)", seen[1], 4000, removals=True))
     race.run(SECONDS)
-    race.check()
+    race.check(error_logs)
     check_manager_healthy(m, error_logs)
     for i, s in enumerate(seen):
         check_seen(f"reader-{i}", s, acked)
@@ -349,8 +349,8 @@ def test_manager_compaction_two_cleaner_threads_clean_now_and_retention(tmp_path
     for t in topics:
         race.spawn(f"reader-{t}", chaser(race, m.log(t, 0), f"read {t}", seen[t], 200, dense=False,
                                          removals=True))
-    race.run(SECONDS)
-    race.check()
+    race.run(SECONDS + 2)       # the cleaners' races need a little longer
+    race.check(error_logs)
     check_manager_healthy(m, error_logs)
     for t in topics:
         check_seen(f"reader-{t}", seen[t], ack[t])
@@ -381,7 +381,7 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
         m.delete_topic(name)
     race.spawn("roll-then-delete", roll_then_delete)
     race.run(SECONDS)
-    race.check()
+    race.check(error_logs)
     assert n[0] >= 5, f"only {n[0]} topics deleted"
     check_manager_healthy(m, error_logs)
     check_dense_exact(m.log("busy", 0), acked)
