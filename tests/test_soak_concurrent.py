@@ -1,7 +1,9 @@
 """Multi-process soak (issue 12, "Tests that stay"): one writer process (a LogManager with the real
 scheduler and cleaner, small segments, retention, delete_records, periodic truncate_to, topics
 created and deleted) and reader processes beside it: a StoreReader polling with refresh (which
-also opens a read-only LogManager every tenth pass), and `python -m kstore consume --follow`.
+also scans the truncated topic from its start every third pass, so truncations and rolls land
+under a lagging reader, and opens a read-only LogManager every tenth pass), and
+`python -m kstore consume --follow`.
 KSTORE_CONCURRENCY_SOAK_SECONDS sets the length (60 in CI).
 
 Each record's value is b"<generation>:<offset>", the generation counting the writer's truncations
@@ -40,7 +42,7 @@ WRITER = textwrap.dedent("""
     out = open(path, "w", buffering=1)
     m = kstore.LogManager(root, cfg)
     m.create_topic("events", 1, {"retention.bytes": 16384})
-    m.create_topic("trunc", 1, {"segment.bytes": 65536})   # truncations cross pages
+    m.create_topic("trunc", 1, {"segment.bytes": 16384})   # truncations cross pages
     m.create_topic("comp", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.05,
                                "segment.bytes": 1024})
     print("ready", file=out)
@@ -136,6 +138,26 @@ READER = textwrap.dedent("""
                 except Exception as e:
                     print("EXC", t, 0, type(e).__module__ + "." + type(e).__name__, file=out)
                     traceback.print_exc()
+        if "trunc" in names and passes % 3 == 0:
+            # a lagging reader: a scan of the truncated topic from its start, up to the end it
+            # knew when it began, so truncations land under it (pages past the new end of file)
+            try:
+                lg = store.log("trunc", 0)
+                p, end = lg.log_start_offset, lg.log_end_offset
+                while p < end:
+                    recs = lg.read(p, max_bytes=2000)
+                    if not recs:
+                        break
+                    for r in recs:
+                        if r.value.decode().partition(":")[2] != str(r.offset):
+                            print("BAD trunc", r.offset, r.value.decode(), file=out)
+                    p = recs[-1].offset + 1
+                print("L", p, file=out)
+            except OffsetOutOfRangeError:
+                pass                        # a truncation went below the scan
+            except Exception as e:
+                print("EXC trunc-scan -1", type(e).__module__ + "." + type(e).__name__, file=out)
+                traceback.print_exc()
         for t in ("events", "trunc", "comp"):
             if t not in names:
                 continue
@@ -288,6 +310,8 @@ def read_reader(path: str, err_path: str) -> dict[str, list]:
             ev[p[1]].append((p[0], int(p[2]), int(p[3])))
         elif p[0] == "B":
             ev[p[1]].append(("B", None, int(p[2])))
+        elif p[0] == "BAD":
+            raise AssertionError(f"WRONG: the StoreReader's scan read {p[1]} offset {p[2]} = {p[3]!r}")
         elif p[0] == "Z" and p[1] == "events":       # (trunc: a truncation can race the read)
             raise AssertionError(f"EMPTY READ: StoreReader read {p[1]} at {p[2]} below the log end {p[3]}")
     return ev
