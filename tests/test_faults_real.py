@@ -46,8 +46,12 @@ def tmpfs(path: str, size: str = "1m"):
 def run(script: str, *args: str, timeout: float = 60, pre: str = "") -> list[list[str]]:
     """Run a workload in a subprocess; its stdout lines, split. A signal or a hang fails."""
     code = textwrap.dedent(pre) + textwrap.dedent(script)
-    p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *args],
-                       capture_output=True, text=True, timeout=timeout, env=ENV)
+    try:
+        p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *args],
+                           capture_output=True, text=True, timeout=timeout, env=ENV)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"HANG: the workload still ran after {timeout:.0f} s (killed); output:\n"
+                             f"{(e.stdout or b'')[-2000:]!r}") from None
     if p.returncode < 0:
         COUNTS["signals"] += 1
         raise AssertionError(f"KILLED: the workload died of signal {-p.returncode} "
