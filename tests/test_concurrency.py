@@ -387,3 +387,32 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
     check_dense_exact(m.log("busy", 0), acked)
     m.close()
     tally(race, acked)
+
+
+def test_manager_checkpoints_and_topic_churn_beside_producer_appends(tmp_path, watchdog, error_logs):
+    """Producer-style appends (partition lookup by topic) while another thread creates and
+    deletes topics of 8 partitions and two more write the recovery-point and log-start
+    checkpoints, as the scheduler does: no "dictionary changed size during iteration", no
+    checkpoint .tmp race taking the dir offline; the live topic holds every acknowledged record."""
+    watchdog(60)
+    m = kstore.LogManager(str(tmp_path / "store"), MGR_CFG)
+    m.create_topic("busy", 1)
+    race, acked = Race(), Acked()
+    for w in range(2):
+        race.spawn(f"appender-{w}", single_appender(acked, m, "busy", w))
+    n = [0]
+
+    def churn16():
+        name = f"wide-{n[0]}"
+        n[0] += 1
+        m.create_topic(name, 8)
+        m.delete_topic(name)
+    race.spawn("topic-churn", churn16)
+    race.spawn("checkpoint-recovery", m.checkpoint_recovery_offsets, pause=0.001)
+    race.spawn("checkpoint-start", m.checkpoint_log_start_offsets, pause=0.001)
+    race.run(SECONDS)
+    race.check(error_logs)
+    check_manager_healthy(m, error_logs)
+    check_dense_exact(m.log("busy", 0), acked)
+    m.close()
+    tally(race, acked)
