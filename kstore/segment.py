@@ -8,8 +8,11 @@ process crash the moment it returns), and the file is trimmed to its logical siz
 close. After a crash the preallocated zero tail is cut off by recovery, which stops at the
 first batch that fails validation. Inactive segments are mapped read-only on first use.
 
-Lifetime of views: memoryviews from read_batches() keep their mapping alive; bytes past a later
-truncate_to() read as zeros.
+A file is never shrunk or overwritten below bytes a reader may have mapped: truncate_to()
+writes the kept prefix to a new file renamed over the old one, and the trims at roll and close
+cut only the runway past the logical size. So a reader (another thread, another process, a
+memoryview from read_batches()) holding an old mapping keeps reading the records as they were,
+never a zeroed batch or a page past the end of the file (SIGBUS).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from typing import Optional
 
 from kstore import _core
 from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError, with_path
+from kstore.errors import (CorruptRecordError, LogSegmentOffsetOverflowError, SegmentGoneError,
+                           with_path)
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
@@ -33,6 +37,14 @@ log = logging.getLogger("kstore.segment")
 INT32_MAX = (1 << 31) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PREALLOCATE_CHUNK = 4 << 20
+#: a truncation's new .log is written under this suffix, then renamed over the segment (the
+#: load removes a leftover one)
+TRUNCATE_TEMP_SUFFIX = ".tmp"
+COPY_CHUNK = 8 << 20
+# why a read-only refresh stopped before the end of a rolled segment (recover_scan statuses)
+_INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "offset overflow",
+            "offset_order": "offsets that do not follow the previous batch",
+            "below_base": "an offset below the segment's base offset", "end": "incomplete batch"}
 
 
 def _page_round_up(n: int) -> int:
@@ -71,6 +83,8 @@ class LogSegment:
         self._rebuilding = False
         self.ro_scanned = False          # read-only: the .log's batches were validated
         self._ro_last_offset = -1
+        self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
+        self.ro_next_base: Optional[int] = None   # read-only: the next segment when listed
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -172,6 +186,8 @@ class LogSegment:
             self.refresh_read_only(False)
             m = self._map
         if m is None:
+            if self.closed:
+                raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
             with self._lock:
                 if self._map is None:
                     fd = self._io.open(self.log_path, os.O_RDONLY)
@@ -346,81 +362,122 @@ class LogSegment:
                 old.close()
 
     # -- read ------------------------------------------------------------------------------
+    def _mapped(self) -> tuple[_core.Mapping, int]:
+        """(mapping, valid end) taken together in the core (see SegmentView.snapshot), mapping
+        the segment first if needed; SegmentGoneError if it was deleted meanwhile."""
+        if self.view.log_map is None:
+            self.mapping()
+        m, end = self.view.snapshot()
+        if m is None:
+            raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
+        return m, end
+
+    def _gone(self, m: _core.Mapping, e: Exception) -> Exception:
+        """A reader's mapping closed under it (the segment was deleted): SegmentGoneError;
+        any other error as it is."""
+        if m.closed:
+            return SegmentGoneError(f"segment {self.log_path} was deleted while being read")
+        return e
+
     def _scan_start(self, offset: int, m: _core.Mapping, end: int) -> int:
         """Where to start scanning for offset: the index floor, checked against the batch it
         points at (a stale or damaged entry never makes a scan skip records)."""
-        idx = self.offset_index
-        return _core.index_position(idx._map, idx._entries, self.base_offset, offset, m, end)
+        st = self.offset_index.state
+        imap, n = st.map, st.entries
+        if imap is None or n <= 0:
+            return 0
+        try:
+            # map and count are read apart: clamp a count from another generation of the index
+            return _core.index_position(imap, min(n, imap.length // 8), self.base_offset, offset,
+                                        m, end)
+        except ValueError:
+            if imap.closed:
+                return 0          # resized or closed meanwhile: the index only saves a scan
+            raise
 
     def translate_offset(self, offset: int) -> Optional[int]:
         """Position of the first batch whose last offset >= offset, or None."""
-        m = self.mapping()
-        end = min(self.size, m.length)
-        p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+        m, end = self._mapped()
+        try:
+            p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
         return None if p < 0 else p
 
     def read(self, offset: int, max_records: int, max_bytes: int, out: list,
              verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
         """Append records with offset >= `offset` to out; returns (next position, next offset,
         bytes used)."""
-        m = self._map
-        if m is None:
-            m = self.mapping()
         idx = self._oidx
         if idx is None:
             idx = self.offset_index
-        end = self.size
-        if end > m.length:
-            end = m.length
+        m, end = self._mapped()
         try:
             return _core.read_at(m, idx._map, idx._entries, self.base_offset, end, offset,
                                  max_records, max_bytes, verify_crc, out, min_one)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, max_records: int,
                      max_data: int, verify_crc: bool = True) -> tuple[str, int]:
         """Decode records in [offset, stop_offset) into cols (see _core.decode_columns):
         ('end' | 'limit' | 'stop', offset to resume at)."""
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(offset, m, end)
+        self.offset_index
+        m, end = self._mapped()
         try:
+            pos = self._scan_start(offset, m, end)
             _pos, nxt, status = _core.decode_columns(m, pos, end, offset, stop_offset, cols,
                                                      max_records, max_data, verify_crc)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
+        if status == "end" and self.view.corrupt is not None:
+            self._raise_corrupt(end)
         return status, nxt
+
+    def _raise_corrupt(self, end: int) -> None:
+        """A read reached the invalid bytes a read-only refresh found (as SegmentView does)."""
+        e = CorruptRecordError(self.view.corrupt)
+        e.position = end
+        raise with_path(e, self.log_path)
 
     def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
         """Zero-copy view of whole batches from the one holding offset, up to max_bytes
         (at least one batch)."""
-        pos = self.translate_offset(offset)
-        if pos is None:
-            return None
-        m = self.mapping()
-        end = min(self.size, m.length)
-        total = 0
-        stop = pos
-        for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
-            if total > 0 and total + size > max_bytes:
-                break
-            total += size
-            stop = p + size
-            if total >= max_bytes:
-                break
-        return memoryview(m)[pos:stop]
+        m, end = self._mapped()
+        try:
+            pos = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+            if pos < 0:
+                if self.view.corrupt is not None:
+                    self._raise_corrupt(end)
+                return None
+            total = 0
+            stop = pos
+            for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
+                if total > 0 and total + size > max_bytes:
+                    break
+                total += size
+                stop = p + size
+                if total >= max_bytes:
+                    break
+            return memoryview(m)[pos:stop]
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Optional[tuple[int, int]]:
         """First (offset, timestamp) with timestamp >= target and offset >= start_offset."""
         _ts, off = self.time_index.lookup(timestamp)
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(max(off, start_offset), m, end)
+        m, end = self._mapped()
         try:
+            pos = self._scan_start(max(off, start_offset), m, end)
             return _core.find_offset_by_timestamp(m, pos, end, timestamp, start_offset)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def largest_timestamp(self) -> int:
         """Max timestamp in the segment, or the .log's mtime if it has none (Kafka)."""
@@ -440,12 +497,15 @@ class LogSegment:
         """One past the last offset in the segment (scan from the last index entry)."""
         if self.size == 0:
             return self.base_offset
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(self.offset_index.last_offset, m, end)
-        headers = _core.batch_headers(m, pos, end)
-        if not headers and pos:
-            headers = _core.batch_headers(m, 0, end)
+        last = self.offset_index.last_offset
+        m, end = self._mapped()
+        try:
+            pos = self._scan_start(last, m, end)
+            headers = _core.batch_headers(m, pos, end)
+            if not headers and pos:
+                headers = _core.batch_headers(m, 0, end)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
         return headers[-1][2] + 1 if headers else self.base_offset
 
     # -- recovery --------------------------------------------------------------------------
@@ -527,44 +587,39 @@ class LogSegment:
             return res
 
     # -- read-only view of a segment another process may be appending to -------------------
-    def refresh_read_only(self, is_last: bool) -> None:
-        """Read-only view of a segment another process may append to, trim or delete: extend
-        the valid size by validating pread copies of the new bytes (a batch still being written
-        fails its CRC and stays invisible; a file shrinking under us just reads short), then load
-        the indexes' valid prefix the same way. Mapped reads never go past the validated size,
-        which the writer never cuts, so no page past its end-of-file is ever touched. The log
-        validates its last segment when it opens or refreshes; the others on first use
-        (mapping()), so opening costs the same whatever the partition's size."""
+    def refresh_read_only(self, is_last: bool) -> bool:
+        """Read-only view of a segment another process may append to, replace or delete: extend
+        the valid size by validating pread copies of the new bytes, then load the indexes' valid
+        prefix the same way. Mapped reads never go past the validated size, and the writer never
+        shrinks or rewrites a file below it (a truncation replaces the file), so no page past an
+        end of file is touched. Returns False, changing nothing, when the file at the path is no
+        longer the one validated (replaced by compaction or truncation: the log reads it through
+        a new segment); raises SegmentGoneError when it was deleted.
+
+        An invalid batch at the end of the last segment may be one still being written (invisible
+        until whole); before the end of a rolled segment, or followed by a valid batch, it is
+        corruption: a read reaching it raises CorruptRecordError naming file and position, as
+        the writer's reads do. The log validates its last segment at open and refresh, the others
+        on first use (mapping()), so opening costs the same whatever the partition's size."""
         with self._lock:
             try:
                 fd = self._io.open(self.log_path, os.O_RDONLY)
             except FileNotFoundError:
-                return
+                raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
             try:
-                flen = self._io.size(fd)
+                st = self._io.stat(fd)
+                ident, flen = (st.st_dev, st.st_ino), st.st_size
+                if self.ro_scanned and (ident != self._ro_ident or flen < self.size):
+                    return False
                 if self.ro_scanned and flen == self.size:
-                    return
+                    return True
                 pos = self.size if self.ro_scanned else 0
                 last = self._ro_last_offset if pos else -1
                 best = self._max_ts if pos and self._max_ts else (-1, -1)
-                window = 64 << 10
-                while pos < flen:
-                    data = self._io.pread(fd, min(window, flen - pos), pos)
-                    if not data:
-                        break
-                    valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
-                    if mts > best[0]:
-                        best = (mts, moff)
-                    pos += valid
-                    if valid == len(data):
-                        continue
-                    if complete:
-                        break                    # an invalid batch (torn, corrupt) or padding
-                    # the window ended inside a batch: read on from it
-                    if valid == 0:
-                        if len(data) < window:
-                            break                # the file ends inside it: still being written
-                        window *= 4              # a batch larger than the window
+                pos, last, best, bad = self._validate(fd, flen, pos, last, best)
+                corrupt = None
+                if pos < flen and bad is not None:
+                    corrupt = self._invalid_at(fd, flen, pos, last, bad, is_last)
                 if self._map is None or self._map.length < pos:
                     old = self._map
                     self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")
@@ -573,16 +628,79 @@ class LogSegment:
             finally:
                 self._io.close(fd)
             self.ro_scanned = True
+            self._ro_ident = ident
             self._ro_last_offset = last
             self.size = pos
+            self.view.corrupt = corrupt
             self._max_ts = best
             self._load_index_prefix()
+            return True
+
+    def _validate(self, fd: int, flen: int, pos: int, last: int, best: tuple[int, int]):
+        """Validate batches from pos in pread windows: (valid end, last offset, (max ts, its
+        offset), the window holding the first invalid batch or None if the data simply ended)."""
+        window = 64 << 10
+        while pos < flen:
+            data = self._io.pread(fd, min(window, flen - pos), pos)
+            if not data:
+                break
+            valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
+            if mts > best[0]:
+                best = (mts, moff)
+            pos += valid
+            if valid == len(data):
+                continue
+            if complete:
+                return pos, last, best, data[valid:]      # an invalid batch (torn, corrupt) or zeros
+            # the window ended inside a batch: read on from it
+            if valid == 0:
+                if len(data) < window:
+                    return pos, last, best, None         # the file ends inside it: being written
+                window *= 4                              # a batch larger than the window
+        return pos, last, best, None
+
+    def _invalid_at(self, fd: int, flen: int, pos: int, last: int, bad: bytes,
+                    is_last: bool) -> Optional[str]:
+        """Why the bytes at pos (the first invalid batch, `bad` its window) are corruption, or
+        None while they may be a batch still being written: at the end of the last segment, an
+        invalid batch followed by nothing but zeros, or a torn one the writer completes (read
+        again once)."""
+        diag = _core.recover_scan(_core.Mapping.from_bytes(bad), len(bad), self.base_offset,
+                                  1 << 62, 0, 0, prev_last_offset=last)
+        reason = _INVALID.get(diag["status"], "invalid batch")
+        zeros = bad.count(0) == len(bad)
+        if not is_last:
+            # A rolled file is never written again (a truncation that reactivates it replaces
+            # it first), so this is final unless the listing that made it non-last is stale:
+            # the next segment must still exist after the bytes were read, and read the same.
+            nxt = self.ro_next_base
+            if nxt is not None and not self._io.exists(segment_file(self.dir, nxt, LOG_SUFFIX)):
+                raise SegmentGoneError(f"segment {self.log_path} is no longer followed by "
+                                       f"segment {nxt}")
+            if _core.validate_batches(self._io.pread(fd, len(bad), pos), self.base_offset, last)[0]:
+                return None                              # rewritten meanwhile: seen next time
+            if zeros:
+                reason = "zero bytes (an unrecovered preallocated tail)"
+            return f"{reason} before the end of a rolled segment"
+        if len(bad) < 12 or zeros:
+            return None                                  # zeros: the preallocated runway
+        size = int.from_bytes(bad[8:12], "big", signed=True) + 12
+        if size < 26 or pos + size >= flen:
+            return None
+        nxt = self._io.pread(fd, min(64 << 10, flen - pos - size), pos + size)
+        if not _core.validate_batches(nxt, self.base_offset, -1)[0]:
+            return None
+        again = self._io.pread(fd, size, pos)           # a batch being copied in is whole by now
+        if _core.validate_batches(again, self.base_offset, last)[0] == size:
+            return None
+        return f"{reason}, followed by valid batches"
 
     def _load_index_prefix(self) -> None:
         """Copy the well-ordered prefix of both index files into private memory (entries past it
-        are zero padding or point at data not yet visible)."""
-        import numpy as np
+        are zero padding or point at data not yet visible). Entries read after the .log was
+        replaced (they may point into the new file) are dropped: reads scan from the start."""
         last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
+        raws = []
         for idx in (self.offset_index, self.time_index):
             raw = b""
             try:
@@ -593,6 +711,10 @@ class LogSegment:
                     self._io.close(fd)
             except FileNotFoundError:
                 pass
+            raws.append(raw)
+        if not self._same_file():
+            raws = [b"", b""]
+        for idx, raw in zip((self.offset_index, self.time_index), raws):
             arr = np.frombuffer(raw[: len(raw) // idx.ENTRY_SIZE * idx.ENTRY_SIZE], dtype=idx.DTYPE)
             n = len(arr)
             if n:
@@ -607,13 +729,26 @@ class LogSegment:
                     bad = (k <= 0) | (rel > last_rel) | (rel < 0)
                     bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
                 n = int(np.argmax(bad)) if bad.any() else n
-            old = idx._map
+            # private copies, never closed (a reader thread may still use the old one); a
+            # smaller count is published before the smaller copy, a larger one after
+            if n < idx._entries:
+                idx._entries = n
             idx._map = _core.Mapping.from_bytes(raw[: n * idx.ENTRY_SIZE])
             idx._length = n * idx.ENTRY_SIZE
             idx._entries = n
             idx._after_truncate()
-            if old is not None:
-                old.close()
+
+    def _same_file(self) -> bool:
+        """The .log at the path is still the file validated (not replaced, not deleted)."""
+        try:
+            fd = self._io.open(self.log_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            st = self._io.stat(fd)
+        finally:
+            self._io.close(fd)
+        return (st.st_dev, st.st_ino) == self._ro_ident
 
     def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
         """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
@@ -623,19 +758,21 @@ class LogSegment:
         self.time_index.sanity_check()
 
     # -- truncation ------------------------------------------------------------------------
-    def truncate_to(self, offset: int) -> int:
-        """Remove batches with last offset >= offset (batch-granular); returns bytes removed."""
+    def truncate_to(self, offset: int, replace: bool = False) -> int:
+        """Remove batches with last offset >= offset (batch-granular); returns bytes removed.
+        replace=True gives the .log a new file even if nothing is cut (a rolled segment about to
+        take appends again: readers may treat the old file as complete)."""
         with self._lock:
             pos = self.translate_offset(offset)
             self.offset_index.truncate_to(offset)
             self.time_index.truncate_to(offset)
-            if self._map_writable:
+            if self._map_writable or replace:
                 self.offset_index.resize(self._config.max_index_size)
                 self.time_index.resize(self._config.max_index_size)
             removed = 0
-            if pos is not None:
-                removed = self.size - pos
-                self._truncate_log(pos)
+            if pos is not None or replace:
+                removed = self.size - pos if pos is not None else 0
+                self._truncate_log(self.size if pos is None else pos, replace)
             if self.size == 0:
                 self.created = self._time.milliseconds()
                 self._rolling_ts = None
@@ -652,32 +789,72 @@ class LogSegment:
         if self.size == 0:
             return (-1, -1)
         pos = self.offset_index.lookup(off)[1] if ts >= 0 else 0
-        m = self.mapping()
-        end = min(self.size, m.length)
+        m, end = self._mapped()
         if pos > end:
             pos = 0
-        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in _core.batch_headers(m, pos, end):
+        try:
+            headers = _core.batch_headers(m, pos, end)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
+        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in headers:
             if max_ts > best[0]:
                 best = (max_ts, last)
         return best
 
-    def _truncate_log(self, position: int) -> None:
-        if position >= self.size:
+    def _truncate_log(self, position: int, force: bool = False) -> None:
+        """Cut the .log to position by replacing the file: the kept prefix goes to a temporary
+        file, fsynced and renamed over the segment (directory fsynced), which is then mapped.
+        The old inode is never shrunk or zeroed, so a reader holding its mapping reads the
+        records as they were just before the cut instead of zeros (CRC errors) or pages past
+        its end (SIGBUS). A crash leaves the old file or the new one; the load removes the
+        temporary. The smaller size is published before the new mapping: no (mapping, size)
+        pair a reader can take reaches past a file's end."""
+        if position >= self.size and not force:
             return
-        if self._map_writable:
-            # zero in place: readers holding the mapping never touch pages cut from the file
-            if self._io.intercept_map_writes:
-                self._io.map_write(self._map, position, bytes(self.size - position))
-            else:
-                self._map.zero(position, self.size)
-        else:
-            self._drop_mapping()
-            fd = self._io.open(self.log_path, os.O_RDWR)
+        io = self._io
+        tmp = self.log_path + TRUNCATE_TEMP_SUFFIX
+        old_map, old_fd, writable = self._map, self._fd, self._map_writable
+        src = self.mapping()
+        fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            with memoryview(src) as mv:
+                for a in range(0, position, COPY_CHUNK):
+                    io.pwrite(fd, mv[a:min(position, a + COPY_CHUNK)], a)
+            io.fsync(fd)
+            io.rename(tmp, self.log_path)
+        except BaseException:
+            io.close(fd)
             try:
-                self._io.truncate(fd, position)
-            finally:
-                self._io.close(fd)
+                io.unlink(tmp)
+            except OSError:
+                pass
+            raise
         self.size = position
+        map_len = _page_round_up(max(self._config.segment_bytes, position, 1))
+        try:
+            if writable:
+                new_map = io.map(fd, map_len, True)
+            else:
+                new_map = io.map(fd, position, False) if position else _core.Mapping.from_bytes(b"")
+        except BaseException:
+            io.close(fd)
+            raise
+        self._map = new_map
+        if writable:
+            self._fd = fd
+            self._alloc = position
+            if old_fd is not None:
+                io.close(old_fd)
+        else:
+            io.close(fd)
+        if old_map is not None:
+            old_map.close()
+        if src is not old_map:
+            src.close()
+        if writable and self._config.preallocate and map_len > position:
+            io.allocate(self._fd, position, map_len - position)
+            self._alloc = map_len
+        io.fsync_dir(self.dir)
 
     # -- durability and life cycle -----------------------------------------------------------
     def flush(self) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import kstore
 from kstore import _core
 from kstore.clock import MockTime
-from kstore.errors import (InvalidRecordError, KStoreError, KStoreStateError,
+from kstore.errors import (CorruptRecordError, InvalidRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError)
 
 NOW = 1_700_000_000_000
@@ -759,9 +759,12 @@ def test_read_only_open_validates_only_the_segments_it_reads(open_log, log_dir):
     assert all(s.ro_scanned for s in ro.segments)
 
 
-def test_read_only_deferred_validation_still_stops_at_a_torn_tail(open_log, log_dir):
-    # an unrecovered store (power loss) can leave zeros or a torn batch after a rolled segment's
-    # valid end: the reader validating it late still ends that segment there and goes on
+def test_read_only_reader_raises_at_a_torn_batch_inside_a_rolled_segment(open_log, log_dir):
+    # issue 12 defect 11. An unrecovered store (power loss) can leave a torn batch and zeros
+    # before the end of a rolled segment; the writer's recovery cuts there and deletes every
+    # later segment. The reader validating it late serves what comes before, raises
+    # CorruptRecordError naming the file and position for a read that reaches it (it used to
+    # skip to the next segment silently), and still reads later segments at their own offsets.
     lg = open_log({"segment.bytes": 2000})
     for i in range(60):
         lg.append([(b"k%d" % i, b"v" * 100)])
@@ -777,12 +780,20 @@ def test_read_only_deferred_validation_still_stops_at_a_torn_tail(open_log, log_
         f.write(bytes(512))                                 # and preallocated zeros follow
     ro = open_log(path=log_dir, read_only=True)
     assert not ro.segments[1].ro_scanned
-    got = [r.offset for c in ro.iter_chunks() for r in c]
     nxt = ro.segments[2].base_offset
-    assert got == [o for o in range(60) if not (nxt - 1 <= o < nxt)]
-    assert ro.segments[1].ro_scanned and ro.segments[1].size == last_batch_pos
     assert base1 < nxt - 1
-
+    assert [r.offset for r in ro.read(base1, max_records=nxt - 1 - base1)] == list(range(base1, nxt - 1))
+    assert ro.segments[1].ro_scanned and ro.segments[1].size == last_batch_pos
+    for start in (base1, nxt - 1):
+        with pytest.raises(CorruptRecordError) as e:
+            ro.read(start, max_bytes=1 << 20)
+        assert e.value.path == os.path.join(log_dir, seg1)
+        assert e.value.position == last_batch_pos
+        assert str(e.value) == (f"CRC mismatch before the end of a rolled segment "
+                                f"({os.path.join(log_dir, seg1)}, position {last_batch_pos})")
+    assert [r.offset for r in ro.read(nxt, max_records=3)] == [nxt, nxt + 1, nxt + 2]
+    with pytest.raises(CorruptRecordError):
+        list(ro.iter_chunks())
 
 
 def _column_input(rows, ts=None):
@@ -833,3 +844,82 @@ def test_append_columns_to_a_legacy_format_topic_writes_v1(open_log):
     assert lg.append_columns(_column_input(rows, TS), batch_bytes=100) == (0, 20)
     assert [(r.key, r.value, r.timestamp) for r in lg.read(0)] == [(k, v, TS) for k, v in rows]
     assert bytes(lg.read_batches(0, 1 << 20))[16] == 1          # magic byte of a v1 message
+
+
+# -- readers beside a writer (issue 12 defects 6-11) -----------------------------------------------
+def _v(offset: int, gen: str = "o") -> bytes:
+    """A value that names its offset (and generation), 2 KB: batches span several pages."""
+    return (b"%s%05d" % (gen.encode(), offset)) * 333
+
+
+READER = r"""
+import sys, kstore
+ro = kstore.Log.open(sys.argv[1], read_only=True)
+for line in sys.stdin:
+    cmd, start = line.split()
+    if cmd == "refresh":
+        ro.refresh()
+    recs = ro.read(int(start) if start != "-" else ro.log_start_offset, max_bytes=1 << 30)
+    print(ro.log_start_offset, ro.log_end_offset,
+          " ".join("%d=%s" % (r.offset, r.value[:6].decode()) for r in recs), flush=True)
+"""
+
+
+class ReaderProcess:
+    """A read-only Log in a child process (a SIGBUS kills it, not the test), driven by lines."""
+
+    def __init__(self, path, cwd):
+        self.p = subprocess.Popen([sys.executable, "-c", READER, path], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+    def read(self, refresh=False, start=None) -> str:
+        self.p.stdin.write(f"{'refresh' if refresh else 'read'} {'-' if start is None else start}\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self) -> tuple[int, str]:
+        _out, err = self.p.communicate(timeout=30)
+        return self.p.returncode, err
+
+
+def _expect(start, end, gens):
+    return f"{start} {end} " + " ".join(f"{o}={g}{o:05d}" for o, g in gens)
+
+
+@pytest.mark.parametrize("trim", ["roll", "close", "truncate_again"])
+def test_reader_process_keeps_its_records_across_truncate_and_trim(open_log, log_dir, tmp_path,
+                                                                   watchdog, trim):
+    """Defects 6 and 9: truncate_to zeroed the bytes a reader in another process had validated
+    and mapped (CRC errors on healthy data), and the roll or close after it shrank the file
+    under the mapping (the reader died of SIGBUS). Now the reader keeps reading the records as
+    they were until it refreshes, then sees the truncated log and what follows."""
+    watchdog(60)
+    lg = open_log({"segment.bytes": 1 << 20})
+    for o in range(10):
+        lg.append([(None, _v(o), NOW + o)])
+    r = ReaderProcess(log_dir, str(tmp_path))
+    try:
+        assert r.read() == _expect(0, 10, [(o, "o") for o in range(10)])
+        lg.truncate_to(3)
+        if trim == "roll":
+            lg.roll()
+        elif trim == "close":
+            lg.close()
+            lg = open_log({"segment.bytes": 1 << 20})
+        else:
+            lg.append([(None, _v(3, "n"), NOW)])
+            lg.truncate_to(2)
+        # the reader's view predates the truncation: exactly the old records, no fault (its
+        # index sends a read of 8 straight to a page the trim cut: SIGBUS before)
+        assert r.read(start=8) == _expect(0, 10, [(8, "o"), (9, "o")])
+        assert r.read() == _expect(0, 10, [(o, "o") for o in range(10)])
+        assert r.read(refresh=True) == _expect(0, lg.log_end_offset,
+                                               [(o, "o") for o in range(lg.log_end_offset)])
+        first_new = lg.log_end_offset
+        for o in range(first_new, 6):
+            lg.append([(None, _v(o, "n"), NOW + o)])
+        assert r.read(refresh=True) == _expect(
+            0, 6, [(o, "o" if o < first_new else "n") for o in range(6)])
+    finally:
+        rc, err = r.close()
+    assert (rc, err) == (0, "")
