@@ -186,11 +186,14 @@ class LogSegment:
             self.refresh_read_only(False)
             m = self._map
         if m is None:
-            if self.closed:
-                raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
             with self._lock:
+                if self.closed:
+                    raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
                 if self._map is None:
-                    fd = self._io.open(self.log_path, os.O_RDONLY)
+                    try:
+                        fd = self._io.open(self.log_path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
                     try:
                         self._map = self._io.map(fd, self._io.size(fd), False)
                     finally:
@@ -376,7 +379,7 @@ class LogSegment:
         """A reader's mapping closed under it (the segment was deleted): SegmentGoneError;
         any other error as it is."""
         if m.closed:
-            return SegmentGoneError(f"segment {self.log_path} was deleted while being read")
+            return SegmentGoneError(f"segment {self.log_path} was deleted or remapped while being read")
         return e
 
     def _scan_start(self, offset: int, m: _core.Mapping, end: int) -> int:

@@ -923,3 +923,89 @@ def test_reader_process_keeps_its_records_across_truncate_and_trim(open_log, log
     finally:
         rc, err = r.close()
     assert (rc, err) == (0, "")
+
+
+def _tv(offset: int) -> bytes:
+    return b"%d." % offset * 40
+
+
+def _column_values(cols) -> list[tuple[int, bytes]]:
+    a = cols.arrays()
+    vo, vd = a["value_offsets"], a["value_data"].tobytes()
+    return [(int(o), vd[vo[i]:vo[i + 1]]) for i, o in enumerate(a["offset"])]
+
+
+def test_reader_threads_beside_truncate_roll_and_retention(open_log, watchdog):
+    """Defects 6, 7, 9 for reader threads of the writing process: read, read_columns,
+    read_batches and offset_for_timestamp while another thread appends, truncates, rolls and
+    deletes segments. Every result is exact (offset, value, contiguous); the only error a read
+    may raise is OffsetOutOfRangeError for an offset that is really gone. Before: raw
+    ValueError/BufferError ("mapping is closed"), CorruptRecordError on zeroed batches."""
+    from thread_watchdog import join_all
+    watchdog(90)
+    lg = open_log({"segment.bytes": 6000, "index.interval.bytes": 300, "retention.bytes": 30000})
+    stop = threading.Event()
+    errors, counts = [], {"read": 0, "columns": 0, "batches": 0, "time": 0}
+
+    def check(pairs, start):
+        if not pairs:
+            return              # truncated to start meanwhile (start is the log end then)
+        assert [o for o, _v in pairs] == list(range(pairs[0][0], pairs[0][0] + len(pairs)))
+        assert pairs[0][0] == start
+        for o, v in pairs:
+            assert v == _tv(o), (o, v[:20])
+
+    def reader(kind):
+        try:
+            cols = _core.Columns(False)
+            while not stop.is_set():
+                lo, hi = lg.log_start_offset, lg.log_end_offset
+                if hi - lo < 10:
+                    continue
+                start = lo + (hi - lo) // 2 // 5 * 5        # a batch boundary in the middle
+                try:
+                    if kind == "read":
+                        check([(r.offset, r.value) for r in lg.read(start, max_records=40)], start)
+                    elif kind == "columns":
+                        cols.clear()
+                        lg.read_columns(start, start + 40, cols)
+                        check(_column_values(cols), start)
+                    elif kind == "batches":
+                        recs = _core.decode_batches(bytes(lg.read_batches(start, 3000)))
+                        check([(r.offset, r.value) for r in recs], start)
+                    else:
+                        found = lg.offset_for_timestamp(NOW + start)
+                        assert found is None or found >= start, (found, start)
+                except OffsetOutOfRangeError:
+                    continue
+                counts["read" if kind == "read" else kind] += 1
+        except BaseException as e:          # surfaced below, with where it came from
+            import traceback
+            errors.append((kind, "".join(traceback.format_exception(e))))
+            stop.set()
+
+    threads = [threading.Thread(target=reader, args=(k,), name=k)
+               for k in ("read", "columns", "batches", "time")]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 4
+    i = 0
+    try:
+        while time.monotonic() < deadline and not stop.is_set():
+            leo = lg.log_end_offset
+            lg.append([(None, _tv(leo + j), NOW + leo + j) for j in range(5)])
+            i += 1
+            if i % 9 == 0:
+                lg.truncate_to(max(lg.log_start_offset, (lg.log_end_offset - 20) // 5 * 5))
+            if i % 40 == 0:
+                lg.truncate_to(max(lg.log_start_offset, lg.active_segment.base_offset - 10))
+            if i % 25 == 0:
+                lg.roll()
+            if i % 30 == 0:
+                lg.delete_old_segments()
+    finally:
+        stop.set()
+        join_all(threads, 30)
+    assert not errors, errors
+    assert min(counts.values()) > 0, counts
+    assert lg.log_start_offset > 0
