@@ -1009,3 +1009,106 @@ def test_reader_threads_beside_truncate_roll_and_retention(open_log, watchdog):
     assert not errors, errors
     assert min(counts.values()) > 0, counts
     assert lg.log_start_offset > 0
+
+
+# a writer in another process, driven by lines on stdin (Python statements), answering "ok"
+WRITER = r"""
+import sys, kstore
+from kstore.manager import LogManager
+from kstore.clock import MockTime
+from kstore.scheduler import MockScheduler
+NOW = 1_700_000_000_000
+t = MockTime(NOW)
+m = LogManager(sys.argv[1], {"log.segment.bytes": "1200", "log.segment.delete.delay.ms": "0",
+                             "log.retention.check.interval.ms": "1000000000"},
+               time=t, scheduler=MockScheduler(t))
+for line in sys.stdin:
+    exec(line)
+    print("ok", flush=True)
+"""
+
+
+class WriterProcess:
+    """A LogManager (mock clock and scheduler) in a child process that runs the statements it
+    is sent: the store's one writer, beside readers in the test process."""
+
+    def __init__(self, log_dir, cwd):
+        self.p = subprocess.Popen([sys.executable, "-c", WRITER, log_dir], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, cwd=cwd)
+
+    def run(self, *statements) -> None:
+        for st in statements:
+            self.p.stdin.write(st + "\n")
+            self.p.stdin.flush()
+            assert self.p.stdout.readline().strip() == "ok", st
+
+    def close(self) -> int:
+        self.run("m.close()")
+        self.p.stdin.close()
+        return self.p.wait(timeout=30)
+
+
+def test_read_only_reader_goes_on_past_segments_retention_deleted(tmp_path, watchdog):
+    """Defect 7: a segment that retention deleted after the reader listed it made reads raise
+    a raw FileNotFoundError. Now a read of a deleted offset raises OffsetOutOfRangeError, and
+    reads (read, read_columns, offset_for_timestamp) of what remains go on."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)",
+              "lg = m.log('t', 0)",
+              "for o in range(60): lg.append([(None, b'%d.' % o * 20, NOW + o)])")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        bases = [s.base_offset for s in ro.segments]
+        assert len(bases) >= 6 and ro.log_end_offset == 60
+        assert not ro.segments[1].ro_scanned and not ro.segments[3].ro_scanned
+        gone, kept = bases[1] + 1, bases[3] + 1
+        w.run(f"lg.delete_records({bases[3]})", "lg.delete_old_segments()")
+        assert sorted(n for n in os.listdir(tmp_path / "t-0") if n.endswith(".log"))[0] == \
+            "%020d.log" % bases[3]
+        with pytest.raises(OffsetOutOfRangeError, match=f"offset {gone} is out of range .* log start offset {bases[3]}"):
+            ro.read(gone, max_records=2)
+        assert [(r.offset, r.value) for r in ro.read(kept, max_records=2)] == \
+            [(kept, b"%d." % kept * 20), (kept + 1, b"%d." % (kept + 1) * 20)]
+        assert ro.log_start_offset == bases[3]
+        with pytest.raises(OffsetOutOfRangeError):
+            ro.read_columns(gone, gone + 5, _core.Columns(False))
+        assert ro.offset_for_timestamp(NOW + gone) == bases[3]
+        assert [r.offset for c in ro.iter_chunks() for r in c] == list(range(bases[3], 60))
+    finally:
+        assert w.close() == 0
+
+
+def test_read_only_refresh_reads_segments_compaction_rewrote(tmp_path, watchdog):
+    """Defect 8: after the cleaner swapped compacted segments in (new files, same base-offset
+    names), refresh() kept the old mappings: the reader served the superseded records. Now it
+    reads the rewritten segments, and a read of an offset whose segment compaction removed goes
+    on at the next record."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('c', 1, {'cleanup.policy': 'compact'})",
+              "lg = m.log('c', 0)",
+              "for i in range(120): lg.append([(b'k%d' % (i % 7), b'v%d' % i, NOW)])")
+        ro = kstore.Log.open(str(tmp_path / "c-0"), read_only=True)
+        before = [(r.offset, r.key, r.value) for c in ro.iter_chunks() for r in c]
+        assert before == [(i, b"k%d" % (i % 7), b"v%d" % i) for i in range(120)]
+        active = ro.segments[-1].base_offset
+        second = ro.segments[1].base_offset
+        w.run("m.clean_now()")
+        ro.refresh()
+        after = [(r.offset, r.key, r.value) for c in ro.iter_chunks() for r in c]
+        # below the active segment only each key's latest value (as of the cleaned range) stays
+        latest = {}
+        for off, k, v in before:
+            if off < active:
+                latest[k] = (off, k, v)
+        assert after == sorted(latest.values()) + [b for b in before if b[0] >= active]
+        assert ro.log_end_offset == 120
+        # an offset of a segment merged away: the read goes on at the next surviving record
+        fresh = kstore.Log.open(str(tmp_path / "c-0"), read_only=True)
+        nxt = next(a for a in after if a[0] >= second + 1)
+        assert [(r.offset, r.key, r.value) for r in fresh.read(second + 1, max_records=1)] == [nxt]
+        assert [(r.offset, r.key, r.value) for r in ro.read(second + 1, max_records=1)] == [nxt]
+    finally:
+        assert w.close() == 0
