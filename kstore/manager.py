@@ -289,9 +289,16 @@ class LogManager:
         def load(job):
             tp, path = job
             cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
-            lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp),
-                          clean_shutdown=clean, io=io, time=self._time, scheduler=self._scheduler,
-                          read_only=self.read_only)
+            try:
+                lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
+                              log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
+                              time=self._time, scheduler=self._scheduler, read_only=self.read_only)
+            except KStoreError:
+                if self.read_only and not io.exists(path):
+                    # the writer deleted the topic since the scan: not an error of this dir
+                    log.info("partition %s was deleted while opening it read-only", path)
+                    return None
+                raise
             if self._progress is not None:
                 with self._lock:
                     self._loaded_count += 1
@@ -314,7 +321,7 @@ class LogManager:
             self._mark_offline(d, e)
             return
         with self._lock:
-            for tp, path, lg in results:
+            for tp, path, lg in filter(None, results):
                 if tp in self._logs:
                     lg.close_handlers()
                     raise KStoreStateError(

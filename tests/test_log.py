@@ -16,6 +16,7 @@ import numpy as np
 import kstore
 from kstore import _core
 from kstore.clock import MockTime
+from writer_process import WriterProcess
 from kstore.errors import (CorruptRecordError, InvalidRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError)
 
@@ -1009,43 +1010,6 @@ def test_reader_threads_beside_truncate_roll_and_retention(open_log, watchdog):
     assert not errors, errors
     assert min(counts.values()) > 0, counts
     assert lg.log_start_offset > 0
-
-
-# a writer in another process, driven by lines on stdin (Python statements), answering "ok"
-WRITER = r"""
-import sys, kstore
-from kstore.manager import LogManager
-from kstore.clock import MockTime
-from kstore.scheduler import MockScheduler
-NOW = 1_700_000_000_000
-t = MockTime(NOW)
-m = LogManager(sys.argv[1], {"log.segment.bytes": "1200", "log.segment.delete.delay.ms": "0",
-                             "log.retention.check.interval.ms": "1000000000"},
-               time=t, scheduler=MockScheduler(t))
-for line in sys.stdin:
-    exec(line)
-    print("ok", flush=True)
-"""
-
-
-class WriterProcess:
-    """A LogManager (mock clock and scheduler) in a child process that runs the statements it
-    is sent: the store's one writer, beside readers in the test process."""
-
-    def __init__(self, log_dir, cwd):
-        self.p = subprocess.Popen([sys.executable, "-c", WRITER, log_dir], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, cwd=cwd)
-
-    def run(self, *statements) -> None:
-        for st in statements:
-            self.p.stdin.write(st + "\n")
-            self.p.stdin.flush()
-            assert self.p.stdout.readline().strip() == "ok", st
-
-    def close(self) -> int:
-        self.run("m.close()")
-        self.p.stdin.close()
-        return self.p.wait(timeout=30)
 
 
 def test_read_only_reader_goes_on_past_segments_retention_deleted(tmp_path, watchdog):
