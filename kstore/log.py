@@ -725,6 +725,7 @@ class Log:
             if self.read_only:
                 self.refresh()
             if offset == self._leo:
+                self._check_corrupt_end()
                 return []
             if offset > self._leo or offset < self._log_start_offset:
                 self._check_range(offset)
@@ -759,6 +760,13 @@ class Log:
                 self._segment_gone(seg)
                 self._check_range(offset)
                 return
+
+    def _check_corrupt_end(self) -> None:
+        """A read-only view that ends where its last segment holds an invalid batch followed by
+        valid ones: a read at the end reaches the corruption (CorruptRecordError)."""
+        segs = self._segs
+        if self.read_only and segs and segs[-1].view.corrupt is not None:
+            segs[-1].raise_corrupt()
 
     def _locate(self, offset: int) -> tuple[list[LogSegment], int]:
         """(segments, index of the one holding offset) from one published list: _bases and _segs
@@ -810,6 +818,8 @@ class Log:
         if offset >= self._leo and self.read_only:
             self.refresh()
         self._check_range(offset)
+        if offset == self._leo:
+            self._check_corrupt_end()
         stop = min(stop_offset, self._leo)
         while offset < stop:
             segs, i = self._locate(offset)

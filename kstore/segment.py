@@ -438,13 +438,14 @@ class LogSegment:
         except (ValueError, BufferError) as e:
             raise self._gone(m, e) from None
         if status == "end" and self.view.corrupt is not None:
-            self._raise_corrupt(end)
+            self.raise_corrupt()
         return status, nxt
 
-    def _raise_corrupt(self, end: int) -> None:
-        """A read reached the invalid bytes a read-only refresh found (as SegmentView does)."""
+    def raise_corrupt(self) -> None:
+        """A read reached the invalid bytes a read-only refresh found at the end of the valid
+        data (as SegmentView's reads do): CorruptRecordError naming file and position."""
         e = CorruptRecordError(self.view.corrupt)
-        e.position = end
+        e.position = self.size
         raise with_path(e, self.log_path)
 
     def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
@@ -455,7 +456,7 @@ class LogSegment:
             pos = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
             if pos < 0:
                 if self.view.corrupt is not None:
-                    self._raise_corrupt(end)
+                    self.raise_corrupt()
                 return None
             total = 0
             stop = pos

@@ -1076,3 +1076,55 @@ def test_read_only_refresh_reads_segments_compaction_rewrote(tmp_path, watchdog)
         assert [(r.offset, r.key, r.value) for r in ro.read(second + 1, max_records=1)] == [nxt]
     finally:
         assert w.close() == 0
+
+
+def test_read_only_reader_raises_at_a_bad_batch_followed_by_valid_ones(tmp_path, watchdog):
+    """Defect 11, last segment: a batch that fails its CRC with valid batches after it is
+    corruption, not a batch still being written: a read reaching it raises CorruptRecordError
+    naming the file and position (the reader used to end the log there silently). A torn batch
+    followed only by zeros (an append in flight) stays invisible until it is whole."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1, {'segment.bytes': 1048576})",
+              "lg = m.log('t', 0)",
+              "for o in range(20): lg.append([(None, b'v%02d' % o * 30, NOW + o)])",
+              "lg.flush()")
+        path = str(tmp_path / "t-0" / "00000000000000000000.log")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        pos = [h[0] for h in _core.batch_headers(ro.segments[0].mapping(), 0, ro.segments[0].size)]
+        assert ro.log_end_offset == 20 and len(pos) == 20
+        ro.close_handlers()
+        with open(path, "r+b") as f:               # one flipped value byte in batch 12
+            f.seek(pos[12] + 80)
+            b = f.read(1)
+            f.seek(pos[12] + 80)
+            f.write(bytes([b[0] ^ 0xFF]))
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        assert [r.offset for r in ro.read(3, max_records=9)] == list(range(3, 12))
+        assert ro.log_end_offset == 12               # what lies past it is not known here
+        for read in (lambda: ro.read(3, max_bytes=1 << 20), lambda: ro.read(12),
+                     lambda: ro.read_columns(12, 20, _core.Columns(False))):
+            with pytest.raises(CorruptRecordError) as e:
+                read()
+            assert (e.value.path, e.value.position) == (path, pos[12])
+            assert str(e.value) == f"CRC mismatch, followed by valid batches ({path}, position {pos[12]})"
+        # a torn batch at the end, zeros after it: invisible, then seen once whole
+        w.run("lg.delete_records(0); lg.truncate_to(12)")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        assert ro.log_end_offset == 12
+        w.run("lg.append([(None, b'new' * 30, NOW)])")
+        with open(path, "r+b") as f:
+            f.seek(pos[12] + 40)
+            whole = f.read(60)
+            f.seek(pos[12] + 40)
+            f.write(bytes(60))                       # the writer's memcpy is half done
+        ro.refresh()
+        assert ro.log_end_offset == 12 and ro.read(12) == []
+        with open(path, "r+b") as f:
+            f.seek(pos[12] + 40)
+            f.write(whole)
+        ro.refresh()
+        assert [(r.offset, r.value) for r in ro.read(12)] == [(12, b"new" * 30)]
+    finally:
+        assert w.close() == 0
