@@ -32,6 +32,7 @@ from kstore.fileio import FileOps, get_file_ops
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
 from kstore.segment import LogSegment
+from kstore.segment_ro import ReadOnlySegment
 
 log = logging.getLogger("kstore.log")
 
@@ -218,9 +219,9 @@ class Log:
             return None
         return segs
 
-    def _ro_segment(self, base: int) -> LogSegment:
-        return LogSegment(self.dir, base, self._config, io=self._io, time=self._time,
-                          rng=self._rng, file_already_exists=True, read_only=True)
+    def _ro_segment(self, base: int) -> ReadOnlySegment:
+        return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
+                               rng=self._rng)
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -821,6 +822,7 @@ class Log:
         if offset == self._leo:
             self._check_corrupt_end()
         stop = min(stop_offset, self._leo)
+        resume = offset          # everything below it is in cols
         while offset < stop:
             segs, i = self._locate(offset)
             seg = segs[i]
@@ -829,9 +831,11 @@ class Log:
                     raise SegmentGoneError(f"segment {seg.log_path} was deleted")
                 status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)
             except SegmentGoneError:
-                # deleted or replaced under us: go on with the current segments, or raise
-                # OffsetOutOfRangeError if the offset is gone
+                # deleted or replaced under us: go on with the current segments from where the
+                # records stopped (the segment before may have been short of its end), or raise
+                # OffsetOutOfRangeError if that offset is gone
                 self._segment_gone(seg)
+                offset = resume
                 self._check_range(offset)
                 stop = min(stop_offset, self._leo)
                 continue
@@ -841,6 +845,7 @@ class Log:
                 return stop
             if i + 1 >= len(segs):
                 return stop
+            resume = max(resume, nxt)
             offset = max(offset, segs[i + 1].base_offset)
         return max(offset, stop)
 

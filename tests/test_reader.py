@@ -8,7 +8,6 @@ import time
 import pytest
 
 import kstore
-from kstore import _core
 from kstore.errors import UnknownTopicError
 
 NOW = 1_700_000_000_000
