@@ -1128,3 +1128,50 @@ def test_read_only_reader_raises_at_a_bad_batch_followed_by_valid_ones(tmp_path,
         assert [(r.offset, r.value) for r in ro.read(12)] == [(12, b"new" * 30)]
     finally:
         assert w.close() == 0
+
+
+@pytest.mark.parametrize("fail_at", range(8))
+def test_truncate_to_failing_at_each_file_operation_leaves_old_or_new(tmp_path, fail_at):
+    """Truncation writes <segment>.log.tmp, fsyncs it, renames it over the segment and fsyncs the
+    directory. An I/O error at any of its file operations fails the log with
+    KafkaStorageError; reopening finds the records as before the cut or as after it (never a
+    mix, never the temporary file), every record below the cut intact."""
+    from kstore.errors import KafkaStorageError
+    from kstore.fileio import FileOps
+
+    class FailFrom(FileOps):
+        armed, n = False, 0
+
+        def _tick(self):
+            if self.armed:
+                self.n += 1
+                if self.n > fail_at:
+                    raise OSError(5, "Input/output error (injected)")
+
+    for name in ("open", "pwrite", "fsync", "rename", "fsync_dir", "map", "close", "unlink"):
+        def wrap(name=name):
+            base = getattr(FileOps, name)
+
+            def op(self, *a, **kw):
+                self._tick()
+                return base(self, *a, **kw)
+            return op
+        setattr(FailFrom, name, wrap())
+    d = str(tmp_path / "t-0")
+    ops = FailFrom()
+    lg = kstore.Log.open(d, {"segment.bytes": 1 << 20}, io=ops)
+    for o in range(10):
+        lg.append([(None, b"%d" % o, NOW + o)])
+    lg.flush()
+    ops.armed = True
+    try:
+        lg.truncate_to(4)
+        ops.armed = False
+        lg.close()
+    except KafkaStorageError:
+        ops.armed = False
+        lg.close_handlers()
+    with kstore.Log.open(d) as lg:
+        got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 20)]
+        assert got in ([(o, b"%d" % o) for o in range(4)], [(o, b"%d" % o) for o in range(10)])
+        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
