@@ -779,10 +779,11 @@ class Log:
         return segs, max(0, bisect.bisect_right(bases, offset) - 1)
 
     def _segment_gone(self, seg: LogSegment) -> None:
-        """A read met seg deleted or replaced (or its mapping swapped) under it. Waiting for the log lock lets the change
-        in progress finish publishing the new segments (the writer holds it while it deletes,
-        truncates or swaps segments); a read-only log rescans its directory. The caller then
-        retries on the current segments (or raises OffsetOutOfRangeError if its offset is gone)."""
+        """A read met seg deleted or replaced (or its mapping swapped) under it. Waiting for the
+        log lock lets the change in progress finish publishing the new segments (the writer
+        holds it while it deletes, truncates or swaps segments); a read-only log rescans its
+        directory. The caller then retries on the current segments (or raises
+        OffsetOutOfRangeError if its offset is gone)."""
         with self._lock:
             self._check_open()
             if any(s is seg for s in self._segs):

@@ -43,7 +43,6 @@ TRUNCATE_TEMP_SUFFIX = ".tmp"
 COPY_CHUNK = 8 << 20
 
 
-
 def _page_round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
 
@@ -400,13 +399,13 @@ class LogSegment:
              verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
         """Append records with offset >= `offset` to out; returns (next position, next offset,
         bytes used)."""
-        idx = self._oidx
-        if idx is None:
-            idx = self.offset_index
+        st = self.offset_index.state
+        imap, n = st.map, st.entries
         m, end = self._mapped()
         try:
-            return _core.read_at(m, idx._map, idx._entries, self.base_offset, end, offset,
-                                 max_records, max_bytes, verify_crc, out, min_one)
+            return _core.read_at(m, imap, min(n, imap.length // 8) if imap is not None else 0,
+                                 self.base_offset, end, offset, max_records, max_bytes,
+                                 verify_crc, out, min_one)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
         except (ValueError, BufferError) as e:
