@@ -217,3 +217,16 @@ def test_consume_follow_goes_on_when_retention_deletes_what_it_was_reading(tmp_p
         f"kstore consume: offset {got[resumed - 1] + 1 if resumed else 0} of t-0 is gone "
         f"(retention); resuming at the log start {bases[4]}",
         f"Processed a total of {len(got)} messages"]
+
+
+def test_consume_past_the_log_end_resumes_at_the_end_not_the_start(tmp_path):
+    """A position past the log end (the writer truncated below it, or --offset too far) resumes
+    at the log end, as Kafka's consumer resets; it used to start over from the log start and
+    print every record again."""
+    d = str(tmp_path / "s")
+    produce(d, b"".join(b"r%d\n" % i for i in range(30)), "--topic", "t", "--partition", "0")
+    rc, out, err = consume(d, "--topic", "t", "--partition", "0", "--offset", "50")
+    assert (rc, out) == (0, b"")
+    assert err.splitlines() == [
+        "kstore consume: offset 50 of t-0 is past the log end 30 (truncated); resuming there",
+        "Processed a total of 0 messages"]
