@@ -2071,9 +2071,20 @@ cdef class SegmentView:
     cdef public bint max_ts_known
     cdef public int64_t max_timestamp
     cdef public int64_t offset_of_max_timestamp
+    cdef public object corrupt       # read-only views: why the bytes at `size` are invalid, or None
 
     def __init__(self, int64_t base_offset):
         self.base_offset = base_offset
+
+    def snapshot(self):
+        """(log mapping, end) taken together, end clamped to the mapping: a writer that swaps in
+        a smaller file publishes the smaller size first, so no pair reaches past a file's end."""
+        cdef Py_ssize_t end = self.size
+        if self.log_map is None:
+            return None, 0
+        if end > self.log_map.length:
+            end = self.log_map.length
+        return self.log_map, end
 
     cdef inline bint ready(self):
         return self.log_map is not None and self.index is not None and not self.log_map.closing \
@@ -2086,11 +2097,17 @@ cdef class SegmentView:
 
     cdef tuple _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
                      bint verify_crc, list out, bint min_one):
-        cdef Py_ssize_t end = self.size
+        cdef Py_ssize_t end = self.size, before = len(out)
+        cdef tuple res
         if end > self.log_map.length:
             end = self.log_map.length
-        return _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
-                        offset, max_records, max_bytes, verify_crc, out, min_one)
+        res = _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
+                       offset, max_records, max_bytes, verify_crc, out, min_one)
+        if self.corrupt is not None and <Py_ssize_t>res[0] >= end and \
+                len(out) - before < max_records and <Py_ssize_t>res[2] < max_bytes:
+            # the read wants the bytes a read-only refresh found invalid: fail as the writer would
+            raise _corrupt(self.corrupt, end)
+        return res
 
     def read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc,
              list out, bint min_one=True):

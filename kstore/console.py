@@ -160,14 +160,18 @@ def consume(args, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> 
             while True:
                 got = 0
                 for p in sorted(positions):
-                    lg = store.log(args.topic, p, refresh=args.follow)
                     try:
+                        lg = store.log(args.topic, p, refresh=args.follow)
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
+                    except UnknownTopicError:
+                        if not args.follow:
+                            raise
+                        # the topic was deleted: found again (from its start) if it comes back
+                        print(f"kstore consume: {args.topic}-{p} was deleted", file=err)
+                        del positions[p]
+                        continue
                     except OffsetOutOfRangeError:
-                        start = lg.log_start_offset
-                        print(f"kstore consume: offset {positions[p]} of {args.topic}-{p} is gone "
-                              f"(retention); resuming at the log start {start}", file=err)
-                        positions[p] = start
+                        positions[p] = _resume_at(lg, positions[p], f"{args.topic}-{p}", err)
                         continue
                     if not recs:
                         # the end, or nothing left at or after the position in its segment (a
@@ -207,6 +211,18 @@ def consume(args, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> 
                 pass
     print(f"Processed a total of {count} messages", file=err)
     return 0
+
+
+def _resume_at(lg, pos: int, name: str, err) -> int:
+    """Where to go on after OffsetOutOfRangeError: the log start if pos is gone (retention,
+    compaction), the log end if the log was truncated below pos (as Kafka's consumer resets)."""
+    if pos > lg.log_end_offset:
+        print(f"kstore consume: offset {pos} of {name} is past the log end {lg.log_end_offset} "
+              f"(truncated); resuming there", file=err)
+        return lg.log_end_offset
+    print(f"kstore consume: offset {pos} of {name} is gone (retention); resuming at the log "
+          f"start {lg.log_start_offset}", file=err)
+    return lg.log_start_offset
 
 
 def _past_gap(lg, pos: int) -> int:

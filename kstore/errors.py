@@ -61,6 +61,12 @@ class KStoreStateError(KStoreError):
     """An operation on a closed log, or one that conflicts with the log's state."""
 
 
+class SegmentGoneError(KStoreStateError):
+    """A segment was deleted or replaced (retention, compaction, truncation, a closed log) while a
+    read was using it. Log reads catch it and go on with the log's current segments, or raise
+    OffsetOutOfRangeError when the offset itself is gone; it names the segment's file."""
+
+
 class LogDirOfflineError(KStoreError):
     """A log directory hit an I/O error and takes no more writes until reopened."""
 

@@ -133,6 +133,10 @@ class FileOps:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def stat(self, fd: int) -> os.stat_result:
+        """fstat: a read-only reader compares (st_dev, st_ino) to notice a replaced file."""
+        return os.fstat(fd)
+
     # -- names -----------------------------------------------------------------------------
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)

@@ -27,11 +27,12 @@ from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KafkaStorageError, KStoreError, KStoreStateError,
                            LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
-                           RecordTooLargeError, with_path)
+                           RecordTooLargeError, SegmentGoneError, UnknownTopicError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
 from kstore.segment import LogSegment
+from kstore.segment_ro import ReadOnlySegment
 
 log = logging.getLogger("kstore.log")
 
@@ -168,38 +169,63 @@ class Log:
         self.refresh(log_start_offset)
 
     def refresh(self, log_start_offset: Optional[int] = None) -> None:
-        """Read-only logs: pick up segments and batches another process added (and segments it
-        deleted). A no-op for a writable log."""
+        """Read-only logs: pick up segments and batches another process added, segments it
+        deleted and files it replaced (compaction, truncation: a new segment reads the new
+        file; readers still holding the old one finish on it). A no-op for a writable log.
+        UnknownTopicError if the partition directory itself is gone (topic deleted)."""
         if not self.read_only:
             return
         with self._lock:
-            io = self._io
-            present = {}
-            for name in io.listdir(self.dir):
-                p = parse_name(name, self.dir)
-                if p and not p[2] and p[1] == LOG_SUFFIX:
-                    present[p[0]] = name
-            old = {s.base_offset: s for s in self._segs}
-            segs = []
-            for base in sorted(present):
-                seg = old.pop(base, None)
-                if seg is None:
-                    seg = LogSegment(self.dir, base, self._config, io=io, time=self._time,
-                                     rng=self._rng, file_already_exists=True, read_only=True)
-                segs.append(seg)
-            for gone in old.values():
-                gone.close_handlers()
-            for i, seg in enumerate(segs):
-                # the last segment is validated now and re-validated whenever its file length
-                # differs from what was validated (it grows; one that was last may have grown
-                # before its roll); the others are validated when a read first maps them
-                if seg.ro_scanned or i == len(segs) - 1:
-                    seg.refresh_read_only(i == len(segs) - 1)
+            for _attempt in range(50):
+                segs = self._scan_segments()
+                if segs is not None:
+                    break
+            else:
+                raise SegmentGoneError(f"the segments of {self.dir} keep changing; try again")
             self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
+
+    def _scan_segments(self) -> Optional[list[LogSegment]]:
+        """The directory's segments, the last one (and every one validated before) validated
+        now; None if one vanished meanwhile (the caller lists again). Segments dropped from the
+        list are not closed: a reader thread may still be reading them."""
+        present = self._list_segment_bases()
+        old = {s.base_offset: s for s in self._segs}
+        segs = []
+        try:
+            for base in present:
+                seg = old.get(base)
+                segs.append(seg if seg is not None and not seg.closed else self._ro_segment(base))
+            for i, seg in enumerate(segs):
+                # the last segment is validated now and re-validated whenever its file length
+                # differs from what was validated (it grows; one that was last may have grown
+                # before its roll); the others are validated when a read first maps them
+                last = i == len(segs) - 1
+                seg.ro_next_base = None if last else segs[i + 1].base_offset
+                if (seg.ro_scanned or last) and not seg.refresh_read_only(last):
+                    segs[i] = seg = self._ro_segment(seg.base_offset)     # the file was replaced
+                    seg.ro_next_base = None if last else segs[i + 1].base_offset
+                    if last:
+                        seg.refresh_read_only(last)
+        except (SegmentGoneError, FileNotFoundError):
+            return None
+        return segs
+
+    def _list_segment_bases(self) -> list[int]:
+        """Base offsets of the live .log files in the directory, sorted."""
+        try:
+            names = self._io.listdir(self.dir)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"partition directory {self.dir} was deleted") from None
+        return sorted(p[0] for p in (parse_name(n, self.dir) for n in names)
+                      if p and not p[2] and p[1] == LOG_SUFFIX)
+
+    def _ro_segment(self, base: int) -> ReadOnlySegment:
+        return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
+                               rng=self._rng)
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -704,6 +730,7 @@ class Log:
             if self.read_only:
                 self.refresh()
             if offset == self._leo:
+                self._check_corrupt_end()
                 return []
             if offset > self._leo or offset < self._log_start_offset:
                 self._check_range(offset)
@@ -731,27 +758,65 @@ class Log:
             self._check_open()
         i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
         for seg in segs[i:]:
-            if seg.closed:
+            try:
+                if seg.closed:
+                    raise SegmentGoneError(f"segment {seg.log_path} was deleted")
+                if not seg.view.is_ready:
+                    seg.mapping()
+                    seg.offset_index
+                    return
+            except SegmentGoneError:
+                self._segment_gone(seg)
                 self._check_range(offset)
                 return
-            if not seg.view.is_ready:
-                seg.mapping()
-                seg.offset_index
-                return
+
+    def _check_corrupt_end(self) -> None:
+        """A read-only view that ends where its last segment holds an invalid batch followed by
+        valid ones: a read at the end reaches the corruption (CorruptRecordError)."""
+        segs = self._segs
+        if self.read_only and segs and segs[-1].view.corrupt is not None:
+            segs[-1].raise_corrupt()
+
+    def _locate(self, offset: int) -> tuple[list[LogSegment], int]:
+        """(segments, index of the one holding offset) from one published list: _bases and _segs
+        are replaced one after the other, so bases that do not match the list are rebuilt."""
+        segs, bases = self._segs, self._bases
+        if len(bases) != len(segs) or (segs and (bases[0] != segs[0].base_offset
+                                                 or bases[-1] != segs[-1].base_offset)):
+            bases = [s.base_offset for s in segs]
+        return segs, max(0, bisect.bisect_right(bases, offset) - 1)
+
+    def _segment_gone(self, seg: LogSegment) -> None:
+        """A read met seg deleted or replaced (or its mapping swapped) under it. Waiting for the
+        log lock lets the change in progress finish publishing the new segments (the writer
+        holds it while it deletes, truncates or swaps segments); a read-only log rescans its
+        directory. The caller then retries on the current segments (or raises
+        OffsetOutOfRangeError if its offset is gone)."""
+        with self._lock:
+            self._check_open()
+            if any(s is seg for s in self._segs):
+                if self.read_only:
+                    self.refresh()
+                elif seg.closed:
+                    raise KStoreStateError(f"segment {seg.log_path} of {self.dir} is closed")
+                # else only its mapping was swapped (roll, truncation): a retry takes the new one
 
     def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> memoryview:
         """Whole raw batches from the one holding offset, as a zero-copy view (one segment)."""
-        self._check_range(offset)
-        bases, segs = self._bases, self._segs
-        if offset == self._leo:
-            return memoryview(b"")
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        while i < len(segs):
-            v = segs[i].read_batches(offset, max_bytes)
-            if v is not None and len(v):
-                return v
-            i += 1
-        return memoryview(b"")
+        while True:
+            self._check_range(offset)
+            if offset == self._leo:
+                return memoryview(b"")
+            segs, i = self._locate(offset)
+            try:
+                while i < len(segs):
+                    v = segs[i].read_batches(offset, max_bytes)
+                    if v is not None and len(v):
+                        return v
+                    i += 1
+                return memoryview(b"")
+            except SegmentGoneError:
+                self._segment_gone(segs[i])
 
     def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, *,
                      max_records: int = 1 << 16, max_data: int = 64 << 20,
@@ -763,25 +828,33 @@ class Log:
         if offset >= self._leo and self.read_only:
             self.refresh()
         self._check_range(offset)
+        if offset == self._leo:
+            self._check_corrupt_end()
         stop = min(stop_offset, self._leo)
+        resume = offset          # everything below it is in cols
         while offset < stop:
-            segs = self._segs
-            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            segs, i = self._locate(offset)
             seg = segs[i]
-            if seg.closed:
-                # deleted under us (retention, truncation): gone if below the new start
+            try:
+                if seg.closed:
+                    raise SegmentGoneError(f"segment {seg.log_path} was deleted")
+                status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)
+            except SegmentGoneError:
+                # deleted or replaced under us: go on with the current segments from where the
+                # records stopped (the segment before may have been short of its end), or raise
+                # OffsetOutOfRangeError if that offset is gone
+                self._segment_gone(seg)
+                offset = resume
                 self._check_range(offset)
-                if self._segs is segs:
-                    raise OffsetOutOfRangeError(
-                        f"offset {offset} of {self.dir} was deleted while being read")
+                stop = min(stop_offset, self._leo)
                 continue
-            status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)
             if status == "limit":
                 return nxt
             if status == "stop":
                 return stop
             if i + 1 >= len(segs):
                 return stop
+            resume = max(resume, nxt)
             offset = max(offset, segs[i + 1].base_offset)
         return max(offset, stop)
 
@@ -822,7 +895,11 @@ class Log:
         if timestamp == EARLIEST_TIMESTAMP:
             return (self._log_start_offset, -1)
         if timestamp == MAX_TIMESTAMP:
-            return self._offset_of_max_timestamp(segs)
+            while True:
+                try:
+                    return self._offset_of_max_timestamp(self._segs)
+                except SegmentGoneError as e:
+                    self._segment_gone(e.segment)
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
         start = self._log_start_offset
@@ -838,25 +915,33 @@ class Log:
             # (a segment deleted meanwhile is gone from them; a closed log raises)
             self._check_open()
             for seg in segs:
-                if seg.size and not seg.closed:
-                    seg.mapping()
-                    seg.offset_index
-                    seg.time_index
-                    seg._load_max_timestamp()
+                try:
+                    if seg.size and not seg.closed:
+                        seg.mapping()
+                        seg.offset_index
+                        seg.time_index
+                        seg._load_max_timestamp()
+                except SegmentGoneError:
+                    self._segment_gone(seg)
+                    break
 
     def _offset_of_max_timestamp(self, segs) -> Optional[tuple[int, int]]:
         best = None
-        for seg in segs:
-            if seg.size == 0:
-                continue
-            ts = seg.max_timestamp_so_far
-            if ts >= 0 and (best is None or ts > best[0]):
-                best = (ts, seg)
-        if best is None:
-            return None
-        ts, seg = best
-        r = seg.find_offset_by_timestamp(ts, self._log_start_offset)
-        return r
+        seg = None
+        try:
+            for seg in segs:
+                if seg.size == 0:
+                    continue
+                ts = seg.max_timestamp_so_far
+                if ts >= 0 and (best is None or ts > best[0]):
+                    best = (ts, seg)
+            if best is None:
+                return None
+            ts, seg = best
+            return seg.find_offset_by_timestamp(ts, self._log_start_offset)
+        except SegmentGoneError as e:
+            e.segment = seg
+            raise
 
     # -- flush -----------------------------------------------------------------------------
     @_storage_op
@@ -915,8 +1000,10 @@ class Log:
             for s in drop:
                 s.delete()
             new_active = keep[-1]
+            # the cut (and a rolled segment taking appends again) gets a new file: readers of
+            # the old one keep valid pages and may trust a rolled file to be complete
+            new_active.truncate_to(target_offset, replace=not new_active.is_active)
             new_active.make_active()
-            new_active.truncate_to(target_offset)
             self._set_segments(keep)
             self._leo = target_offset
             self._log_start_offset = min(target_offset, self._log_start_offset)

@@ -355,11 +355,13 @@ class LogManager:
                     lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
                                   log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
                                   time=self._time, scheduler=self._scheduler, read_only=self.read_only)
-                except OSError as e:
-                    if e.errno not in _PARTITION_ERRNOS:
+                except (OSError, KStoreError) as e:
+                    if self.read_only and not io.exists(path):
+                        # the writer deleted the topic since the scan: not an error of this dir
+                        log.info("partition %s was deleted while opening it read-only", path)
+                        return
+                    if isinstance(e, OSError) and e.errno not in _PARTITION_ERRNOS:
                         raise            # a failing disk: the whole dir goes offline
-                    lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
-                except KStoreError as e:
                     lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
                 if self._progress is not None:
                     with self._lock:

@@ -8,8 +8,11 @@ process crash the moment it returns), and the file is trimmed to its logical siz
 close. After a crash the preallocated zero tail is cut off by recovery, which stops at the
 first batch that fails validation. Inactive segments are mapped read-only on first use.
 
-Lifetime of views: memoryviews from read_batches() keep their mapping alive; bytes past a later
-truncate_to() read as zeros.
+A file is never shrunk or overwritten below bytes a reader may have mapped: truncate_to()
+writes the kept prefix to a new file renamed over the old one, and the trims at roll and close
+cut only the runway past the logical size. So a reader (another thread, another process, a
+memoryview from read_batches()) holding an old mapping keeps reading the records as they were,
+never a zeroed batch or a page past the end of the file (SIGBUS).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from typing import Optional
 
 from kstore import _core
 from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError, with_path
+from kstore.errors import (CorruptRecordError, LogSegmentOffsetOverflowError, SegmentGoneError,
+                           with_path)
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
@@ -33,6 +37,10 @@ log = logging.getLogger("kstore.segment")
 INT32_MAX = (1 << 31) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PREALLOCATE_CHUNK = 4 << 20
+#: a truncation's new .log is written under this suffix, then renamed over the segment (the
+#: load removes a leftover one)
+TRUNCATE_TEMP_SUFFIX = ".tmp"
+COPY_CHUNK = 8 << 20
 
 
 def _page_round_up(n: int) -> int:
@@ -69,8 +77,6 @@ class LogSegment:
         self._indexes_full = False       # cached: changes only when index entries change
         self.closed = False
         self._rebuilding = False
-        self.ro_scanned = False          # read-only: the .log's batches were validated
-        self._ro_last_offset = -1
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -165,16 +171,17 @@ class LogSegment:
 
     # -- mapping ---------------------------------------------------------------------------
     def mapping(self) -> _core.Mapping:
-        """The mapping that covers [0, size): writable for the active segment, else read-only.
-        A read-only segment validates its batches first (deferred from the log's open)."""
+        """The mapping that covers [0, size): writable for the active segment, else read-only."""
         m = self._map
-        if m is None and self.read_only and not self.ro_scanned:
-            self.refresh_read_only(False)
-            m = self._map
         if m is None:
             with self._lock:
+                if self.closed:
+                    raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
                 if self._map is None:
-                    fd = self._io.open(self.log_path, os.O_RDONLY)
+                    try:
+                        fd = self._io.open(self.log_path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
                     try:
                         self._map = self._io.map(fd, self._io.size(fd), False)
                     finally:
@@ -346,81 +353,123 @@ class LogSegment:
                 old.close()
 
     # -- read ------------------------------------------------------------------------------
+    def _mapped(self) -> tuple[_core.Mapping, int]:
+        """(mapping, valid end) taken together in the core (see SegmentView.snapshot), mapping
+        the segment first if needed; SegmentGoneError if it was deleted meanwhile."""
+        if self.view.log_map is None:
+            self.mapping()
+        m, end = self.view.snapshot()
+        if m is None:
+            raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
+        return m, end
+
+    def _gone(self, m: _core.Mapping, e: Exception) -> Exception:
+        """A reader's mapping closed under it (the segment was deleted): SegmentGoneError;
+        any other error as it is."""
+        if m.closed:
+            return SegmentGoneError(f"segment {self.log_path} was deleted or remapped while being read")
+        return e
+
     def _scan_start(self, offset: int, m: _core.Mapping, end: int) -> int:
         """Where to start scanning for offset: the index floor, checked against the batch it
         points at (a stale or damaged entry never makes a scan skip records)."""
-        idx = self.offset_index
-        return _core.index_position(idx._map, idx._entries, self.base_offset, offset, m, end)
+        st = self.offset_index.state
+        imap, n = st.map, st.entries
+        if imap is None or n <= 0:
+            return 0
+        try:
+            # map and count are read apart: clamp a count from another generation of the index
+            return _core.index_position(imap, min(n, imap.length // 8), self.base_offset, offset,
+                                        m, end)
+        except ValueError:
+            if imap.closed:
+                return 0          # resized or closed meanwhile: the index only saves a scan
+            raise
 
     def translate_offset(self, offset: int) -> Optional[int]:
         """Position of the first batch whose last offset >= offset, or None."""
-        m = self.mapping()
-        end = min(self.size, m.length)
-        p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+        m, end = self._mapped()
+        try:
+            p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
         return None if p < 0 else p
 
     def read(self, offset: int, max_records: int, max_bytes: int, out: list,
              verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
         """Append records with offset >= `offset` to out; returns (next position, next offset,
         bytes used)."""
-        m = self._map
-        if m is None:
-            m = self.mapping()
-        idx = self._oidx
-        if idx is None:
-            idx = self.offset_index
-        end = self.size
-        if end > m.length:
-            end = m.length
+        st = self.offset_index.state
+        imap, n = st.map, st.entries
+        m, end = self._mapped()
         try:
-            return _core.read_at(m, idx._map, idx._entries, self.base_offset, end, offset,
-                                 max_records, max_bytes, verify_crc, out, min_one)
+            return _core.read_at(m, imap, min(n, imap.length // 8) if imap is not None else 0,
+                                 self.base_offset, end, offset, max_records, max_bytes,
+                                 verify_crc, out, min_one)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, max_records: int,
                      max_data: int, verify_crc: bool = True) -> tuple[str, int]:
         """Decode records in [offset, stop_offset) into cols (see _core.decode_columns):
         ('end' | 'limit' | 'stop', offset to resume at)."""
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(offset, m, end)
+        self.offset_index
+        m, end = self._mapped()
         try:
+            pos = self._scan_start(offset, m, end)
             _pos, nxt, status = _core.decode_columns(m, pos, end, offset, stop_offset, cols,
                                                      max_records, max_data, verify_crc)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
+        if status == "end" and self.view.corrupt is not None:
+            self.raise_corrupt()
         return status, nxt
+
+    def raise_corrupt(self) -> None:
+        """A read reached the invalid bytes a read-only refresh found at the end of the valid
+        data (as SegmentView's reads do): CorruptRecordError naming file and position."""
+        e = CorruptRecordError(self.view.corrupt)
+        e.position = self.size
+        raise with_path(e, self.log_path)
 
     def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
         """Zero-copy view of whole batches from the one holding offset, up to max_bytes
         (at least one batch)."""
-        pos = self.translate_offset(offset)
-        if pos is None:
-            return None
-        m = self.mapping()
-        end = min(self.size, m.length)
-        total = 0
-        stop = pos
-        for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
-            if total > 0 and total + size > max_bytes:
-                break
-            total += size
-            stop = p + size
-            if total >= max_bytes:
-                break
-        return memoryview(m)[pos:stop]
+        m, end = self._mapped()
+        try:
+            pos = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
+            if pos < 0:
+                if self.view.corrupt is not None:
+                    self.raise_corrupt()
+                return None
+            total = 0
+            stop = pos
+            for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
+                if total > 0 and total + size > max_bytes:
+                    break
+                total += size
+                stop = p + size
+                if total >= max_bytes:
+                    break
+            return memoryview(m)[pos:stop]
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Optional[tuple[int, int]]:
         """First (offset, timestamp) with timestamp >= target and offset >= start_offset."""
         _ts, off = self.time_index.lookup(timestamp)
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(max(off, start_offset), m, end)
+        m, end = self._mapped()
         try:
+            pos = self._scan_start(max(off, start_offset), m, end)
             return _core.find_offset_by_timestamp(m, pos, end, timestamp, start_offset)
         except CorruptRecordError as e:
             raise with_path(e, self.log_path) from None
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
 
     def largest_timestamp(self) -> int:
         """Max timestamp in the segment, or the .log's mtime if it has none (Kafka)."""
@@ -440,12 +489,15 @@ class LogSegment:
         """One past the last offset in the segment (scan from the last index entry)."""
         if self.size == 0:
             return self.base_offset
-        m = self.mapping()
-        end = min(self.size, m.length)
-        pos = self._scan_start(self.offset_index.last_offset, m, end)
-        headers = _core.batch_headers(m, pos, end)
-        if not headers and pos:
-            headers = _core.batch_headers(m, 0, end)
+        last = self.offset_index.last_offset
+        m, end = self._mapped()
+        try:
+            pos = self._scan_start(last, m, end)
+            headers = _core.batch_headers(m, pos, end)
+            if not headers and pos:
+                headers = _core.batch_headers(m, 0, end)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
         return headers[-1][2] + 1 if headers else self.base_offset
 
     # -- recovery --------------------------------------------------------------------------
@@ -526,98 +578,6 @@ class LogSegment:
                 self.make_active()
             return res
 
-    # -- read-only view of a segment another process may be appending to -------------------
-    def refresh_read_only(self, is_last: bool) -> None:
-        """Read-only view of a segment another process may append to, trim or delete: extend
-        the valid size by validating pread copies of the new bytes (a batch still being written
-        fails its CRC and stays invisible; a file shrinking under us just reads short), then load
-        the indexes' valid prefix the same way. Mapped reads never go past the validated size,
-        which the writer never cuts, so no page past its end-of-file is ever touched. The log
-        validates its last segment when it opens or refreshes; the others on first use
-        (mapping()), so opening costs the same whatever the partition's size."""
-        with self._lock:
-            try:
-                fd = self._io.open(self.log_path, os.O_RDONLY)
-            except FileNotFoundError:
-                return
-            try:
-                flen = self._io.size(fd)
-                if self.ro_scanned and flen == self.size:
-                    return
-                pos = self.size if self.ro_scanned else 0
-                last = self._ro_last_offset if pos else -1
-                best = self._max_ts if pos and self._max_ts else (-1, -1)
-                window = 64 << 10
-                while pos < flen:
-                    data = self._io.pread(fd, min(window, flen - pos), pos)
-                    if not data:
-                        break
-                    valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
-                    if mts > best[0]:
-                        best = (mts, moff)
-                    pos += valid
-                    if valid == len(data):
-                        continue
-                    if complete:
-                        break                    # an invalid batch (torn, corrupt) or padding
-                    # the window ended inside a batch: read on from it
-                    if valid == 0:
-                        if len(data) < window:
-                            break                # the file ends inside it: still being written
-                        window *= 4              # a batch larger than the window
-                if self._map is None or self._map.length < pos:
-                    old = self._map
-                    self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")
-                    if old is not None:
-                        old.close()
-            finally:
-                self._io.close(fd)
-            self.ro_scanned = True
-            self._ro_last_offset = last
-            self.size = pos
-            self._max_ts = best
-            self._load_index_prefix()
-
-    def _load_index_prefix(self) -> None:
-        """Copy the well-ordered prefix of both index files into private memory (entries past it
-        are zero padding or point at data not yet visible)."""
-        import numpy as np
-        last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
-        for idx in (self.offset_index, self.time_index):
-            raw = b""
-            try:
-                fd = self._io.open(idx.path, os.O_RDONLY)
-                try:
-                    # no more entries than batches (26 bytes at least): a huge sparse index
-                    # (damaged or hostile) is not read past what the .log could index
-                    cap = (self.size // 26 + 1) * idx.ENTRY_SIZE
-                    raw = self._io.pread(fd, min(self._io.size(fd), cap), 0)
-                finally:
-                    self._io.close(fd)
-            except FileNotFoundError:
-                pass
-            arr = np.frombuffer(raw[: len(raw) // idx.ENTRY_SIZE * idx.ENTRY_SIZE], dtype=idx.DTYPE)
-            n = len(arr)
-            if n:
-                if idx.ENTRY_SIZE == 8:
-                    k = arr["relative_offset"].astype(np.int64)
-                    pos = arr["position"].astype(np.int64)
-                    bad = (pos <= 0) | (pos >= self.size) | (k > last_rel)
-                    bad[1:] |= k[1:] <= k[:-1]
-                else:
-                    k = arr["timestamp"].astype(np.int64)
-                    rel = arr["relative_offset"].astype(np.int64)
-                    bad = (k <= 0) | (rel > last_rel) | (rel < 0)
-                    bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
-                n = int(np.argmax(bad)) if bad.any() else n
-            old = idx._map
-            idx._map = _core.Mapping.from_bytes(raw[: n * idx.ENTRY_SIZE])
-            idx._length = n * idx.ENTRY_SIZE
-            idx._entries = n
-            idx._after_truncate()
-            if old is not None:
-                old.close()
-
     def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
         """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
         self.offset_index.sanity_check()
@@ -626,19 +586,21 @@ class LogSegment:
         self.time_index.sanity_check()
 
     # -- truncation ------------------------------------------------------------------------
-    def truncate_to(self, offset: int) -> int:
-        """Remove batches with last offset >= offset (batch-granular); returns bytes removed."""
+    def truncate_to(self, offset: int, replace: bool = False) -> int:
+        """Remove batches with last offset >= offset (batch-granular); returns bytes removed.
+        replace=True gives the .log a new file even if nothing is cut (a rolled segment about to
+        take appends again: readers may treat the old file as complete)."""
         with self._lock:
             pos = self.translate_offset(offset)
             self.offset_index.truncate_to(offset)
             self.time_index.truncate_to(offset)
-            if self._map_writable:
+            if self._map_writable or replace:
                 self.offset_index.resize(self._config.max_index_size)
                 self.time_index.resize(self._config.max_index_size)
             removed = 0
-            if pos is not None:
-                removed = self.size - pos
-                self._truncate_log(pos)
+            if pos is not None or replace:
+                removed = self.size - pos if pos is not None else 0
+                self._truncate_log(self.size if pos is None else pos, replace)
             if self.size == 0:
                 self.created = self._time.milliseconds()
                 self._rolling_ts = None
@@ -655,32 +617,72 @@ class LogSegment:
         if self.size == 0:
             return (-1, -1)
         pos = self.offset_index.lookup(off)[1] if ts >= 0 else 0
-        m = self.mapping()
-        end = min(self.size, m.length)
+        m, end = self._mapped()
         if pos > end:
             pos = 0
-        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in _core.batch_headers(m, pos, end):
+        try:
+            headers = _core.batch_headers(m, pos, end)
+        except (ValueError, BufferError) as e:
+            raise self._gone(m, e) from None
+        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in headers:
             if max_ts > best[0]:
                 best = (max_ts, last)
         return best
 
-    def _truncate_log(self, position: int) -> None:
-        if position >= self.size:
+    def _truncate_log(self, position: int, force: bool = False) -> None:
+        """Cut the .log to position by replacing the file: the kept prefix goes to a temporary
+        file, fsynced and renamed over the segment (directory fsynced), which is then mapped.
+        The old inode is never shrunk or zeroed, so a reader holding its mapping reads the
+        records as they were just before the cut instead of zeros (CRC errors) or pages past
+        its end (SIGBUS). A crash leaves the old file or the new one; the load removes the
+        temporary. The smaller size is published before the new mapping: no (mapping, size)
+        pair a reader can take reaches past a file's end."""
+        if position >= self.size and not force:
             return
-        if self._map_writable:
-            # zero in place: readers holding the mapping never touch pages cut from the file
-            if self._io.intercept_map_writes:
-                self._io.map_write(self._map, position, bytes(self.size - position))
-            else:
-                self._map.zero(position, self.size)
-        else:
-            self._drop_mapping()
-            fd = self._io.open(self.log_path, os.O_RDWR)
+        io = self._io
+        tmp = self.log_path + TRUNCATE_TEMP_SUFFIX
+        old_map, old_fd, writable = self._map, self._fd, self._map_writable
+        src = self.mapping()
+        fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            with memoryview(src) as mv:
+                for a in range(0, position, COPY_CHUNK):
+                    io.pwrite(fd, mv[a:min(position, a + COPY_CHUNK)], a)
+            io.fsync(fd)
+            io.rename(tmp, self.log_path)
+        except BaseException:
+            io.close(fd)
             try:
-                self._io.truncate(fd, position)
-            finally:
-                self._io.close(fd)
+                io.unlink(tmp)
+            except OSError:
+                pass
+            raise
         self.size = position
+        map_len = _page_round_up(max(self._config.segment_bytes, position, 1))
+        try:
+            if writable:
+                new_map = io.map(fd, map_len, True)
+            else:
+                new_map = io.map(fd, position, False) if position else _core.Mapping.from_bytes(b"")
+        except BaseException:
+            io.close(fd)
+            raise
+        self._map = new_map
+        if writable:
+            self._fd = fd
+            self._alloc = position
+            if old_fd is not None:
+                io.close(old_fd)
+        else:
+            io.close(fd)
+        if old_map is not None:
+            old_map.close()
+        if src is not old_map:
+            src.close()
+        if writable and self._config.preallocate and map_len > position:
+            io.allocate(self._fd, position, map_len - position)
+            self._alloc = map_len
+        io.fsync_dir(self.dir)
 
     # -- durability and life cycle -----------------------------------------------------------
     def flush(self) -> None:

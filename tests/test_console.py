@@ -167,3 +167,66 @@ def test_cli_produce_consume_round_trip_in_a_shell(tmp_path):
     r = subprocess.run(k + ["consume", "--log-dirs", d, "--topic", "missing", "--from-beginning"],
                        capture_output=True, env=env)
     assert r.returncode == 1 and r.stderr.startswith(b"kstore: error: Topic 'missing' does not exist")
+
+
+def test_consume_follow_goes_on_when_retention_deletes_what_it_was_reading(tmp_path, watchdog):
+    """Defect 7: `consume --follow` listed segments, then the writer's retention deleted them
+    before the read reached them: the consumer died of a raw FileNotFoundError. Now it says the
+    offset is gone, resumes at the new log start and keeps following."""
+    from kstore.fileio import FileOps, set_file_ops
+    from writer_process import WriterProcess
+    watchdog(60)
+    d = str(tmp_path)
+    w = WriterProcess(d, d)
+
+    class Hook(FileOps):
+        """The writer deletes segments below `cut` the moment the consumer first opens the
+        .log of segment `at` (after it listed the partition)."""
+        at = cut = None
+
+        def open(self, path, flags, mode=0o644):
+            if self.at is not None and path.endswith("%020d.log" % self.at):
+                self.at = None
+                w.run(f"lg.delete_records({self.cut})", "lg.delete_old_segments()")
+            return super().open(path, flags, mode)
+
+    try:
+        w.run("m.create_topic('t', 1)", "lg = m.log('t', 0)",
+              "for o in range(80): lg.append([(None, b'r%d' % o + b'.' * 40)])")
+        bases = [int(n[:20]) for n in sorted(os.listdir(tmp_path / "t-0")) if n.endswith(".log")]
+        assert len(bases) >= 6
+        hook = Hook()
+        hook.at, hook.cut = bases[2], bases[4]
+        prev = set_file_ops(hook)
+        try:
+            rc, out, err = consume(d, "--topic", "t", "--from-beginning", "--follow",
+                                   "--timeout-ms", "500", "--poll-ms", "20")
+        finally:
+            set_file_ops(prev)
+        assert hook.at is None, "the consumer never opened the segment"
+    finally:
+        assert w.close() == 0
+    assert rc == 0
+    got = [int(v[1:].rstrip(".")) for v in out.decode().split()]
+    # a run from the beginning that stops before the deleted segment, then the rest from the
+    # new start, each record once, in order
+    resumed = got.index(bases[4])
+    assert got[:resumed] == list(range(resumed)) and resumed <= bases[2]
+    assert got[resumed:] == list(range(bases[4], 80))
+    assert err.splitlines() == [
+        f"kstore consume: offset {got[resumed - 1] + 1 if resumed else 0} of t-0 is gone "
+        f"(retention); resuming at the log start {bases[4]}",
+        f"Processed a total of {len(got)} messages"]
+
+
+def test_consume_past_the_log_end_resumes_at_the_end_not_the_start(tmp_path):
+    """A position past the log end (the writer truncated below it, or --offset too far) resumes
+    at the log end, as Kafka's consumer resets; it used to start over from the log start and
+    print every record again."""
+    d = str(tmp_path / "s")
+    produce(d, b"".join(b"r%d\n" % i for i in range(30)), "--topic", "t", "--partition", "0")
+    rc, out, err = consume(d, "--topic", "t", "--partition", "0", "--offset", "50")
+    assert (rc, out) == (0, b"")
+    assert err.splitlines() == [
+        "kstore consume: offset 50 of t-0 is past the log end 30 (truncated); resuming there",
+        "Processed a total of 0 messages"]

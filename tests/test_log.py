@@ -16,7 +16,8 @@ import numpy as np
 import kstore
 from kstore import _core
 from kstore.clock import MockTime
-from kstore.errors import (InvalidRecordError, KStoreError, KStoreStateError,
+from writer_process import WriterProcess
+from kstore.errors import (CorruptRecordError, InvalidRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError)
 
 NOW = 1_700_000_000_000
@@ -812,9 +813,12 @@ def test_read_only_open_validates_only_the_segments_it_reads(open_log, log_dir):
     assert all(s.ro_scanned for s in ro.segments)
 
 
-def test_read_only_deferred_validation_still_stops_at_a_torn_tail(open_log, log_dir):
-    # an unrecovered store (power loss) can leave zeros or a torn batch after a rolled segment's
-    # valid end: the reader validating it late still ends that segment there and goes on
+def test_read_only_reader_raises_at_a_torn_batch_inside_a_rolled_segment(open_log, log_dir):
+    # issue 12 defect 11. An unrecovered store (power loss) can leave a torn batch and zeros
+    # before the end of a rolled segment; the writer's recovery cuts there and deletes every
+    # later segment. The reader validating it late serves what comes before, raises
+    # CorruptRecordError naming the file and position for a read that reaches it (it used to
+    # skip to the next segment silently), and still reads later segments at their own offsets.
     lg = open_log({"segment.bytes": 2000})
     for i in range(60):
         lg.append([(b"k%d" % i, b"v" * 100)])
@@ -830,12 +834,20 @@ def test_read_only_deferred_validation_still_stops_at_a_torn_tail(open_log, log_
         f.write(bytes(512))                                 # and preallocated zeros follow
     ro = open_log(path=log_dir, read_only=True)
     assert not ro.segments[1].ro_scanned
-    got = [r.offset for c in ro.iter_chunks() for r in c]
     nxt = ro.segments[2].base_offset
-    assert got == [o for o in range(60) if not (nxt - 1 <= o < nxt)]
-    assert ro.segments[1].ro_scanned and ro.segments[1].size == last_batch_pos
     assert base1 < nxt - 1
-
+    assert [r.offset for r in ro.read(base1, max_records=nxt - 1 - base1)] == list(range(base1, nxt - 1))
+    assert ro.segments[1].ro_scanned and ro.segments[1].size == last_batch_pos
+    for start in (base1, nxt - 1):
+        with pytest.raises(CorruptRecordError) as e:
+            ro.read(start, max_bytes=1 << 20)
+        assert e.value.path == os.path.join(log_dir, seg1)
+        assert e.value.position == last_batch_pos
+        assert str(e.value) == (f"CRC mismatch before the end of a rolled segment "
+                                f"({os.path.join(log_dir, seg1)}, position {last_batch_pos})")
+    assert [r.offset for r in ro.read(nxt, max_records=3)] == [nxt, nxt + 1, nxt + 2]
+    with pytest.raises(CorruptRecordError):
+        list(ro.iter_chunks())
 
 
 def _column_input(rows, ts=None):
@@ -886,3 +898,333 @@ def test_append_columns_to_a_legacy_format_topic_writes_v1(open_log):
     assert lg.append_columns(_column_input(rows, TS), batch_bytes=100) == (0, 20)
     assert [(r.key, r.value, r.timestamp) for r in lg.read(0)] == [(k, v, TS) for k, v in rows]
     assert bytes(lg.read_batches(0, 1 << 20))[16] == 1          # magic byte of a v1 message
+
+
+# -- readers beside a writer (issue 12 defects 6-11) -----------------------------------------------
+def _v(offset: int, gen: str = "o") -> bytes:
+    """A value that names its offset (and generation), 2 KB: batches span several pages."""
+    return (b"%s%05d" % (gen.encode(), offset)) * 333
+
+
+READER = r"""
+import sys, kstore
+ro = kstore.Log.open(sys.argv[1], read_only=True)
+for line in sys.stdin:
+    cmd, start = line.split()
+    if cmd == "refresh":
+        ro.refresh()
+    recs = ro.read(int(start) if start != "-" else ro.log_start_offset, max_bytes=1 << 30)
+    print(ro.log_start_offset, ro.log_end_offset,
+          " ".join("%d=%s" % (r.offset, r.value[:6].decode()) for r in recs), flush=True)
+"""
+
+
+class ReaderProcess:
+    """A read-only Log in a child process (a SIGBUS kills it, not the test), driven by lines."""
+
+    def __init__(self, path, cwd):
+        self.p = subprocess.Popen([sys.executable, "-c", READER, path], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+    def read(self, refresh=False, start=None) -> str:
+        self.p.stdin.write(f"{'refresh' if refresh else 'read'} {'-' if start is None else start}\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self) -> tuple[int, str]:
+        _out, err = self.p.communicate(timeout=30)
+        return self.p.returncode, err
+
+
+def _expect(start, end, gens):
+    return f"{start} {end} " + " ".join(f"{o}={g}{o:05d}" for o, g in gens)
+
+
+@pytest.mark.parametrize("trim", ["roll", "close", "truncate_again"])
+def test_reader_process_keeps_its_records_across_truncate_and_trim(open_log, log_dir, tmp_path,
+                                                                   watchdog, trim):
+    """Defects 6 and 9: truncate_to zeroed the bytes a reader in another process had validated
+    and mapped (CRC errors on healthy data), and the roll or close after it shrank the file
+    under the mapping (the reader died of SIGBUS). Now the reader keeps reading the records as
+    they were until it refreshes, then sees the truncated log and what follows."""
+    watchdog(60)
+    lg = open_log({"segment.bytes": 1 << 20})
+    for o in range(10):
+        lg.append([(None, _v(o), NOW + o)])
+    r = ReaderProcess(log_dir, str(tmp_path))
+    try:
+        assert r.read() == _expect(0, 10, [(o, "o") for o in range(10)])
+        lg.truncate_to(3)
+        if trim == "roll":
+            lg.roll()
+        elif trim == "close":
+            lg.close()
+            lg = open_log({"segment.bytes": 1 << 20})
+        else:
+            lg.append([(None, _v(3, "n"), NOW)])
+            lg.truncate_to(2)
+        # the reader's view predates the truncation: exactly the old records, no fault (its
+        # index sends a read of 8 straight to a page the trim cut: SIGBUS before)
+        assert r.read(start=8) == _expect(0, 10, [(8, "o"), (9, "o")])
+        assert r.read() == _expect(0, 10, [(o, "o") for o in range(10)])
+        assert r.read(refresh=True) == _expect(0, lg.log_end_offset,
+                                               [(o, "o") for o in range(lg.log_end_offset)])
+        first_new = lg.log_end_offset
+        for o in range(first_new, 6):
+            lg.append([(None, _v(o, "n"), NOW + o)])
+        assert r.read(refresh=True) == _expect(
+            0, 6, [(o, "o" if o < first_new else "n") for o in range(6)])
+    finally:
+        rc, err = r.close()
+    assert (rc, err) == (0, "")
+
+
+def _tv(offset: int) -> bytes:
+    return b"%d." % offset * 40
+
+
+def _column_values(cols) -> list[tuple[int, bytes]]:
+    a = cols.arrays()
+    vo, vd = a["value_offsets"], a["value_data"].tobytes()
+    return [(int(o), vd[vo[i]:vo[i + 1]]) for i, o in enumerate(a["offset"])]
+
+
+def test_reader_threads_beside_truncate_roll_and_retention(open_log, watchdog):
+    """Defects 6, 7, 9 for reader threads of the writing process: read, read_columns,
+    read_batches and offset_for_timestamp while another thread appends, truncates, rolls and
+    deletes segments. Every result is exact (offset, value, contiguous); the only error a read
+    may raise is OffsetOutOfRangeError for an offset that is really gone. Before: raw
+    ValueError/BufferError ("mapping is closed"), CorruptRecordError on zeroed batches."""
+    from thread_watchdog import join_all
+    watchdog(90)
+    lg = open_log({"segment.bytes": 6000, "index.interval.bytes": 300, "retention.bytes": 30000})
+    stop = threading.Event()
+    errors, counts = [], {"read": 0, "columns": 0, "batches": 0, "time": 0}
+
+    def check(pairs, start):
+        if not pairs:
+            return              # truncated to start meanwhile (start is the log end then)
+        assert [o for o, _v in pairs] == list(range(pairs[0][0], pairs[0][0] + len(pairs)))
+        assert pairs[0][0] == start
+        for o, v in pairs:
+            assert v == _tv(o), (o, v[:20])
+
+    def reader(kind):
+        try:
+            cols = _core.Columns(False)
+            while not stop.is_set():
+                lo, hi = lg.log_start_offset, lg.log_end_offset
+                if hi - lo < 10:
+                    continue
+                start = lo + (hi - lo) // 2 // 5 * 5        # a batch boundary in the middle
+                try:
+                    if kind == "read":
+                        check([(r.offset, r.value) for r in lg.read(start, max_records=40)], start)
+                    elif kind == "columns":
+                        cols.clear()
+                        lg.read_columns(start, start + 40, cols)
+                        check(_column_values(cols), start)
+                    elif kind == "batches":
+                        recs = _core.decode_batches(bytes(lg.read_batches(start, 3000)))
+                        check([(r.offset, r.value) for r in recs], start)
+                    else:
+                        found = lg.offset_for_timestamp(NOW + start)
+                        assert found is None or found >= start, (found, start)
+                except OffsetOutOfRangeError:
+                    continue
+                counts["read" if kind == "read" else kind] += 1
+        except BaseException as e:          # surfaced below, with where it came from
+            import traceback
+            errors.append((kind, "".join(traceback.format_exception(e))))
+            stop.set()
+
+    threads = [threading.Thread(target=reader, args=(k,), name=k)
+               for k in ("read", "columns", "batches", "time")]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 4
+    i = 0
+    try:
+        while time.monotonic() < deadline and not stop.is_set():
+            leo = lg.log_end_offset
+            lg.append([(None, _tv(leo + j), NOW + leo + j) for j in range(5)])
+            i += 1
+            if i % 9 == 0:
+                lg.truncate_to(max(lg.log_start_offset, (lg.log_end_offset - 20) // 5 * 5))
+            if i % 40 == 0:
+                lg.truncate_to(max(lg.log_start_offset, lg.active_segment.base_offset - 10))
+            if i % 25 == 0:
+                lg.roll()
+            if i % 30 == 0:
+                lg.delete_old_segments()
+    finally:
+        stop.set()
+        join_all(threads, 30)
+    assert not errors, errors
+    assert min(counts.values()) > 0, counts
+    assert lg.log_start_offset > 0
+
+
+def test_read_only_reader_goes_on_past_segments_retention_deleted(tmp_path, watchdog):
+    """Defect 7: a segment that retention deleted after the reader listed it made reads raise
+    a raw FileNotFoundError. Now a read of a deleted offset raises OffsetOutOfRangeError, and
+    reads (read, read_columns, offset_for_timestamp) of what remains go on."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)",
+              "lg = m.log('t', 0)",
+              "for o in range(60): lg.append([(None, b'%d.' % o * 20, NOW + o)])")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        bases = [s.base_offset for s in ro.segments]
+        assert len(bases) >= 6 and ro.log_end_offset == 60
+        assert not ro.segments[1].ro_scanned and not ro.segments[3].ro_scanned
+        gone, kept = bases[1] + 1, bases[3] + 1
+        w.run(f"lg.delete_records({bases[3]})", "lg.delete_old_segments()")
+        assert sorted(n for n in os.listdir(tmp_path / "t-0") if n.endswith(".log"))[0] == \
+            "%020d.log" % bases[3]
+        with pytest.raises(OffsetOutOfRangeError, match=f"offset {gone} is out of range .* log start offset {bases[3]}"):
+            ro.read(gone, max_records=2)
+        assert [(r.offset, r.value) for r in ro.read(kept, max_records=2)] == \
+            [(kept, b"%d." % kept * 20), (kept + 1, b"%d." % (kept + 1) * 20)]
+        assert ro.log_start_offset == bases[3]
+        with pytest.raises(OffsetOutOfRangeError):
+            ro.read_columns(gone, gone + 5, _core.Columns(False))
+        assert ro.offset_for_timestamp(NOW + gone) == bases[3]
+        assert [r.offset for c in ro.iter_chunks() for r in c] == list(range(bases[3], 60))
+    finally:
+        assert w.close() == 0
+
+
+def test_read_only_refresh_reads_segments_compaction_rewrote(tmp_path, watchdog):
+    """Defect 8: after the cleaner swapped compacted segments in (new files, same base-offset
+    names), refresh() kept the old mappings: the reader served the superseded records. Now it
+    reads the rewritten segments, and a read of an offset whose segment compaction removed goes
+    on at the next record."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('c', 1, {'cleanup.policy': 'compact'})",
+              "lg = m.log('c', 0)",
+              "for i in range(120): lg.append([(b'k%d' % (i % 7), b'v%d' % i, NOW)])")
+        ro = kstore.Log.open(str(tmp_path / "c-0"), read_only=True)
+        before = [(r.offset, r.key, r.value) for c in ro.iter_chunks() for r in c]
+        assert before == [(i, b"k%d" % (i % 7), b"v%d" % i) for i in range(120)]
+        active = ro.segments[-1].base_offset
+        second = ro.segments[1].base_offset
+        w.run("m.clean_now()")
+        ro.refresh()
+        after = [(r.offset, r.key, r.value) for c in ro.iter_chunks() for r in c]
+        # below the active segment only each key's latest value (as of the cleaned range) stays
+        latest = {}
+        for off, k, v in before:
+            if off < active:
+                latest[k] = (off, k, v)
+        assert after == sorted(latest.values()) + [b for b in before if b[0] >= active]
+        assert ro.log_end_offset == 120
+        # an offset of a segment merged away: the read goes on at the next surviving record
+        fresh = kstore.Log.open(str(tmp_path / "c-0"), read_only=True)
+        nxt = next(a for a in after if a[0] >= second + 1)
+        assert [(r.offset, r.key, r.value) for r in fresh.read(second + 1, max_records=1)] == [nxt]
+        assert [(r.offset, r.key, r.value) for r in ro.read(second + 1, max_records=1)] == [nxt]
+    finally:
+        assert w.close() == 0
+
+
+def test_read_only_reader_raises_at_a_bad_batch_followed_by_valid_ones(tmp_path, watchdog):
+    """Defect 11, last segment: a batch that fails its CRC with valid batches after it is
+    corruption, not a batch still being written: a read reaching it raises CorruptRecordError
+    naming the file and position (the reader used to end the log there silently). A torn batch
+    followed only by zeros (an append in flight) stays invisible until it is whole."""
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1, {'segment.bytes': 1048576})",
+              "lg = m.log('t', 0)",
+              "for o in range(20): lg.append([(None, b'v%02d' % o * 30, NOW + o)])",
+              "lg.flush()")
+        path = str(tmp_path / "t-0" / "00000000000000000000.log")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        pos = [h[0] for h in _core.batch_headers(ro.segments[0].mapping(), 0, ro.segments[0].size)]
+        assert ro.log_end_offset == 20 and len(pos) == 20
+        ro.close_handlers()
+        with open(path, "r+b") as f:               # one flipped value byte in batch 12
+            f.seek(pos[12] + 80)
+            b = f.read(1)
+            f.seek(pos[12] + 80)
+            f.write(bytes([b[0] ^ 0xFF]))
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        assert [r.offset for r in ro.read(3, max_records=9)] == list(range(3, 12))
+        assert ro.log_end_offset == 12               # what lies past it is not known here
+        for read in (lambda: ro.read(3, max_bytes=1 << 20), lambda: ro.read(12),
+                     lambda: ro.read_columns(12, 20, _core.Columns(False))):
+            with pytest.raises(CorruptRecordError) as e:
+                read()
+            assert (e.value.path, e.value.position) == (path, pos[12])
+            assert str(e.value) == f"CRC mismatch, followed by valid batches ({path}, position {pos[12]})"
+        # a torn batch at the end, zeros after it: invisible, then seen once whole
+        w.run("lg.delete_records(0); lg.truncate_to(12)")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+        assert ro.log_end_offset == 12
+        w.run("lg.append([(None, b'new' * 30, NOW)])")
+        with open(path, "r+b") as f:
+            f.seek(pos[12] + 40)
+            whole = f.read(60)
+            f.seek(pos[12] + 40)
+            f.write(bytes(60))                       # the writer's memcpy is half done
+        ro.refresh()
+        assert ro.log_end_offset == 12 and ro.read(12) == []
+        with open(path, "r+b") as f:
+            f.seek(pos[12] + 40)
+            f.write(whole)
+        ro.refresh()
+        assert [(r.offset, r.value) for r in ro.read(12)] == [(12, b"new" * 30)]
+    finally:
+        assert w.close() == 0
+
+
+@pytest.mark.parametrize("fail_at", range(8))
+def test_truncate_to_failing_at_each_file_operation_leaves_old_or_new(tmp_path, fail_at):
+    """Truncation writes <segment>.log.tmp, fsyncs it, renames it over the segment and fsyncs the
+    directory. An I/O error at any of its file operations fails the log with
+    KafkaStorageError; reopening finds the records as before the cut or as after it (never a
+    mix, never the temporary file), every record below the cut intact."""
+    from kstore.errors import KafkaStorageError
+    from kstore.fileio import FileOps
+
+    class FailFrom(FileOps):
+        armed, n = False, 0
+
+        def _tick(self):
+            if self.armed:
+                self.n += 1
+                if self.n > fail_at:
+                    raise OSError(5, "Input/output error (injected)")
+
+    for name in ("open", "pwrite", "fsync", "rename", "fsync_dir", "map", "close", "unlink"):
+        def wrap(name=name):
+            base = getattr(FileOps, name)
+
+            def op(self, *a, **kw):
+                self._tick()
+                return base(self, *a, **kw)
+            return op
+        setattr(FailFrom, name, wrap())
+    d = str(tmp_path / "t-0")
+    ops = FailFrom()
+    lg = kstore.Log.open(d, {"segment.bytes": 1 << 20}, io=ops)
+    for o in range(10):
+        lg.append([(None, b"%d" % o, NOW + o)])
+    lg.flush()
+    ops.armed = True
+    try:
+        lg.truncate_to(4)
+        ops.armed = False
+        lg.close()
+    except KafkaStorageError:
+        ops.armed = False
+        lg.close_handlers()
+    with kstore.Log.open(d) as lg:
+        got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 20)]
+        assert got in ([(o, b"%d" % o) for o in range(4)], [(o, b"%d" % o) for o in range(10)])
+        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]

@@ -667,3 +667,61 @@ def test_a_hostile_clean_shutdown_marker_fails_the_start_naming_it(tmp_path, moc
     os.unlink(marker)
     with manager(str(tmp_path), mock=mock) as m:
         assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
+
+
+class WriterMidOpen(FileOps):
+    """Runs a statement in the writer process the first time the read-only open touches a
+    path: the writer's change lands exactly between the reader's scan and its use of it."""
+
+    def __init__(self, writer, exists_of=None, listdir_of=None, statement=""):
+        self.writer, self.statement = writer, statement
+        self.exists_of, self.listdir_of = exists_of, listdir_of
+
+    def _fire(self):
+        if self.statement:
+            st, self.statement = self.statement, ""
+            self.writer.run(st)
+
+    def exists(self, path):
+        if self.exists_of and path.endswith(self.exists_of):
+            self._fire()
+        return super().exists(path)
+
+    def listdir(self, path):
+        names = super().listdir(path)
+        if self.listdir_of and path.endswith(self.listdir_of):
+            self._fire()                    # the listing the reader goes on with is now stale
+        return names
+
+
+@pytest.mark.parametrize("what", ["topic", "segments"])
+def test_read_only_manager_opens_while_the_writer_deletes(tmp_path, watchdog, what):
+    """Defect 10: a topic deleted (its directory renamed to -delete) or segments deleted by
+    retention between the read-only manager's directory scan and its opening of them failed the
+    open (KStoreError) or took the whole log dir offline (FileNotFoundError). Now what vanished
+    is skipped: the manager opens, no dir is offline, and what remains reads exactly."""
+    from writer_process import WriterProcess
+    watchdog(60)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('keep', 1)", "m.create_topic('gone', 1)",
+              "for o in range(60): m.log('keep', 0).append([(None, b'%d' % o)])",
+              "m.log('gone', 0).append([(None, b'x')])")
+        bases = [int(n[:20]) for n in sorted(os.listdir(tmp_path / "keep-0")) if n.endswith(".log")]
+        assert len(bases) >= 4
+        if what == "topic":
+            ops = WriterMidOpen(w, exists_of="gone-0", statement="m.delete_topic('gone')")
+        else:
+            ops = WriterMidOpen(w, listdir_of="keep-0", statement=(
+                f"lg = m.log('keep', 0); lg.delete_records({bases[2]}); lg.delete_old_segments()"))
+        with LogManager(str(tmp_path), read_only=True, io=ops) as ro:
+            assert not ops.statement, "the writer's change did not run mid-open"
+            assert ro.offline_dirs == {}
+            assert ro.topics() == (["keep"] if what == "topic" else ["gone", "keep"])
+            lg = ro.log("keep", 0)
+            start = 0 if what == "topic" else bases[2]
+            assert (lg.log_start_offset, lg.log_end_offset) == (start, 60)
+            assert [(r.offset, r.value) for r in lg.read(start, max_bytes=1 << 20)] == \
+                [(o, b"%d" % o) for o in range(start, 60)]
+    finally:
+        assert w.close() == 0

@@ -140,21 +140,35 @@ def test_truncate_even_if_offset_points_to_a_gap(tmp_path):
     seg.close()
 
 
-def test_truncate_to_resets_roll_state_and_wipes_bytes(tmp_path):
+def test_truncate_to_resets_roll_state_and_replaces_the_file(tmp_path):
+    # issue 12 defects 6 and 9: the cut is a new file renamed over the segment, never zeros
+    # written into (or a shrink of) the file that readers have mapped
     t = MockTime(NOW)
     seg = make_segment(tmp_path, 0, time=t)
     append(seg, 0, [b"a" * 100])
     end = seg.size
     append(seg, 1, [b"b" * 100])
+    full = seg.size
+    path = str(tmp_path / "00000000000000000000.log")
+    before = os.stat(path).st_ino
+    held = memoryview(seg.mapping())             # a reader's view of the old file
+    old_bytes = bytes(held[:full])
     t.advance(500)
-    seg.truncate_to(1)
+    assert seg.truncate_to(1) == full - end
     assert seg.size == end
-    # the cut batch is zeroed in place, so recovery after a crash cannot bring it back
-    m = seg.mapping()
-    assert m.is_zero(end, end + 100)
+    assert os.stat(path).st_ino != before and os.path.getsize(path) == end
+    assert bytes(held[:full]) == old_bytes       # the reader's pages are intact, batch 1 included
+    held.release()
+    assert open(path, "rb").read() == old_bytes[:end]
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index", "00000000000000000000.log",
+                                            "00000000000000000000.timeindex"]
+    assert [r.value for r in read_all(seg)] == [b"a" * 100]
+    append(seg, 1, [b"c" * 100])
+    assert [r.value for r in read_all(seg)] == [b"a" * 100, b"c" * 100]
     seg.truncate_to(0)
     assert seg.size == 0 and seg.created == NOW + 500
     seg.close()
+    assert os.path.getsize(path) == 0
 
 
 def test_read_through_index_after_many_appends(tmp_path):

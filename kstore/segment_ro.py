@@ -1,0 +1,225 @@
+"""A read-only view of one segment that another process writes (the segments of a read-only Log:
+StoreReader, a read-only LogManager, `kstore consume`, Spark tasks).
+
+The writer appends, rolls, truncates (by replacing the file), compacts (swapping new files in
+under the same names) and deletes under the reader. The view validates pread copies of the
+bytes before mapping them and maps only what it validated, which the writer never shrinks or
+overwrites, so a reader never faults on a page past an end of file nor decodes zeroed batches;
+a replaced file (new inode) is read through a new view; a deleted one raises SegmentGoneError,
+which the Log turns into going on with its current segments or OffsetOutOfRangeError.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from kstore import _core
+from kstore.config import LogConfig
+from kstore.errors import SegmentGoneError
+from kstore.fileio import FileOps
+from kstore.files import LOG_SUFFIX, segment_file
+from kstore.segment import LogSegment
+
+# why a read-only refresh stopped before the end of a rolled segment (recover_scan statuses)
+_INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "offset overflow",
+            "offset_order": "offsets that do not follow the previous batch",
+            "below_base": "an offset below the segment's base offset", "end": "incomplete batch"}
+
+
+class ReadOnlySegment(LogSegment):
+    """A segment of a read-only Log: validated before it is mapped, the last one on every
+    refresh, the others on first use."""
+
+    def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time, rng):
+        super().__init__(dir_, base_offset, config, io=io, time=time, rng=rng,
+                         file_already_exists=True, read_only=True)
+        self.ro_scanned = False          # the .log's batches were validated
+        self._ro_last_offset = -1
+        self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
+        self.ro_next_base: Optional[int] = None   # the next segment when the log listed it
+
+    def mapping(self) -> _core.Mapping:
+        """The mapping of the validated bytes (validating them first: deferred from the open)."""
+        if self.view.log_map is None and not self.ro_scanned:
+            self.refresh_read_only(False)
+        return super().mapping()
+
+    def refresh_read_only(self, is_last: bool) -> bool:
+        """Read-only view of a segment another process may append to, replace or delete: extend
+        the valid size by validating pread copies of the new bytes, then load the indexes' valid
+        prefix the same way. Mapped reads never go past the validated size, and the writer never
+        shrinks or rewrites a file below it (a truncation replaces the file), so no page past an
+        end of file is touched. Returns False, changing nothing, when the file at the path is no
+        longer the one validated (replaced by compaction or truncation: the log reads it through
+        a new segment); raises SegmentGoneError when it was deleted.
+
+        An invalid batch at the end of the last segment may be one still being written (invisible
+        until whole); before the end of a rolled segment, or followed by a valid batch, it is
+        corruption: a read reaching it raises CorruptRecordError naming file and position, as
+        the writer's reads do. The log validates its last segment at open and refresh, the others
+        on first use (mapping()), so opening costs the same whatever the partition's size."""
+        with self._lock:
+            try:
+                fd = self._io.open(self.log_path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
+            try:
+                st = self._io.stat(fd)
+                ident, flen = (st.st_dev, st.st_ino), st.st_size
+                if self.ro_scanned and (ident != self._ro_ident or flen < self.size):
+                    return False
+                if self.ro_scanned and flen == self.size:
+                    return True
+                pos = self.size if self.ro_scanned else 0
+                last = self._ro_last_offset if pos else -1
+                best = self._max_ts if pos and self._max_ts else (-1, -1)
+                pos, last, best, bad = self._validate(fd, flen, pos, last, best)
+                if is_last:
+                    corrupt = self._invalid_at_end(fd, flen, pos, last, bad) \
+                        if pos < flen and bad is not None else None
+                else:
+                    corrupt = self._invalid_in_rolled(fd, pos, last)
+                if self._map is None or self._map.length < pos:
+                    old = self._map
+                    self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")
+                    if old is not None:
+                        old.close()
+            finally:
+                self._io.close(fd)
+            self.ro_scanned = True
+            self._ro_ident = ident
+            self._ro_last_offset = last
+            self.size = pos
+            self.view.corrupt = corrupt
+            self._max_ts = best
+            self._load_index_prefix()
+            return True
+
+    def _validate(self, fd: int, flen: int, pos: int, last: int, best: tuple[int, int]):
+        """Validate batches from pos in pread windows: (valid end, last offset, (max ts, its
+        offset), the window holding the first invalid batch or None if the data simply ended)."""
+        window = 64 << 10
+        while pos < flen:
+            data = self._io.pread(fd, min(window, flen - pos), pos)
+            if not data:
+                break
+            valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
+            if mts > best[0]:
+                best = (mts, moff)
+            pos += valid
+            if valid == len(data):
+                continue
+            if complete:
+                return pos, last, best, data[valid:]      # an invalid batch (torn, corrupt) or zeros
+            # the window ended inside a batch: read on from it
+            if valid == 0:
+                if len(data) < window:
+                    return pos, last, best, None         # the file ends inside it: being written
+                window *= 4                              # a batch larger than the window
+        return pos, last, best, None
+
+    def _invalid_in_rolled(self, fd: int, pos: int, last: int) -> Optional[str]:
+        """A rolled segment is whole: why the bytes from pos (where validation stopped) to its
+        end are corruption, or None if it ends there. A rolled file is never written again (a
+        truncation that reactivates it replaces it first) and is trimmed before the next segment
+        is created, so once the next segment is seen to exist, a fresh look at the file is
+        final. If the next segment is gone (the log's listing is stale) or the fresh look
+        validates further (the file was still active when read), SegmentGoneError makes the
+        log list its segments again."""
+        nxt = self.ro_next_base
+        if nxt is not None and not self._io.exists(segment_file(self.dir, nxt, LOG_SUFFIX)):
+            raise SegmentGoneError(f"segment {self.log_path} is no longer followed by segment {nxt}")
+        end = self._io.stat(fd).st_size
+        if end <= pos:
+            return None
+        data = self._io.pread(fd, min(64 << 10, end - pos), pos)
+        if _core.validate_batches(data, self.base_offset, last)[0]:
+            raise SegmentGoneError(f"segment {self.log_path} changed while it was read")
+        if data.count(0) == len(data):
+            reason = "zero bytes (an unrecovered preallocated tail)"
+        else:
+            reason = self._reason(data, last)
+        return f"{reason} before the end of a rolled segment"
+
+    def _reason(self, bad: bytes, last: int) -> str:
+        """Why the batch at the start of bad fails validation, in words."""
+        diag = _core.recover_scan(_core.Mapping.from_bytes(bad), len(bad), self.base_offset,
+                                  1 << 62, 0, 0, prev_last_offset=last)
+        return _INVALID.get(diag["status"], "invalid batch")
+
+    def _invalid_at_end(self, fd: int, flen: int, pos: int, last: int, bad: bytes) -> Optional[str]:
+        """Why the invalid batch at pos of the last segment (`bad` its window) is corruption, or
+        None while it may be a batch still being written: one followed by nothing but zeros, or
+        a torn one the writer completes (read again once)."""
+        if len(bad) < 12 or bad.count(0) == len(bad):
+            return None                                  # zeros: the preallocated runway
+        size = int.from_bytes(bad[8:12], "big", signed=True) + 12
+        if size < 26 or pos + size >= flen:
+            return None
+        nxt = self._io.pread(fd, min(64 << 10, flen - pos - size), pos + size)
+        if not _core.validate_batches(nxt, self.base_offset, -1)[0]:
+            return None
+        again = self._io.pread(fd, size, pos)           # a batch being copied in is whole by now
+        if _core.validate_batches(again, self.base_offset, last)[0] == size:
+            return None
+        return f"{self._reason(again, last)}, followed by valid batches"
+
+    def _load_index_prefix(self) -> None:
+        """Copy the well-ordered prefix of both index files into private memory (entries past it
+        are zero padding or point at data not yet visible). Entries read after the .log was
+        replaced (they may point into the new file) are dropped: reads scan from the start."""
+        last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
+        raws = []
+        for idx in (self.offset_index, self.time_index):
+            raw = b""
+            try:
+                fd = self._io.open(idx.path, os.O_RDONLY)
+                try:
+                    # no more entries than batches (26 bytes at least): a huge sparse index
+                    # (damaged or hostile) is not read past what the .log could index
+                    cap = (self.size // 26 + 1) * idx.ENTRY_SIZE
+                    raw = self._io.pread(fd, min(self._io.size(fd), cap), 0)
+                finally:
+                    self._io.close(fd)
+            except FileNotFoundError:
+                pass
+            raws.append(raw)
+        if not self._same_file():
+            raws = [b"", b""]
+        for idx, raw in zip((self.offset_index, self.time_index), raws):
+            arr = np.frombuffer(raw[: len(raw) // idx.ENTRY_SIZE * idx.ENTRY_SIZE], dtype=idx.DTYPE)
+            n = len(arr)
+            if n:
+                if idx.ENTRY_SIZE == 8:
+                    k = arr["relative_offset"].astype(np.int64)
+                    pos = arr["position"].astype(np.int64)
+                    bad = (pos <= 0) | (pos >= self.size) | (k > last_rel)
+                    bad[1:] |= k[1:] <= k[:-1]
+                else:
+                    k = arr["timestamp"].astype(np.int64)
+                    rel = arr["relative_offset"].astype(np.int64)
+                    bad = (k <= 0) | (rel > last_rel) | (rel < 0)
+                    bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
+                n = int(np.argmax(bad)) if bad.any() else n
+            # private copies, never closed (a reader thread may still use the old one); a
+            # smaller count is published before the smaller copy, a larger one after
+            if n < idx._entries:
+                idx._entries = n
+            idx._map = _core.Mapping.from_bytes(raw[: n * idx.ENTRY_SIZE])
+            idx._length = n * idx.ENTRY_SIZE
+            idx._entries = n
+            idx._after_truncate()
+
+    def _same_file(self) -> bool:
+        """The .log at the path is still the file validated (not replaced, not deleted)."""
+        try:
+            fd = self._io.open(self.log_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            st = self._io.stat(fd)
+        finally:
+            self._io.close(fd)
+        return (st.st_dev, st.st_ino) == self._ro_ident
