@@ -212,6 +212,11 @@ class Log:
                         seg.refresh_read_only(last)
         except (SegmentGoneError, FileNotFoundError):
             return None
+        # a listing taken while the writer deletes or creates segments can miss one in the
+        # middle (readdir is not atomic); one that still holds after the validations is a
+        # view of one moment (the writer deletes tail segments last-first, see truncate_to)
+        if self._list_segment_bases() != present:
+            return None
         return segs
 
     def _list_segment_bases(self) -> list[int]:
@@ -997,7 +1002,9 @@ class Log:
                 return True
             keep = [s for s in self._segs if s.base_offset <= target_offset]
             drop = [s for s in self._segs if s.base_offset > target_offset]
-            for s in drop:
+            # last first: a reader listing the directory meanwhile sees a shorter log, never
+            # one with a hole in the middle
+            for s in reversed(drop):
                 s.delete()
             new_active = keep[-1]
             # the cut (and a rolled segment taking appends again) gets a new file: readers of
@@ -1015,7 +1022,7 @@ class Log:
         """Delete every segment and start empty at new_offset."""
         with self._lock:
             self._check_writable()
-            for s in self._segs:
+            for s in reversed(self._segs):      # last first, as truncate_to
                 s.delete()
             seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
             seg.make_active()
