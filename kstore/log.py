@@ -119,6 +119,7 @@ class Log:
         self._builder = _core.BatchBuilder()
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
+        self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
         self._last_flush_ms = time.milliseconds()
@@ -525,28 +526,53 @@ class Log:
         if type(records) is not list and type(records) is not tuple:
             records = list(records)
         with self._lock:
-            if self._closed or self.read_only:
-                self._check_open()
-                raise KStoreStateError(f"log {self.dir} is open read-only")
-            if self._failed is not None:
-                raise _failed_error(self.dir, self._failed)
-            cfg = self._config
-            now = self._time.milliseconds()
-            b = self._builder
-            b.compression_level = cfg.compression_level
-            before, after = self._ts_window
-            n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
-                        now - before, now + after, cfg.compact, cfg.codec)
-            if n == 0:
-                return _core.empty_append_info(self._leo)
-            try:
-                self._append_built(b, cfg, now)
-            except OSError as e:         # _storage_op, inlined on the hot path
-                self._failed = str(e)
-                raise _storage_error(self.dir, e)
-            if self._leo - self._recovery_point >= cfg.flush_messages:
-                self.flush()
-            return b.info(now if cfg.log_append_time else -1)
+            info = self._append_locked(records)
+            deferred = self._deferred
+            if deferred:
+                self._deferred = []
+            due = self._leo - self._recovery_point >= self._config.flush_messages
+        if deferred or due:
+            self._after_write(deferred, due)
+        return info
+
+    def _append_locked(self, records) -> _core.AppendInfo:
+        """append()'s work under the lock: encode, roll if due, write (no fsync, no hand-off)."""
+        if self._closed or self.read_only:
+            self._check_open()
+            raise KStoreStateError(f"log {self.dir} is open read-only")
+        if self._failed is not None:
+            raise _failed_error(self.dir, self._failed)
+        cfg = self._config
+        now = self._time.milliseconds()
+        b = self._builder
+        b.compression_level = cfg.compression_level
+        before, after = self._ts_window
+        n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
+                    now - before, now + after, cfg.compact, cfg.codec)
+        if n == 0:
+            return _core.empty_append_info(self._leo)
+        try:
+            self._append_built(b, cfg, now)
+        except OSError as e:         # _storage_op, inlined on the hot path
+            self._failed = str(e)
+            raise _storage_error(self.dir, e)
+        return b.info(now if cfg.log_append_time else -1)
+
+    def _take_deferred(self) -> list:
+        """The post-lock actions queued so far (lock held), leaving none queued."""
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+        return deferred
+
+    @_storage_op
+    def _after_write(self, deferred: list, flush_due: bool = False) -> None:
+        """Run, with no lock held, what a write left for after the lock: the fsyncs and
+        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush."""
+        for action in deferred:
+            action()
+        if flush_due:
+            self.flush()
 
     @_storage_op
     def append_batches(self, data) -> tuple[int, int]:
@@ -564,14 +590,17 @@ class Log:
             first = self._leo
             count = 0
             pos = 0
-            while pos < total:
-                now = self._time.milliseconds()
-                pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
-                self._append_built(b, cfg, now)
-                count += b.count
-            if count and self._leo - self._recovery_point >= cfg.flush_messages:
-                self.flush()
-            return first, count
+            try:
+                while pos < total:
+                    now = self._time.milliseconds()
+                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                    self._append_built(b, cfg, now)
+                    count += b.count
+            finally:
+                deferred = self._take_deferred()
+                due = self._leo - self._recovery_point >= cfg.flush_messages
+        self._after_write(deferred, due and count > 0)
+        return first, count
 
     @_storage_op
     def append_columns(self, cols: _core.ColumnInput, start: int = 0, stop: Optional[int] = None,
@@ -588,21 +617,25 @@ class Log:
             cfg = self._config
             budget = max(1, min(batch_bytes, cfg.max_message_bytes - 256))
             first = self._leo
-            if cfg.magic < 2:        # legacy message format: through append()'s encoder
-                for lo, hi in split_rows(sizes, start, stop, budget):
-                    self.append(cols.rows(lo, hi))
-                return first, self._leo - first
-            b = self._builder
-            b.compression_level = cfg.compression_level
-            before, after = self._ts_window
-            for lo, hi in split_rows(sizes, start, stop, budget):
-                now = self._time.milliseconds()
-                b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time, now - before,
-                                now + after, cfg.compact, cfg.codec)
-                self._append_built(b, cfg, now)
-            if self._leo > first and self._leo - self._recovery_point >= cfg.flush_messages:
-                self.flush()
-            return first, self._leo - first
+            try:
+                if cfg.magic < 2:        # legacy message format: through append()'s encoder
+                    for lo, hi in split_rows(sizes, start, stop, budget):
+                        self._append_locked(cols.rows(lo, hi))
+                else:
+                    b = self._builder
+                    b.compression_level = cfg.compression_level
+                    before, after = self._ts_window
+                    for lo, hi in split_rows(sizes, start, stop, budget):
+                        now = self._time.milliseconds()
+                        b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time,
+                                        now - before, now + after, cfg.compact, cfg.codec)
+                        self._append_built(b, cfg, now)
+            finally:
+                deferred = self._take_deferred()
+                due = self._leo - self._recovery_point >= cfg.flush_messages
+            count = self._leo - first
+        self._after_write(deferred, due and count > 0)
+        return first, count
 
     def _append_built(self, b: _core.BatchBuilder, cfg: LogConfig, now: int) -> None:
         """Write the batch the builder holds at the log end (lock held): size limits, roll if
@@ -642,7 +675,12 @@ class Log:
         """Start a new active segment at max(expected_next_offset, log_end_offset)."""
         with self._lock:
             self._check_writable()
-            return self._roll_locked(expected_next_offset)
+            try:
+                seg = self._roll_locked(expected_next_offset)
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return seg
 
     def _roll_locked(self, expected_next_offset: Optional[int]) -> LogSegment:
         io = self._io
@@ -672,19 +710,28 @@ class Log:
             active.on_become_inactive()
             if self._leo <= self._recovery_point:
                 # its data is durable already, so no later flush covers it (a flush starts at the
-                # recovery point): make the trim durable now, or a power loss brings the
-                # preallocated zeros back below the recovery point, where recovery never looks.
-                # Otherwise the flush up to the new segment below covers it, trim included.
-                active.flush()
+                # recovery point): make the trim durable before the roll returns, or a power
+                # loss brings the preallocated zeros back below the recovery point, where
+                # recovery never looks. Otherwise the flush up to the new segment covers it.
+                self._deferred.append(active.flush)
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
         self._set_segments(self._segs + [seg])
-        # Kafka flushes everything below the new segment asynchronously on the scheduler
+        # Kafka flushes everything below the new segment asynchronously on the scheduler; both
+        # the fsyncs and the hand-off happen after the log lock is released (_after_write)
         if self._scheduler is not None:
-            self._scheduler.schedule_once("flush-log", lambda: self.flush(new_offset))
+            scheduler = self._scheduler
+            self._deferred.append(lambda: scheduler.schedule_once(
+                "flush-log", lambda: self._flush_after_roll(new_offset)))
         else:
-            self.flush(new_offset)
+            self._deferred.append(lambda: self.flush(new_offset))
         return seg
+
+    def _flush_after_roll(self, offset: int) -> None:
+        """The scheduled flush of a roll: nothing to do once the log is closed (a clean close
+        flushed it; a deleted topic's log has nowhere to flush to)."""
+        if not self._closed:
+            self.flush(offset)
 
     # -- read ------------------------------------------------------------------------------
     def _segment_for(self, offset: int) -> int:
@@ -862,27 +909,39 @@ class Log:
         if self.read_only:
             return
         with self._flush_lock:
-            with self._lock:
-                if self._closed:
-                    return
-                end = self._leo if offset is None else min(offset, self._leo)
-                rp = self._recovery_point
-                if end <= rp:
-                    return
-                bases, segs = self._bases, self._segs
-                lo = max(0, bisect.bisect_right(bases, rp) - 1)
-                hi = bisect.bisect_left(bases, end)
-                to_flush = segs[lo:hi] if hi > lo else []
-                if not to_flush and segs:
-                    to_flush = [segs[max(0, self._segment_for(end - 1))]]
+            self._flush_holding_flush_lock(offset)
+
+    def _flush_holding_flush_lock(self, offset: Optional[int]) -> None:
+        """flush() with _flush_lock held: the log lock only to read and publish offsets, never
+        across an fsync, so appends and rolls go on while the disk works."""
+        with self._lock:
+            if self._closed:
+                return
+            end = self._leo if offset is None else min(offset, self._leo)
+            rp = self._recovery_point
+            if end <= rp:
+                return
+            bases, segs = self._bases, self._segs
+            lo = max(0, bisect.bisect_right(bases, rp) - 1)
+            hi = bisect.bisect_left(bases, end)
+            to_flush = segs[lo:hi] if hi > lo else []
+            if not to_flush and segs:
+                to_flush = [segs[max(0, self._segment_for(end - 1))]]
+        try:
             for s in to_flush:
                 s.flush()
             if any(s.base_offset >= rp for s in to_flush):
                 self._io.fsync_dir(self.dir)
-            with self._lock:
-                if end > self._recovery_point:
-                    self._recovery_point = end
-                self._last_flush_ms = self._time.milliseconds()
+        except OSError:
+            if self._closed:
+                # closed under the flush (topic deleted, handlers released): its files are
+                # gone or moved on purpose; there is nothing left to make durable
+                return
+            raise
+        with self._lock:
+            if end > self._recovery_point:
+                self._recovery_point = end
+            self._last_flush_ms = self._time.milliseconds()
 
     @property
     def last_flush_time(self) -> int:
@@ -943,9 +1002,14 @@ class Log:
                     f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
-            self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                  "log start offset breach")
-            return self._log_start_offset
+            try:
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                      "log start offset breach")
+            finally:
+                deferred = self._take_deferred()
+            start = self._log_start_offset
+        self._after_write(deferred)
+        return start
 
     @_storage_op
     def delete_old_segments(self) -> int:
@@ -953,25 +1017,33 @@ class Log:
         (size and time only with cleanup.policy delete). Returns the segments deleted."""
         with self._lock:
             self._check_writable()
-            cfg = self._config
-            n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                      "log start offset breach")
-            if not cfg.delete:
-                return n
-            if cfg.retention_bytes >= 0:
-                diff = [self.size - cfg.retention_bytes]
+            try:
+                n = self._delete_old_segments_locked()
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return n
 
-                def size_breach(seg, nxt):
-                    if diff[0] - seg.size >= 0:
-                        diff[0] -= seg.size
-                        return True
-                    return False
-                n += self._delete_segments(size_breach, "retention size breach")
-            if cfg.retention_ms >= 0:
-                now = self._time.milliseconds()
-                n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
-                                           "retention time breach")
+    def _delete_old_segments_locked(self) -> int:
+        cfg = self._config
+        n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                  "log start offset breach")
+        if not cfg.delete:
             return n
+        if cfg.retention_bytes >= 0:
+            diff = [self.size - cfg.retention_bytes]
+
+            def size_breach(seg, nxt):
+                if diff[0] - seg.size >= 0:
+                    diff[0] -= seg.size
+                    return True
+                return False
+            n += self._delete_segments(size_breach, "retention size breach")
+        if cfg.retention_ms >= 0:
+            now = self._time.milliseconds()
+            n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
+                                       "retention time breach")
+        return n
 
     def _delete_segments(self, predicate, reason: str) -> int:
         segs = self._segs
@@ -999,11 +1071,25 @@ class Log:
             self._log_start_offset = new_start
         for seg in doomed:
             log.info("deleting segment %s (%s)", seg.log_path, reason)
-            self._async_delete(seg, sync_dir=False)
-        # one directory fsync makes every .deleted rename durable: deleted segments never come
-        # back after a power loss (a crash-harness finding; Kafka leaves this to its checkpoint)
-        self._io.fsync_dir(self.dir)
+            seg.close_handlers()
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+        # after the lock, before the caller returns: one directory fsync makes every .deleted
+        # rename durable, so deleted segments never come back after a power loss (a
+        # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
+        self._deferred.append(functools.partial(self._io.fsync_dir, self.dir))
+        self._deferred.append(functools.partial(self._delete_later, doomed))
         return len(doomed)
+
+    def _delete_later(self, segs: list[LogSegment]) -> None:
+        """Unlink retired (.deleted) segments after file.delete.delay.ms (Kafka), on the
+        scheduler when there is one; called with no lock held."""
+        if self._scheduler is None:
+            for seg in segs:
+                seg.delete()
+            return
+        for seg in segs:
+            self._scheduler.schedule_once("delete-file", seg.delete,
+                                          delay_ms=self._config.file_delete_delay_ms)
 
     def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
         """Swap a cleaned segment in for `old` (Kafka's replaceSegments): rename its `.cleaned`
@@ -1027,42 +1113,29 @@ class Log:
                 path = segment_file(self.dir, new_base, suf, SWAP_SUFFIX)
                 if io.exists(path):
                     io.rename(path, path[: -len(SWAP_SUFFIX)])
-            io.fsync_dir(self.dir)
             new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
                              rng=self._rng, file_already_exists=True)
             segs = sorted([s for s in self._segs if s not in old] + [new], key=lambda s: s.base_offset)
             self._set_segments(segs)
-            for seg in old:
-                if self._scheduler is not None:
-                    self._scheduler.schedule_once("delete-file", seg.delete,
-                                                  delay_ms=self._config.file_delete_delay_ms)
-                else:
-                    seg.delete()
-            return True
-
-    def _async_delete(self, seg: LogSegment, sync_dir: bool = True) -> None:
-        """Rename to .deleted now (durably, unless the caller syncs the directory once for many);
-        unlink after file.delete.delay.ms (Kafka)."""
-        seg.close_handlers()
-        seg.change_file_suffixes("", DELETED_SUFFIX)
-        if sync_dir:
-            self._io.fsync_dir(self.dir)
-        if self._scheduler is not None:
-            self._scheduler.schedule_once("delete-file", seg.delete, delay_ms=self._config.file_delete_delay_ms)
-        else:
-            seg.delete()
+        # the final renames' fsync and the unlinks need no lock (a crash before the fsync is
+        # finished by the next load, as above)
+        io.fsync_dir(self.dir)
+        self._delete_later(old)
+        return True
 
     # -- close -----------------------------------------------------------------------------
     def close(self) -> None:
         """Flush, trim the active segment and its indexes, and (standalone) mark a clean close."""
-        with self._lock:
+        with self._flush_lock, self._lock:     # the hierarchy's order: _flush_lock, then _lock
             if self._closed:
                 return
             if self.read_only or self._failed is not None:
                 self.close_handlers()
                 return
             try:
-                self.flush()
+                # the one fsync under the log lock: nothing may append between the last flush
+                # and the trim, and an appender waiting here gets "closed" next
+                self._flush_holding_flush_lock(None)
                 for s in self._segs:
                     s.close()
             except OSError as e:

@@ -833,3 +833,86 @@ def test_append_columns_to_a_legacy_format_topic_writes_v1(open_log):
     assert lg.append_columns(_column_input(rows, TS), batch_bytes=100) == (0, 20)
     assert [(r.key, r.value, r.timestamp) for r in lg.read(0)] == [(k, v, TS) for k, v in rows]
     assert bytes(lg.read_batches(0, 1 << 20))[16] == 1          # magic byte of a v1 message
+
+
+# -- concurrency: lock order (issue 12, defect 3) -------------------------------------------------
+def _run_for(seconds, *targets):
+    """Run each target(stop) on its own thread for about `seconds`; re-raise the first error."""
+    from thread_watchdog import join_all
+    stop = threading.Event()
+    errors = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn(stop)
+            except BaseException as e:     # reported by the main thread
+                errors.append(e)
+                stop.set()
+        return run
+    threads = [threading.Thread(target=wrap(t), name=f"t{i}", daemon=True) for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    join_all(threads, 30)
+    if errors:
+        raise errors[0]
+
+
+def _appender(log, acked):
+    def run(stop):
+        i = 0
+        while not stop.is_set():
+            info = log.append([(b"k", b"%d" % i)])
+            acked.append((info.first_offset, b"%d" % i))
+            i += 1
+    return run
+
+
+def _assert_all_there(log, acked):
+    assert acked, "nothing was appended"
+    got = [(r.offset, r.value) for r in log]
+    assert got == sorted(acked)
+    assert [o for o, _ in got] == list(range(len(acked)))
+
+
+@pytest.mark.parametrize("flush_messages", [1, 7, None])
+def test_flush_beside_appends_and_rolls_never_deadlocks(open_log, watchdog, flush_messages):
+    """flush() on one thread, appends that roll (and reach flush.messages) on another: flush used
+    to hold _flush_lock while waiting for _lock, and append/roll held _lock while flushing."""
+    watchdog(60)
+    cfg = {"segment.bytes": 2048}
+    if flush_messages is not None:
+        cfg["flush.messages"] = flush_messages
+    log = open_log(cfg)
+    acked = []
+    flushes = [0]
+
+    def flusher(stop):
+        while not stop.is_set():
+            log.flush()
+            flushes[0] += 1
+    _run_for(2.0, _appender(log, acked), flusher)
+    assert len(log.segments) > 3 and flushes[0] > 0
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == len(acked)
+    _assert_all_there(log, acked)
+
+
+def test_close_beside_a_flush_never_deadlocks(tmp_path, watchdog):
+    """close() took _lock then flush()'s _flush_lock; a flush takes them the other way round."""
+    from thread_watchdog import join_all
+    watchdog(60)
+    for round_ in range(20):
+        path = str(tmp_path / f"t-{round_}")
+        log = kstore.Log.open(path, {"segment.bytes": 4096})
+        for i in range(200):
+            log.append([(b"k", b"%d" % i)])
+        t = threading.Thread(target=lambda: [log.flush() for _ in range(50)])
+        t.start()
+        log.close()
+        join_all([t], 30)
+        with kstore.Log.open(path) as again:
+            assert [r.value for r in again] == [b"%d" % i for i in range(200)]
+            assert again.recovery_report == []        # closed cleanly: nothing recovered
