@@ -135,8 +135,11 @@ class LogManager:
         self._time = time or SYSTEM_TIME
         self._io = io or get_file_ops()
         self._lock = threading.RLock()
+        # the topic registry: replaced whole under _lock (_publish), never changed in place, so
+        # appends, the scheduled tasks and the cleaner read it without a lock
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        self._parts: dict[str, tuple[int, ...]] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
         self._topic_ids: dict[str, str] = {}
         self._topic_config_version = 0
@@ -314,14 +317,16 @@ class LogManager:
             self._mark_offline(d, e)
             return
         with self._lock:
+            logs, dir_of = dict(self._logs), dict(self._dir_of)
             for tp, path, lg in results:
-                if tp in self._logs:
+                if tp in logs:
                     lg.close_handlers()
                     raise KStoreStateError(
                         f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                        f"{self._dir_of[tp]} and {d}. Recover or delete one of them.")
-                self._logs[tp] = lg
-                self._dir_of[tp] = d
+                        f"{dir_of[tp]} and {d}. Recover or delete one of them.")
+                logs[tp] = lg
+                dir_of[tp] = d
+            self._publish(logs, dir_of)
         self._loaded_clean[d] = True
 
     def _bytes_to_recover(self, path: str, recovery_point: int) -> int:
@@ -385,14 +390,25 @@ class LogManager:
             raise
 
     # -- topics --------------------------------------------------------------------------------
+    def _publish(self, logs: dict, dir_of: dict) -> None:
+        """Install new registry dicts (_lock held); readers may hold the old ones, so the
+        published dicts are never changed again. _dir_of goes first: a partition readers find
+        in _logs always has its dir."""
+        parts: dict[str, list[int]] = {}
+        for t, p in sorted(logs):
+            parts.setdefault(t, []).append(p)
+        self._dir_of = dir_of
+        self._logs = logs
+        self._parts = {t: tuple(ps) for t, ps in parts.items()}
+
     def topics(self) -> list[str]:
-        return sorted({tp[0] for tp in self._logs})
+        return sorted(self._parts)
 
     def partitions(self, topic: str) -> list[int]:
-        parts = sorted(p for (t, p) in self._logs if t == topic)
+        parts = self._parts.get(topic)
         if not parts:
             raise UnknownTopicError(f"unknown topic {topic!r}")
-        return parts
+        return list(parts)
 
     def log(self, topic: str, partition: int) -> Log:
         try:
@@ -404,7 +420,10 @@ class LogManager:
         return dict(self._logs)
 
     def log_dir_of(self, topic: str, partition: int) -> str:
-        return self._dir_of[(topic, partition)]
+        try:
+            return self._dir_of[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
 
     def topic_config(self, topic: str) -> LogConfig:
         self.partitions(topic)
@@ -427,9 +446,9 @@ class LogManager:
         overrides = dict(config or {})
         cfg = self._cfg.log_config(overrides)          # validates
         with self._lock:
-            if any(t == name for (t, _p) in self._logs):
+            if name in self._parts:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
-            collide = {t.replace(".", "_") for (t, _p) in self._logs}
+            collide = {t.replace(".", "_") for t in self._parts}
             if name.replace(".", "_") in collide:
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
             self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
@@ -437,19 +456,29 @@ class LogManager:
             # Kafka's topic id: a UUID shown as URL-safe base64 without padding
             self._topic_ids[name] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             self._persist_topic_configs()
-            for p in range(partitions):
-                self._create_partition(name, p, cfg)
+            self._create_partitions(name, range(partitions), cfg)
 
-    def _least_loaded_dirs(self) -> list[str]:
+    def _create_partitions(self, topic: str, partitions: Iterable[int], cfg: LogConfig) -> None:
+        """Create partitions (_lock held) and publish them together, so that no appender sees
+        the topic with fewer partitions than it is created with (keys would go astray)."""
+        logs, dir_of = dict(self._logs), dict(self._dir_of)
+        try:
+            for p in partitions:
+                self._create_partition(topic, p, cfg, logs, dir_of)
+        finally:
+            self._publish(logs, dir_of)
+
+    def _least_loaded_dirs(self, dir_of: dict) -> list[str]:
         counts = {d: 0 for d in self.log_dirs if d not in self._offline}
-        for d in self._dir_of.values():
+        for d in dir_of.values():
             if d in counts:
                 counts[d] += 1
         return sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
-    def _create_partition(self, topic: str, partition: int, cfg: LogConfig) -> Log:
+    def _create_partition(self, topic: str, partition: int, cfg: LogConfig, logs: dict,
+                          dir_of: dict) -> Log:
         last_error = None
-        for d in self._least_loaded_dirs():
+        for d in self._least_loaded_dirs(dir_of):
             path = os.path.join(d, f"{topic}-{partition}")
             try:
                 lg = Log.open(path, cfg, recovery_point=0, clean_shutdown=True, io=self._io,
@@ -459,8 +488,8 @@ class LogManager:
                 self._mark_offline(d, e)
                 last_error = e
                 continue
-            self._logs[(topic, partition)] = lg
-            self._dir_of[(topic, partition)] = d
+            logs[(topic, partition)] = lg
+            dir_of[(topic, partition)] = d
             return lg
         why = last_error if last_error is not None else \
             "every log dir is offline: " + "; ".join(f"{d}: {e}" for d, e in self._offline.items())
@@ -486,8 +515,7 @@ class LogManager:
                     f"to the requested {count}.")
             cfg = self.topic_config(name)
             new = list(range(len(current), count))
-            for p in new:
-                self._create_partition(name, p, cfg)
+            self._create_partitions(name, new, cfg)
             return new
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
@@ -515,10 +543,11 @@ class LogManager:
         self._check_writable()
         with self._lock:
             parts = self.partitions(name)
-            for p in parts:
-                tp = (name, p)
-                lg = self._logs.pop(tp)
-                d = self._dir_of.pop(tp)
+            # unpublished first: appenders get UnknownTopicError, not a half-deleted topic
+            logs, dir_of = dict(self._logs), dict(self._dir_of)
+            gone = [(p, logs.pop((name, p)), dir_of.pop((name, p))) for p in parts]
+            self._publish(logs, dir_of)
+            for p, lg, d in gone:
                 lg.close_handlers()
                 suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
                 prefix = f"{name}-{p}"
@@ -535,8 +564,9 @@ class LogManager:
             self._topic_configs.pop(name, None)
             self._topic_ids.pop(name, None)
             self._persist_topic_configs()
-            self.checkpoint_recovery_offsets()
-            self.checkpoint_log_start_offsets()
+        # outside _lock: a checkpoint's lock is taken before _lock (see the lock hierarchy)
+        self.checkpoint_recovery_offsets()
+        self.checkpoint_log_start_offsets()
 
     # -- appends and reads ---------------------------------------------------------------------
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
@@ -550,9 +580,8 @@ class LogManager:
             partition = partition_for_key(bytes(key), n) if key is not None else next(self._rr) % n
         elif not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        tp = (topic, partition)
-        lg = self._logs[tp]
-        info = self._guard(self._dir_of[tp], lg.append, [(key, value, timestamp, headers)])
+        lg, d = self._log_and_dir(topic, partition)
+        info = self._guard(d, lg.append, [(key, value, timestamp, headers)])
         ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
         return RecordMetadata(topic, partition, info.first_offset, ts)
 
@@ -563,8 +592,8 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        tp = (topic, partition)
-        return self._guard(self._dir_of[tp], self._logs[tp].append, records)
+        lg, d = self._log_and_dir(topic, partition)
+        return self._guard(d, lg.append, records)
 
     def append_columns(self, topic: str, partition: int, cols, start: int = 0,
                        stop: Optional[int] = None, *, batch_bytes: int = 1 << 20) -> tuple[int, int]:
@@ -574,20 +603,30 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        lg, d = self._log_and_dir(topic, partition)
+        return self._guard(d, lg.append_columns, cols, start, stop, batch_bytes=batch_bytes)
+
+    def _log_and_dir(self, topic: str, partition: int) -> tuple[Log, str]:
+        """The partition's log and log dir, from the lock-free registry (a topic deleted since
+        the caller looked it up is an UnknownTopicError, as it would have been a moment later)."""
         tp = (topic, partition)
-        return self._guard(self._dir_of[tp], self._logs[tp].append_columns, cols, start, stop,
-                           batch_bytes=batch_bytes)
+        try:
+            return self._logs[tp], self._dir_of[tp]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
 
     def ensure_topic(self, topic: str) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
         auto.create.topics.enable is on, as a broker does for a producer."""
-        if topic not in {t for (t, _p) in self._logs}:
+        parts = self._parts.get(topic)
+        if parts is None:
             if not self._cfg["auto.create.topics.enable"]:
                 raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
             with self._lock:
-                if topic not in {t for (t, _p) in self._logs}:
+                if topic not in self._parts:
                     self.create_topic(topic)
-        return len(self.partitions(topic))
+                parts = self._parts[topic]
+        return len(parts)
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20):
@@ -652,21 +691,26 @@ class LogManager:
     def _checkpoint(self, name: str, value) -> None:
         if self.read_only:
             return
-        by_dir: dict[str, dict] = {d: {} for d in self.log_dirs if d not in self._offline}
-        with self._lock:
-            for tp, lg in self._logs.items():
-                d = self._dir_of[tp]
-                if d in by_dir:
-                    v = value(lg)
-                    if v is not None:
-                        by_dir[d][tp] = v
         failed = []
-        for d, entries in by_dir.items():
-            try:
-                OffsetCheckpointFile(os.path.join(d, name), self._io).write(entries)
-            except OSError as e:
-                self._mark_offline(d, e)
-                failed.append(f"{d}: {e}")
+        for d in self.log_dirs:
+            if d in self._offline:
+                continue
+            cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
+            # snapshot and write under the file's lock: two writers (the periodic task and
+            # delete_topic, say) land in the order they took their snapshots
+            with cp.lock:
+                dir_of, logs = self._dir_of, self._logs
+                entries = {}
+                for tp, lg in logs.items():
+                    if dir_of.get(tp) == d:
+                        v = value(lg)
+                        if v is not None:
+                            entries[tp] = v
+                try:
+                    cp.write(entries)
+                except OSError as e:
+                    self._mark_offline(d, e)
+                    failed.append(f"{d}: {e}")
         if failed and not self._closed:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
 
