@@ -11,6 +11,7 @@ through ``map_write`` instead, so a crash harness sees every byte written.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from typing import Optional
 
@@ -18,6 +19,7 @@ from kstore._core import Mapping
 
 
 _ZEROS = bytes(1 << 20)
+_tmp_seq = itertools.count()      # next() is atomic under the GIL
 
 
 class FileOps:
@@ -125,8 +127,10 @@ class FileOps:
 
     # -- helpers built on the primitives -----------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
-        """tmp file, write, fsync, rename over path, fsync the directory."""
-        tmp = path + ".tmp"
+        """tmp file, write, fsync, rename over path, fsync the directory. The temp name is
+        unique to this call (two writers of one file never share it) and ends in `.tmp`, which
+        loading removes."""
+        tmp = f"{path}.{os.getpid()}-{next(_tmp_seq)}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.pwrite(fd, data, 0)
