@@ -11,6 +11,7 @@ through ``map_write`` instead, so a crash harness sees every byte written.
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import os
 from typing import Optional
@@ -113,6 +114,30 @@ class FileOps:
 
     def set_mtime_ms(self, path: str, ms: int) -> None:
         os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    # -- locks -----------------------------------------------------------------------------
+    def try_lock(self, path: str, *, shared: bool = False, directory: bool = False) -> Optional[int]:
+        """flock path without waiting: a directory, or a lock file (created if missing). Returns
+        the descriptor that holds the lock until unlock(), or None if another open file
+        description (this process or another) holds a conflicting lock."""
+        flags = (os.O_RDONLY | os.O_DIRECTORY) if directory else (os.O_RDWR | os.O_CREAT)
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def unlock(self, fd: int) -> None:
+        """Release a lock taken by try_lock and close its descriptor."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     # -- mappings --------------------------------------------------------------------------
     def map(self, fd: int, length: int, writable: bool) -> Mapping:

@@ -26,8 +26,8 @@ from kstore.config import LONG_MAX, LogConfig
 from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KafkaStorageError, KStoreError, KStoreStateError,
-                           LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
-                           RecordTooLargeError, with_path)
+                           LogDirLockedError, LogSegmentOffsetOverflowError,
+                           OffsetOutOfRangeError, RecordTooLargeError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
@@ -38,6 +38,9 @@ log = logging.getLogger("kstore.log")
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+#: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
+#: of its partitions holds it shared (and flocks the partition directory itself exclusively).
+LOG_DIR_LOCK = ".lock"
 DEFAULT_MAX_BYTES = 1 << 20
 INT32_MAX = (1 << 31) - 1
 _TS_CLAMP = 1 << 62
@@ -120,6 +123,7 @@ class Log:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
         self._last_flush_ms = time.milliseconds()
@@ -153,7 +157,13 @@ class Log:
             log_._load_read_only(log_start_offset)
         else:
             try:
+                if not managed:
+                    log_._create_dir()
+                    log_._take_locks()
                 log_._load(recovery_point, log_start_offset, clean_shutdown)
+            except LogDirLockedError:
+                log_.close_handlers()
+                raise
             except OSError as e:
                 log_.close_handlers()
                 if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
@@ -201,6 +211,33 @@ class Log:
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
+
+    def _take_locks(self) -> None:
+        """A standalone writable open excludes every other writer of the partition: the
+        partition directory flocked exclusively (another standalone Log, in this process or
+        another; no file is added to Kafka's directory) and the parent log dir's `.lock` shared
+        (a LogManager holds it exclusively). Held until close or close_handlers."""
+        parent = os.path.dirname(os.path.abspath(self.dir))
+        fd = self._io.try_lock(os.path.join(parent, LOG_DIR_LOCK), shared=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: a LogManager owns its log dir {parent} "
+                f"(in this process or another); append through it, or open read-only")
+        self._lock_fds.append(fd)
+        fd = self._io.try_lock(self.dir, directory=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: another writer (a Log in this process or "
+                f"another) has it open; close it first, or open read-only")
+        self._lock_fds.append(fd)
+
+    def _release_locks(self) -> None:
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            try:
+                self._io.unlock(fd)
+            except OSError:
+                pass          # the descriptor is gone either way: so is its lock
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -710,10 +747,12 @@ class Log:
             active.on_become_inactive()
             if self._leo <= self._recovery_point:
                 # its data is durable already, so no later flush covers it (a flush starts at the
-                # recovery point): make the trim durable before the roll returns, or a power
-                # loss brings the preallocated zeros back below the recovery point, where
-                # recovery never looks. Otherwise the flush up to the new segment covers it.
-                self._deferred.append(active.flush)
+                # recovery point): make the trim durable now, before the new segment exists, or
+                # a power loss brings the preallocated zeros back below the recovery point,
+                # where recovery never looks (the crash harness finds that state if this waits
+                # until after the lock). The one fsync under _lock, and only when there is
+                # nothing unflushed. Otherwise the flush up to the new segment covers it.
+                active.flush()
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
         self._set_segments(self._segs + [seg])
@@ -1144,27 +1183,36 @@ class Log:
                 self.close_handlers()
                 raise _storage_error(self.dir, e)
             self._closed = True
-            if not self._managed:
-                marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
-                self._io.write_atomic(marker, json.dumps(
-                    {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+            try:
+                if not self._managed:
+                    marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
+                    self._io.write_atomic(marker, json.dumps(
+                        {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+            finally:
+                self._release_locks()     # last: no other writer sees the log half-closed
 
     def close_handlers(self) -> None:
         """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
         with self._lock:
-            for s in self._segs:
-                s.close_handlers()
-            self._closed = True
+            try:
+                for s in self._segs:
+                    s.close_handlers()
+                self._closed = True
+            finally:
+                self._release_locks()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:
-            for s in self._segs:
-                s.delete()
-            self._closed = True
-            for name in self._io.listdir(self.dir):
-                self._io.unlink(os.path.join(self.dir, name))
-            self._io.rmdir(self.dir)
+            try:
+                for s in self._segs:
+                    s.delete()
+                self._closed = True
+                for name in self._io.listdir(self.dir):
+                    self._io.unlink(os.path.join(self.dir, name))
+                self._io.rmdir(self.dir)
+            finally:
+                self._release_locks()
 
     def __enter__(self) -> "Log":
         return self

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import fcntl
 import itertools
 import json
 import logging
@@ -30,7 +29,7 @@ from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, K
                            UnknownTopicError)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import is_delete_dir, partition_dirs
-from kstore.log import Log
+from kstore.log import LOG_DIR_LOCK, Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -38,7 +37,7 @@ from kstore.scheduler import Scheduler
 log = logging.getLogger("kstore.manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"
+LOCK_FILE = LOG_DIR_LOCK
 TOPIC_CONFIG_FILE = "kstore-topic-config.json"
 DELETE_DIR_SUFFIX = "-delete"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -216,15 +215,14 @@ class LogManager:
                     self.cleaner.start()
 
     def _acquire_lock(self, d: str) -> None:
-        path = os.path.join(d, LOCK_FILE)
-        fd = self._io.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._io.close(fd)
+        # exclusive: also excludes standalone writable Log.opens of its partitions, which hold
+        # it shared (kstore.log.LOG_DIR_LOCK)
+        fd = self._io.try_lock(os.path.join(d, LOCK_FILE))
+        if fd is None:
             raise LogDirLockedError(
-                f"Failed to acquire lock on file .lock in {d}. A Kafka instance in another process "
-                f"or thread is using this directory.") from None
+                f"Failed to acquire lock on file .lock in {d}. A Kafka instance (or a writable "
+                f"kstore Log of one of its partitions) in another process or thread is using "
+                f"this directory.")
         self._locks[d] = fd
 
     def _release_locks(self) -> None:
@@ -232,8 +230,7 @@ class LogManager:
         # "hold" the lock (KAFKA-6647)
         for d, fd in list(self._locks.items()):
             try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                self._io.close(fd)
+                self._io.unlock(fd)
             except OSError:
                 pass
             del self._locks[d]

@@ -916,3 +916,99 @@ def test_close_beside_a_flush_never_deadlocks(tmp_path, watchdog):
         with kstore.Log.open(path) as again:
             assert [r.value for r in again] == [b"%d" % i for i in range(200)]
             assert again.recovery_report == []        # closed cleanly: nothing recovered
+
+
+# -- one writer per partition (issue 12, defect 5) ---------------------------------------------------
+from kstore.errors import LogDirLockedError  # noqa: E402
+from kstore.manager import LogManager  # noqa: E402
+
+_HOLD_OPEN = """
+import sys, kstore
+lg = kstore.Log.open(sys.argv[1]) if sys.argv[2] == "log" else kstore.LogManager(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+lg.close()
+"""
+
+
+def _holder(path, kind):
+    """A second process holding path open for writing (a Log, or a LogManager of a log dir)
+    until its stdin is closed."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kstore.__file__)))
+    p = subprocess.Popen([sys.executable, "-c", _HOLD_OPEN, path, kind], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env)
+    assert p.stdout.readline() == b"ready\n"
+    return p
+
+
+def _release(p):
+    p.stdin.close()
+    assert p.wait(30) == 0
+
+
+def test_a_second_writable_open_in_this_process_is_refused(tmp_path):
+    path = str(tmp_path / "t-0")
+    first = kstore.Log.open(path)
+    first.append([(b"k", b"v")])
+    with pytest.raises(LogDirLockedError, match=f"cannot open {path} for writing: another writer"):
+        kstore.Log.open(path)
+    with kstore.Log.open(path, read_only=True) as ro:          # readers take no lock
+        assert [r.value for r in ro.read(0)] == [b"v"]
+    first.append([(b"k", b"w")])                              # the owner is untouched
+    first.close()
+    with kstore.Log.open(path) as again:
+        assert [r.value for r in again] == [b"v", b"w"]
+    assert sorted(os.listdir(path)) == [".kstore-clean-shutdown", "00000000000000000000.index",
+                                        "00000000000000000000.log", "00000000000000000000.timeindex"]
+
+
+def test_a_writable_open_beside_another_process_is_refused(tmp_path):
+    path = str(tmp_path / "t-0")
+    with kstore.Log.open(path) as lg:
+        lg.append([(b"k", b"v")])
+    p = _holder(path, "log")
+    try:
+        with pytest.raises(LogDirLockedError, match=f"cannot open {path} for writing"):
+            kstore.Log.open(path)
+        with pytest.raises(LogDirLockedError, match="Failed to acquire lock on file .lock"):
+            LogManager(str(tmp_path))                    # a standalone writer holds the log dir too
+        with kstore.Log.open(path, read_only=True) as ro:
+            assert [r.value for r in ro.read(0)] == [b"v"]
+    finally:
+        _release(p)
+    with kstore.Log.open(path) as lg:
+        assert [r.value for r in lg] == [b"v"]
+
+
+@pytest.mark.parametrize("where", ["this process", "another process"])
+def test_a_standalone_open_of_a_managed_partition_is_refused(tmp_path, where):
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        m.create_topic("t", 1)
+        m.append("t", b"k", b"v")
+    part = str(tmp_path / "t-0")
+    if where == "this process":
+        m = LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40})
+        release = m.close
+    else:
+        p = _holder(str(tmp_path), "manager")
+        release = lambda: _release(p)   # noqa: E731
+    try:
+        with pytest.raises(LogDirLockedError, match=f"cannot open {part} for writing: a LogManager owns"):
+            kstore.Log.open(part)
+    finally:
+        release()
+    with kstore.Log.open(part) as lg:          # the manager gone, a standalone open is fine
+        assert [r.value for r in lg] == [b"v"]
+
+
+def test_a_refused_open_holds_no_lock(tmp_path):
+    """The second open got the log dir's shared lock, then failed on the partition's: it must
+    let go of both, or a LogManager could never start after the first writer closes."""
+    path = str(tmp_path / "t-0")
+    first = kstore.Log.open(path)
+    for _ in range(3):
+        with pytest.raises(LogDirLockedError):
+            kstore.Log.open(path)
+    first.close()
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        assert m.topics() == ["t"]
