@@ -521,3 +521,33 @@ def test_cleaner_racing_deletion_aborts_the_clean_and_keeps_the_dir_online(tmp_p
             # retried: the next pass cleans what is left (retention left nothing to clean)
             assert len(m.clean_now()) == (1 if race == "delete_records" else 0)
             assert m.offline_dirs == {}
+
+
+def test_cleaner_threads_share_the_checkpoint_without_losing_entries(tmp_path, watchdog):
+    """log.cleaner.threads=2: both threads rewrite cleaner-offset-checkpoint; they shared its
+    .tmp name (ENOENT, dir offline) and its entries dict (changed during iteration)."""
+    import threading
+    from thread_watchdog import join_all
+    from kstore.checkpoint import OffsetCheckpointFile
+    watchdog(60)
+    m, t = mgr(tmp_path, {"log.cleaner.threads": "2"})
+    with m:
+        m.create_topic("c", 8, {"cleanup.policy": "compact"})
+        d = str(tmp_path)
+        errors = []
+
+        def cleaner_thread(parts):
+            try:
+                for i in range(150):
+                    for p in parts:
+                        m.cleaner._update_checkpoint(d, ("c", p), i * 10 + p)
+            except Exception as e:       # re-raised below
+                errors.append(e)
+        threads = [threading.Thread(target=cleaner_thread, args=(ps,)) for ps in ([0, 1, 2, 3], [4, 5, 6, 7])]
+        for th in threads:
+            th.start()
+        join_all(threads, 60)
+        assert errors == []
+        assert OffsetCheckpointFile(os.path.join(d, "cleaner-offset-checkpoint")).read() == \
+            {("c", p): 1490 + p for p in range(8)}
+        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
