@@ -36,6 +36,32 @@ from kstore.scheduler import Scheduler
 
 log = logging.getLogger("kstore.manager")
 
+# Lock hierarchy (every lock in kstore). A thread holding a lock may take only locks listed
+# below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+#
+#   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
+#   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
+#   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
+#                                 never taken under LogManager._lock (delete_topic writes after)
+#   LogManager._lock              registry changes (create/delete/add/alter topics), offline dirs;
+#                                 appends and the scheduled tasks read the registry without it
+#   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
+#   Log._lock                     the append lock: in-memory state, the segment list, the bytes
+#                                 of an append. No fsync/msync waits and no scheduler hand-off
+#                                 under it: flushes, a roll's flush (or its scheduling), the
+#                                 retention dir fsync and delayed unlinks run after it is released
+#                                 (Log._after_write). Exceptions: close(), the trim fsync of a roll
+#                                 of a fully flushed log, truncate_fully_and_start_at's and the
+#                                 cleaner swap's first directory fsync
+#   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it)
+#   AbstractIndex._lock           an index's mapping, entries and length
+#   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
+#           the checkpoint-lock registry guard
+#
+# Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
+# for the second, so nothing under Log._lock may flush); LogManager._lock before Log._lock
+# (delete_topic closes logs under it, so Log code never calls into the manager).
+
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = LOG_DIR_LOCK
 TOPIC_CONFIG_FILE = "kstore-topic-config.json"
