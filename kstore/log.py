@@ -563,17 +563,37 @@ class Log:
         if type(records) is not list and type(records) is not tuple:
             records = list(records)
         with self._lock:
-            info = self._append_locked(records)
+            # _append_locked's body, inlined: this is the hot path
+            if self._closed or self.read_only:
+                self._check_open()
+                raise KStoreStateError(f"log {self.dir} is open read-only")
+            if self._failed is not None:
+                raise _failed_error(self.dir, self._failed)
+            cfg = self._config
+            now = self._time.milliseconds()
+            b = self._builder
+            b.compression_level = cfg.compression_level
+            before, after = self._ts_window
+            n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
+                        now - before, now + after, cfg.compact, cfg.codec)
+            if n == 0:
+                return _core.empty_append_info(self._leo)
+            try:
+                self._append_built(b, cfg, now)
+            except OSError as e:         # _storage_op, inlined on the hot path
+                self._failed = str(e)
+                raise _storage_error(self.dir, e)
+            info = b.info(now if cfg.log_append_time else -1)
             deferred = self._deferred
             if deferred:
                 self._deferred = []
-            due = self._leo - self._recovery_point >= self._config.flush_messages
+            due = self._leo - self._recovery_point >= cfg.flush_messages
         if deferred or due:
             self._after_write(deferred, due)
         return info
 
     def _append_locked(self, records) -> _core.AppendInfo:
-        """append()'s work under the lock: encode, roll if due, write (no fsync, no hand-off)."""
+        """append()'s work under the lock (append inlines it): encode, roll if due, write."""
         if self._closed or self.read_only:
             self._check_open()
             raise KStoreStateError(f"log {self.dir} is open read-only")
