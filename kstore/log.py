@@ -1135,9 +1135,18 @@ class Log:
         # after the lock, before the caller returns: one directory fsync makes every .deleted
         # rename durable, so deleted segments never come back after a power loss (a
         # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
-        self._deferred.append(functools.partial(self._io.fsync_dir, self.dir))
+        self._deferred.append(self._sync_dir)
         self._deferred.append(functools.partial(self._delete_later, doomed))
         return len(doomed)
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory after the lock; nothing to do if the log was closed
+        meanwhile (a deleted topic's directory has moved)."""
+        try:
+            self._io.fsync_dir(self.dir)
+        except OSError:
+            if not self._closed:
+                raise
 
     def _delete_later(self, segs: list[LogSegment]) -> None:
         """Unlink retired (.deleted) segments after file.delete.delay.ms (Kafka), on the

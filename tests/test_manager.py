@@ -717,3 +717,35 @@ def test_delete_topic_after_a_roll_logs_nothing_above_info(tmp_path, watchdog, c
     m.close()                        # joins the scheduler's threads
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
     assert m.offline_dirs == {} and m.topics() == []
+
+
+def test_delete_topic_during_retention_keeps_the_dir_online(tmp_path, mock, caplog):
+    """Retention's directory fsync runs after the log lock is released; a topic deleted in that
+    window must not fail retention or take the dir offline (an ordinary deletion)."""
+    import logging
+    caplog.set_level(logging.DEBUG)
+    box = {}
+
+    class DeleteDuringDirSync(FileOps):
+        armed = False
+
+        def fsync_dir(self, path):
+            if self.armed and path == str(tmp_path / "t-0"):
+                self.armed = False
+                box["m"].delete_topic("t")
+            return super().fsync_dir(path)
+    io = DeleteDuringDirSync()
+    t, s = mock
+    m = manager(str(tmp_path), {"log.segment.bytes": 1024, "log.retention.bytes": 1024}, mock=mock, io=io)
+    box["m"] = m
+    with m:
+        m.create_topic("t", 1)
+        m.create_topic("other", 1)
+        for _ in range(60):
+            m.append_batch("t", 0, [(b"k", b"v" * 30)])
+        io.armed = True
+        assert m.cleanup_logs() > 0
+        assert not io.armed                          # the deletion did run inside retention
+        assert m.topics() == ["other"] and m.offline_dirs == {}
+        assert m.append("other", b"k", b"v").offset == 0
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
