@@ -120,8 +120,16 @@ class FileOps:
         """flock path without waiting: a directory, or a lock file (created if missing). Returns
         the descriptor that holds the lock until unlock(), or None if another open file
         description (this process or another) holds a conflicting lock."""
-        flags = (os.O_RDONLY | os.O_DIRECTORY) if directory else (os.O_RDWR | os.O_CREAT)
-        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        if directory:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+        else:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | cloexec, 0o644)
+            except (PermissionError, OSError) as e:
+                if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.isfile(path):
+                    raise
+                fd = os.open(path, os.O_RDONLY | cloexec)   # flock needs no write access
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -563,7 +563,6 @@ class Log:
         if type(records) is not list and type(records) is not tuple:
             records = list(records)
         with self._lock:
-            # _append_locked's body, inlined: this is the hot path
             if self._closed or self.read_only:
                 self._check_open()
                 raise KStoreStateError(f"log {self.dir} is open read-only")
@@ -591,29 +590,6 @@ class Log:
         if deferred or due:
             self._after_write(deferred, due)
         return info
-
-    def _append_locked(self, records) -> _core.AppendInfo:
-        """append()'s work under the lock (append inlines it): encode, roll if due, write."""
-        if self._closed or self.read_only:
-            self._check_open()
-            raise KStoreStateError(f"log {self.dir} is open read-only")
-        if self._failed is not None:
-            raise _failed_error(self.dir, self._failed)
-        cfg = self._config
-        now = self._time.milliseconds()
-        b = self._builder
-        b.compression_level = cfg.compression_level
-        before, after = self._ts_window
-        n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
-                    now - before, now + after, cfg.compact, cfg.codec)
-        if n == 0:
-            return _core.empty_append_info(self._leo)
-        try:
-            self._append_built(b, cfg, now)
-        except OSError as e:         # _storage_op, inlined on the hot path
-            self._failed = str(e)
-            raise _storage_error(self.dir, e)
-        return b.info(now if cfg.log_append_time else -1)
 
     def _take_deferred(self) -> list:
         """The post-lock actions queued so far (lock held), leaving none queued."""
@@ -674,19 +650,19 @@ class Log:
             cfg = self._config
             budget = max(1, min(batch_bytes, cfg.max_message_bytes - 256))
             first = self._leo
+            b = self._builder
+            b.compression_level = cfg.compression_level
+            before, after = self._ts_window
             try:
-                if cfg.magic < 2:        # legacy message format: through append()'s encoder
-                    for lo, hi in split_rows(sizes, start, stop, budget):
-                        self._append_locked(cols.rows(lo, hi))
-                else:
-                    b = self._builder
-                    b.compression_level = cfg.compression_level
-                    before, after = self._ts_window
-                    for lo, hi in split_rows(sizes, start, stop, budget):
-                        now = self._time.milliseconds()
+                for lo, hi in split_rows(sizes, start, stop, budget):
+                    now = self._time.milliseconds()
+                    if cfg.magic < 2:        # legacy message format: append()'s encoder
+                        b.build(cols.rows(lo, hi), cfg.magic, self._leo, now, cfg.log_append_time,
+                                now - before, now + after, cfg.compact, cfg.codec)
+                    else:
                         b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time,
                                         now - before, now + after, cfg.compact, cfg.codec)
-                        self._append_built(b, cfg, now)
+                    self._append_built(b, cfg, now)
             finally:
                 deferred = self._take_deferred()
                 due = self._leo - self._recovery_point >= cfg.flush_messages
