@@ -598,14 +598,18 @@ class Log:
             self._deferred = []
         return deferred
 
-    @_storage_op
     def _after_write(self, deferred: list, flush_due: bool = False) -> None:
         """Run, with no lock held, what a write left for after the lock: the fsyncs and
-        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush."""
-        for action in deferred:
-            action()
-        if flush_due:
-            self.flush()
+        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush.
+        An I/O error fails the log, as in the write itself."""
+        try:
+            for action in deferred:
+                action()
+            if flush_due:
+                self.flush()
+        except OSError as e:
+            self._failed = self._failed or str(e)
+            raise _storage_error(self.dir, e)
 
     @_storage_op
     def append_batches(self, data) -> tuple[int, int]:
