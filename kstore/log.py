@@ -582,13 +582,12 @@ class Log:
             except OSError as e:         # _storage_op, inlined on the hot path
                 self._failed = str(e)
                 raise _storage_error(self.dir, e)
+            if not self._deferred and self._leo - self._recovery_point < cfg.flush_messages:
+                return b.info(now if cfg.log_append_time else -1)     # the usual case
             info = b.info(now if cfg.log_append_time else -1)
-            deferred = self._deferred
-            if deferred:
-                self._deferred = []
+            deferred = self._take_deferred()
             due = self._leo - self._recovery_point >= cfg.flush_messages
-        if deferred or due:
-            self._after_write(deferred, due)
+        self._after_write(deferred, due)
         return info
 
     def _take_deferred(self) -> list:
