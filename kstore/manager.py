@@ -670,9 +670,11 @@ class LogManager:
 
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):
-        with self._lock:
-            items = [(tp, lg, self._dir_of[tp]) for tp, lg in self._logs.items()]
-        return [(tp, lg, d) for tp, lg, d in items if d not in self._offline and not lg.closed]
+        # the published registry, lock-free: a slow create_topic never holds up the tasks
+        dir_of, logs = self._dir_of, self._logs
+        items = [(tp, lg, dir_of.get(tp)) for tp, lg in logs.items()]
+        return [(tp, lg, d) for tp, lg, d in items
+                if d is not None and d not in self._offline and not lg.closed]
 
     def cleanup_logs(self) -> int:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
