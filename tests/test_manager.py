@@ -749,3 +749,54 @@ def test_delete_topic_during_retention_keeps_the_dir_online(tmp_path, mock, capl
         assert m.topics() == ["other"] and m.offline_dirs == {}
         assert m.append("other", b"k", b"v").offset == 0
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
+
+
+def test_every_writer_side_task_at_once_keeps_the_lock_hierarchy(tmp_path, watchdog, caplog):
+    """Appends (rolling, reaching flush.messages), the flusher and checkpoint tasks every ms,
+    two cleaner threads, retention, delete_records, topic churn: nothing hangs, nothing goes
+    offline, nothing is logged above INFO, every acknowledged record at or after the log start
+    is read back at its offset."""
+    import logging
+    watchdog(90)
+    caplog.set_level(logging.INFO)
+    cfg = {"log.flush.scheduler.interval.ms": 1, "log.flush.interval.ms": 0,
+           "log.flush.interval.messages": 3, "log.segment.bytes": 2048,
+           "log.initial.task.delay.ms": 0, "background.threads": 3,
+           "log.flush.offset.checkpoint.interval.ms": 1,
+           "log.flush.start.offset.checkpoint.interval.ms": 1, "log.retention.check.interval.ms": 5,
+           "log.cleaner.enable": True, "log.cleaner.threads": 2, "log.cleaner.backoff.ms": 1,
+           "log.segment.delete.delay.ms": 0}
+    acked = []
+    with LogManager(str(tmp_path), cfg) as m:
+        m.create_topic("plain", 1)
+        m.create_topic("compact", 2, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
+
+        def appender(stop):
+            i = 0
+            while not stop.is_set():
+                info = m.append_batch("plain", 0, [(b"k", b"%d" % i)])
+                acked.append((info.first_offset, b"%d" % i))
+                m.append("compact", b"key%d" % (i % 5), b"%d" % i)
+                i += 1
+
+        def deleter(stop):
+            while not stop.is_set():
+                lg = m.log("plain", 0)
+                lg.delete_records(max(lg.log_start_offset, lg.log_end_offset - 50))
+                _time.sleep(0.01)
+
+        def churn(stop):
+            n = 0
+            while not stop.is_set():
+                m.create_topic(f"churn{n}", 1)
+                m.append(f"churn{n}", b"k", b"v")
+                m.delete_topic(f"churn{n}")
+                n += 1
+        _threads_for(3.0, appender, deleter, churn)
+        assert m.offline_dirs == {}
+        assert m.uncleanable_partitions() == {}
+        lg = m.log("plain", 0)
+        start = lg.log_start_offset
+        assert [(r.offset, r.value) for r in lg] == [a for a in acked if a[0] >= start]
+        assert lg.log_end_offset == len(acked)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
