@@ -4,10 +4,15 @@ log-start-offset-checkpoint, cleaner-offset-checkpoint.
 Format: a version line `0`, a count line, then `topic partition offset` lines, single spaces,
 `\\n` line ends. Written atomically (temp file, fsync, rename, fsync of the directory). A malformed
 file raises CheckpointError naming the path and the reason; callers treat it as absent.
+
+Writers of one file hold its `lock` from taking their snapshot to the end of the write, so an
+older snapshot never replaces a newer one (a log start offset going backwards would bring
+deleted records back after a crash).
 """
 from __future__ import annotations
 
 import os
+import threading
 from typing import Mapping, Optional
 
 from kstore.errors import KStoreError, UnusableFileError
@@ -23,12 +28,32 @@ class CheckpointError(KStoreError):
     """A checkpoint file that cannot be trusted."""
 
 
+_locks_guard = threading.Lock()
+_locks: dict[str, threading.Lock] = {}
+
+
+def checkpoint_lock(path: str) -> threading.Lock:
+    """The process-wide lock of the checkpoint file at path (one per file, made on first use).
+    A leaf in the lock hierarchy except for the registry lock a snapshot may take."""
+    key = os.path.abspath(path)
+    with _locks_guard:
+        lk = _locks.get(key)
+        if lk is None:
+            lk = _locks[key] = threading.Lock()
+        return lk
+
+
 class OffsetCheckpointFile:
     """One checkpoint file mapping (topic, partition) to an offset."""
 
     def __init__(self, path: str, io: Optional[FileOps] = None):
         self.path = path
         self._io = io or get_file_ops()
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Hold it from taking the snapshot to the end of write() (see the module docstring)."""
+        return checkpoint_lock(self.path)
 
     def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
         lines = [str(VERSION), str(len(offsets))]

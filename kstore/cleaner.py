@@ -18,7 +18,7 @@ from typing import Optional
 
 from kstore import _core
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
-from kstore.errors import KStoreError
+from kstore.errors import KStoreError, SegmentGoneError, UnknownTopicError
 from kstore.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from kstore.log import Log
 from kstore.segment import LogSegment
@@ -197,7 +197,10 @@ class Cleaner:
             io.fsync(fd)
         except BaseException:
             io.close(fd)
-            _remove_cleaned(io, lg.dir, base)
+            try:
+                _remove_cleaned(io, lg.dir, base)
+            except OSError:
+                pass          # the error being raised matters more; the next load tidies up
             raise
         io.close(fd)
         # indexes for the cleaned segment, built as recovery builds them, then made durable
@@ -224,11 +227,27 @@ class CleanAborted(KStoreError):
     """The log changed under the cleaner (retention, truncation); the pass is dropped."""
 
 
+def _changed(lg: Log, segs_before: list[LogSegment]) -> bool:
+    """Whether the log lost or replaced segments since segs_before (or was closed)."""
+    return lg.closed or any(s.closed for s in segs_before) or lg.segments != segs_before
+
+
 def _remove_cleaned(io, dir_: str, base: int) -> None:
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
         path = segment_file(dir_, base, suffix, CLEANED_SUFFIX)
         if io.exists(path):
             io.unlink(path)
+
+
+def _remove_all_cleaned(io, dir_: str) -> None:
+    """After an aborted clean: every .cleaned file of the log (one clean per log at a time, so
+    all are its own). Errors are ignored: the next load removes what is left."""
+    try:
+        for name in io.listdir(dir_):
+            if name.endswith(CLEANED_SUFFIX):
+                io.unlink(os.path.join(dir_, name))
+    except OSError:
+        pass
 
 
 def group_segments(segs: list[LogSegment], cfg, end_offset: int) -> list[list[LogSegment]]:
@@ -287,22 +306,32 @@ class LogCleaner:
         return OffsetCheckpointFile(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io)
 
     def _load_checkpoint(self, d: str) -> dict:
-        if d not in self._checkpoints:
-            try:
-                self._checkpoints[d] = self._checkpoint_file(d).read()
-            except (CheckpointError, OSError) as e:
-                log.warning("%s; cleaning from the log start", e)
-                self._checkpoints[d] = {}
-        return self._checkpoints[d]
+        cp = self._checkpoints.get(d)
+        if cp is None:
+            cpf = self._checkpoint_file(d)
+            with cpf.lock:
+                cp = self._checkpoints.get(d)
+                if cp is None:
+                    try:
+                        cp = cpf.read()
+                    except (CheckpointError, OSError) as e:
+                        log.warning("%s; cleaning from the log start", e)
+                        cp = {}
+                    self._checkpoints[d] = cp
+        return cp
 
     def _update_checkpoint(self, d: str, tp, offset: Optional[int]) -> None:
+        """Change one entry and rewrite the dir's file, under the file's lock: the cleaner
+        threads share both the entries and the file."""
+        cpf = self._checkpoint_file(d)
         cp = self._load_checkpoint(d)
-        if offset is None:
-            cp.pop(tp, None)
-        else:
-            cp[tp] = offset
-        live = set(self._manager.logs())
-        self._checkpoint_file(d).write({k: v for k, v in cp.items() if k in live})
+        with cpf.lock:
+            if offset is None:
+                cp.pop(tp, None)
+            else:
+                cp[tp] = offset
+            live = set(self._manager.logs())
+            cpf.write({k: v for k, v in cp.items() if k in live})
 
     def first_dirty_offset(self, tp) -> Optional[int]:
         d = self._manager.log_dir_of(*tp)
@@ -321,11 +350,14 @@ class LogCleaner:
             if (not lg.config.compact or tp in self._in_progress or tp in self.uncleanable
                     or lg.closed or tp in exclude):
                 continue
-            d = self._manager.log_dir_of(*tp)
-            if d in self._manager.offline_dirs:
-                continue
-            cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
-            fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
+            try:
+                d = self._manager.log_dir_of(*tp)
+                if d in self._manager.offline_dirs:
+                    continue
+                cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
+                fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
+            except (UnknownTopicError, FileNotFoundError):
+                continue         # deleted (topic, or segments by retention) while we looked
             if dirty == 0:
                 continue
             ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
@@ -339,8 +371,11 @@ class LogCleaner:
 
     # -- cleaning ----------------------------------------------------------------------------
     def _clean(self, cleaner: Cleaner, ltc: LogToClean) -> Optional[CleanerStats]:
-        d = self._manager.log_dir_of(*ltc.tp)
+        lg = ltc.log
+        segs_before = lg.segments
+        d = None
         try:
+            d = self._manager.log_dir_of(*ltc.tp)
             stats = cleaner.clean(ltc)
             self._update_checkpoint(d, ltc.tp, stats.end_offset)
             log.info("cleaned %s-%d: %d -> %d bytes, %d records removed in %.0f ms",
@@ -350,17 +385,38 @@ class LogCleaner:
         except CleanAborted as e:
             log.info("%s", e)
             return None
+        except UnknownTopicError:
+            log.info("clean of %s-%d aborted: the topic was deleted", *ltc.tp)
+            return None
+        except (SegmentGoneError, ValueError, BufferError) as e:
+            # a segment closed or replaced under the clean (its mapping closed: "mapping is
+            # closed"): a race with retention, delete_records, truncation or topic deletion
+            if not isinstance(e, SegmentGoneError) and not _changed(lg, segs_before):
+                return self._uncleanable(ltc, e)
+            log.info("clean of %s-%d aborted: %s changed during cleaning (%s)",
+                     ltc.tp[0], ltc.tp[1], lg.dir, e)
+            _remove_all_cleaned(self._io, lg.dir)
+            return None
         except OSError as e:
+            if isinstance(e, FileNotFoundError) and _changed(lg, segs_before):
+                # retention, delete_records, truncation or topic deletion removed or renamed a
+                # file under the clean: the clean is dropped (and retried later), the dir is fine
+                log.info("clean of %s-%d aborted: %s changed during cleaning (%s)",
+                         ltc.tp[0], ltc.tp[1], lg.dir, e)
+                _remove_all_cleaned(self._io, lg.dir)
+                return None
             self._manager._mark_offline(d, e)
             return None
         except Exception as e:   # KAFKA-7215: one bad partition must not stop the cleaner
-            log.exception("cleaning %s-%d failed; marking it uncleanable", *ltc.tp)
-            self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
-            return None
+            return self._uncleanable(ltc, e)
         finally:
             with self._done:
                 self._in_progress.discard(ltc.tp)
                 self._done.notify_all()
+
+    def _uncleanable(self, ltc: LogToClean, e: BaseException) -> None:
+        log.error("cleaning %s-%d failed; marking it uncleanable", *ltc.tp, exc_info=e)
+        self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
 
     def run_pass(self) -> list[CleanerStats]:
         """Clean every log that is eligible now, once; returns the statistics of each clean.

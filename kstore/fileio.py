@@ -11,6 +11,8 @@ through ``map_write`` instead, so a crash harness sees every byte written.
 from __future__ import annotations
 
 import errno
+import fcntl
+import itertools
 import os
 import stat
 from typing import Optional
@@ -36,6 +38,8 @@ def file_kind(mode: int) -> str:
         if test(mode):
             return name
     return "regular file" if stat.S_ISREG(mode) else "special file"
+
+_tmp_seq = itertools.count()      # next() is atomic under the GIL
 
 
 class FileOps:
@@ -179,6 +183,38 @@ class FileOps:
     def set_mtime_ms(self, path: str, ms: int) -> None:
         os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
 
+    # -- locks -----------------------------------------------------------------------------
+    def try_lock(self, path: str, *, shared: bool = False, directory: bool = False) -> Optional[int]:
+        """flock path without waiting: a directory, or a lock file (created if missing). Returns
+        the descriptor that holds the lock until unlock(), or None if another open file
+        description (this process or another) holds a conflicting lock."""
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        if directory:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+        else:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | cloexec, 0o644)
+            except (PermissionError, OSError) as e:
+                if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.isfile(path):
+                    raise
+                fd = os.open(path, os.O_RDONLY | cloexec)   # flock needs no write access
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def unlock(self, fd: int) -> None:
+        """Release a lock taken by try_lock and close its descriptor."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
     # -- mappings --------------------------------------------------------------------------
     def map(self, fd: int, length: int, writable: bool) -> Mapping:
         return Mapping(fd, length, writable)
@@ -192,8 +228,10 @@ class FileOps:
 
     # -- helpers built on the primitives -----------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
-        """tmp file, write, fsync, rename over path, fsync the directory."""
-        tmp = path + ".tmp"
+        """tmp file, write, fsync, rename over path, fsync the directory. The temp name is
+        unique to this call (two writers of one file never share it) and ends in `.tmp`, which
+        loading removes."""
+        tmp = f"{path}.{os.getpid()}-{next(_tmp_seq)}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.pwrite(fd, data, 0)

@@ -26,8 +26,9 @@ from kstore.config import LONG_MAX, LogConfig
 from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KafkaStorageError, KStoreError, KStoreStateError,
-                           LogSegmentOffsetOverflowError, OffsetOutOfRangeError,
-                           RecordTooLargeError, SegmentGoneError, UnknownTopicError, with_path)
+                           LogDirLockedError, LogSegmentOffsetOverflowError,
+                           OffsetOutOfRangeError, RecordTooLargeError, SegmentGoneError,
+                           UnknownTopicError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX,
                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, INDEX_SUFFIX, parse_name, segment_file)
@@ -39,6 +40,9 @@ log = logging.getLogger("kstore.log")
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+#: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
+#: of its partitions holds it shared (and flocks the partition directory itself exclusively).
+LOG_DIR_LOCK = ".lock"
 DEFAULT_MAX_BYTES = 1 << 20
 INT32_MAX = (1 << 31) - 1
 _TS_CLAMP = 1 << 62
@@ -120,6 +124,8 @@ class Log:
         self._builder = _core.BatchBuilder()
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
+        self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
         self._last_flush_ms = time.milliseconds()
@@ -153,7 +159,13 @@ class Log:
             log_._load_read_only(log_start_offset)
         else:
             try:
+                if not managed:
+                    log_._create_dir()
+                    log_._take_locks()
                 log_._load(recovery_point, log_start_offset, clean_shutdown)
+            except LogDirLockedError:
+                log_.close_handlers()
+                raise
             except OSError as e:
                 log_.close_handlers()
                 if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
@@ -231,6 +243,33 @@ class Log:
     def _ro_segment(self, base: int) -> ReadOnlySegment:
         return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
                                rng=self._rng)
+
+    def _take_locks(self) -> None:
+        """A standalone writable open excludes every other writer of the partition: the
+        partition directory flocked exclusively (another standalone Log, in this process or
+        another; no file is added to Kafka's directory) and the parent log dir's `.lock` shared
+        (a LogManager holds it exclusively). Held until close or close_handlers."""
+        parent = os.path.dirname(os.path.abspath(self.dir))
+        fd = self._io.try_lock(os.path.join(parent, LOG_DIR_LOCK), shared=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: a LogManager owns its log dir {parent} "
+                f"(in this process or another); append through it, or open read-only")
+        self._lock_fds.append(fd)
+        fd = self._io.try_lock(self.dir, directory=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: another writer (a Log in this process or "
+                f"another) has it open; close it first, or open read-only")
+        self._lock_fds.append(fd)
+
+    def _release_locks(self) -> None:
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            try:
+                self._io.unlock(fd)
+            except OSError:
+                pass          # the descriptor is gone either way: so is its lock
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -575,9 +614,33 @@ class Log:
             except OSError as e:         # _storage_op, inlined on the hot path
                 self._failed = str(e)
                 raise _storage_error(self.dir, e)
-            if self._leo - self._recovery_point >= cfg.flush_messages:
+            if not self._deferred and self._leo - self._recovery_point < cfg.flush_messages:
+                return b.info(now if cfg.log_append_time else -1)     # the usual case
+            info = b.info(now if cfg.log_append_time else -1)
+            deferred = self._take_deferred()
+            due = self._leo - self._recovery_point >= cfg.flush_messages
+        self._after_write(deferred, due)
+        return info
+
+    def _take_deferred(self) -> list:
+        """The post-lock actions queued so far (lock held), leaving none queued."""
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+        return deferred
+
+    def _after_write(self, deferred: list, flush_due: bool = False) -> None:
+        """Run, with no lock held, what a write left for after the lock: the fsyncs and
+        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush.
+        An I/O error fails the log, as in the write itself."""
+        try:
+            for action in deferred:
+                action()
+            if flush_due:
                 self.flush()
-            return b.info(now if cfg.log_append_time else -1)
+        except OSError as e:
+            self._failed = self._failed or str(e)
+            raise _storage_error(self.dir, e)
 
     @_storage_op
     def append_batches(self, data) -> tuple[int, int]:
@@ -595,14 +658,17 @@ class Log:
             first = self._leo
             count = 0
             pos = 0
-            while pos < total:
-                now = self._time.milliseconds()
-                pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
-                self._append_built(b, cfg, now)
-                count += b.count
-            if count and self._leo - self._recovery_point >= cfg.flush_messages:
-                self.flush()
-            return first, count
+            try:
+                while pos < total:
+                    now = self._time.milliseconds()
+                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                    self._append_built(b, cfg, now)
+                    count += b.count
+            finally:
+                deferred = self._take_deferred()
+                due = self._leo - self._recovery_point >= cfg.flush_messages
+        self._after_write(deferred, due and count > 0)
+        return first, count
 
     @_storage_op
     def append_columns(self, cols: _core.ColumnInput, start: int = 0, stop: Optional[int] = None,
@@ -619,21 +685,25 @@ class Log:
             cfg = self._config
             budget = max(1, min(batch_bytes, cfg.max_message_bytes - 256))
             first = self._leo
-            if cfg.magic < 2:        # legacy message format: through append()'s encoder
-                for lo, hi in split_rows(sizes, start, stop, budget):
-                    self.append(cols.rows(lo, hi))
-                return first, self._leo - first
             b = self._builder
             b.compression_level = cfg.compression_level
             before, after = self._ts_window
-            for lo, hi in split_rows(sizes, start, stop, budget):
-                now = self._time.milliseconds()
-                b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time, now - before,
-                                now + after, cfg.compact, cfg.codec)
-                self._append_built(b, cfg, now)
-            if self._leo > first and self._leo - self._recovery_point >= cfg.flush_messages:
-                self.flush()
-            return first, self._leo - first
+            try:
+                for lo, hi in split_rows(sizes, start, stop, budget):
+                    now = self._time.milliseconds()
+                    if cfg.magic < 2:        # legacy message format: append()'s encoder
+                        b.build(cols.rows(lo, hi), cfg.magic, self._leo, now, cfg.log_append_time,
+                                now - before, now + after, cfg.compact, cfg.codec)
+                    else:
+                        b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time,
+                                        now - before, now + after, cfg.compact, cfg.codec)
+                    self._append_built(b, cfg, now)
+            finally:
+                deferred = self._take_deferred()
+                due = self._leo - self._recovery_point >= cfg.flush_messages
+            count = self._leo - first
+        self._after_write(deferred, due and count > 0)
+        return first, count
 
     def _append_built(self, b: _core.BatchBuilder, cfg: LogConfig, now: int) -> None:
         """Write the batch the builder holds at the log end (lock held): size limits, roll if
@@ -673,7 +743,12 @@ class Log:
         """Start a new active segment at max(expected_next_offset, log_end_offset)."""
         with self._lock:
             self._check_writable()
-            return self._roll_locked(expected_next_offset)
+            try:
+                seg = self._roll_locked(expected_next_offset)
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return seg
 
     def _roll_locked(self, expected_next_offset: Optional[int]) -> LogSegment:
         io = self._io
@@ -703,19 +778,30 @@ class Log:
             active.on_become_inactive()
             if self._leo <= self._recovery_point:
                 # its data is durable already, so no later flush covers it (a flush starts at the
-                # recovery point): make the trim durable now, or a power loss brings the
-                # preallocated zeros back below the recovery point, where recovery never looks.
-                # Otherwise the flush up to the new segment below covers it, trim included.
+                # recovery point): make the trim durable now, before the new segment exists, or
+                # a power loss brings the preallocated zeros back below the recovery point,
+                # where recovery never looks (the crash harness finds that state if this waits
+                # until after the lock). The one fsync under _lock, and only when there is
+                # nothing unflushed. Otherwise the flush up to the new segment covers it.
                 active.flush()
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
         self._set_segments(self._segs + [seg])
-        # Kafka flushes everything below the new segment asynchronously on the scheduler
+        # Kafka flushes everything below the new segment asynchronously on the scheduler; both
+        # the fsyncs and the hand-off happen after the log lock is released (_after_write)
         if self._scheduler is not None:
-            self._scheduler.schedule_once("flush-log", lambda: self.flush(new_offset))
+            scheduler = self._scheduler
+            self._deferred.append(lambda: scheduler.schedule_once(
+                "flush-log", lambda: self._flush_after_roll(new_offset)))
         else:
-            self.flush(new_offset)
+            self._deferred.append(lambda: self.flush(new_offset))
         return seg
+
+    def _flush_after_roll(self, offset: int) -> None:
+        """The scheduled flush of a roll: nothing to do once the log is closed (a clean close
+        flushed it; a deleted topic's log has nowhere to flush to)."""
+        if not self._closed:
+            self.flush(offset)
 
     # -- read ------------------------------------------------------------------------------
     def _segment_for(self, offset: int) -> int:
@@ -956,27 +1042,39 @@ class Log:
         if self.read_only:
             return
         with self._flush_lock:
-            with self._lock:
-                if self._closed:
-                    return
-                end = self._leo if offset is None else min(offset, self._leo)
-                rp = self._recovery_point
-                if end <= rp:
-                    return
-                bases, segs = self._bases, self._segs
-                lo = max(0, bisect.bisect_right(bases, rp) - 1)
-                hi = bisect.bisect_left(bases, end)
-                to_flush = segs[lo:hi] if hi > lo else []
-                if not to_flush and segs:
-                    to_flush = [segs[max(0, self._segment_for(end - 1))]]
+            self._flush_holding_flush_lock(offset)
+
+    def _flush_holding_flush_lock(self, offset: Optional[int]) -> None:
+        """flush() with _flush_lock held: the log lock only to read and publish offsets, never
+        across an fsync, so appends and rolls go on while the disk works."""
+        with self._lock:
+            if self._closed:
+                return
+            end = self._leo if offset is None else min(offset, self._leo)
+            rp = self._recovery_point
+            if end <= rp:
+                return
+            bases, segs = self._bases, self._segs
+            lo = max(0, bisect.bisect_right(bases, rp) - 1)
+            hi = bisect.bisect_left(bases, end)
+            to_flush = segs[lo:hi] if hi > lo else []
+            if not to_flush and segs:
+                to_flush = [segs[max(0, self._segment_for(end - 1))]]
+        try:
             for s in to_flush:
                 s.flush()
             if any(s.base_offset >= rp for s in to_flush):
                 self._io.fsync_dir(self.dir)
-            with self._lock:
-                if end > self._recovery_point:
-                    self._recovery_point = end
-                self._last_flush_ms = self._time.milliseconds()
+        except OSError:
+            if self._closed:
+                # closed under the flush (topic deleted, handlers released): its files are
+                # gone or moved on purpose; there is nothing left to make durable
+                return
+            raise
+        with self._lock:
+            if end > self._recovery_point:
+                self._recovery_point = end
+            self._last_flush_ms = self._time.milliseconds()
 
     @property
     def last_flush_time(self) -> int:
@@ -1041,9 +1139,14 @@ class Log:
                     f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
-            self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                  "log start offset breach")
-            return self._log_start_offset
+            try:
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                      "log start offset breach")
+            finally:
+                deferred = self._take_deferred()
+            start = self._log_start_offset
+        self._after_write(deferred)
+        return start
 
     @_storage_op
     def delete_old_segments(self) -> int:
@@ -1051,25 +1154,33 @@ class Log:
         (size and time only with cleanup.policy delete). Returns the segments deleted."""
         with self._lock:
             self._check_writable()
-            cfg = self._config
-            n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                      "log start offset breach")
-            if not cfg.delete:
-                return n
-            if cfg.retention_bytes >= 0:
-                diff = [self.size - cfg.retention_bytes]
+            try:
+                n = self._delete_old_segments_locked()
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return n
 
-                def size_breach(seg, nxt):
-                    if diff[0] - seg.size >= 0:
-                        diff[0] -= seg.size
-                        return True
-                    return False
-                n += self._delete_segments(size_breach, "retention size breach")
-            if cfg.retention_ms >= 0:
-                now = self._time.milliseconds()
-                n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
-                                           "retention time breach")
+    def _delete_old_segments_locked(self) -> int:
+        cfg = self._config
+        n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                  "log start offset breach")
+        if not cfg.delete:
             return n
+        if cfg.retention_bytes >= 0:
+            diff = [self.size - cfg.retention_bytes]
+
+            def size_breach(seg, nxt):
+                if diff[0] - seg.size >= 0:
+                    diff[0] -= seg.size
+                    return True
+                return False
+            n += self._delete_segments(size_breach, "retention size breach")
+        if cfg.retention_ms >= 0:
+            now = self._time.milliseconds()
+            n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
+                                       "retention time breach")
+        return n
 
     def _delete_segments(self, predicate, reason: str) -> int:
         segs = self._segs
@@ -1097,11 +1208,34 @@ class Log:
             self._log_start_offset = new_start
         for seg in doomed:
             log.info("deleting segment %s (%s)", seg.log_path, reason)
-            self._async_delete(seg, sync_dir=False)
-        # one directory fsync makes every .deleted rename durable: deleted segments never come
-        # back after a power loss (a crash-harness finding; Kafka leaves this to its checkpoint)
-        self._io.fsync_dir(self.dir)
+            seg.close_handlers()
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+        # after the lock, before the caller returns: one directory fsync makes every .deleted
+        # rename durable, so deleted segments never come back after a power loss (a
+        # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
+        self._deferred.append(self._sync_dir)
+        self._deferred.append(functools.partial(self._delete_later, doomed))
         return len(doomed)
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory after the lock; nothing to do if the log was closed
+        meanwhile (a deleted topic's directory has moved)."""
+        try:
+            self._io.fsync_dir(self.dir)
+        except OSError:
+            if not self._closed:
+                raise
+
+    def _delete_later(self, segs: list[LogSegment]) -> None:
+        """Unlink retired (.deleted) segments after file.delete.delay.ms (Kafka), on the
+        scheduler when there is one; called with no lock held."""
+        if self._scheduler is None:
+            for seg in segs:
+                seg.delete()
+            return
+        for seg in segs:
+            self._scheduler.schedule_once("delete-file", seg.delete,
+                                          delay_ms=self._config.file_delete_delay_ms)
 
     def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
         """Swap a cleaned segment in for `old` (Kafka's replaceSegments): rename its `.cleaned`
@@ -1125,42 +1259,29 @@ class Log:
                 path = segment_file(self.dir, new_base, suf, SWAP_SUFFIX)
                 if io.exists(path):
                     io.rename(path, path[: -len(SWAP_SUFFIX)])
-            io.fsync_dir(self.dir)
             new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
                              rng=self._rng, file_already_exists=True)
             segs = sorted([s for s in self._segs if s not in old] + [new], key=lambda s: s.base_offset)
             self._set_segments(segs)
-            for seg in old:
-                if self._scheduler is not None:
-                    self._scheduler.schedule_once("delete-file", seg.delete,
-                                                  delay_ms=self._config.file_delete_delay_ms)
-                else:
-                    seg.delete()
-            return True
-
-    def _async_delete(self, seg: LogSegment, sync_dir: bool = True) -> None:
-        """Rename to .deleted now (durably, unless the caller syncs the directory once for many);
-        unlink after file.delete.delay.ms (Kafka)."""
-        seg.close_handlers()
-        seg.change_file_suffixes("", DELETED_SUFFIX)
-        if sync_dir:
-            self._io.fsync_dir(self.dir)
-        if self._scheduler is not None:
-            self._scheduler.schedule_once("delete-file", seg.delete, delay_ms=self._config.file_delete_delay_ms)
-        else:
-            seg.delete()
+        # the final renames' fsync and the unlinks need no lock (a crash before the fsync is
+        # finished by the next load, as above)
+        io.fsync_dir(self.dir)
+        self._delete_later(old)
+        return True
 
     # -- close -----------------------------------------------------------------------------
     def close(self) -> None:
         """Flush, trim the active segment and its indexes, and (standalone) mark a clean close."""
-        with self._lock:
+        with self._flush_lock, self._lock:     # the hierarchy's order: _flush_lock, then _lock
             if self._closed:
                 return
             if self.read_only or self._failed is not None:
                 self.close_handlers()
                 return
             try:
-                self.flush()
+                # the one fsync under the log lock: nothing may append between the last flush
+                # and the trim, and an appender waiting here gets "closed" next
+                self._flush_holding_flush_lock(None)
                 for s in self._segs:
                     s.close()
             except OSError as e:
@@ -1169,27 +1290,36 @@ class Log:
                 self.close_handlers()
                 raise _storage_error(self.dir, e)
             self._closed = True
-            if not self._managed:
-                marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
-                self._io.write_atomic(marker, json.dumps(
-                    {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+            try:
+                if not self._managed:
+                    marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
+                    self._io.write_atomic(marker, json.dumps(
+                        {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+            finally:
+                self._release_locks()     # last: no other writer sees the log half-closed
 
     def close_handlers(self) -> None:
         """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
         with self._lock:
-            for s in self._segs:
-                s.close_handlers()
-            self._closed = True
+            try:
+                for s in self._segs:
+                    s.close_handlers()
+                self._closed = True
+            finally:
+                self._release_locks()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:
-            for s in self._segs:
-                s.delete()
-            self._closed = True
-            for name in self._io.listdir(self.dir):
-                self._io.unlink(os.path.join(self.dir, name))
-            self._io.rmdir(self.dir)
+            try:
+                for s in self._segs:
+                    s.delete()
+                self._closed = True
+                for name in self._io.listdir(self.dir):
+                    self._io.unlink(os.path.join(self.dir, name))
+                self._io.rmdir(self.dir)
+            finally:
+                self._release_locks()
 
     def __enter__(self) -> "Log":
         return self

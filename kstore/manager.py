@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import fcntl
 import itertools
 import json
 import logging
@@ -30,15 +29,41 @@ from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, K
                            TopicExistsError, UnknownTopicError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
-from kstore.log import Log
+from kstore.log import LOG_DIR_LOCK, Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
 
 log = logging.getLogger("kstore.manager")
 
+# Lock hierarchy (every lock in kstore). A thread holding a lock may take only locks listed
+# below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+#
+#   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
+#   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
+#   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
+#                                 never taken under LogManager._lock (delete_topic writes after)
+#   LogManager._lock              registry changes (create/delete/add/alter topics), offline dirs;
+#                                 appends and the scheduled tasks read the registry without it
+#   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
+#   Log._lock                     the append lock: in-memory state, the segment list, the bytes
+#                                 of an append. No fsync/msync waits and no scheduler hand-off
+#                                 under it: flushes, a roll's flush (or its scheduling), the
+#                                 retention dir fsync and delayed unlinks run after it is released
+#                                 (Log._after_write). Exceptions: close(), the trim fsync of a roll
+#                                 of a fully flushed log, truncate_fully_and_start_at's and the
+#                                 cleaner swap's first directory fsync
+#   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it)
+#   AbstractIndex._lock           an index's mapping, entries and length
+#   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
+#           the checkpoint-lock registry guard
+#
+# Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
+# for the second, so nothing under Log._lock may flush); LogManager._lock before Log._lock
+# (delete_topic closes logs under it, so Log code never calls into the manager).
+
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"
+LOCK_FILE = LOG_DIR_LOCK
 TOPIC_CONFIG_FILE = "kstore-topic-config.json"
 DELETE_DIR_SUFFIX = "-delete"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -139,8 +164,11 @@ class LogManager:
         self._time = time or SYSTEM_TIME
         self._io = io or get_file_ops()
         self._lock = threading.RLock()
+        # the topic registry: replaced whole under _lock (_publish), never changed in place, so
+        # appends, the scheduled tasks and the cleaner read it without a lock
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        self._parts: dict[str, tuple[int, ...]] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
         self._topic_ids: dict[str, str] = {}
         self._topic_config_version = 0
@@ -269,15 +297,14 @@ class LogManager:
             self._persist_topic_configs()
 
     def _acquire_lock(self, d: str) -> None:
-        path = os.path.join(d, LOCK_FILE)
-        fd = self._io.open(path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._io.close(fd)
+        # exclusive: also excludes standalone writable Log.opens of its partitions, which hold
+        # it shared (kstore.log.LOG_DIR_LOCK)
+        fd = self._io.try_lock(os.path.join(d, LOCK_FILE))
+        if fd is None:
             raise LogDirLockedError(
-                f"Failed to acquire lock on file .lock in {d}. A Kafka instance in another process "
-                f"or thread is using this directory.") from None
+                f"Failed to acquire lock on file .lock in {d}. A Kafka instance (or a writable "
+                f"kstore Log of one of its partitions) in another process or thread is using "
+                f"this directory.")
         self._locks[d] = fd
 
     def _release_locks(self) -> None:
@@ -285,8 +312,7 @@ class LogManager:
         # "hold" the lock (KAFKA-6647)
         for d, fd in list(self._locks.items()):
             try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                self._io.close(fd)
+                self._io.unlock(fd)
             except OSError:
                 pass
             del self._locks[d]
@@ -389,16 +415,19 @@ class LogManager:
             with self._lock:
                 for tp in [tp for tp, f in self._failed.items() if f[0] == d]:
                     del self._failed[tp]       # the whole dir is offline: it says why
+                self._publish(self._logs, self._dir_of)
             return
         with self._lock:
+            logs, dir_of = dict(self._logs), dict(self._dir_of)
             for tp, path, lg in results:
-                if tp in self._logs:
+                if tp in logs:
                     lg.close_handlers()
                     raise KStoreStateError(
                         f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                        f"{self._dir_of[tp]} and {d}. Recover or delete one of them.")
-                self._logs[tp] = lg
-                self._dir_of[tp] = d
+                        f"{dir_of[tp]} and {d}. Recover or delete one of them.")
+                logs[tp] = lg
+                dir_of[tp] = d
+            self._publish(logs, dir_of)
         # a partition left unrecovered must be recovered next time: no clean marker then
         self._loaded_clean[d] = clean or not any(f[0] == d for f in self._failed.values())
 
@@ -483,16 +512,28 @@ class LogManager:
         with self._lock:
             return {tp: f"{f[1]}: {f[2]}" for tp, f in self._failed.items()}
 
+    def _publish(self, logs: dict, dir_of: dict) -> None:
+        """Install new registry dicts (_lock held); readers may hold the old ones, so the
+        published dicts are never changed again. _dir_of goes first: a partition readers find
+        in _logs always has its dir. A topic's partitions include the ones isolated at start-up
+        (failed_partitions): they exist, they just cannot be used."""
+        parts: dict[str, list[int]] = {}
+        for t, p in sorted(set(logs) | set(self._failed)):
+            parts.setdefault(t, []).append(p)
+        self._dir_of = dir_of
+        self._logs = logs
+        self._parts = {t: tuple(ps) for t, ps in parts.items()}
+
     def topics(self) -> list[str]:
-        return sorted({tp[0] for tp in self._logs} | {tp[0] for tp in self._failed})
+        return sorted(self._parts)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions in this store, failed ones included (there may be holes: a
         broker's log dirs hold only some partitions of a topic)."""
-        parts = sorted({p for (t, p) in self._logs if t == topic} | {p for (t, p) in self._failed if t == topic})
+        parts = self._parts.get(topic)
         if not parts:
             raise UnknownTopicError(f"unknown topic {topic!r}")
-        return parts
+        return list(parts)
 
     def log(self, topic: str, partition: int) -> Log:
         try:
@@ -545,11 +586,11 @@ class LogManager:
         overrides = dict(config or {})
         cfg = self._cfg.log_config(overrides)          # validates
         with self._lock:
-            if name in self.topics():
+            if name in self._parts:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             if name in self._deleting:
                 raise TopicExistsError(f"Topic '{name}' is marked for deletion.")
-            collide = {t.replace(".", "_") for (t, _p) in self._logs}
+            collide = {t.replace(".", "_") for t in self._parts}
             if name.replace(".", "_") in collide:
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
             self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
@@ -557,19 +598,29 @@ class LogManager:
             # Kafka's topic id: a UUID shown as URL-safe base64 without padding
             self._topic_ids[name] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             self._persist_topic_configs()
-            for p in range(partitions):
-                self._create_partition(name, p, cfg)
+            self._create_partitions(name, range(partitions), cfg)
 
-    def _least_loaded_dirs(self) -> list[str]:
+    def _create_partitions(self, topic: str, partitions: Iterable[int], cfg: LogConfig) -> None:
+        """Create partitions (_lock held) and publish them together, so that no appender sees
+        the topic with fewer partitions than it is created with (keys would go astray)."""
+        logs, dir_of = dict(self._logs), dict(self._dir_of)
+        try:
+            for p in partitions:
+                self._create_partition(topic, p, cfg, logs, dir_of)
+        finally:
+            self._publish(logs, dir_of)
+
+    def _least_loaded_dirs(self, dir_of: dict) -> list[str]:
         counts = {d: 0 for d in self.log_dirs if d not in self._offline}
-        for d in self._dir_of.values():
+        for d in dir_of.values():
             if d in counts:
                 counts[d] += 1
         return sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
-    def _create_partition(self, topic: str, partition: int, cfg: LogConfig) -> Log:
+    def _create_partition(self, topic: str, partition: int, cfg: LogConfig, logs: dict,
+                          dir_of: dict) -> Log:
         last_error = None
-        for d in self._least_loaded_dirs():
+        for d in self._least_loaded_dirs(dir_of):
             path = os.path.join(d, f"{topic}-{partition}")
             try:
                 lg = Log.open(path, cfg, recovery_point=0, clean_shutdown=True, io=self._io,
@@ -579,8 +630,8 @@ class LogManager:
                 self._mark_offline(d, e)
                 last_error = e
                 continue
-            self._logs[(topic, partition)] = lg
-            self._dir_of[(topic, partition)] = d
+            logs[(topic, partition)] = lg
+            dir_of[(topic, partition)] = d
             return lg
         why = last_error if last_error is not None else \
             "every log dir is offline: " + "; ".join(f"{d}: {e}" for d, e in self._offline.items())
@@ -606,8 +657,7 @@ class LogManager:
                     f"to the requested {count}.")
             cfg = self.topic_config(name)
             new = list(range(have, count))
-            for p in new:
-                self._create_partition(name, p, cfg)
+            self._create_partitions(name, new, cfg)
             return new
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
@@ -647,16 +697,22 @@ class LogManager:
             if all(d in self._offline for d in self.log_dirs):
                 raise LogDirOfflineError(f"could not record the deletion of {name}: every log dir "
                                          f"is offline: {self._offline}")
-            touched = set()
+            # unpublished first: appenders get UnknownTopicError, not a half-deleted topic
+            logs, dir_of = dict(self._logs), dict(self._dir_of)
+            gone = []
             for p in parts:
                 tp = (name, p)
-                lg = self._logs.pop(tp, None)
+                lg = logs.pop(tp, None)
                 if lg is not None:
-                    d = self._dir_of.pop(tp)
-                    lg.close_handlers()
-                    path = lg.dir
+                    gone.append((p, lg, dir_of.pop(tp), lg.dir))
                 else:
                     d, path = self._failed.pop(tp)[:2]    # isolated: its dir goes all the same
+                    gone.append((p, None, d, path))
+            self._publish(logs, dir_of)
+            touched = set()
+            for p, lg, d, path in gone:
+                if lg is not None:
+                    lg.close_handlers()
                 if d in self._offline:
                     continue               # finished by the start-up that finds it online
                 target = os.path.join(d, delete_dir_name(name, p))
@@ -676,8 +732,9 @@ class LogManager:
             if not any(d in self._offline for d in self.log_dirs):
                 self._deleting.remove(name)
                 self._persist_topic_configs()
-            self.checkpoint_recovery_offsets()
-            self.checkpoint_log_start_offsets()
+        # outside _lock: a checkpoint's lock is taken before _lock (see the lock hierarchy)
+        self.checkpoint_recovery_offsets()
+        self.checkpoint_log_start_offsets()
 
     # -- appends and reads ---------------------------------------------------------------------
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
@@ -698,7 +755,7 @@ class LogManager:
                 partition = here[next(self._rr) % len(here)]
         elif not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._writable_log(topic, partition)
+        lg, d = self._log_and_dir(topic, partition)
         info = self._guard(d, lg.append, [(key, value, timestamp, headers)])
         ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
         return RecordMetadata(topic, partition, info.first_offset, ts)
@@ -710,7 +767,7 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._writable_log(topic, partition)
+        lg, d = self._log_and_dir(topic, partition)
         return self._guard(d, lg.append, records)
 
     def append_columns(self, topic: str, partition: int, cols, start: int = 0,
@@ -721,13 +778,16 @@ class LogManager:
         n = self.ensure_topic(topic)
         if not 0 <= partition < n:
             raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._writable_log(topic, partition)
+        lg, d = self._log_and_dir(topic, partition)
         return self._guard(d, lg.append_columns, cols, start, stop, batch_bytes=batch_bytes)
 
-    def _writable_log(self, topic: str, partition: int) -> tuple[Log, str]:
-        """(log, its dir) of a partition to append to; a kstore error if it is not loaded."""
+    def _log_and_dir(self, topic: str, partition: int) -> tuple[Log, str]:
+        """The partition's log and log dir, from the lock-free registry; a kstore error naming
+        what is missing if it is not loaded (failed at start-up, not in this store, or deleted
+        since the caller looked it up)."""
+        tp = (topic, partition)
         try:
-            return self._logs[(topic, partition)], self._dir_of[(topic, partition)]
+            return self._logs[tp], self._dir_of[tp]
         except KeyError:
             pass
         self._raise_missing(topic, partition)
@@ -738,17 +798,17 @@ class LogManager:
         dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
         return self._ensure_partitions(topic)[-1] + 1
 
-    def _ensure_partitions(self, topic: str) -> list[int]:
-        """partitions(topic), auto-creating the topic first as ensure_topic does."""
-        try:
-            return self.partitions(topic)
-        except UnknownTopicError:
+    def _ensure_partitions(self, topic: str) -> tuple[int, ...]:
+        """The topic's partitions (lock-free), auto-creating the topic first as ensure_topic does."""
+        parts = self._parts.get(topic)
+        if parts is None:
             if not self._cfg["auto.create.topics.enable"]:
-                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)") from None
-        with self._lock:
-            if topic not in self.topics():
-                self.create_topic(topic)
-            return self.partitions(topic)
+                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
+            with self._lock:
+                if topic not in self._parts:
+                    self.create_topic(topic)
+                parts = self._parts[topic]
+        return parts
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20):
@@ -769,9 +829,11 @@ class LogManager:
 
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):
-        with self._lock:
-            items = [(tp, lg, self._dir_of[tp]) for tp, lg in self._logs.items()]
-        return [(tp, lg, d) for tp, lg, d in items if d not in self._offline and not lg.closed]
+        # the published registry, lock-free: a slow create_topic never holds up the tasks
+        dir_of, logs = self._dir_of, self._logs
+        items = [(tp, lg, dir_of.get(tp)) for tp, lg in logs.items()]
+        return [(tp, lg, d) for tp, lg, d in items
+                if d is not None and d not in self._offline and not lg.closed]
 
     def cleanup_logs(self) -> int:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
@@ -813,24 +875,29 @@ class LogManager:
     def _checkpoint(self, name: str, value) -> None:
         if self.read_only:
             return
-        by_dir: dict[str, dict] = {d: {} for d in self.log_dirs if d not in self._offline}
-        with self._lock:
-            for tp, lg in self._logs.items():
-                d = self._dir_of[tp]
-                if d in by_dir:
-                    v = value(lg)
-                    if v is not None:
-                        by_dir[d][tp] = v
-            for tp, (d, _path, _why, kept) in self._failed.items():
-                if d in by_dir and kept.get(name) is not None:
-                    by_dir[d][tp] = kept[name]         # isolated: as it was read
         failed = []
-        for d, entries in by_dir.items():
-            try:
-                OffsetCheckpointFile(os.path.join(d, name), self._io).write(entries)
-            except OSError as e:
-                self._mark_offline(d, e)
-                failed.append(f"{d}: {e}")
+        for d in self.log_dirs:
+            if d in self._offline:
+                continue
+            cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
+            # snapshot and write under the file's lock: two writers (the periodic task and
+            # delete_topic, say) land in the order they took their snapshots
+            with cp.lock:
+                dir_of, logs = self._dir_of, self._logs
+                entries = {}
+                for tp, lg in logs.items():
+                    if dir_of.get(tp) == d:
+                        v = value(lg)
+                        if v is not None:
+                            entries[tp] = v
+                for tp, (fdir, _path, _why, kept) in list(self._failed.items()):
+                    if fdir == d and kept.get(name) is not None:
+                        entries[tp] = kept[name]         # isolated: kept as it was read
+                try:
+                    cp.write(entries)
+                except OSError as e:
+                    self._mark_offline(d, e)
+                    failed.append(f"{d}: {e}")
         if failed and not self._closed:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
 

@@ -460,3 +460,94 @@ def test_throttler_caps_the_rate():
         th.maybe_throttle(100_000)      # 4 MB in total
     elapsed = __import__("time").monotonic() - t0
     assert 0.35 <= elapsed < 2.0        # 4 MB at 10 MB/s is 0.4 s
+
+
+# -- races with the cleaner (issue 12, defect 13) ---------------------------------------------------
+def _race_io(action):
+    """FileOps that runs action() once, when the cleaner opens its first .cleaned output."""
+    from kstore.fileio import FileOps
+
+    class RaceIO(FileOps):
+        fired = False
+
+        def open(self, path, flags, mode=0o644):
+            if not RaceIO.fired and path.endswith(".log.cleaned"):
+                RaceIO.fired = True
+                action()
+            return super().open(path, flags, mode)
+    return RaceIO()
+
+
+@pytest.mark.parametrize("race", ["delete_topic", "delete_records", "retention"])
+def test_cleaner_racing_deletion_aborts_the_clean_and_keeps_the_dir_online(tmp_path, race, caplog):
+    """A segment renamed or removed under the cleaner (retention, delete_records, topic
+    deletion) raised FileNotFoundError and took the whole log dir offline."""
+    import logging
+    caplog.set_level(logging.INFO)
+    box = {}
+
+    def action():
+        m, lg = box["m"], box["m"].log("c", 0)
+        if race == "delete_topic":
+            m.delete_topic("c")
+        elif race == "delete_records":
+            lg.delete_records(lg.segments[2].base_offset)
+            box["s"].tick()                  # file.delete.delay.ms=0: the unlinks run now
+        else:
+            m.alter_topic_config("c", {"cleanup.policy": "compact,delete", "retention.ms": 0})
+            box["t"].sleep(1000)
+            assert lg.delete_old_segments() > 0
+            box["s"].tick()
+    t = MockTime(NOW)
+    s = MockScheduler(t)
+    box["s"], box["t"] = s, t
+    m = LogManager(str(tmp_path), {"log.segment.bytes": "1000", "log.segment.delete.delay.ms": "0"},
+                   time=t, scheduler=s, io=_race_io(action))
+    box["m"] = m
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        m.create_topic("other", 1)
+        append_cycling_keys(m, 300, 7, b"k%d")
+        assert m.clean_now() == []                       # aborted, not failed
+        assert m.offline_dirs == {}
+        assert m.uncleanable_partitions() == {}
+        assert m.append("other", b"k", b"still writable").offset == 0
+        assert any("aborted" in r.getMessage() or "changed during cleaning" in r.getMessage()
+                   for r in caplog.records)
+        assert [r for r in caplog.records if r.levelno > logging.INFO] == []
+        if race != "delete_topic":
+            lg = m.log("c", 0)
+            assert not [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]
+            # retried: the next pass cleans what is left (retention left nothing to clean)
+            assert len(m.clean_now()) == (1 if race == "delete_records" else 0)
+            assert m.offline_dirs == {}
+
+
+def test_cleaner_threads_share_the_checkpoint_without_losing_entries(tmp_path, watchdog):
+    """log.cleaner.threads=2: both threads rewrite cleaner-offset-checkpoint; they shared its
+    .tmp name (ENOENT, dir offline) and its entries dict (changed during iteration)."""
+    import threading
+    from thread_watchdog import join_all
+    from kstore.checkpoint import OffsetCheckpointFile
+    watchdog(60)
+    m, t = mgr(tmp_path, {"log.cleaner.threads": "2"})
+    with m:
+        m.create_topic("c", 8, {"cleanup.policy": "compact"})
+        d = str(tmp_path)
+        errors = []
+
+        def cleaner_thread(parts):
+            try:
+                for i in range(150):
+                    for p in parts:
+                        m.cleaner._update_checkpoint(d, ("c", p), i * 10 + p)
+            except Exception as e:       # re-raised below
+                errors.append(e)
+        threads = [threading.Thread(target=cleaner_thread, args=(ps,)) for ps in ([0, 1, 2, 3], [4, 5, 6, 7])]
+        for th in threads:
+            th.start()
+        join_all(threads, 60)
+        assert errors == []
+        assert OffsetCheckpointFile(os.path.join(d, "cleaner-offset-checkpoint")).read() == \
+            {("c", p): 1490 + p for p in range(8)}
+        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]

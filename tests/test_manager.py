@@ -725,3 +725,310 @@ def test_read_only_manager_opens_while_the_writer_deletes(tmp_path, watchdog, wh
                 [(o, b"%d" % o) for o in range(start, 60)]
     finally:
         assert w.close() == 0
+
+
+# -- concurrency (issue 12) ------------------------------------------------------------------------
+import threading  # noqa: E402
+
+
+def _threads_for(seconds, *targets):
+    """Run each target(stop) on a thread for about `seconds`; re-raise the first error."""
+    from thread_watchdog import join_all
+    stop = threading.Event()
+    errors = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn(stop)
+            except BaseException as e:      # re-raised on the test's thread
+                errors.append(e)
+                stop.set()
+        return run
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    join_all(threads, 30)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def fast_switches():
+    """Switch threads every 10 µs, so that races show up within a short test."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_scheduled_flusher_beside_appends_never_deadlocks(tmp_path, watchdog):
+    """Defect 4: the flusher task (flush() takes _flush_lock, then _lock) against an appender
+    that reaches flush.messages or rolls while holding _lock."""
+    watchdog(60)
+    cfg = {"log.flush.scheduler.interval.ms": 1, "log.flush.interval.ms": 0,
+           "log.flush.interval.messages": 5, "log.segment.bytes": 2048,
+           "log.initial.task.delay.ms": 0, "background.threads": 2}
+    acked = []
+    with LogManager(str(tmp_path), cfg) as m:
+        m.create_topic("t", 1)
+
+        def appender(stop):
+            i = 0
+            while not stop.is_set():
+                info = m.append_batch("t", 0, [(b"k", b"%d" % i)])
+                acked.append((info.first_offset, b"%d" % i))
+                i += 1
+        _threads_for(2.0, appender)
+        lg = m.log("t", 0)
+        assert len(lg.segments) > 3
+        assert [(r.offset, r.value) for r in lg] == acked
+        assert [o for o, _ in acked] == list(range(len(acked)))
+        assert m.offline_dirs == {}
+    with LogManager(str(tmp_path), read_only=True) as m:
+        assert [r.value for r in m.log("t", 0)] == [v for _, v in acked]
+
+
+def test_create_and_delete_topics_beside_appends(tmp_path, watchdog, fast_switches):
+    """Defect 14: ensure_topic/topics()/partitions() iterated the registry while create_topic
+    and delete_topic changed it (RuntimeError: dictionary changed size during iteration)."""
+    watchdog(60)
+    acked = []
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        m.create_topic("filler", 60)
+        m.create_topic("steady", 3)
+
+        def appender(stop):
+            i = 0
+            while not stop.is_set():
+                key = b"k%d" % (i % 17)
+                md = m.append("steady", key, b"%d" % i)
+                assert md.partition == partition_for_key(key, 3)
+                acked.append((md.partition, md.offset, b"%d" % i))
+                assert "steady" in m.topics()
+                i += 1
+
+        def churn(stop):
+            n = 0
+            while not stop.is_set():
+                m.create_topic(f"churn{n}", 2)
+                m.delete_topic(f"churn{n}")
+                n += 1
+        _threads_for(2.0, appender, churn)
+        for p in range(3):
+            mine = [(o, v) for q, o, v in acked if q == p]
+            assert [(r.offset, r.value) for r in m.log("steady", p)] == mine
+        assert m.topics() == ["filler", "steady"]
+        assert m.offline_dirs == {}
+
+
+def test_a_topic_is_seen_only_with_all_its_partitions(tmp_path, watchdog):
+    """A keyed append racing create_topic used to see the topic after its first partition was
+    made and hash the key over 1 partition instead of 8."""
+    watchdog(60)
+    with LogManager(str(tmp_path), {"auto.create.topics.enable": False,
+                                    "log.initial.task.delay.ms": 1 << 40}) as m:
+        got = []
+
+        def appender(stop):
+            while not stop.is_set():
+                try:
+                    got.append(m.append("x", b"key-7", b"v").partition)
+                    return
+                except UnknownTopicError:
+                    continue
+        t = threading.Thread(target=appender, args=(threading.Event(),), daemon=True)
+        t.start()
+        m.create_topic("x", 8)
+        from thread_watchdog import join_all
+        join_all([t], 30)
+        assert got == [partition_for_key(b"key-7", 8)]
+
+
+def test_concurrent_checkpoint_writers_keep_the_dir_online(tmp_path, watchdog):
+    """Defect 12: two writers of one checkpoint shared its .tmp name; os.replace failed with
+    ENOENT and the dir went offline."""
+    watchdog(60)
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        m.create_topic("a", 4)
+        for p in range(4):
+            m.append_batch("a", p, [(b"k", b"v")] * 3)
+            m.log("a", p).delete_records(2)
+
+        def writer(stop):
+            while not stop.is_set():
+                m.checkpoint_log_start_offsets()
+                m.checkpoint_recovery_offsets()
+        _threads_for(1.5, writer, writer, writer)
+        assert m.offline_dirs == {}
+        assert OffsetCheckpointFile(str(tmp_path / "log-start-offset-checkpoint")).read() == \
+            {("a", p): 2 for p in range(4)}
+        assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+class _HoldCheckpointRename(FileOps):
+    """Holds the first rename onto a log-start-offset checkpoint until released."""
+
+    def __init__(self):
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.armed = False
+
+    def rename(self, src, dst):
+        if self.armed and dst.endswith("log-start-offset-checkpoint"):
+            self.armed = False
+            self.held.set()
+            assert self.release.wait(30)
+        super().rename(src, dst)
+
+
+def test_an_older_checkpoint_snapshot_never_lands_after_a_newer_one(tmp_path, watchdog):
+    """Defect 12: a log-start-offset checkpoint written from an older snapshot after a newer one
+    goes backwards (deleted records come back after a crash)."""
+    from thread_watchdog import join_all
+    watchdog(60)
+    io = _HoldCheckpointRename()
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}, io=io) as m:
+        m.create_topic("a", 1)
+        m.append_batch("a", 0, [(b"k", b"v")] * 20)
+        lg = m.log("a", 0)
+        lg.delete_records(5)
+        io.armed = True
+        older = threading.Thread(target=m.checkpoint_log_start_offsets)   # snapshot: 5
+        older.start()
+        assert io.held.wait(30)
+        lg.delete_records(10)
+        newer = threading.Thread(target=m.checkpoint_log_start_offsets)   # snapshot: 10
+        newer.start()
+        _time.sleep(0.3)
+        io.release.set()
+        join_all([older, newer], 30)
+        assert m.offline_dirs == {}
+        assert OffsetCheckpointFile(str(tmp_path / "log-start-offset-checkpoint")).read() == {("a", 0): 10}
+
+
+class _PauseFlushDirSync(FileOps):
+    """The scheduler's first fsync of a partition dir waits until the test says go."""
+
+    def __init__(self, part_dir):
+        self.part_dir = part_dir
+        self.paused = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+
+    def fsync_dir(self, path):
+        if (path == self.part_dir and threading.current_thread().name.startswith("kstore-scheduler")
+                and not self.paused.is_set()):
+            self.paused.set()
+            assert self.go.wait(30)
+            try:
+                return super().fsync_dir(path)
+            finally:
+                self.done.set()
+        return super().fsync_dir(path)
+
+
+def test_delete_topic_after_a_roll_logs_nothing_above_info(tmp_path, watchdog, caplog):
+    """Defect 20: the roll's scheduled flush ran against the renamed directory and logged an
+    ERROR with a traceback for an ordinary deletion."""
+    import logging
+    watchdog(60)
+    caplog.set_level(logging.DEBUG)
+    io = _PauseFlushDirSync(str(tmp_path / "t-0"))
+    m = LogManager(str(tmp_path), {"log.segment.bytes": 1024, "log.initial.task.delay.ms": 1 << 40},
+                   io=io)
+    m.create_topic("t", 1)
+    while len(m.log("t", 0).segments) < 2:
+        m.append_batch("t", 0, [(b"k", b"v" * 30)])
+    assert io.paused.wait(30)        # the roll's flush is under way on the scheduler
+    m.delete_topic("t")
+    io.go.set()
+    assert io.done.wait(30)
+    m.close()                        # joins the scheduler's threads
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
+    assert m.offline_dirs == {} and m.topics() == []
+
+
+def test_delete_topic_during_retention_keeps_the_dir_online(tmp_path, mock, caplog):
+    """Retention's directory fsync runs after the log lock is released; a topic deleted in that
+    window must not fail retention or take the dir offline (an ordinary deletion)."""
+    import logging
+    caplog.set_level(logging.DEBUG)
+    box = {}
+
+    class DeleteDuringDirSync(FileOps):
+        armed = False
+
+        def fsync_dir(self, path):
+            if self.armed and path == str(tmp_path / "t-0"):
+                self.armed = False
+                box["m"].delete_topic("t")
+            return super().fsync_dir(path)
+    io = DeleteDuringDirSync()
+    t, s = mock
+    m = manager(str(tmp_path), {"log.segment.bytes": 1024, "log.retention.bytes": 1024}, mock=mock, io=io)
+    box["m"] = m
+    with m:
+        m.create_topic("t", 1)
+        m.create_topic("other", 1)
+        for _ in range(60):
+            m.append_batch("t", 0, [(b"k", b"v" * 30)])
+        io.armed = True
+        assert m.cleanup_logs() > 0
+        assert not io.armed                          # the deletion did run inside retention
+        assert m.topics() == ["other"] and m.offline_dirs == {}
+        assert m.append("other", b"k", b"v").offset == 0
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
+
+
+def test_every_writer_side_task_at_once_keeps_the_lock_hierarchy(tmp_path, watchdog, caplog):
+    """Appends (rolling, reaching flush.messages), the flusher and checkpoint tasks every ms,
+    two cleaner threads, retention, delete_records, topic churn: nothing hangs, nothing goes
+    offline, nothing is logged above INFO, every acknowledged record at or after the log start
+    is read back at its offset."""
+    import logging
+    watchdog(90)
+    caplog.set_level(logging.INFO)
+    cfg = {"log.flush.scheduler.interval.ms": 1, "log.flush.interval.ms": 0,
+           "log.flush.interval.messages": 3, "log.segment.bytes": 2048,
+           "log.initial.task.delay.ms": 0, "background.threads": 3,
+           "log.flush.offset.checkpoint.interval.ms": 1,
+           "log.flush.start.offset.checkpoint.interval.ms": 1, "log.retention.check.interval.ms": 5,
+           "log.cleaner.enable": True, "log.cleaner.threads": 2, "log.cleaner.backoff.ms": 1,
+           "log.segment.delete.delay.ms": 0}
+    acked = []
+    with LogManager(str(tmp_path), cfg) as m:
+        m.create_topic("plain", 1)
+        m.create_topic("compact", 2, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
+
+        def appender(stop):
+            i = 0
+            while not stop.is_set():
+                info = m.append_batch("plain", 0, [(b"k", b"%d" % i)])
+                acked.append((info.first_offset, b"%d" % i))
+                m.append("compact", b"key%d" % (i % 5), b"%d" % i)
+                i += 1
+
+        def deleter(stop):
+            while not stop.is_set():
+                lg = m.log("plain", 0)
+                lg.delete_records(max(lg.log_start_offset, lg.log_end_offset - 50))
+                _time.sleep(0.01)
+
+        def churn(stop):
+            n = 0
+            while not stop.is_set():
+                m.create_topic(f"churn{n}", 1)
+                m.append(f"churn{n}", b"k", b"v")
+                m.delete_topic(f"churn{n}")
+                n += 1
+        _threads_for(3.0, appender, deleter, churn)
+        assert m.offline_dirs == {}
+        assert m.uncleanable_partitions() == {}
+        lg = m.log("plain", 0)
+        start = lg.log_start_offset
+        assert [(r.offset, r.value) for r in lg] == [a for a in acked if a[0] >= start]
+        assert lg.log_end_offset == len(acked)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
