@@ -190,7 +190,14 @@ class FileOps:
         description (this process or another) holds a conflicting lock."""
         cloexec = getattr(os, "O_CLOEXEC", 0)
         if directory:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | cloexec)
+            except OSError as e:
+                if e.errno == errno.ENOTDIR:
+                    raise UnusableFileError(path, "not a directory") from None
+                if e.errno == errno.ELOOP:
+                    raise UnusableFileError(path, "a symbolic link, not a directory") from None
+                raise
         else:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | cloexec, 0o644)

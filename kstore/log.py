@@ -163,14 +163,16 @@ class Log:
                     log_._create_dir()
                     log_._take_locks()
                 log_._load(recovery_point, log_start_offset, clean_shutdown)
-            except LogDirLockedError:
-                log_.close_handlers()
-                raise
             except OSError as e:
                 log_.close_handlers()
-                if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+                if isinstance(e, KStoreError) or e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
                     raise                # a wrong path, not a failing disk
                 raise _storage_error(log_.dir, e)
+            except BaseException:
+                # a refused file, a lock held elsewhere, corruption: no mapping, descriptor or
+                # lock outlives the failed open
+                log_.close_handlers()
+                raise
         return log_
 
     # -- read-only -------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def test_log_path_that_is_a_file_is_a_kstore_error(tmp_path):
     f.write_bytes(b"")
     with pytest.raises(UnusableFileError, match=f"refusing {f}: not a directory"):
         kstore.Log.open(str(f))
+    # the failed open left no lock behind: a LogManager can own the parent log dir
+    kstore.LogManager(str(tmp_path), {"log.cleaner.enable": False}).close()
     with pytest.raises(UnusableFileError, match=f"refusing {f}: not a directory"):
         kstore.StoreReader(str(f))
 
