@@ -257,7 +257,7 @@ def test_read_only_remount_under_a_running_writer(tmp_path):
     that meet the read-only filesystem fail with a kstore error naming EROFS, a StoreReader
     reads every acknowledged record meanwhile, and afterwards nothing acknowledged is lost."""
     mnt = str(tmp_path / "mnt")
-    with tmpfs(mnt, "8m"):
+    with tmpfs(mnt, "64m"):     # room for every append of the run: only EROFS may stop it
         path = os.path.join(mnt, "store")
         code = textwrap.dedent(COMMON) + textwrap.dedent(CYCLING_WRITER)
         w = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code, path, "6"],
