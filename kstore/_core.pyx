@@ -1989,6 +1989,13 @@ cdef tuple _read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t
         next_offset = h.last_offset + 1
     return (pos, next_offset, used)
 
+cdef inline bint _index_usable(Mapping m, Py_ssize_t n, Py_ssize_t esize):
+    """An index mapping a reader may search: open (the writer closes one it swaps at a resize or
+    roll while reader threads may still hold it) and long enough for its entry count (count and
+    mapping are published one after the other). A reader that cannot use it scans instead."""
+    return m is not None and not m.closing and 0 <= n and n * esize <= m.length
+
+
 cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_offset,
                                 int64_t offset, const uint8_t* p, Py_ssize_t end) except -1:
     """Position to start scanning for `offset`: the offset index's floor entry, or 0 when the
@@ -2000,9 +2007,8 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     cdef int64_t idx_off
     cdef BatchHeader h
     cdef const char* why
-    if index is None or entries <= 0 or offset <= base_offset:
+    if entries <= 0 or offset <= base_offset or not _index_usable(index, entries, 8):
         return 0
-    _checked_entries(index, entries, 8)
     ip = index.ptr()
     slot = _floor_slot(ip, entries, 8, 0, False, base_offset, offset, 1024)
     if slot < 0:
@@ -2125,8 +2131,9 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     The records form one contiguous run of the log: a segment whose next batch does not fit the
     remaining byte budget ends the read there (never a later segment's smaller batch). Returns
     None when done, or (segment index, offset, bytes used) when it reached a segment that is not
-    mapped or whose index is not loaded: the caller prepares that segment and calls again with
-    that offset and byte count and the same out, so the records already read are not decoded
+    mapped or whose index is not loaded (or was closed under it): the caller prepares that
+    segment and calls again with that offset (the one after the last record read) and byte
+    count and the same out, so the records already read are not decoded
     again (a read that crosses S unmapped segments costs O(S), not O(S^2)). min_one (at least one
     batch whatever max_bytes) holds only while nothing was read. CorruptRecordError carries
     .segment, the index of the segment at fault.
@@ -2149,11 +2156,13 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
         i = 0
     while i < n:
         v = <SegmentView>PyList_GET_ITEM(views, i)
+        if not v.ready():
+            # offset stays where the records stopped: the caller's lists may be stale (a
+            # truncation closed this segment), so it resumes by offset, never at this base
+            return (i, offset, used)
         base = v.base_offset
         if offset < base:
             offset = base      # nothing lies between one segment's end and the next's base
-        if not v.ready():
-            return (i, offset, used)
         end = v.size
         if end > v.log_map.length:
             end = v.log_map.length
@@ -2335,10 +2344,7 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
         if not v.ready() or v.tindex is None:
             return None
         off = v.base_offset
-        if v.tindex.entries > 0:
-            if v.tindex.map is None:
-                return None
-            _checked_entries(v.tindex.map, v.tindex.entries, 12)
+        if v.tindex.entries > 0 and _index_usable(v.tindex.map, v.tindex.entries, 12):
             tp = v.tindex.map.ptr()
             slot = _floor_slot(tp, v.tindex.entries, 12, 0, True, 0, ts, 682)
             if slot >= 0:

@@ -840,7 +840,12 @@ class Log:
                 return out
             # a segment not mapped yet: map it and go on from there (what was read is kept)
             i, offset, used = need
-            self._prepare_for_read(offset, segs[i:])
+            try:
+                self._prepare_for_read(offset, segs[i:])
+            except OffsetOutOfRangeError:
+                if out:
+                    return out      # truncated below where these records end: they stand
+                raise
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
         """Map the first segment of segs that holds offset or follows it, and load its index
