@@ -1407,3 +1407,29 @@ def test_a_refused_open_holds_no_lock(tmp_path):
     first.close()
     with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
         assert m.topics() == ["t"]
+
+
+def test_read_columns_of_a_partition_deleted_under_it_is_a_kstore_error(tmp_path, monkeypatch):
+    """A columnar read that took a segment just before the partition was closed and its
+    directory moved (what LogManager.delete_topic does) opened the segment's lazy index at the
+    old path: a raw FileNotFoundError. Now the read sees the log closed (KStoreStateError)."""
+    from kstore.segment import LogSegment
+    path = str(tmp_path / "t-0")
+    cfg = {"segment.bytes": 1024}
+    with kstore.Log.open(path, cfg) as lg:
+        for o in range(60):
+            lg.append([(b"k", b"v%03d" % o, NOW + o)])
+    lg = kstore.Log.open(path, cfg)              # clean reopen: indexes open lazily
+    original = LogSegment.read_columns
+
+    def deleted_first(seg, *args):
+        # the interleaving: the topic is deleted between the reader's pick and its read
+        if not lg.closed:
+            lg.close_handlers()
+            os.rename(path, str(tmp_path / "t-0.0123456789abcdef0123456789abcdef-delete"))
+        return original(seg, *args)
+    monkeypatch.setattr(LogSegment, "read_columns", deleted_first)
+    with pytest.raises(KStoreStateError, match=f"log {path} is closed"):
+        lg.read_columns(0, 10, _core.Columns(False))
+    assert sorted(os.listdir(tmp_path)) == [".lock", "t-0.0123456789abcdef0123456789abcdef-delete"]
+
