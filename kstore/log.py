@@ -830,6 +830,37 @@ class Log:
         limit = (1 << 62) if max_records is None else max_records
         out: list[_core.Record] = []
         used = 0
+        start = offset
+        first = self._segs
+        while True:        # _read_run, inlined on the hot path
+            bases, views, segs = self._bases, self._views, self._segs
+            try:
+                need = _log_read(bases, views, offset, limit, max_bytes, verify_crc, out, used)
+            except CorruptRecordError as e:
+                raise with_path(e, segs[e.segment].log_path) from None
+            if need is None or not segs:
+                break
+            i, offset, used = need
+            self._prepare_for_read(offset, segs[i:])
+        if self._segs is first:
+            return out
+        # the segment list changed during the read (a truncation, say): a segment read as cut
+        # may have been followed by a later segment's records (a gap). Read again; after a few
+        # tries, with the writer held off.
+        offset = start
+        for _attempt in range(3):
+            first = self._segs
+            out = self._read_run(offset, limit, max_bytes, verify_crc)
+            if self._segs is first:
+                return out
+        with self._lock:
+            return self._read_run(offset, limit, max_bytes, verify_crc)
+
+    def _read_run(self, offset: int, limit: int, max_bytes: int,
+                  verify_crc: bool) -> list[_core.Record]:
+        """read()'s loop over the published segment lists (see read)."""
+        out: list[_core.Record] = []
+        used = 0
         while True:
             bases, views, segs = self._bases, self._views, self._segs
             try:
