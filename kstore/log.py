@@ -125,6 +125,7 @@ class Log:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
@@ -1093,6 +1094,7 @@ class Log:
             to_flush = segs[lo:hi] if hi > lo else []
             if not to_flush and segs:
                 to_flush = [segs[max(0, self._segment_for(end - 1))]]
+            truncations = self._truncations
         try:
             for s in to_flush:
                 s.flush()
@@ -1105,7 +1107,9 @@ class Log:
                 return
             raise
         with self._lock:
-            if end > self._recovery_point:
+            # a truncation during the fsyncs set the recovery point to its cut: the offsets
+            # appended since are not the ones flushed
+            if end > self._recovery_point and self._truncations == truncations:
                 self._recovery_point = end
             self._last_flush_ms = self._time.milliseconds()
 
@@ -1143,6 +1147,7 @@ class Log:
             new_active.truncate_to(target_offset, replace=not new_active.is_active)
             new_active.make_active()
             self._set_segments(keep)
+            self._truncations += 1
             self._leo = target_offset
             self._log_start_offset = min(target_offset, self._log_start_offset)
             self._recovery_point = min(target_offset, self._recovery_point)
@@ -1158,6 +1163,7 @@ class Log:
             seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
             seg.make_active()
             self._set_segments([seg])
+            self._truncations += 1
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
 

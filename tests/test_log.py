@@ -1469,3 +1469,39 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
     assert steps == ["truncate", "append"]
     assert [o for o, _v in got] == list(range(b1 + 5))
     assert all(v == _tv(o) for o, v in got)
+
+
+def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path):
+    """A flush whose fsyncs ran while another thread truncated the log published its old end
+    as the recovery point: above the new log end, so the records appended next were treated
+    as durable (flush() returned without an fsync, and recovery after a crash skips them)."""
+    from kstore.fileio import FileOps
+
+    class TruncateDuringFsync(FileOps):
+        armed = None
+
+        def fsync(self, fd):
+            super().fsync(fd)
+            if self.armed is not None:
+                action, self.armed = self.armed, None
+                action()
+
+    io = TruncateDuringFsync()
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io)
+    try:
+        for o in range(10):
+            lg.append([(None, b"v%d" % o, NOW)])
+        lg.flush(5)
+        assert lg.recovery_point == 5
+        io.armed = lambda: lg.truncate_to(7)
+        lg.flush()
+        assert io.armed is None
+        assert (lg.log_end_offset, lg.recovery_point) == (7, 5)
+        for o in range(7, 10):
+            lg.append([(None, b"w%d" % o, NOW)])
+        synced = []
+        io.armed = lambda: synced.append(True)
+        lg.flush()
+        assert synced == [True] and lg.recovery_point == 10
+    finally:
+        lg.close()
