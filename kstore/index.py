@@ -235,6 +235,7 @@ class AbstractIndex:
         and one write, the same bytes Kafka's reset + appends + trim leave."""
         with self._lock:
             data = np.ascontiguousarray(raw, dtype=self.DTYPE).tobytes()   # on-disk layout, always
+            self._entries = 0     # first: a reader never pairs the old count with a shorter map
             self._unmap()
             fd = self._io.open(self.path, os.O_RDWR | os.O_CREAT)
             try:
