@@ -840,28 +840,50 @@ class Log:
             except CorruptRecordError as e:
                 raise with_path(e, segs[e.segment].log_path) from None
             if need is None or not segs:
+                if self._segs is first:
+                    return out
                 break
             i, offset, used = need
-            self._prepare_for_read(offset, segs[i:])
-        if self._segs is first:
-            return out
-        # the segment list changed during the read (a truncation, say): a segment read as cut
-        # may have been followed by a later segment's records (a gap). Read again; after a few
-        # tries, with the writer held off.
-        offset = start
-        for _attempt in range(3):
-            first = self._segs
-            out = self._read_run(offset, limit, max_bytes, verify_crc)
-            if self._segs is first:
-                return out
-        with self._lock:
-            return self._read_run(offset, limit, max_bytes, verify_crc)
+            try:
+                self._prepare_for_read(offset, segs[i:])
+            except OffsetOutOfRangeError:
+                if self._segs is first:
+                    raise
+                break
+        return self._read_again(start, limit, max_bytes, verify_crc)
+
+    def _read_again(self, offset: int, limit: int, max_bytes: int,
+                    verify_crc: bool) -> list[_core.Record]:
+        """read() after its segment list changed under it (a truncation, say): a segment read as
+        cut may have been followed by a later segment's records (a gap), or the read may have
+        gone on at an offset the change removed. Read again from the range check; after a few
+        tries, with the writer held off."""
+        for attempt in range(4):
+            if attempt == 3:
+                self._lock.acquire()
+            try:
+                if offset >= self._leo or offset < self._log_start_offset:
+                    if self.read_only:
+                        self.refresh()
+                    if offset == self._leo:
+                        self._check_corrupt_end()
+                        return []
+                    self._check_range(offset)
+                out = self._read_run(offset, limit, max_bytes, verify_crc)
+                if out is not None:
+                    return out
+            finally:
+                if attempt == 3:
+                    self._lock.release()
+        raise SegmentGoneError(f"the segments of {self.dir} kept changing during a read; try again")
 
     def _read_run(self, offset: int, limit: int, max_bytes: int,
-                  verify_crc: bool) -> list[_core.Record]:
-        """read()'s loop over the published segment lists (see read)."""
+                  verify_crc: bool) -> Optional[list[_core.Record]]:
+        """read()'s loop over the published segment lists; None if the list changed meanwhile
+        (the caller reads again)."""
         out: list[_core.Record] = []
         used = 0
+        first = self._segs
         while True:
             bases, views, segs = self._bases, self._views, self._segs
             try:
@@ -869,10 +891,15 @@ class Log:
             except CorruptRecordError as e:
                 raise with_path(e, segs[e.segment].log_path) from None
             if need is None or not segs:
-                return out
+                return out if self._segs is first else None
             # a segment not mapped yet: map it and go on from there (what was read is kept)
             i, offset, used = need
-            self._prepare_for_read(offset, segs[i:])
+            try:
+                self._prepare_for_read(offset, segs[i:])
+            except OffsetOutOfRangeError:
+                if self._segs is first:
+                    raise
+                return None
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
         """Map the first segment of segs that holds offset or follows it, and load its index

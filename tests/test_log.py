@@ -1505,3 +1505,31 @@ def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path
         assert synced == [True] and lg.recovery_point == 10
     finally:
         lg.close()
+
+
+def test_read_racing_a_truncation_never_reports_its_own_offset_gone(open_log, monkeypatch):
+    """A read that took the segment list just before a truncation into an earlier segment
+    jumped to the next (dropped) segment's base and, that base now past the log end, raised
+    OffsetOutOfRangeError naming it, though the offset asked for is still in the log (a
+    consumer then resets to the log start and repeats records). The read is done again on the
+    truncated log: the records from the offset to the cut."""
+    import kstore.log as log_module
+    lg = open_log({"segment.bytes": 2000})
+    while len(lg.segments) < 3:
+        leo = lg.log_end_offset
+        lg.append([(None, _tv(leo + j), NOW + leo + j) for j in range(5)])
+    b1 = lg.segments[1].base_offset
+    cut = b1 - 10
+    real_read = log_module._log_read
+    steps = []
+
+    def read_then_truncated(*args):
+        if not steps:              # the writer cuts right after the reader took the lists
+            steps.append("truncate")
+            lg.truncate_to(cut)
+        return real_read(*args)
+    monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
+    got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 30)]
+    assert steps == ["truncate"] and lg.log_end_offset == cut
+    assert [o for o, _v in got] == list(range(cut))
+    assert all(v == _tv(o) for o, v in got)
