@@ -199,12 +199,23 @@ class FileOps:
                     raise UnusableFileError(path, "a symbolic link, not a directory") from None
                 raise
         else:
+            # a lock file is a regular file, never followed through a symlink (the lock would
+            # create or take a file outside the log dir) nor waited on (a FIFO)
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | cloexec, 0o644)
-            except (PermissionError, OSError) as e:
-                if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.isfile(path):
-                    raise
-                fd = os.open(path, os.O_RDONLY | cloexec)   # flock needs no write access
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
+                except (PermissionError, OSError) as e:
+                    if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.isfile(path):
+                        raise
+                    fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)   # flock needs no write access
+            except OSError as e:
+                if e.errno in _SPECIAL_ERRNOS:
+                    self._refuse_special(path)
+                raise
+            st_mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(st_mode):
+                os.close(fd)
+                raise UnusableFileError(path, f"a {file_kind(st_mode)}, not a regular file")
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -126,10 +126,19 @@ class AbstractIndex:
         return None
 
     def _remap(self, fd: int, length: int) -> None:
-        if self._map is not None:
-            self._map.close()
+        old = self._map
         self._length = length
         self._map = self._io.map(fd, length, self._writable) if length > 0 else None
+        if old is not None:
+            old.close()
+
+    def _unmap(self) -> None:
+        """Unpublish the mapping, then close it: a lock-free reader (the read fast path) never
+        finds a closed mapping in the index state."""
+        old = self._map
+        if old is not None:
+            self._map = None
+            old.close()
 
     @property
     def entries(self) -> int:
@@ -190,9 +199,7 @@ class AbstractIndex:
                 raise KStoreStateError(f"cannot resize read-only index {self.path}")
             fd = self._io.open(self.path, os.O_RDWR)
             try:
-                if self._map is not None:
-                    self._map.close()
-                    self._map = None
+                self._unmap()
                 # sparse, as Kafka's setLength: entries are written with pwrite (never through
                 # the mapping), so a full disk fails an append cleanly instead of raising SIGBUS
                 self._io.truncate(fd, rounded)
@@ -228,9 +235,8 @@ class AbstractIndex:
         and one write, the same bytes Kafka's reset + appends + trim leave."""
         with self._lock:
             data = np.ascontiguousarray(raw, dtype=self.DTYPE).tobytes()   # on-disk layout, always
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+            self._entries = 0     # first: a reader never pairs the old count with a shorter map
+            self._unmap()
             fd = self._io.open(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 self._io.truncate(fd, len(data))
@@ -290,9 +296,7 @@ class AbstractIndex:
         self.close_handler()
 
     def close_handler(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        self._unmap()
 
     def delete(self) -> bool:
         self.close_handler()

@@ -125,6 +125,7 @@ class Log:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._ts_window_cfg = None
         self._ts_window_cache = (0, 0)
@@ -830,6 +831,59 @@ class Log:
         limit = (1 << 62) if max_records is None else max_records
         out: list[_core.Record] = []
         used = 0
+        start = offset
+        first = self._segs
+        while True:        # _read_run, inlined on the hot path
+            bases, views, segs = self._bases, self._views, self._segs
+            try:
+                need = _log_read(bases, views, offset, limit, max_bytes, verify_crc, out, used)
+            except CorruptRecordError as e:
+                raise with_path(e, segs[e.segment].log_path) from None
+            if need is None or not segs:
+                if self._segs is first:
+                    return out
+                break
+            i, offset, used = need
+            try:
+                self._prepare_for_read(offset, segs[i:])
+            except OffsetOutOfRangeError:
+                if self._segs is first:
+                    raise
+                break
+        return self._read_again(start, limit, max_bytes, verify_crc)
+
+    def _read_again(self, offset: int, limit: int, max_bytes: int,
+                    verify_crc: bool) -> list[_core.Record]:
+        """read() after its segment list changed under it (a truncation, say): a segment read as
+        cut may have been followed by a later segment's records (a gap), or the read may have
+        gone on at an offset the change removed. Read again from the range check; after a few
+        tries, with the writer held off."""
+        for attempt in range(4):
+            if attempt == 3:
+                self._lock.acquire()
+            try:
+                if offset >= self._leo or offset < self._log_start_offset:
+                    if self.read_only:
+                        self.refresh()
+                    if offset == self._leo:
+                        self._check_corrupt_end()
+                        return []
+                    self._check_range(offset)
+                out = self._read_run(offset, limit, max_bytes, verify_crc)
+                if out is not None:
+                    return out
+            finally:
+                if attempt == 3:
+                    self._lock.release()
+        raise SegmentGoneError(f"the segments of {self.dir} kept changing during a read; try again")
+
+    def _read_run(self, offset: int, limit: int, max_bytes: int,
+                  verify_crc: bool) -> Optional[list[_core.Record]]:
+        """read()'s loop over the published segment lists; None if the list changed meanwhile
+        (the caller reads again)."""
+        out: list[_core.Record] = []
+        used = 0
+        first = self._segs
         while True:
             bases, views, segs = self._bases, self._views, self._segs
             try:
@@ -837,15 +891,15 @@ class Log:
             except CorruptRecordError as e:
                 raise with_path(e, segs[e.segment].log_path) from None
             if need is None or not segs:
-                return out
+                return out if self._segs is first else None
             # a segment not mapped yet: map it and go on from there (what was read is kept)
             i, offset, used = need
             try:
                 self._prepare_for_read(offset, segs[i:])
             except OffsetOutOfRangeError:
-                if out:
-                    return out      # truncated below where these records end: they stand
-                raise
+                if self._segs is first:
+                    raise
+                return None
 
     def _prepare_for_read(self, offset: int, segs: list[LogSegment]) -> None:
         """Map the first segment of segs that holds offset or follows it, and load its index
@@ -1067,6 +1121,7 @@ class Log:
             to_flush = segs[lo:hi] if hi > lo else []
             if not to_flush and segs:
                 to_flush = [segs[max(0, self._segment_for(end - 1))]]
+            truncations = self._truncations
         try:
             for s in to_flush:
                 s.flush()
@@ -1079,7 +1134,9 @@ class Log:
                 return
             raise
         with self._lock:
-            if end > self._recovery_point:
+            # a truncation during the fsyncs set the recovery point to its cut: the offsets
+            # appended since are not the ones flushed
+            if end > self._recovery_point and self._truncations == truncations:
                 self._recovery_point = end
             self._last_flush_ms = self._time.milliseconds()
 
@@ -1117,6 +1174,7 @@ class Log:
             new_active.truncate_to(target_offset, replace=not new_active.is_active)
             new_active.make_active()
             self._set_segments(keep)
+            self._truncations += 1
             self._leo = target_offset
             self._log_start_offset = min(target_offset, self._log_start_offset)
             self._recovery_point = min(target_offset, self._recovery_point)
@@ -1132,6 +1190,7 @@ class Log:
             seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
             seg.make_active()
             self._set_segments([seg])
+            self._truncations += 1
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
 

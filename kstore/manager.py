@@ -944,7 +944,9 @@ class LogManager:
                 return
             dirs_ok = {d for d in self.log_dirs if d not in self._offline}
             for tp, lg in list(self._logs.items()):
-                d = self._dir_of[tp]
+                d = self._dir_of.get(tp)
+                if d is None:
+                    continue       # unpublished by a delete_topic in flight, which closes it
                 try:
                     if d in self._offline:
                         lg.close_handlers()

@@ -129,6 +129,7 @@ class LogSegment:
         if idx is None:
             with self._lock:
                 if self._oidx is None:
+                    self._check_not_closed()
                     self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
                                              self._config.max_index_size, io=self._io,
                                              writable=not self.read_only, load=not self.read_only)
@@ -143,6 +144,7 @@ class LogSegment:
         if idx is None:
             with self._lock:
                 if self._tidx is None:
+                    self._check_not_closed()
                     self._tidx = TimeIndex(self.time_index_path, self.base_offset,
                                            self._config.max_index_size, io=self._io,
                                            writable=not self.read_only, load=not self.read_only)
@@ -150,6 +152,12 @@ class LogSegment:
                     self._check_index(self._tidx)
                 idx = self._tidx
         return idx
+
+    def _check_not_closed(self) -> None:
+        """A lazy index is never opened for a closed segment (lock held): its files are renamed
+        or gone, and opening would create a stray index (or fail raw if the directory moved)."""
+        if self.closed:
+            raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
 
     def _check_index(self, idx) -> None:
         """An index is checked against its .log when first used, whatever side of the recovery

@@ -269,3 +269,29 @@ def test_concurrent_atomic_writes_of_one_file_never_collide(tmp_path, watchdog):
     assert os.listdir(tmp_path) == ["cleaner-offset-checkpoint"]
     assert len(names) == 900 and all(n.startswith("cleaner-offset-checkpoint.") and n.endswith(".tmp")
                                      for n in names)
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "directory", "FIFO"])
+def test_a_hostile_lock_file_is_refused_and_nothing_created_outside(tmp_path, watchdog, kind):
+    """The `.lock` of a log dir (taken by a LogManager, and shared by a standalone writable Log
+    of one of its partitions) was opened following symlinks: a dangling link made kstore create
+    its target outside the log dir; a directory there failed as an I/O error (KafkaStorageError,
+    or the dir offline). Now UnusableFileError naming the .lock, and nothing is created."""
+    from kstore.errors import UnusableFileError
+    watchdog(30)
+    logs, outside = tmp_path / "logs", tmp_path / "outside"
+    logs.mkdir()
+    outside.mkdir()
+    lock = logs / ".lock"
+    if kind == "dangling symlink":
+        os.symlink(outside / "victim", lock)
+    elif kind == "directory":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+    what = {"dangling symlink": "symbolic link", "directory": "directory", "FIFO": "FIFO"}[kind]
+    with pytest.raises(UnusableFileError, match=f"{lock}.*a {what}, not a regular file"):
+        kstore.Log.open(str(logs / "t-0"))
+    with pytest.raises(UnusableFileError, match=f"{lock}.*a {what}, not a regular file"):
+        FileOps().try_lock(str(lock))
+    assert os.listdir(outside) == []

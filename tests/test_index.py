@@ -320,3 +320,60 @@ def test_empty_segment_read_past_keeps_its_empty_index(tmp_path):
         for suffix in (".index", ".timeindex"):
             st = os.stat(str(d / ("00000000000000000003" + suffix)))
             assert (st.st_size, st.st_blocks) == (0, 0), suffix
+
+
+def test_a_reader_never_finds_a_closed_index_mapping_published(tmp_path, monkeypatch):
+    """An index resized (a roll trims the old active segment's) or closed closed its mapping
+    before unpublishing it: a reader thread scheduled in between found a closed mapping in the
+    index state and Log.read raised a raw ValueError ("mapping is closed"; seen in
+    test_concurrency's reader threads). The mapping is unpublished first, then closed."""
+    import kstore
+    from kstore.index import AbstractIndex
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {"index.interval.bytes": 1})
+    try:
+        for o in range(20):
+            lg.append([(None, b"v%02d" % o)])
+        seen = []
+        plain = AbstractIndex._map
+
+        def set_map(self, m):
+            if m is None and self.state.map is not None and not seen:
+                # the moment the old code left open: another thread reads now
+                seen.append([(r.offset, r.value) for r in lg.read(15, max_records=2)])
+            plain.fset(self, m)
+        monkeypatch.setattr(AbstractIndex, "_map", property(plain.fget, set_map))
+        lg.roll()
+        monkeypatch.undo()
+        assert seen == [[(15, b"v15"), (16, b"v16")]]
+    finally:
+        lg.close()
+
+
+def test_a_reader_never_pairs_an_old_entry_count_with_a_rewritten_index(tmp_path, monkeypatch):
+    """rewrite (an index rebuilt from its .log on first use) mapped the new, shorter file while
+    the state still held the old entry count: a reader scheduled in between raised a raw
+    ValueError ('N index entries do not fit a mapping of M bytes'). The count goes first."""
+    import kstore
+    from kstore.index import AbstractIndex
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {"index.interval.bytes": 1})
+    try:
+        for o in range(20):
+            lg.append([(None, b"v%02d" % o)])
+        idx = lg.active_segment.offset_index
+        assert idx.entries >= 10
+        kept = idx.entries_array()[:2].copy()
+        seen = []
+        plain = AbstractIndex._map
+
+        def set_map(self, m):
+            plain.fset(self, m)
+            if m is not None and not seen:
+                # the moment the new mapping is published: another thread reads now
+                seen.append([(r.offset, r.value) for r in lg.read(15, max_records=2)])
+        monkeypatch.setattr(AbstractIndex, "_map", property(plain.fget, set_map))
+        idx.rewrite(kept)
+        monkeypatch.undo()
+        assert seen == [[(15, b"v15"), (16, b"v16")]]
+        assert idx.entries == 2
+    finally:
+        lg.close()

@@ -1032,3 +1032,70 @@ def test_every_writer_side_task_at_once_keeps_the_lock_hierarchy(tmp_path, watch
         assert [(r.offset, r.value) for r in lg] == [a for a in acked if a[0] >= start]
         assert lg.log_end_offset == len(acked)
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO] == []
+
+
+def test_close_beside_a_delete_topic_in_flight_is_no_key_error(tmp_path, watchdog):
+    """close() took the registry's logs, then looked each one's dir up in the registry as
+    published later: a delete_topic that was under way (past its closed check) unpublished a
+    partition in between, and close raised a raw KeyError. Now the deleted partition's log is
+    left to the deletion and the store closes cleanly."""
+    import threading
+    from thread_watchdog import join_all
+    watchdog(60)
+    gate, published = threading.Event(), threading.Event()
+
+    class Interleave(FileOps):
+        armed = False
+
+        def write_atomic(self, path, data):
+            if path.endswith("kstore-topic-config.json") and self.armed and \
+                    threading.current_thread() is not threading.main_thread():
+                gate.wait(20)          # delete_topic waits here until close has begun
+            super().write_atomic(path, data)
+
+        def rename(self, src, dst):
+            super().rename(src, dst)
+            if dst.endswith("-delete"):
+                published.set()        # delete_topic has unpublished "b" and moved it
+
+        def fsync(self, fd):
+            super().fsync(fd)
+            if self.armed and threading.current_thread() is threading.main_thread() \
+                    and not gate.is_set():
+                gate.set()             # close is closing "a": let delete_topic go on
+                published.wait(20)
+
+    io = Interleave()
+    m = LogManager(str(tmp_path), io=io, scheduler=MockScheduler(MockTime()),
+                   config={"log.cleaner.enable": False})
+    m.create_topic("a", 1)
+    m.create_topic("b", 1)
+    m.append("a", None, b"x")
+    errors = []
+
+    def delete():
+        try:
+            m.delete_topic("b")
+        except Exception as e:          # noqa: BLE001 - surfaced below
+            errors.append(e)
+    io.armed = True
+    t = threading.Thread(target=delete, name="delete-b")
+    t.start()
+    while not any(f.f_code.co_name == "write_atomic" for f in _frames_of(t)):
+        _time.sleep(0.01)
+    m.close()
+    join_all([t], 30)
+    assert gate.is_set() and published.is_set()
+    assert errors == []
+    names = os.listdir(tmp_path)
+    assert "a-0" in names and "b-0" not in names
+    assert [n for n in names if n.startswith("b-0.") and n.endswith("-delete")]
+    assert os.path.exists(tmp_path / ".kafka_cleanshutdown")
+
+
+def _frames_of(thread):
+    """The frames of a running thread's stack (innermost first)."""
+    f = sys._current_frames().get(thread.ident)
+    while f is not None:
+        yield f
+        f = f.f_back

@@ -7,7 +7,7 @@ import pytest
 from kstore import _core
 from kstore.clock import MockTime
 from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError
+from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError, SegmentGoneError
 from kstore.fileio import get_file_ops
 from kstore.segment import LogSegment
 
@@ -247,3 +247,21 @@ def test_recovered_indexes_are_big_endian_on_disk(tmp_path):
     raw = (tmp_path / "00000000000000000000.index").read_bytes()
     offs = [struct.unpack(">ii", raw[i:i + 8]) for i in range(0, len(raw), 8)]
     assert offs and all(0 < rel < 20 and pos > 0 for rel, pos in offs)
+
+
+def test_index_of_a_deleted_segment_is_segment_gone(tmp_path):
+    """A reader that reaches a segment retention just deleted, before its lazy indexes were
+    ever opened, got a new empty index created at the retired name (a stray sparse
+    `.index.deleted` left in the partition), or a raw FileNotFoundError when the directory had
+    moved (topic deletion). Now SegmentGoneError, and no file is created."""
+    seg = make_segment(tmp_path)
+    append(seg, 0, [b"a", b"b"])
+    seg.close()
+    seg = make_segment(tmp_path, exists=True)       # indexes not opened yet (lazy)
+    seg.change_file_suffixes("", ".deleted")
+    seg.delete()
+    assert os.listdir(tmp_path) == []
+    for name in ("offset_index", "time_index"):
+        with pytest.raises(SegmentGoneError, match=r"00000000000000000000\.log\.deleted was deleted or closed"):
+            getattr(seg, name)
+    assert os.listdir(tmp_path) == []
