@@ -305,7 +305,6 @@ def test_read_across_unmapped_segments_decodes_each_batch_once(open_log, log_dir
     assert nsegs >= 10
     assert sum(not s.view.is_ready for s in lg.segments) >= nsegs - 1
     calls = []
-    real = _core.SegmentView.read
     import kstore.log as log_mod
     real_log_read = log_mod._log_read
 
