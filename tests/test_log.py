@@ -14,6 +14,7 @@ import pytest
 import numpy as np
 
 import kstore
+from thread_watchdog import run_threads
 from kstore import _core
 from kstore.clock import MockTime
 from writer_process import WriterProcess
@@ -1230,30 +1231,6 @@ def test_truncate_to_failing_at_each_file_operation_leaves_old_or_new(tmp_path, 
 
 
 # -- concurrency: lock order (issue 12, defect 3) -------------------------------------------------
-def _run_for(seconds, *targets):
-    """Run each target(stop) on its own thread for about `seconds`; re-raise the first error."""
-    from thread_watchdog import join_all
-    stop = threading.Event()
-    errors = []
-
-    def wrap(fn):
-        def run():
-            try:
-                fn(stop)
-            except BaseException as e:     # reported by the main thread
-                errors.append(e)
-                stop.set()
-        return run
-    threads = [threading.Thread(target=wrap(t), name=f"t{i}", daemon=True) for i, t in enumerate(targets)]
-    for t in threads:
-        t.start()
-    stop.wait(seconds)
-    stop.set()
-    join_all(threads, 30)
-    if errors:
-        raise errors[0]
-
-
 def _appender(log, acked):
     def run(stop):
         i = 0
@@ -1287,7 +1264,7 @@ def test_flush_beside_appends_and_rolls_never_deadlocks(open_log, watchdog, flus
         while not stop.is_set():
             log.flush()
             flushes[0] += 1
-    _run_for(2.0, _appender(log, acked), flusher)
+    run_threads(2.0, _appender(log, acked), flusher)
     assert len(log.segments) > 3 and flushes[0] > 0
     log.flush()
     assert log.recovery_point == log.log_end_offset == len(acked)

@@ -12,6 +12,7 @@ import time as _time
 import pytest
 
 import kstore
+from thread_watchdog import run_threads
 from kstore.checkpoint import OffsetCheckpointFile
 from kstore.clock import MockTime
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreStateError,
@@ -731,30 +732,6 @@ def test_read_only_manager_opens_while_the_writer_deletes(tmp_path, watchdog, wh
 import threading  # noqa: E402
 
 
-def _threads_for(seconds, *targets):
-    """Run each target(stop) on a thread for about `seconds`; re-raise the first error."""
-    from thread_watchdog import join_all
-    stop = threading.Event()
-    errors = []
-
-    def wrap(fn):
-        def run():
-            try:
-                fn(stop)
-            except BaseException as e:      # re-raised on the test's thread
-                errors.append(e)
-                stop.set()
-        return run
-    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
-    for t in threads:
-        t.start()
-    stop.wait(seconds)
-    stop.set()
-    join_all(threads, 30)
-    if errors:
-        raise errors[0]
-
-
 @pytest.fixture
 def fast_switches():
     """Switch threads every 10 µs, so that races show up within a short test."""
@@ -781,7 +758,7 @@ def test_scheduled_flusher_beside_appends_never_deadlocks(tmp_path, watchdog):
                 info = m.append_batch("t", 0, [(b"k", b"%d" % i)])
                 acked.append((info.first_offset, b"%d" % i))
                 i += 1
-        _threads_for(2.0, appender)
+        run_threads(2.0, appender)
         lg = m.log("t", 0)
         assert len(lg.segments) > 3
         assert [(r.offset, r.value) for r in lg] == acked
@@ -816,7 +793,7 @@ def test_create_and_delete_topics_beside_appends(tmp_path, watchdog, fast_switch
                 m.create_topic(f"churn{n}", 2)
                 m.delete_topic(f"churn{n}")
                 n += 1
-        _threads_for(2.0, appender, churn)
+        run_threads(2.0, appender, churn)
         for p in range(3):
             mine = [(o, v) for q, o, v in acked if q == p]
             assert [(r.offset, r.value) for r in m.log("steady", p)] == mine
@@ -861,7 +838,7 @@ def test_concurrent_checkpoint_writers_keep_the_dir_online(tmp_path, watchdog):
             while not stop.is_set():
                 m.checkpoint_log_start_offsets()
                 m.checkpoint_recovery_offsets()
-        _threads_for(1.5, writer, writer, writer)
+        run_threads(1.5, writer, writer, writer)
         assert m.offline_dirs == {}
         assert OffsetCheckpointFile(str(tmp_path / "log-start-offset-checkpoint")).read() == \
             {("a", p): 2 for p in range(4)}
@@ -1024,7 +1001,7 @@ def test_every_writer_side_task_at_once_keeps_the_lock_hierarchy(tmp_path, watch
                 m.append(f"churn{n}", b"k", b"v")
                 m.delete_topic(f"churn{n}")
                 n += 1
-        _threads_for(3.0, appender, deleter, churn)
+        run_threads(3.0, appender, deleter, churn)
         assert m.offline_dirs == {}
         assert m.uncleanable_partitions() == {}
         lg = m.log("plain", 0)

@@ -56,3 +56,27 @@ def join_all(threads, timeout: float) -> None:
     if alive:
         raise AssertionError(f"threads still running after {timeout:.0f} s: {alive}\n"
                              + dump_all_stacks())
+
+
+def run_threads(seconds: float, *targets) -> None:
+    """Run each target(stop) on its own thread for about `seconds` (less if one fails), join
+    them within 30 s (stacks dumped otherwise) and re-raise the first error on this thread."""
+    stop = threading.Event()
+    errors = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn(stop)
+            except BaseException as e:      # re-raised on the caller's thread
+                errors.append(e)
+                stop.set()
+        return run
+    threads = [threading.Thread(target=wrap(t), name=f"t{i}", daemon=True) for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    join_all(threads, 30)
+    if errors:
+        raise errors[0]
