@@ -249,6 +249,15 @@ def churn(m, rng):
     return step
 
 
+def finish_busy(race, m, acked, error_logs):
+    """The end of a LogManager race over the 'busy' topic: the manager healthy, every
+    acknowledged record read back once at its offset, closed, counted."""
+    check_manager_healthy(m, error_logs)
+    check_dense_exact(m.log("busy", 0), acked)
+    m.close()
+    tally(race, acked)
+
+
 def test_manager_scheduled_flushes_beside_appends(tmp_path, watchdog, error_logs):
     """The scheduler's flusher (every 5 ms), the flush each roll schedules and the flush an
     append triggers at flush.messages, beside three appending threads: no deadlock, the topic
@@ -263,10 +272,7 @@ def test_manager_scheduled_flushes_beside_appends(tmp_path, watchdog, error_logs
     race.spawn("appender-2", single_appender(acked, m, "busy", 2), pause=0.0002)
     race.run(SECONDS)
     race.check(error_logs)
-    check_manager_healthy(m, error_logs)
-    check_dense_exact(m.log("busy", 0), acked)
-    m.close()
-    tally(race, acked)
+    finish_busy(race, m, acked, error_logs)
 
 
 def test_manager_topic_appends_with_scheduler_retention_and_topic_churn(tmp_path, watchdog, error_logs):
@@ -383,10 +389,7 @@ def test_manager_delete_topic_right_after_roll(tmp_path, watchdog, error_logs):
     race.run(SECONDS)
     race.check(error_logs)
     assert n[0] >= 5, f"only {n[0]} topics deleted"
-    check_manager_healthy(m, error_logs)
-    check_dense_exact(m.log("busy", 0), acked)
-    m.close()
-    tally(race, acked)
+    finish_busy(race, m, acked, error_logs)
 
 
 def test_manager_checkpoints_and_topic_churn_beside_producer_appends(tmp_path, watchdog, error_logs):
@@ -412,7 +415,4 @@ def test_manager_checkpoints_and_topic_churn_beside_producer_appends(tmp_path, w
     race.spawn("checkpoint-start", m.checkpoint_log_start_offsets, pause=0.001)
     race.run(SECONDS)
     race.check(error_logs)
-    check_manager_healthy(m, error_logs)
-    check_dense_exact(m.log("busy", 0), acked)
-    m.close()
-    tally(race, acked)
+    finish_busy(race, m, acked, error_logs)
