@@ -296,7 +296,7 @@ def delete_records(args, out: IO) -> int:
                 failures += 1
                 lines.append(f"partition: {t}-{p}\terror: {e}")
         m.checkpoint_log_start_offsets()
-    out.write("Records delete operation completed:\n" + "".join(l + "\n" for l in lines))
+    out.write("Records delete operation completed:\n" + "".join(line + "\n" for line in lines))
     return 1 if failures else 0
 
 

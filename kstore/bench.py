@@ -126,7 +126,7 @@ def _bench_kstore(root, n, rows, offsets, stamps, res, quiet):
     d1 = os.path.join(root, "kstore", "single-0")
     log = kstore.Log.open(d1)
     append = log.append
-    it = iter(rows)
+    iter(rows)
     total, p50, p99 = _timed_loop(lambda r: append([r]), rows)
     res["append_single"] = {"rate": n / total, "p50_us": p50, "p99_us": p99}
 
@@ -149,7 +149,7 @@ def _bench_kstore(root, n, rows, offsets, stamps, res, quiet):
     for name, lg in (("sequential_read", blog), ("sequential_read_single_log", log)):
         t0 = time.perf_counter()
         count = 0
-        for r in lg:
+        for _r in lg:
             count += 1
         dt = time.perf_counter() - t0
         assert count == n, (count, n)
@@ -208,7 +208,7 @@ def _bench_sqlite(root, n, rows, offsets, stamps, res, quiet):
     _progress("sqlite: sequential read", quiet)
     t0 = time.perf_counter()
     count = 0
-    for row in db.execute("SELECT off, key, value, ts FROM log ORDER BY off"):
+    for _row in db.execute("SELECT off, key, value, ts FROM log ORDER BY off"):
         count += 1
     res["sequential_read"] = {"rate": count / (time.perf_counter() - t0)}
 
@@ -251,7 +251,7 @@ def _bench_lmdb(root, n, rows, offsets, res, quiet):
         _progress("lmdb: sequential read", quiet)
         t0 = time.perf_counter()
         count = 0
-        for k, v in txn.cursor():
+        for _k, _v in txn.cursor():
             count += 1
         res["sequential_read"] = {"rate": count / (time.perf_counter() - t0)}
     env.close()

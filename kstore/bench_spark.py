@@ -174,7 +174,7 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             for i in range(repeats):
                 w = (src.write.format("kstore").mode("append").option("topic", f"out{i}")
                      .option("kstore.num.partitions", str(partitions)))
-                w_times.append(_timed(lambda: w.save(store)))
+                w_times.append(_timed(lambda w=w: w.save(store)))
                 say(f"  write run {i + 1}: {w_times[-1]:.2f} s")
         finally:
             if own:

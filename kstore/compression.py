@@ -128,7 +128,7 @@ def _lz4_decompress(data: bytes, magic: int) -> bytes:
         raise ValueError(f"unsupported LZ4 frame version {flg >> 6}")
     if not flg & 0x20:
         raise ValueError("LZ4 frames with dependent blocks are not supported (neither by Kafka)")
-    block_checksum, content_size, content_checksum = flg & 0x10, flg & 0x08, flg & 0x04
+    block_checksum, content_size, _content_checksum = flg & 0x10, flg & 0x08, flg & 0x04
     max_block = _LZ4_BLOCK_SIZES.get((bd >> 4) & 7)
     if max_block is None:
         raise ValueError(f"unsupported LZ4 block size code {(bd >> 4) & 7}")

@@ -22,7 +22,7 @@ import numpy as np
 
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
-from kstore.config import LONG_MAX, LogConfig
+from kstore.config import LogConfig
 from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KafkaStorageError, KStoreError, KStoreStateError,
@@ -96,7 +96,7 @@ def _storage_op(fn):
             return fn(self, *args, **kw)
         except OSError as e:
             self._failed = str(e)
-            raise _storage_error(self.dir, e)
+            raise _storage_error(self.dir, e) from e
     return op
 
 
@@ -168,7 +168,7 @@ class Log:
                 log_.close_handlers()
                 if isinstance(e, KStoreError) or e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
                     raise                # a wrong path, not a failing disk
-                raise _storage_error(log_.dir, e)
+                raise _storage_error(log_.dir, e) from e
             except BaseException:
                 # a refused file, a lock held elsewhere, corruption: no mapping, descriptor or
                 # lock outlives the failed open
@@ -357,7 +357,7 @@ class Log:
                 io.unlink(path)     # a clean that did not finish swapping: discard it
             else:
                 live_swaps.append((base, suffix, path))
-        for base, suffix, path in sorted(live_swaps):
+        for base, suffix, _path in sorted(live_swaps):
             if suffix != LOG_SUFFIX:
                 continue
             swap_seg = LogSegment(self.dir, base, self._config, io=io, time=self._time,
@@ -371,7 +371,7 @@ class Log:
                 p = parse_name(name, self.dir)
                 if p and not p[2] and base <= p[0] < end:
                     io.unlink(os.path.join(self.dir, name))
-        for base, suffix, path in live_swaps:
+        for _base, _suffix, path in live_swaps:
             if io.exists(path):
                 io.rename(path, path[: -len(SWAP_SUFFIX)])
         if live_swaps:
@@ -616,7 +616,7 @@ class Log:
                 self._append_built(b, cfg, now)
             except OSError as e:         # _storage_op, inlined on the hot path
                 self._failed = str(e)
-                raise _storage_error(self.dir, e)
+                raise _storage_error(self.dir, e) from e
             if not self._deferred and self._leo - self._recovery_point < cfg.flush_messages:
                 return b.info(now if cfg.log_append_time else -1)     # the usual case
             info = b.info(now if cfg.log_append_time else -1)
@@ -643,7 +643,7 @@ class Log:
                 self.flush()
         except OSError as e:
             self._failed = self._failed or str(e)
-            raise _storage_error(self.dir, e)
+            raise _storage_error(self.dir, e) from e
 
     @_storage_op
     def append_batches(self, data) -> tuple[int, int]:
@@ -1354,7 +1354,7 @@ class Log:
                 # no clean-shutdown marker: the next open recovers
                 self._failed = str(e)
                 self.close_handlers()
-                raise _storage_error(self.dir, e)
+                raise _storage_error(self.dir, e) from e
             self._closed = True
             try:
                 if not self._managed:

@@ -419,7 +419,7 @@ class LogManager:
             return
         with self._lock:
             logs, dir_of = dict(self._logs), dict(self._dir_of)
-            for tp, path, lg in results:
+            for tp, _path, lg in results:
                 if tp in logs:
                     lg.close_handlers()
                     raise KStoreStateError(
@@ -840,7 +840,7 @@ class LogManager:
         number of segments deleted."""
         total = 0
         failed = []
-        for tp, lg, d in self._each_log():
+        for _tp, lg, d in self._each_log():
             if lg.config.compact:
                 continue
             try:
@@ -856,7 +856,7 @@ class LogManager:
     def flush_dirty_logs(self) -> None:
         """Flush every log whose last flush is at least flush.ms ago."""
         now = self._time.milliseconds()
-        for tp, lg, d in self._each_log():
+        for _tp, lg, d in self._each_log():
             if now - lg.last_flush_time >= lg.config.flush_ms:
                 try:
                     self._guard(d, lg.flush)

@@ -54,7 +54,6 @@ from kstore.config import LogConfig
 from kstore.errors import (DataLossError, InvalidConfigError, InvalidRecordError,
                            OffsetOutOfRangeError, RecordTooLargeError, UnknownTopicError)
 from kstore.fileio import get_file_ops
-from kstore.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from kstore.reader import StoreReader, split_log_dirs
 
 log = logging.getLogger("kstore.spark")

@@ -1,6 +1,5 @@
 """kstore.arrow and the core's columnar paths: bulk decode to Arrow equals the record reader,
 columnar encode equals the record encoder byte for byte, staged batches re-base exactly."""
-import os
 import struct
 
 import numpy as np
@@ -84,7 +83,7 @@ def test_iter_batches_schema_and_types(open_log):
 
 def test_decode_columns_limits_resume_exactly(open_log):
     lg = open_log({"segment.bytes": 1 << 20})
-    for i in range(10):
+    for _i in range(10):
         lg.append([(b"k", b"x" * 100) for _ in range(50)])
     cols = _core.Columns()
     seen = []

@@ -60,11 +60,11 @@ def test_compaction_keeps_latest_value_of_each_key_at_its_offset(tmp_path):
         stats = m.clean_now()
         assert len(stats) == 1 and stats[0].records_removed > 0
         got = contents(lg)
-        want_clean = {k: ov for k, ov in latest([w for w in written if w[0] < active_base]).items()}
+        {k: ov for k, ov in latest([w for w in written if w[0] < active_base]).items()}
         # below the active segment: exactly the latest of each key (as of the cleaned range)
         cleaned = [g for g in got if g[0] < active_base]
         assert len(cleaned) <= 17
-        for off, k, v in cleaned:
+        for off, k, _v in cleaned:
             later = [w for w in written if w[1] == k and off < w[0] < active_base]
             assert not later, f"{k} at {off} survived a later value"
         # every key's latest value overall is still readable, at its original offset
@@ -267,7 +267,7 @@ def test_segment_grouping_respects_sizes_and_offset_span(tmp_path):
     # size: consecutive segments are grouped only while their .log sizes fit segment.bytes
     d2 = str(tmp_path / "u-0")
     lg = kstore.Log.open(d2, {"segment.bytes": 300, "cleanup.policy": "compact"})
-    for i in range(6):
+    for _i in range(6):
         lg.append([(b"k", b"x" * 100, NOW)])
     segs = lg.segments[:-1]
     sizes = [s.size for s in segs]
@@ -378,7 +378,7 @@ while True:
 def test_kill_9_during_cleaning_loses_no_latest_value(tmp_path):
     rnd = random.Random(3)
     acked = 0
-    for round_ in range(6):
+    for _round in range(6):
         p = subprocess.Popen([sys.executable, "-c", CLEAN_CHILD, str(tmp_path), str(acked)],
                              stdout=subprocess.PIPE, cwd=str(tmp_path.parent))
         stop_after = rnd.randint(3, 12)

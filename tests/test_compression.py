@@ -7,7 +7,6 @@ import zlib
 import pytest
 
 import kstore
-from kstore import _core
 from kstore import compression as comp
 
 xxhash = pytest.importorskip("xxhash")

@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

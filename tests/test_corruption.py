@@ -13,12 +13,10 @@ checkpoint and topic-config files, each with its expected outcome.
 import os
 import random
 import shutil
-import struct
 
 import pytest
 
 import kstore
-from kstore import _core
 from kstore.dump import batches
 
 CFG = {"segment.bytes": 1500, "index.interval.bytes": 60}

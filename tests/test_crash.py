@@ -185,7 +185,7 @@ def check_manager_state(state: str, snap, kind: str) -> None:
                     try:
                         cp = OffsetCheckpointFile(p).read()
                     except CheckpointError as e:
-                        raise AssertionError(f"partial checkpoint: {e}")
+                        raise AssertionError(f"partial checkpoint: {e}") from e
                     assert cp.get(("keep", 0), 0) <= lg.log_end_offset, f"{name} ahead of the log: {cp}"
             n = lg.log_end_offset
             m.append_batch("keep", 0, [(None, value(n), NOW + n)])

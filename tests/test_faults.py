@@ -5,7 +5,6 @@ reopening once the fault is gone recovers a valid prefix holding every acknowled
 Also: a fork()ed child does not release the directory lock (flock semantics)."""
 import errno
 import os
-import shutil
 
 import pytest
 

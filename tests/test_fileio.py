@@ -69,7 +69,7 @@ class InterceptingOps(RecordingOps):
 def test_flush_fsyncs_data_then_directory_for_new_segments(tmp_path):
     ops = RecordingOps()
     log = kstore.Log.open(str(tmp_path / "t-0"), {"segment.bytes": 300}, io=ops)
-    for i in range(5):
+    for _i in range(5):
         log.append([(None, b"x" * 100)])
     ops.ops.clear()
     log.flush()
@@ -83,7 +83,7 @@ def test_flush_fsyncs_data_then_directory_for_new_segments(tmp_path):
 def test_map_writes_can_be_intercepted(tmp_path):
     ops = InterceptingOps()
     log = kstore.Log.open(str(tmp_path / "t-0"), io=ops)
-    info = log.append([(b"k", b"v")])
+    log.append([(b"k", b"v")])
     writes = [o for o in ops.ops if o[0] == "map_write"]
     assert writes == [("map_write", 0, 70)]      # 61-byte header + a 9-byte record
     assert log.read(0)[0].value == b"v"

@@ -1,6 +1,5 @@
 """File names of a partition directory (kstore/files.py): what parses as a segment, and odd names
 that must give kstore errors naming the path, never raw Python errors (issue 12, defect 18)."""
-import os
 
 import pytest
 

@@ -1,6 +1,5 @@
 """Log: round trips, roll rules, recovery, truncation, retention, time lookup, concurrency, crashes
 (Kafka's UnifiedLogTest / LogLoaderTest cases of facts §10 items 7, 11, 13)."""
-import json
 import os
 import signal
 import struct
@@ -18,7 +17,7 @@ from thread_watchdog import run_threads
 from kstore import _core
 from kstore.clock import MockTime
 from writer_process import WriterProcess
-from kstore.errors import (CorruptRecordError, InvalidRecordError, KStoreError, KStoreStateError,
+from kstore.errors import (CorruptRecordError, InvalidRecordError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError)
 
 NOW = 1_700_000_000_000
@@ -109,7 +108,7 @@ def test_size_based_roll(open_log):
     probe.build([(None, b"x" * 100, NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
     size = probe.size
     log = open_log({"segment.bytes": size * 3})
-    for i in range(10):
+    for _i in range(10):
         log.append([(None, b"x" * 100, NOW)])
     assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
     assert all(s.size == size * 3 for s in log.segments[:-1])
@@ -143,7 +142,7 @@ def test_time_roll_uses_message_timestamps_not_wall_clock(open_log):
 
 def test_roll_when_offset_index_full(open_log):
     log = open_log({"segment.index.bytes": 8 * 3, "index.interval.bytes": 1})
-    for i in range(12):
+    for _i in range(12):
         log.append([(None, b"x" * 20, NOW)])
     for s in log.segments[:-1]:
         assert s.offset_index.entries <= 3
@@ -273,10 +272,10 @@ def test_read_under_max_bytes_never_skips_the_rest_of_a_segment(open_log):
     segment's smaller batch is never returned in its place (20,000 produced, 19,306 consumed)."""
     log = open_log({"segment.bytes": 4000})
     big = [(None, b"B" * 300, NOW)]
-    for i in range(6):                   # segment 0: six ~370-byte batches (offsets 0-5)
+    for _i in range(6):                   # segment 0: six ~370-byte batches (offsets 0-5)
         log.append(big)
     log.roll()
-    for i in range(6):                   # segment 1: small batches (offsets 6-11)
+    for _i in range(6):                   # segment 1: small batches (offsets 6-11)
         log.append([(None, b"s", NOW)])
     size = len(log.read_batches(0, max_bytes=1))
     got = log.read(0, max_bytes=2 * size + size // 2)     # two big ones fit, the third does not
@@ -502,7 +501,7 @@ def test_log_end_less_than_start_after_reopen(tmp_path):
     """testLogEndLessThanStartAfterReopen: one empty segment at the log start offset."""
     d = str(tmp_path / "t-0")
     log = kstore.Log.open(d)
-    for i in range(5):
+    for _i in range(5):
         log.append([(None, b"x")])
     log.close()
     log = kstore.Log.open(d, log_start_offset=10, recovery_point=5, clean_shutdown=False)
@@ -1280,7 +1279,7 @@ def test_close_beside_a_flush_never_deadlocks(tmp_path, watchdog):
         log = kstore.Log.open(path, {"segment.bytes": 4096})
         for i in range(200):
             log.append([(b"k", b"%d" % i)])
-        t = threading.Thread(target=lambda: [log.flush() for _ in range(50)])
+        t = threading.Thread(target=lambda log=log: [log.flush() for _ in range(50)])
         t.start()
         log.close()
         join_all([t], 30)

@@ -180,7 +180,7 @@ def test_clean_shutdown_writes_checkpoints_and_marker_byte_for_byte(tmp_path, mo
         m.create_topic("b", 1, {"segment.bytes": 400})
         for i in range(10):
             m.append("a", None, b"x", partition=i % 2)
-        for i in range(6):
+        for _ in range(6):
             m.append("b", b"k", b"y" * 50, timestamp=NOW)
         m.log("b", 0).delete_records(4)
     rp = (tmp_path / "recovery-point-offset-checkpoint").read_bytes()
@@ -239,7 +239,7 @@ while True:
 
 
 def test_restart_after_kill_9_of_an_appending_process(tmp_path):
-    for round_ in range(2):
+    for _round in range(2):
         p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE,
                              cwd=str(tmp_path.parent))
         acked = {0: -1, 1: -1}
@@ -269,7 +269,7 @@ def test_cleanup_expired_segments(tmp_path, mock):
            "log.retention.check.interval.ms": "5000", "log.initial.task.delay.ms": "0"}
     with manager(str(tmp_path), cfg, mock=mock) as m:
         m.create_topic("t", 1)
-        for i in range(30):
+        for _i in range(30):
             m.append("t", None, b"x" * 50, timestamp=NOW)
         lg = m.log("t", 0)
         n_before = len(lg.segments)
@@ -292,7 +292,7 @@ def test_cleanup_segments_to_maintain_size(tmp_path, mock):
     cfg = {"log.segment.bytes": "400", "log.retention.bytes": "1200"}
     with manager(str(tmp_path), cfg, mock=mock) as m:
         m.create_topic("t", 1)
-        for i in range(40):
+        for _i in range(40):
             m.append("t", None, b"x" * 50, timestamp=NOW)
         lg = m.log("t", 0)
         size_before, seg = lg.size, lg.segments[0].size
@@ -305,7 +305,7 @@ def test_compacted_topics_are_left_to_the_cleaner(tmp_path, mock):
     t, s = mock
     with manager(str(tmp_path), {"log.segment.bytes": "400"}, mock=mock) as m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "retention.ms": 1})
-        for i in range(20):
+        for _i in range(20):
             m.append("c", b"k", b"x" * 50, timestamp=NOW)
         t.advance(100000)
         assert m.cleanup_logs() == 0

@@ -20,7 +20,7 @@ class ArrowColumns:
             import pyarrow as pa
             from kstore import arrow
         except ImportError:
-            raise NotImplementedError("pyarrow is not installed")
+            raise NotImplementedError("pyarrow is not installed") from None
         self.arrow = arrow
         self.dir = tempfile.mkdtemp()
         self.log = kstore.Log.open(os.path.join(self.dir, "t-0"), {"segment.bytes": 1 << 30})
@@ -59,7 +59,7 @@ class CompressedToArrow:
             from kstore import arrow
             from kstore.compression import CODEC_IDS, available
         except ImportError:
-            raise NotImplementedError("pyarrow is not installed")
+            raise NotImplementedError("pyarrow is not installed") from None
         if not available(CODEC_IDS[codec]):
             raise NotImplementedError(f"{codec} needs kstore[compression]")
         self.arrow = arrow

@@ -1,7 +1,6 @@
 """asv: LogManager open time for 1,000 partitions x 10 segments, clean and unclean, and recovery
 throughput on 1 MiB segments. Targets (issue 3): clean open <= 1 s; recovery >= 1 GB/s."""
 import os
-import shutil
 import tempfile
 import time
 
