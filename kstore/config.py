@@ -13,6 +13,9 @@ from typing import Any, Callable, Mapping, Optional
 from kstore.errors import InvalidConfigError
 
 LONG_MAX = (1 << 63) - 1
+# A count, offset or duration bound that never binds; below 2**63 so that adding a clock reading
+# or an offset to it cannot overflow the core's int64 arithmetic.
+NO_LIMIT = 1 << 62
 INT_MAX = (1 << 31) - 1
 
 
