@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Literal
 
 from kstore import _core
 from kstore.errors import UnsupportedCodecError
@@ -33,11 +34,11 @@ DEFAULT_LEVELS = {GZIP: 6, LZ4: 9, ZSTD: 3}
 try:
     import cramjam as _cramjam
 except ImportError:  # pragma: no cover - exercised only without the extra
-    _cramjam = None
+    _cramjam = None  # type: ignore[assignment]  # checked by available()
 try:
     import xxhash as _xxhash
 except ImportError:  # pragma: no cover
-    _xxhash = None
+    _xxhash = None  # type: ignore[assignment]  # checked by available()
 
 
 def available(codec: int) -> bool:
@@ -105,7 +106,7 @@ def _lz4_compress(data: bytes, level: int, magic: int) -> bytes:
     head = struct.pack("<IBB", _LZ4_MAGIC, flg, bd)
     hc = _lz4_hc(head if magic == 0 else head[4:])     # v0: Kafka's broken checksum
     out = [head, bytes([hc])]
-    mode = "high_compression" if level > 9 else "default"
+    mode: Literal["default", "high_compression"] = "high_compression" if level > 9 else "default"
     for i in range(0, len(data), _LZ4_BLOCK):
         raw = data[i:i + _LZ4_BLOCK]
         comp = bytes(_cramjam.lz4.compress_block(raw, mode=mode, compression=level,

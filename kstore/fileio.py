@@ -259,7 +259,7 @@ class FileOps:
     def read_file(self, path: str) -> bytes:
         fd = self.open(path, os.O_RDONLY)
         try:
-            out = []
+            out: list[bytes] = []
             pos = 0
             while True:
                 b = self.pread(fd, 1 << 20, pos)
