@@ -281,10 +281,18 @@ class AbstractIndex:
     def _after_truncate(self) -> None:
         pass
 
-    def reset(self) -> None:
-        """Remove every entry and resize to the maximum (Kafka's reset, used by recovery)."""
-        self._truncate_to_entries(0)
-        self.resize(self._max_index_size)
+    def load_copy(self, data: bytes) -> None:
+        """Replace the entries with a private in-memory copy of whole entries, never mapped from
+        the file (a read-only view of an index another process writes; ReadOnlySegment). The
+        old copy is not closed: a reader thread may still use it. A smaller count is published
+        before the smaller copy, a larger one after."""
+        n = len(data) // self.ENTRY_SIZE
+        if n < self._entries:
+            self._entries = n
+        self._map = _core.Mapping.from_bytes(data[: n * self.ENTRY_SIZE])
+        self._length = n * self.ENTRY_SIZE
+        self._entries = n
+        self._after_truncate()
 
     def flush(self) -> None:
         if self._map is not None and self._writable:
@@ -305,10 +313,6 @@ class AbstractIndex:
             return True
         except FileNotFoundError:
             return False
-
-    def rename_to(self, path: str) -> None:
-        self._io.rename(self.path, path)
-        self.path = path
 
     def _check_sizes(self) -> None:
         """Length not a multiple of the entry size is corrupt (Kafka's sanityCheck)."""

@@ -1431,13 +1431,13 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
             lg.truncate_to(cut)
         return real_read(*args)
 
-    def prepare_after_appends(self, offset, segs):
+    def prepare_after_appends(self, offset, segs, start):
         if steps == ["truncate"]:  # ... and appends past the dropped segment's base
             steps.append("append")
             while lg.log_end_offset <= b1 + 10:
                 leo = lg.log_end_offset
                 lg.append([(None, _tv(leo + j), NOW + leo + j) for j in range(5)])
-        return real_prepare(self, offset, segs)
+        return real_prepare(self, offset, segs, start)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
     monkeypatch.setattr(log_module.Log, "_prepare_for_read", prepare_after_appends)
     got = [(r.offset, r.value) for r in lg.read(0, max_records=b1 + 5, max_bytes=1 << 30)]

@@ -73,7 +73,7 @@ def test_recovery_with_corrupt_message(tmp_path):
         seg = make_segment(d, exists=True)
         res = seg.recover()
         assert seg.size == positions[victim]
-        assert res["truncated_bytes"] == len(data) - positions[victim]
+        assert res.truncated_bytes == len(data) - positions[victim]
         assert [r.offset for r in read_all(seg)] == list(range(victim))
         assert seg.read_next_offset() == victim
         seg.close()
