@@ -1,6 +1,6 @@
 """The segments of one partition on disk and their offsets (Kafka's LocalLog): the writer's
-locks, roll, flush, truncation, deleting and swapping segments, close. Log (log.py) extends it
-with opening and loading, appends, reads and retention.
+locks, roll, flush, truncation, retention and DeleteRecords, swapping segments in, close. Log
+(log.py) extends it with opening and loading, appends and reads.
 
 Offsets: log_start_offset <= recovery_point <= log_end_offset. One writer and any number of
 reader threads: the writer serialises on _lock and publishes a new LogSegments snapshot (one
@@ -364,6 +364,60 @@ class LocalLog:
             self._truncations += 1
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
+
+    @storage_op
+    def delete_records(self, offset: int) -> int:
+        """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
+        are deleted. Returns the new log start offset."""
+        with self._lock:
+            self._check_writable()
+            if offset > self._leo:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+            try:
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                      "log start offset breach")
+            finally:
+                deferred = self._take_deferred()
+            start = self._log_start_offset
+        self._after_write(deferred)
+        return start
+
+    @storage_op
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
+        (size and time only with cleanup.policy delete). Returns the segments deleted."""
+        with self._lock:
+            self._check_writable()
+            try:
+                n = self._delete_old_segments_locked()
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return n
+
+    def _delete_old_segments_locked(self) -> int:
+        cfg = self._config
+        n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                  "log start offset breach")
+        if not cfg.delete:
+            return n
+        if cfg.retention_bytes >= 0:
+            diff = [self.size - cfg.retention_bytes]
+
+            def size_breach(seg, nxt):
+                if diff[0] - seg.size >= 0:
+                    diff[0] -= seg.size
+                    return True
+                return False
+            n += self._delete_segments(size_breach, "retention size breach")
+        if cfg.retention_ms >= 0:
+            now = self._time.milliseconds()
+            n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
+                                       "retention time breach")
+        return n
 
     def _delete_segments(self, predicate, reason: str) -> int:
         segs = self._segments.segs

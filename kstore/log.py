@@ -1,5 +1,5 @@
-"""One partition's log (Kafka's UnifiedLog, for a single node): open and load, append, read,
-offsets by timestamp, retention. The segments on disk and their offsets are LocalLog's
+"""One partition's log (Kafka's UnifiedLog, for a single node): open and load, append, read and
+offsets by timestamp. The segments on disk, their offsets and retention are LocalLog's
 (local_log.py), which Log extends rather than wraps: the append and read fast paths reach the
 segment list and offsets without an extra attribute lookup.
 
@@ -557,57 +557,3 @@ class Log(LocalLog):
         except SegmentGoneError as e:
             e.segment = seg
             raise
-
-    @storage_op
-    def delete_records(self, offset: int) -> int:
-        """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
-        are deleted. Returns the new log start offset."""
-        with self._lock:
-            self._check_writable()
-            if offset > self._leo:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
-            if offset > self._log_start_offset:
-                self._log_start_offset = offset
-            try:
-                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                      "log start offset breach")
-            finally:
-                deferred = self._take_deferred()
-            start = self._log_start_offset
-        self._after_write(deferred)
-        return start
-
-    @storage_op
-    def delete_old_segments(self) -> int:
-        """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
-        (size and time only with cleanup.policy delete). Returns the segments deleted."""
-        with self._lock:
-            self._check_writable()
-            try:
-                n = self._delete_old_segments_locked()
-            finally:
-                deferred = self._take_deferred()
-        self._after_write(deferred)
-        return n
-
-    def _delete_old_segments_locked(self) -> int:
-        cfg = self._config
-        n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                  "log start offset breach")
-        if not cfg.delete:
-            return n
-        if cfg.retention_bytes >= 0:
-            diff = [self.size - cfg.retention_bytes]
-
-            def size_breach(seg, nxt):
-                if diff[0] - seg.size >= 0:
-                    diff[0] -= seg.size
-                    return True
-                return False
-            n += self._delete_segments(size_breach, "retention size breach")
-        if cfg.retention_ms >= 0:
-            now = self._time.milliseconds()
-            n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
-                                       "retention time breach")
-        return n
