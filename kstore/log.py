@@ -44,7 +44,7 @@ MAX_TIMESTAMP = -3
 def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
     """Consecutive row ranges of [start, stop) whose summed sizes stay within budget (a range
     holds at least one row). One Python step per range, not per row."""
-    out = []
+    out: list[tuple[int, int]] = []
     if stop <= start:
         return out
     cs = np.cumsum(sizes[start:stop])
@@ -311,7 +311,7 @@ class Log(LocalLog):
             try:
                 need = _log_read(ss.bases, ss.views, offset, limit, max_bytes, verify_crc, out, used)
             except CorruptRecordError as e:
-                raise with_path(e, ss.segs[e.segment].log_path) from None
+                raise with_path(e, ss.segs[e.segment].log_path) from None  # type: ignore[attr-defined]  # e.segment: set by _core.log_read
             if need is None or not ss.segs:
                 if self._segments is first:
                     return out
@@ -363,7 +363,7 @@ class Log(LocalLog):
             try:
                 need = _log_read(ss.bases, ss.views, offset, limit, max_bytes, verify_crc, out, used)
             except CorruptRecordError as e:
-                raise with_path(e, ss.segs[e.segment].log_path) from None
+                raise with_path(e, ss.segs[e.segment].log_path) from None  # type: ignore[attr-defined]  # e.segment: set by _core.log_read
             if need is None or not ss.segs:
                 return out if self._segments is first else None
             # a segment not mapped yet: map it and go on from there (what was read is kept)
@@ -511,11 +511,7 @@ class Log(LocalLog):
         if timestamp == EARLIEST_TIMESTAMP:
             return (self._log_start_offset, -1)
         if timestamp == MAX_TIMESTAMP:
-            while True:
-                try:
-                    return self._offset_of_max_timestamp(self._segments)
-                except SegmentGoneError as e:
-                    self._segment_gone(e.segment)
+            return self._offset_of_max_timestamp()
         if timestamp < 0:
             raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
         start = self._log_start_offset
@@ -524,9 +520,9 @@ class Log(LocalLog):
             try:
                 r = _log_offset_for_timestamp(segs.views, timestamp, start)
             except CorruptRecordError as e:
-                raise with_path(e, segs[e.segment].log_path) from None
+                raise with_path(e, segs[e.segment].log_path) from None  # type: ignore[attr-defined]  # set by the core
             if r is not None:
-                return r or None
+                return r if isinstance(r, tuple) else None     # False: no such timestamp
             # map and load what the fast path found missing, then retry on fresh segment lists
             # (a segment deleted meanwhile is gone from them; a closed log raises)
             self._check_open()
@@ -540,20 +536,23 @@ class Log(LocalLog):
                     self._segment_gone(seg)
                     break
 
-    def _offset_of_max_timestamp(self, segs: LogSegments) -> Optional[tuple[int, int]]:
-        best = None
-        seg = None
-        try:
-            for seg in segs:
-                if seg.size == 0:
-                    continue
-                ts = seg.max_timestamp_so_far
-                if ts >= 0 and (best is None or ts > best[0]):
-                    best = (ts, seg)
-            if best is None:
-                return None
-            ts, seg = best
-            return seg.find_offset_by_timestamp(ts, self._log_start_offset)
-        except SegmentGoneError as e:
-            e.segment = seg
-            raise
+    def _offset_of_max_timestamp(self) -> Optional[tuple[int, int]]:
+        """(offset, timestamp) of the first record with the log's max timestamp; a segment
+        deleted or replaced meanwhile sends it back to the current segments."""
+        while True:
+            best: Optional[tuple[int, LogSegment]] = None
+            seg: Optional[LogSegment] = None
+            try:
+                for seg in self._segments:
+                    if seg.size == 0:
+                        continue
+                    ts = seg.max_timestamp_so_far
+                    if ts >= 0 and (best is None or ts > best[0]):
+                        best = (ts, seg)
+                if best is None:
+                    return None
+                ts, seg = best
+                return seg.find_offset_by_timestamp(ts, self._log_start_offset)
+            except SegmentGoneError:
+                assert seg is not None       # the error came from a segment
+                self._segment_gone(seg)

@@ -25,7 +25,7 @@ from typing import Optional
 
 from kstore import _core
 from kstore.config import LogConfig
-from kstore.errors import (CorruptRecordError, LogSegmentOffsetOverflowError)
+from kstore.errors import CorruptRecordError, KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
@@ -164,20 +164,27 @@ class LogSegment(SegmentReader):
             self.load_max_timestamp()
             self._update_indexes_full()
 
+    def _active_file(self) -> tuple[int, _core.Mapping]:
+        """(descriptor, writable mapping) of the active segment."""
+        fd, m = self._fd, self._map
+        if fd is None or m is None or not self._map_writable:
+            raise KStoreStateError(f"segment {self.log_path} is not the active segment")
+        return fd, m
+
     def _ensure_capacity(self, n: int) -> None:
         """Grow the zero-filled runway ahead of the data: in proportion to the segment's size
         (64 KiB doubling up to 4 MiB), so small partitions stay small on disk."""
         need = self.size + n
-        m = self._map
+        fd, m = self._active_file()
         if need > m.length:
             # segment.bytes grew since the mapping was made: map a larger window
             new_len = _page_round_up(max(need, self._config.segment_bytes))
-            self._map = self._io.map(self._fd, new_len, True)
+            self._map = new = self._io.map(fd, new_len, True)
             m.close()
-            m = self._map
+            m = new
         step = min(PREALLOCATE_CHUNK, max(64 << 10, self._alloc))
         new_alloc = min(m.length, max(need, self._alloc + step))
-        self._io.zero_fill(self._fd, self._alloc, new_alloc - self._alloc)
+        self._io.zero_fill(fd, self._alloc, new_alloc - self._alloc)
         self._alloc = new_alloc
 
     # -- append ----------------------------------------------------------------------------
@@ -193,10 +200,11 @@ class LogSegment(SegmentReader):
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         if pos + n > self._alloc:
             self._ensure_capacity(n)
+        # v.log_map is the writable mapping (make_active): no check on the hot path
         if self._io.intercept_map_writes:
-            self._io.map_write(v.log_map, pos, builder.getvalue())
+            self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
         else:
-            builder.copy_to(v.log_map, pos)
+            builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
         if pos == 0:
             self._rolling_ts = largest_timestamp
         if not v.max_ts_known:
@@ -261,10 +269,10 @@ class LogSegment(SegmentReader):
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
             if self._map_writable:
-                self._io.truncate(self._fd, self.size)
+                fd, old = self._active_file()
+                self._io.truncate(fd, self.size)
                 self._alloc = self.size
-                old = self._map
-                self._map = self._io.map(self._fd, self.size, False)
+                self._map = self._io.map(fd, self.size, False)
                 self._map_writable = False
                 old.close()
 
@@ -447,7 +455,7 @@ class LogSegment(SegmentReader):
         if src is not old_map:
             src.close()
         if writable and self._config.preallocate and map_len > position:
-            io.allocate(self._fd, position, map_len - position)
+            io.allocate(fd, position, map_len - position)
             self._alloc = map_len
         io.fsync_dir(self.dir)
 
@@ -458,8 +466,9 @@ class LogSegment(SegmentReader):
             if self.closed:
                 return
             if self._map_writable:
-                self._io.map_flush(self._map, 0, self.size)
-                self._io.fsync(self._fd)
+                fd, m = self._active_file()
+                self._io.map_flush(m, 0, self.size)
+                self._io.fsync(fd)
             else:
                 fd = self._io.open(self.log_path, os.O_RDONLY)
                 try:
@@ -490,10 +499,11 @@ class LogSegment(SegmentReader):
                     ts, off = self.load_max_timestamp()
                     if ts >= 0:
                         self.time_index.maybe_append(ts, off, skip_full_check=True)
-                    self._io.truncate(self._fd, self.size)
+                    fd, _m = self._active_file()
+                    self._io.truncate(fd, self.size)
                     # durable before a clean-shutdown marker can be: a lost trim would bring
                     # the preallocated zeros back behind a marker that skips recovery
-                    self._io.fsync(self._fd)
+                    self._io.fsync(fd)
                 if self._oidx is not None:
                     self._oidx.close(durable=True)
                 if self._tidx is not None:

@@ -19,6 +19,7 @@ from kstore import _core
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import SegmentGoneError
 from kstore.fileio import FileOps
+from kstore.index import AbstractIndex
 from kstore.files import LOG_SUFFIX, segment_file
 from kstore.segment import LogSegment
 
@@ -174,6 +175,7 @@ class ReadOnlySegment(LogSegment):
         replaced (they may point into the new file) are dropped: reads scan from the start."""
         last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
         raws = []
+        idx: AbstractIndex
         for idx in (self.offset_index, self.time_index):
             raw = b""
             try:
