@@ -420,11 +420,11 @@ class LocalLog:
         return n
 
     def _delete_segments(self, predicate, reason: str) -> int:
-        segs = self._segments.segs
+        segs = self._segments
         doomed = []
         hw = self._leo
         for i, seg in enumerate(segs):
-            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            nxt = segs.next_base(i)
             upper = nxt if nxt is not None else self._leo
             if upper > hw:
                 break

@@ -28,6 +28,7 @@ from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
 from kstore.segment import LogSegment, SegmentRecovery
+from kstore.segment_reader import ColumnsEnd
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
            "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP"]
@@ -465,9 +466,9 @@ class Log(LocalLog):
                 self._check_range(offset)
                 stop = min(stop_offset, self._leo)
                 continue
-            if status == "limit":
+            if status is ColumnsEnd.LIMIT:
                 return nxt
-            if status == "stop":
+            if status is ColumnsEnd.STOP:
                 return stop
             if i + 1 >= len(segs):
                 return stop

@@ -4,6 +4,7 @@ SegmentView's mapping and size together). LogSegment (segment.py) adds the write
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import threading
@@ -17,6 +18,13 @@ from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_fi
 from kstore.index import AbstractIndex, OffsetIndex, TimeIndex
 
 log = logging.getLogger("kstore.segment")
+
+
+class ColumnsEnd(enum.Enum):
+    """Why SegmentReader.read_columns stopped (the core's decode_columns statuses)."""
+    END = "end"          #: the segment's data ended: go on in the next segment
+    LIMIT = "limit"      #: the columns are full (max_records or max_data)
+    STOP = "stop"        #: reached stop_offset
 
 
 class SegmentReader:
@@ -166,10 +174,6 @@ class SegmentReader:
     def max_timestamp_so_far(self) -> int:
         return self.load_max_timestamp()[0]
 
-    @property
-    def offset_of_max_timestamp_so_far(self) -> int:
-        return self.load_max_timestamp()[1]
-
     def _mapped(self) -> tuple[_core.Mapping, int]:
         """(mapping, valid end) taken together in the core (see SegmentView.snapshot), mapping
         the segment first if needed; SegmentGoneError if it was deleted meanwhile."""
@@ -229,9 +233,9 @@ class SegmentReader:
             raise self._gone(m, e) from None
 
     def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, max_records: int,
-                     max_data: int, verify_crc: bool = True) -> tuple[str, int]:
+                     max_data: int, verify_crc: bool = True) -> tuple[ColumnsEnd, int]:
         """Decode records in [offset, stop_offset) into cols (see _core.decode_columns):
-        ('end' | 'limit' | 'stop', offset to resume at)."""
+        (why it stopped, offset to resume at)."""
         self.load_offset_index()
         m, end = self._mapped()
         try:
@@ -244,7 +248,7 @@ class SegmentReader:
             raise self._gone(m, e) from None
         if status == "end" and self.view.corrupt is not None:
             self.raise_corrupt()
-        return status, nxt
+        return ColumnsEnd(status), nxt
 
     def raise_corrupt(self) -> None:
         """A read reached the invalid bytes a read-only refresh found at the end of the valid
