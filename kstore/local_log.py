@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import threading
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from kstore import swap
 from kstore.config import LogConfig
@@ -126,13 +126,19 @@ class LocalLog:
             self._io.mkdir(self.dir)
             self._io.fsync_dir(parent)
 
-    def _set_segments(self, segs: LogSegments | list[LogSegment]) -> None:
+    def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:
         """Publish a new segment list (lock held): readers take it whole, without the lock."""
         self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
 
     @property
     def config(self) -> LogConfig:
         return self._config
+
+    @property
+    def rng(self) -> random.Random:
+        """The random source of the segments' roll jitter (for segments made beside the log,
+        as the cleaner's)."""
+        return self._rng
 
     def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
         cfg = config if isinstance(config, LogConfig) else LogConfig(config)

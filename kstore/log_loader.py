@@ -250,21 +250,20 @@ class LogLoader:
         return res
 
     # -- read-only logs ----------------------------------------------------------------------
-    def scan_read_only(self, old: LogSegments) -> Optional[list[LogSegment]]:
+    def scan_read_only(self, old: LogSegments) -> Optional[list[ReadOnlySegment]]:
         """The directory's segments for a read-only log, reusing those of old: the last one
         (and every one validated before) validated now; None if one vanished meanwhile (the
         caller lists again). Segments dropped from the list are not closed: a reader thread may
         still be reading them."""
         present = self.list_segment_bases()
         by_base = {s.base_offset: s for s in old}
-        segs: list[LogSegment] = []
+        segs: list[ReadOnlySegment] = []
         try:
             for base in present:
                 seg = by_base.get(base)
                 segs.append(seg if isinstance(seg, ReadOnlySegment) and not seg.closed
                             else self._ro_segment(base))
             for i, s in enumerate(segs):
-                assert isinstance(s, ReadOnlySegment)
                 # the last segment is validated now and re-validated whenever its file length
                 # differs from what was validated (it grows; one that was last may have grown
                 # before its roll); the others are validated when a read first maps them
