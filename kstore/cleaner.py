@@ -16,10 +16,10 @@ import threading
 import time as _time
 from typing import Optional
 
-from kstore import _core
+from kstore import _core, swap
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
 from kstore.errors import KStoreError, SegmentGoneError, UnknownTopicError
-from kstore.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from kstore.files import CLEANED_SUFFIX, LOG_SUFFIX, segment_file
 from kstore.log import Log
 from kstore.segment import LogSegment
 
@@ -107,7 +107,7 @@ def cleanable_range(lg: Log, first_dirty: int, now: int) -> tuple[int, int, int,
     dirty = sum(s.size for s in dirty_segs)
     lag_exceeded = False
     if dirty and cfg.max_compaction_lag_ms < (1 << 62):
-        first_ts = dirty_segs[0]._first_batch_timestamp()
+        first_ts = dirty_segs[0].first_batch_timestamp()
         if first_ts >= 0 and first_ts < now - cfg.max_compaction_lag_ms:
             lag_exceeded = True
     return first_dirty, first_uncleanable, clean, dirty, lag_exceeded
@@ -198,7 +198,7 @@ class Cleaner:
         except BaseException:
             io.close(fd)
             try:
-                _remove_cleaned(io, lg.dir, base)
+                swap.remove_cleaned(io, lg.dir, base)
             except OSError:
                 pass          # the error being raised matters more; the next load tidies up
             raise
@@ -219,7 +219,7 @@ class Cleaner:
         stats.segments_in += len(group)
         stats.segments_out += 1
         if not lg.replace_segments(base, group):
-            _remove_cleaned(io, lg.dir, base)
+            swap.remove_cleaned(io, lg.dir, base)
             raise CleanAborted(f"segments of {lg.dir} changed during cleaning")
 
 
@@ -230,24 +230,6 @@ class CleanAborted(KStoreError):
 def _changed(lg: Log, segs_before: list[LogSegment]) -> bool:
     """Whether the log lost or replaced segments since segs_before (or was closed)."""
     return lg.closed or any(s.closed for s in segs_before) or lg.segments != segs_before
-
-
-def _remove_cleaned(io, dir_: str, base: int) -> None:
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        path = segment_file(dir_, base, suffix, CLEANED_SUFFIX)
-        if io.exists(path):
-            io.unlink(path)
-
-
-def _remove_all_cleaned(io, dir_: str) -> None:
-    """After an aborted clean: every .cleaned file of the log (one clean per log at a time, so
-    all are its own). Errors are ignored: the next load removes what is left."""
-    try:
-        for name in io.listdir(dir_):
-            if name.endswith(CLEANED_SUFFIX):
-                io.unlink(os.path.join(dir_, name))
-    except OSError:
-        pass
 
 
 def group_segments(segs: list[LogSegment], cfg, end_offset: int) -> list[list[LogSegment]]:
@@ -395,7 +377,7 @@ class LogCleaner:
                 return self._uncleanable(ltc, e)
             log.info("clean of %s-%d aborted: %s changed during cleaning (%s)",
                      ltc.tp[0], ltc.tp[1], lg.dir, e)
-            _remove_all_cleaned(self._io, lg.dir)
+            swap.remove_all_cleaned(self._io, lg.dir)
             return None
         except OSError as e:
             if isinstance(e, FileNotFoundError) and _changed(lg, segs_before):
@@ -403,7 +385,7 @@ class LogCleaner:
                 # file under the clean: the clean is dropped (and retried later), the dir is fine
                 log.info("clean of %s-%d aborted: %s changed during cleaning (%s)",
                          ltc.tp[0], ltc.tp[1], lg.dir, e)
-                _remove_all_cleaned(self._io, lg.dir)
+                swap.remove_all_cleaned(self._io, lg.dir)
                 return None
             self._manager._mark_offline(d, e)
             return None

@@ -132,6 +132,13 @@ class AbstractIndex:
         if old is not None:
             old.close()
 
+    def _mapping(self) -> _core.Mapping:
+        """The mapping of an index that has entries (or is about to get some)."""
+        m = self.state.map
+        if m is None:
+            raise KStoreStateError(f"index {self.path} is not mapped (closed or empty)")
+        return m
+
     def _unmap(self) -> None:
         """Unpublish the mapping, then close it: a lock-free reader (the read fast path) never
         finds a closed mapping in the index state."""
@@ -268,7 +275,7 @@ class AbstractIndex:
     def _write(self, position: int, data: bytes) -> None:
         self._apply_pending()
         self._ensure_allocated(position + len(data))
-        self._map.write(position, data)
+        self._mapping().write(position, data)
 
     def _truncate_to_entries(self, n: int) -> None:
         with self._lock:
@@ -281,10 +288,18 @@ class AbstractIndex:
     def _after_truncate(self) -> None:
         pass
 
-    def reset(self) -> None:
-        """Remove every entry and resize to the maximum (Kafka's reset, used by recovery)."""
-        self._truncate_to_entries(0)
-        self.resize(self._max_index_size)
+    def load_copy(self, data: bytes) -> None:
+        """Replace the entries with a private in-memory copy of whole entries, never mapped from
+        the file (a read-only view of an index another process writes; ReadOnlySegment). The
+        old copy is not closed: a reader thread may still use it. A smaller count is published
+        before the smaller copy, a larger one after."""
+        n = len(data) // self.ENTRY_SIZE
+        if n < self._entries:
+            self._entries = n
+        self._map = _core.Mapping.from_bytes(data[: n * self.ENTRY_SIZE])
+        self._length = n * self.ENTRY_SIZE
+        self._entries = n
+        self._after_truncate()
 
     def flush(self) -> None:
         if self._map is not None and self._writable:
@@ -306,10 +321,6 @@ class AbstractIndex:
         except FileNotFoundError:
             return False
 
-    def rename_to(self, path: str) -> None:
-        self._io.rename(self.path, path)
-        self.path = path
-
     def _check_sizes(self) -> None:
         """Length not a multiple of the entry size is corrupt (Kafka's sanityCheck)."""
         if self._io.exists(self.path):
@@ -327,6 +338,10 @@ class AbstractIndex:
         if not len(arr):
             return None
         return self._entries_problem(arr, log_size)
+
+    def _entries_problem(self, arr: np.ndarray, log_size: int) -> Optional[str]:
+        """Why entries arr (non-empty) cannot be trusted against a .log of log_size bytes."""
+        raise NotImplementedError
 
     def _load_bulk(self, raw: np.ndarray) -> None:
         """Replace every entry with raw (a structured array in the on-disk layout)."""
@@ -366,14 +381,14 @@ class OffsetIndex(AbstractIndex):
         """(offset, position) of entry n."""
         if n < 0 or n >= self._entries:
             raise IndexError(f"entry {n} out of range for {self._entries} entries")
-        rel, pos = _core.index_entry(self._map, n, 8)
+        rel, pos = _core.index_entry(self._mapping(), n, 8)
         return self.base_offset + rel, pos
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry with offset <= target, else (base, 0)."""
         if self._entries == 0:
             return self.base_offset, 0
-        return _core.offset_index_lookup(self._map, self._entries, self.base_offset, target_offset)
+        return _core.offset_index_lookup(self._mapping(), self._entries, self.base_offset, target_offset)
 
     def append(self, offset: int, position: int) -> None:
         with self._lock:
@@ -388,7 +403,7 @@ class OffsetIndex(AbstractIndex):
                 if end > self._allocated:
                     self._apply_pending()
                     self._ensure_allocated(end)
-                _core.put_offset_entry(self._map, self._entries, rel, position)
+                _core.put_offset_entry(self._mapping(), self._entries, rel, position)
                 self._entries += 1
                 self._last_offset = offset
             else:
@@ -401,7 +416,7 @@ class OffsetIndex(AbstractIndex):
         with self._lock:
             if self._entries == 0:
                 return
-            slot = _core.offset_index_floor_slot(self._map, self._entries, self.base_offset, offset)
+            slot = _core.offset_index_floor_slot(self._mapping(), self._entries, self.base_offset, offset)
             if slot < 0:
                 n = 0
             elif self.entry(slot)[0] == offset:
@@ -464,14 +479,14 @@ class TimeIndex(AbstractIndex):
     def entry(self, n: int) -> tuple[int, int]:
         if n < 0 or n >= self._entries:
             raise IndexError(f"entry {n} out of range for {self._entries} entries")
-        ts, rel = _core.index_entry(self._map, n, 12)
+        ts, rel = _core.index_entry(self._mapping(), n, 12)
         return ts, self.base_offset + rel
 
     def lookup(self, target_ts: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest entry with timestamp <= target, else (-1, base)."""
         if self._entries == 0:
             return -1, self.base_offset
-        return _core.time_index_lookup(self._map, self._entries, self.base_offset, target_ts)
+        return _core.time_index_lookup(self._mapping(), self._entries, self.base_offset, target_ts)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         with self._lock:
@@ -496,7 +511,7 @@ class TimeIndex(AbstractIndex):
                 if end > self._allocated:
                     self._apply_pending()
                     self._ensure_allocated(end)
-                _core.put_time_entry(self._map, self._entries, timestamp, rel)
+                _core.put_time_entry(self._mapping(), self._entries, timestamp, rel)
                 self._entries += 1
                 self._last_entry = (timestamp, offset)
 
@@ -505,7 +520,7 @@ class TimeIndex(AbstractIndex):
         with self._lock:
             if self._entries == 0:
                 return
-            slot = _core.time_index_floor_slot_by_offset(self._map, self._entries, self.base_offset, offset)
+            slot = _core.time_index_floor_slot_by_offset(self._mapping(), self._entries, self.base_offset, offset)
             if slot < 0:
                 n = 0
             elif self.entry(slot)[1] == offset:

@@ -16,21 +16,21 @@ never a zeroed batch or a page past the end of the file (SIGBUS).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-import threading
 
 import numpy as np
 from typing import Optional
 
 from kstore import _core
 from kstore.config import LogConfig
-from kstore.errors import (CorruptRecordError, LogSegmentOffsetOverflowError, SegmentGoneError,
-                           with_path)
+from kstore.errors import CorruptRecordError, KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
-from kstore.index import OffsetIndex, TimeIndex
+from kstore.index import AbstractIndex, OffsetIndex, TimeIndex
+from kstore.segment_reader import SegmentReader
 
 log = logging.getLogger("kstore.segment")
 
@@ -47,36 +47,40 @@ def _page_round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
 
 
-class LogSegment:
-    """A segment: base offset, logical size, lazy indexes, append/read/recover/truncate."""
+@dataclasses.dataclass(frozen=True)
+class SegmentRecovery:
+    """What LogSegment.recover() found (the core's recover_scan, without the index entries)."""
+    segment: str                  #: the .log's path
+    status: str                   #: why the scan stopped: "ok" at the end, else the first invalid batch's kind
+    reason: str                   #: the invalid batch in words ("" if none)
+    valid_bytes: int
+    truncated_bytes: int          #: bytes cut off after valid_bytes
+    tail_zero: bool               #: the bytes cut were zeros (a preallocated tail, not corruption)
+    batches: int
+    next_offset: int              #: one past the last valid offset (-1 without batches)
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    first_batch_timestamp: int
+
+
+class LogSegment(SegmentReader):
+    """A segment: the reads of SegmentReader, and append, roll, recover, truncate, flush, close."""
 
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
-                 rng, file_already_exists: bool = False, suffix: str = "", read_only: bool = False):
-        self.dir = dir_
-        self.base_offset = base_offset
-        self._config = config
-        self._io = io
+                 rng, file_already_exists: bool = False, suffix: str = ""):
+        super().__init__(dir_, base_offset, config, io=io, suffix=suffix)
         self._time = time
-        self._suffix = suffix
-        self.read_only = read_only
-        self.log_path = segment_file(dir_, base_offset, LOG_SUFFIX, suffix)
-        self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
-        self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
-        self._lock = threading.RLock()
-        self.view = _core.SegmentView(base_offset)   # what the read fast path sees
         self._fd: Optional[int] = None
-        self._map: Optional[_core.Mapping] = None
         self._map_writable = False
         self._alloc = 0
-        self._oidx: Optional[OffsetIndex] = None
-        self._tidx: Optional[TimeIndex] = None
         self.roll_jitter_ms = config.random_segment_jitter(rng)
         self.created = time.milliseconds()
         self._rolling_ts: Optional[int] = None     # None: not loaded yet
         self._bytes_since_last_index_entry = 0
         self._indexes_full = False       # cached: changes only when index entries change
-        self.closed = False
         self._rebuilding = False
+        #: set by the loader: an index file is missing, so the segment is recovered at load
+        self.needs_recovery = False
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -90,76 +94,19 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
     # size and mapping live in the view so that readers see them without a Python call
-    @property
-    def size(self) -> int:
-        """Bytes of valid batches in the .log (the logical size)."""
-        return self.view.size
 
-    @size.setter
-    def size(self, n: int) -> None:
-        self.view.size = n
 
-    @property
-    def _max_ts(self) -> Optional[tuple[int, int]]:
-        """(max timestamp, its offset), (-1, -1) if none, None until loaded."""
-        v = self.view
-        return (v.max_timestamp, v.offset_of_max_timestamp) if v.max_ts_known else None
 
-    @_max_ts.setter
-    def _max_ts(self, pair: Optional[tuple[int, int]]) -> None:
-        v = self.view
-        if pair is None:
-            v.max_ts_known = False
-        else:
-            v.max_timestamp, v.offset_of_max_timestamp = pair
-            v.max_ts_known = True
 
-    @property
-    def _map(self) -> Optional[_core.Mapping]:
-        return self.view.log_map
 
-    @_map.setter
-    def _map(self, m: Optional[_core.Mapping]) -> None:
-        self.view.log_map = m
 
     # -- indexes (opened lazily, as Kafka's LazyIndex) --------------------------------------
-    @property
-    def offset_index(self) -> OffsetIndex:
-        idx = self._oidx
-        if idx is None:
-            with self._lock:
-                if self._oidx is None:
-                    self._check_not_closed()
-                    self._oidx = OffsetIndex(self.offset_index_path, self.base_offset,
-                                             self._config.max_index_size, io=self._io,
-                                             writable=not self.read_only, load=not self.read_only)
-                    self.view.index = self._oidx.state
-                    self._check_index(self._oidx)
-                idx = self._oidx
-        return idx
 
-    @property
-    def time_index(self) -> TimeIndex:
-        idx = self._tidx
-        if idx is None:
-            with self._lock:
-                if self._tidx is None:
-                    self._check_not_closed()
-                    self._tidx = TimeIndex(self.time_index_path, self.base_offset,
-                                           self._config.max_index_size, io=self._io,
-                                           writable=not self.read_only, load=not self.read_only)
-                    self.view.tindex = self._tidx.state
-                    self._check_index(self._tidx)
-                idx = self._tidx
-        return idx
 
-    def _check_not_closed(self) -> None:
-        """A lazy index is never opened for a closed segment (lock held): its files are renamed
-        or gone, and opening would create a stray index (or fail raw if the directory moved)."""
-        if self.closed:
-            raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
 
-    def _check_index(self, idx) -> None:
+
+
+    def _check_index(self, idx: AbstractIndex) -> None:
         """An index is checked against its .log when first used, whatever side of the recovery
         point the segment is on; one that fails is rebuilt from the .log, never trusted."""
         if self.read_only or self._rebuilding:
@@ -174,29 +121,8 @@ class LogSegment:
         finally:
             self._rebuilding = False
 
-    def set_config(self, config: LogConfig) -> None:
-        self._config = config
 
     # -- mapping ---------------------------------------------------------------------------
-    def mapping(self) -> _core.Mapping:
-        """The mapping that covers [0, size): writable for the active segment, else read-only."""
-        m = self._map
-        if m is None:
-            with self._lock:
-                if self.closed:
-                    raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
-                if self._map is None:
-                    try:
-                        fd = self._io.open(self.log_path, os.O_RDONLY)
-                    except FileNotFoundError:
-                        raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
-                    try:
-                        self._map = self._io.map(fd, self._io.size(fd), False)
-                    finally:
-                        self._io.close(fd)
-                    self._map_writable = False
-                m = self._map
-        return m
 
     @property
     def is_active(self) -> bool:
@@ -235,23 +161,30 @@ class LogSegment:
                 raise
             self.offset_index.resize_lazily(self._config.max_index_size)
             self.time_index.resize_lazily(self._config.max_index_size)
-            self._load_max_timestamp()
+            self.load_max_timestamp()
             self._update_indexes_full()
+
+    def _active_file(self) -> tuple[int, _core.Mapping]:
+        """(descriptor, writable mapping) of the active segment."""
+        fd, m = self._fd, self._map
+        if fd is None or m is None or not self._map_writable:
+            raise KStoreStateError(f"segment {self.log_path} is not the active segment")
+        return fd, m
 
     def _ensure_capacity(self, n: int) -> None:
         """Grow the zero-filled runway ahead of the data: in proportion to the segment's size
         (64 KiB doubling up to 4 MiB), so small partitions stay small on disk."""
         need = self.size + n
-        m = self._map
+        fd, m = self._active_file()
         if need > m.length:
             # segment.bytes grew since the mapping was made: map a larger window
             new_len = _page_round_up(max(need, self._config.segment_bytes))
-            self._map = self._io.map(self._fd, new_len, True)
+            self._map = new = self._io.map(fd, new_len, True)
             m.close()
-            m = self._map
+            m = new
         step = min(PREALLOCATE_CHUNK, max(64 << 10, self._alloc))
         new_alloc = min(m.length, max(need, self._alloc + step))
-        self._io.zero_fill(self._fd, self._alloc, new_alloc - self._alloc)
+        self._io.zero_fill(fd, self._alloc, new_alloc - self._alloc)
         self._alloc = new_alloc
 
     # -- append ----------------------------------------------------------------------------
@@ -267,14 +200,15 @@ class LogSegment:
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         if pos + n > self._alloc:
             self._ensure_capacity(n)
+        # v.log_map is the writable mapping (make_active): no check on the hot path
         if self._io.intercept_map_writes:
-            self._io.map_write(v.log_map, pos, builder.getvalue())
+            self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
         else:
-            builder.copy_to(v.log_map, pos)
+            builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
         if pos == 0:
             self._rolling_ts = largest_timestamp
         if not v.max_ts_known:
-            self._load_max_timestamp()
+            self.load_max_timestamp()
         if largest_timestamp > v.max_timestamp:
             v.max_timestamp = largest_timestamp
             v.offset_of_max_timestamp = offset_of_max_timestamp
@@ -287,24 +221,12 @@ class LogSegment:
         v.size = pos + n
 
     # -- roll ------------------------------------------------------------------------------
-    def _load_max_timestamp(self) -> tuple[int, int]:
-        if self._max_ts is None:
-            # the last time entry, then the batch headers after it: exact even when the time
-            # index lost entries (cut short, or never written), at the cost of reading the
-            # headers of about one index interval when it is intact
-            ts, off = self._scan_max_timestamp() if self.size > 0 else (-1, -1)
-            self._max_ts = (ts, off) if ts >= 0 else (-1, -1)
-        return self._max_ts
 
-    @property
-    def max_timestamp_so_far(self) -> int:
-        return self._load_max_timestamp()[0]
 
-    @property
-    def offset_of_max_timestamp_so_far(self) -> int:
-        return self._load_max_timestamp()[1]
 
-    def _first_batch_timestamp(self) -> int:
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp (what time-based roll and max.compaction.lag.ms
+        measure from), -1 if the segment is empty or its first batch has none."""
         if self._rolling_ts is None:
             ts = -1
             if self.size >= 17:
@@ -317,12 +239,6 @@ class LogSegment:
             self._rolling_ts = ts
         return self._rolling_ts
 
-    def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
-        ts = self._first_batch_timestamp()
-        if ts >= 0:
-            return message_timestamp - ts
-        return now - self.created
-
     def should_roll(self, incoming_bytes: int, max_timestamp: int, max_offset: int, now: int) -> bool:
         """Kafka's shouldRoll: size, age (with jitter), a full index, or a relative-offset overflow."""
         cfg = self._config
@@ -332,7 +248,7 @@ class LogSegment:
         if size > 0:
             ts = self._rolling_ts
             if ts is None:
-                ts = self._first_batch_timestamp()
+                ts = self.first_batch_timestamp()
             waited = max_timestamp - ts if ts >= 0 else now - self.created
             if waited > cfg.max_segment_ms - self.roll_jitter_ms:
                 return True
@@ -347,166 +263,31 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """At roll: final time-index entry, trim both indexes and the .log, map read-only."""
         with self._lock:
-            ts, off = self._load_max_timestamp()
+            ts, off = self.load_max_timestamp()
             if ts >= 0:
                 self.time_index.maybe_append(ts, off, skip_full_check=True)
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
             if self._map_writable:
-                self._io.truncate(self._fd, self.size)
+                fd, old = self._active_file()
+                self._io.truncate(fd, self.size)
                 self._alloc = self.size
-                old = self._map
-                self._map = self._io.map(self._fd, self.size, False)
+                self._map = self._io.map(fd, self.size, False)
                 self._map_writable = False
                 old.close()
 
     # -- read ------------------------------------------------------------------------------
-    def _mapped(self) -> tuple[_core.Mapping, int]:
-        """(mapping, valid end) taken together in the core (see SegmentView.snapshot), mapping
-        the segment first if needed; SegmentGoneError if it was deleted meanwhile."""
-        if self.view.log_map is None:
-            self.mapping()
-        m, end = self.view.snapshot()
-        if m is None:
-            raise SegmentGoneError(f"segment {self.log_path} was deleted or closed")
-        return m, end
 
-    def _gone(self, m: _core.Mapping, e: Exception) -> Exception:
-        """A reader's mapping closed under it (the segment was deleted): SegmentGoneError;
-        any other error as it is."""
-        if m.closed:
-            return SegmentGoneError(f"segment {self.log_path} was deleted or remapped while being read")
-        return e
 
-    def _scan_start(self, offset: int, m: _core.Mapping, end: int) -> int:
-        """Where to start scanning for offset: the index floor, checked against the batch it
-        points at (a stale or damaged entry never makes a scan skip records)."""
-        st = self.offset_index.state
-        imap, n = st.map, st.entries
-        if imap is None or n <= 0:
-            return 0
-        try:
-            # map and count are read apart: clamp a count from another generation of the index
-            return _core.index_position(imap, min(n, imap.length // 8), self.base_offset, offset,
-                                        m, end)
-        except ValueError:
-            if imap.closed:
-                return 0          # resized or closed meanwhile: the index only saves a scan
-            raise
 
-    def translate_offset(self, offset: int) -> Optional[int]:
-        """Position of the first batch whose last offset >= offset, or None."""
-        m, end = self._mapped()
-        try:
-            p = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
-        return None if p < 0 else p
 
-    def read(self, offset: int, max_records: int, max_bytes: int, out: list,
-             verify_crc: bool = True, min_one: bool = True) -> tuple[int, int, int]:
-        """Append records with offset >= `offset` to out; returns (next position, next offset,
-        bytes used)."""
-        st = self.offset_index.state
-        imap, n = st.map, st.entries
-        m, end = self._mapped()
-        try:
-            return _core.read_at(m, imap, min(n, imap.length // 8) if imap is not None else 0,
-                                 self.base_offset, end, offset, max_records, max_bytes,
-                                 verify_crc, out, min_one)
-        except CorruptRecordError as e:
-            raise with_path(e, self.log_path) from None
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
 
-    def read_columns(self, offset: int, stop_offset: int, cols: _core.Columns, max_records: int,
-                     max_data: int, verify_crc: bool = True) -> tuple[str, int]:
-        """Decode records in [offset, stop_offset) into cols (see _core.decode_columns):
-        ('end' | 'limit' | 'stop', offset to resume at)."""
-        self.offset_index
-        m, end = self._mapped()
-        try:
-            pos = self._scan_start(offset, m, end)
-            _pos, nxt, status = _core.decode_columns(m, pos, end, offset, stop_offset, cols,
-                                                     max_records, max_data, verify_crc)
-        except CorruptRecordError as e:
-            raise with_path(e, self.log_path) from None
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
-        if status == "end" and self.view.corrupt is not None:
-            self.raise_corrupt()
-        return status, nxt
 
-    def raise_corrupt(self) -> None:
-        """A read reached the invalid bytes a read-only refresh found at the end of the valid
-        data (as SegmentView's reads do): CorruptRecordError naming file and position."""
-        e = CorruptRecordError(self.view.corrupt)
-        e.position = self.size
-        raise with_path(e, self.log_path)
 
-    def read_batches(self, offset: int, max_bytes: int) -> Optional[memoryview]:
-        """Zero-copy view of whole batches from the one holding offset, up to max_bytes
-        (at least one batch)."""
-        m, end = self._mapped()
-        try:
-            pos = _core.find_batch(m, self._scan_start(offset, m, end), end, offset)
-            if pos < 0:
-                if self.view.corrupt is not None:
-                    self.raise_corrupt()
-                return None
-            total = 0
-            stop = pos
-            for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
-                if total > 0 and total + size > max_bytes:
-                    break
-                total += size
-                stop = p + size
-                if total >= max_bytes:
-                    break
-            return memoryview(m)[pos:stop]
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
 
-    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> Optional[tuple[int, int]]:
-        """First (offset, timestamp) with timestamp >= target and offset >= start_offset."""
-        _ts, off = self.time_index.lookup(timestamp)
-        m, end = self._mapped()
-        try:
-            pos = self._scan_start(max(off, start_offset), m, end)
-            return _core.find_offset_by_timestamp(m, pos, end, timestamp, start_offset)
-        except CorruptRecordError as e:
-            raise with_path(e, self.log_path) from None
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
 
-    def largest_timestamp(self) -> int:
-        """Max timestamp in the segment, or the .log's mtime if it has none (Kafka)."""
-        ts = self.max_timestamp_so_far
-        if ts >= 0:
-            return ts
-        return self._io.getmtime_ms(self.log_path)
 
-    def largest_mtime(self) -> int:
-        """The .log's modification time in ms (legacy tombstone horizons use it)."""
-        try:
-            return self._io.getmtime_ms(self.log_path)
-        except FileNotFoundError:
-            return 0
 
-    def read_next_offset(self) -> int:
-        """One past the last offset in the segment (scan from the last index entry)."""
-        if self.size == 0:
-            return self.base_offset
-        last = self.offset_index.last_offset
-        m, end = self._mapped()
-        try:
-            pos = self._scan_start(last, m, end)
-            headers = _core.batch_headers(m, pos, end)
-            if not headers and pos:
-                headers = _core.batch_headers(m, 0, end)
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
-        return headers[-1][2] + 1 if headers else self.base_offset
 
     # -- recovery --------------------------------------------------------------------------
     def _install_indexes(self, res: dict) -> None:
@@ -547,12 +328,12 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def recover(self, upper_bound: Optional[int] = None) -> dict:
+    def recover(self, upper_bound: Optional[int] = None) -> SegmentRecovery:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
-        segment's base) is invalid too (recover_scan). Returns the scan result with
-        'truncated_bytes'. Raises LogSegmentOffsetOverflowError if a batch's offset does not fit.
+        segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
+        batch's offset does not fit.
         """
         with self._lock:
             was_active = self._map_writable
@@ -581,10 +362,15 @@ class LogSegment:
             self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
             self._bytes_since_last_index_entry = 0
             self._install_indexes(res)
-            res["truncated_bytes"] = flen - valid
             if was_active:
                 self.make_active()
-            return res
+            return SegmentRecovery(
+                segment=self.log_path, status=res["status"], reason=res["reason"],
+                valid_bytes=valid, truncated_bytes=flen - valid, tail_zero=res["tail_zero"],
+                batches=res["batches"], next_offset=res["next_offset"],
+                max_timestamp=res["max_timestamp"],
+                offset_of_max_timestamp=res["offset_of_max_timestamp"],
+                first_batch_timestamp=res["first_batch_timestamp"])
 
     def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
         """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
@@ -617,25 +403,6 @@ class LogSegment:
             self._update_indexes_full()
             return removed
 
-    def _scan_max_timestamp(self) -> tuple[int, int]:
-        """Exact (max timestamp, offset) after a truncation: start from the last time-index entry
-        and scan the batch headers written after it (Kafka keeps the stale index entry)."""
-        ts, off = self.time_index.last_entry
-        best = (ts, off) if ts >= 0 else (-1, -1)
-        if self.size == 0:
-            return (-1, -1)
-        pos = self.offset_index.lookup(off)[1] if ts >= 0 else 0
-        m, end = self._mapped()
-        if pos > end:
-            pos = 0
-        try:
-            headers = _core.batch_headers(m, pos, end)
-        except (ValueError, BufferError) as e:
-            raise self._gone(m, e) from None
-        for (_p, _base, last, _size, _magic, _attrs, max_ts, _count) in headers:
-            if max_ts > best[0]:
-                best = (max_ts, last)
-        return best
 
     def _truncate_log(self, position: int, force: bool = False) -> None:
         """Cut the .log to position by replacing the file: the kept prefix goes to a temporary
@@ -688,7 +455,7 @@ class LogSegment:
         if src is not old_map:
             src.close()
         if writable and self._config.preallocate and map_len > position:
-            io.allocate(self._fd, position, map_len - position)
+            io.allocate(fd, position, map_len - position)
             self._alloc = map_len
         io.fsync_dir(self.dir)
 
@@ -699,8 +466,9 @@ class LogSegment:
             if self.closed:
                 return
             if self._map_writable:
-                self._io.map_flush(self._map, 0, self.size)
-                self._io.fsync(self._fd)
+                fd, m = self._active_file()
+                self._io.map_flush(m, 0, self.size)
+                self._io.fsync(fd)
             else:
                 fd = self._io.open(self.log_path, os.O_RDONLY)
                 try:
@@ -728,13 +496,14 @@ class LogSegment:
                 return
             try:
                 if self._map_writable:
-                    ts, off = self._load_max_timestamp()
+                    ts, off = self.load_max_timestamp()
                     if ts >= 0:
                         self.time_index.maybe_append(ts, off, skip_full_check=True)
-                    self._io.truncate(self._fd, self.size)
+                    fd, _m = self._active_file()
+                    self._io.truncate(fd, self.size)
                     # durable before a clean-shutdown marker can be: a lost trim would bring
                     # the preallocated zeros back behind a marker that skips recovery
-                    self._io.fsync(self._fd)
+                    self._io.fsync(fd)
                 if self._oidx is not None:
                     self._oidx.close(durable=True)
                 if self._tidx is not None:

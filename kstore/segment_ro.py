@@ -16,9 +16,10 @@ from typing import Optional
 import numpy as np
 
 from kstore import _core
-from kstore.config import LogConfig
+from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import SegmentGoneError
 from kstore.fileio import FileOps
+from kstore.index import AbstractIndex
 from kstore.files import LOG_SUFFIX, segment_file
 from kstore.segment import LogSegment
 
@@ -32,9 +33,11 @@ class ReadOnlySegment(LogSegment):
     """A segment of a read-only Log: validated before it is mapped, the last one on every
     refresh, the others on first use."""
 
+    read_only = True
+
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time, rng):
         super().__init__(dir_, base_offset, config, io=io, time=time, rng=rng,
-                         file_already_exists=True, read_only=True)
+                         file_already_exists=True)
         self.ro_scanned = False          # the .log's batches were validated
         self._ro_last_offset = -1
         self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
@@ -146,7 +149,7 @@ class ReadOnlySegment(LogSegment):
     def _reason(self, bad: bytes, last: int) -> str:
         """Why the batch at the start of bad fails validation, in words."""
         diag = _core.recover_scan(_core.Mapping.from_bytes(bad), len(bad), self.base_offset,
-                                  1 << 62, 0, 0, prev_last_offset=last)
+                                  NO_LIMIT, 0, 0, prev_last_offset=last)
         return _INVALID.get(diag["status"], "invalid batch")
 
     def _invalid_at_end(self, fd: int, flen: int, pos: int, last: int, bad: bytes) -> Optional[str]:
@@ -172,6 +175,7 @@ class ReadOnlySegment(LogSegment):
         replaced (they may point into the new file) are dropped: reads scan from the start."""
         last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
         raws = []
+        idx: AbstractIndex
         for idx in (self.offset_index, self.time_index):
             raw = b""
             try:
@@ -203,14 +207,7 @@ class ReadOnlySegment(LogSegment):
                     bad = (k <= 0) | (rel > last_rel) | (rel < 0)
                     bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
                 n = int(np.argmax(bad)) if bad.any() else n
-            # private copies, never closed (a reader thread may still use the old one); a
-            # smaller count is published before the smaller copy, a larger one after
-            if n < idx._entries:
-                idx._entries = n
-            idx._map = _core.Mapping.from_bytes(raw[: n * idx.ENTRY_SIZE])
-            idx._length = n * idx.ENTRY_SIZE
-            idx._entries = n
-            idx._after_truncate()
+            idx.load_copy(raw[: n * idx.ENTRY_SIZE])
 
     def _same_file(self) -> bool:
         """The .log at the path is still the file validated (not replaced, not deleted)."""

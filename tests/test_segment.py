@@ -6,36 +6,8 @@ import pytest
 
 from kstore import _core
 from kstore.clock import MockTime
-from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, LogSegmentOffsetOverflowError, SegmentGoneError
-from kstore.fileio import get_file_ops
-from kstore.segment import LogSegment
-
-NOW = 1_700_000_000_000
-
-
-def make_segment(dir_, base=0, config=None, exists=False, time=None):
-    cfg = LogConfig(config or {"index.interval.bytes": 10})
-    seg = LogSegment(str(dir_), base, cfg, io=get_file_ops(), time=time or MockTime(NOW),
-                     rng=random.Random(0), file_already_exists=exists)
-    return seg
-
-
-def append(seg, offset, records, magic=2):
-    b = _core.BatchBuilder()
-    recs = [r if isinstance(r, tuple) else (None, r, NOW) for r in records]
-    b.build(recs, magic, offset, NOW, False, -(1 << 62), 1 << 62, False, 0)
-    if not seg.is_active:
-        seg.make_active()
-    seg.append(b, b.last_offset, b.max_timestamp, b.offset_of_max_timestamp)
-    return b
-
-
-def read_all(seg, offset=0):
-    out = []
-    seg.read(offset, 1 << 30, 1 << 30, out)
-    return out
-
+from kstore.errors import LogSegmentOffsetOverflowError
+from segment_helpers import NOW, append, make_segment, read_all
 
 def test_append_read_and_files(tmp_path):
     seg = make_segment(tmp_path, 40)
@@ -73,7 +45,7 @@ def test_recovery_with_corrupt_message(tmp_path):
         seg = make_segment(d, exists=True)
         res = seg.recover()
         assert seg.size == positions[victim]
-        assert res["truncated_bytes"] == len(data) - positions[victim]
+        assert res.truncated_bytes == len(data) - positions[victim]
         assert [r.offset for r in read_all(seg)] == list(range(victim))
         assert seg.read_next_offset() == victim
         seg.close()
@@ -171,44 +143,6 @@ def test_truncate_to_resets_roll_state_and_replaces_the_file(tmp_path):
     assert os.path.getsize(path) == 0
 
 
-def test_read_through_index_after_many_appends(tmp_path):
-    seg = make_segment(tmp_path, 1000, {"index.interval.bytes": 100})
-    for i in range(500):
-        append(seg, 1000 + 2 * i, [b"x" * (i % 50), b"y"])
-    assert seg.offset_index.entries > 10
-    for probe in range(1000, 2000, 7):
-        got = read_all(seg, probe)
-        assert got[0].offset == probe
-    seg.close()
-
-
-def test_corrupt_batch_error_names_file_and_position(tmp_path):
-    seg = make_segment(tmp_path)
-    append(seg, 0, [b"first"])
-    pos = seg.size
-    append(seg, 1, [b"second"])
-    seg.close()
-    path = tmp_path / "00000000000000000000.log"
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0xFF
-    path.write_bytes(bytes(data))
-    seg = make_segment(tmp_path, exists=True)
-    with pytest.raises(CorruptRecordError) as ei:
-        read_all(seg)
-    assert ei.value.path == str(path) and ei.value.position == pos
-    assert "00000000000000000000.log" in str(ei.value) and f"position {pos}" in str(ei.value)
-    seg.close()
-
-
-def test_largest_timestamp_falls_back_to_mtime(tmp_path):
-    seg = make_segment(tmp_path)
-    append(seg, 0, [b"a"], magic=0)      # v0 has no timestamps
-    seg.flush()
-    mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
-    assert seg.largest_timestamp() == mtime
-    seg.close()
-
-
 def test_index_entries_follow_kafkas_interval_rule(tmp_path):
     """An entry (largest offset of the append, its start position) is added when more than
     index.interval.bytes were written since the last entry; the first append never gets one."""
@@ -249,19 +183,3 @@ def test_recovered_indexes_are_big_endian_on_disk(tmp_path):
     assert offs and all(0 < rel < 20 and pos > 0 for rel, pos in offs)
 
 
-def test_index_of_a_deleted_segment_is_segment_gone(tmp_path):
-    """A reader that reaches a segment retention just deleted, before its lazy indexes were
-    ever opened, got a new empty index created at the retired name (a stray sparse
-    `.index.deleted` left in the partition), or a raw FileNotFoundError when the directory had
-    moved (topic deletion). Now SegmentGoneError, and no file is created."""
-    seg = make_segment(tmp_path)
-    append(seg, 0, [b"a", b"b"])
-    seg.close()
-    seg = make_segment(tmp_path, exists=True)       # indexes not opened yet (lazy)
-    seg.change_file_suffixes("", ".deleted")
-    seg.delete()
-    assert os.listdir(tmp_path) == []
-    for name in ("offset_index", "time_index"):
-        with pytest.raises(SegmentGoneError, match=r"00000000000000000000\.log\.deleted was deleted or closed"):
-            getattr(seg, name)
-    assert os.listdir(tmp_path) == []

@@ -1,0 +1,561 @@
+"""The segments of one partition on disk and their offsets (Kafka's LocalLog): the writer's
+locks, roll, flush, truncation, retention and DeleteRecords, swapping segments in, close. Log
+(log.py) extends it with opening and loading, appends and reads.
+
+Offsets: log_start_offset <= recovery_point <= log_end_offset. One writer and any number of
+reader threads: the writer serialises on _lock and publishes a new LogSegments snapshot (one
+reference) and new sizes for every change, so a reader always sees whole batches.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import logging
+import os
+import random
+import threading
+from typing import Any, Mapping, Optional, Sequence
+
+from kstore import swap
+from kstore.config import LogConfig
+from kstore.errors import KafkaStorageError, KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
+from kstore.fileio import FileOps
+from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from kstore.log_loader import STANDALONE_CLEAN_MARKER
+from kstore.log_segments import LogSegments
+from kstore.segment import LogSegment
+
+log = logging.getLogger("kstore.log")
+
+#: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
+#: of its partitions holds it shared (and flocks the partition directory itself exclusively).
+LOG_DIR_LOCK = ".lock"
+
+
+def failed_error(log_dir: str, failed: str) -> KafkaStorageError:
+    return KafkaStorageError(errno.EIO, f"log {log_dir} failed after an I/O error ({failed}); "
+                             f"reopen it once the disk is fixed")
+
+
+def storage_error(log_dir: str, e: OSError) -> KafkaStorageError:
+    """e as a KafkaStorageError naming the log (e itself if it already is one)."""
+    if isinstance(e, KafkaStorageError):
+        return e
+    err = KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
+    err.__cause__ = e
+    return err
+
+
+def storage_op(fn):
+    """A write-side Log operation: an OSError fails the log (Kafka's offline log dir) and is
+    raised as KafkaStorageError naming it; later writes are refused without touching the disk.
+    (append inlines the same steps: it is the hot path.)"""
+    @functools.wraps(fn)
+    def op(self, *args, **kw):
+        if self._failed is not None:
+            raise failed_error(self.dir, self._failed)
+        try:
+            return fn(self, *args, **kw)
+        except OSError as e:
+            self._failed = str(e)
+            raise storage_error(self.dir, e) from e
+    return op
+
+
+
+class LocalLog:
+    """A partition directory's segments and offsets, and what changes them on disk."""
+
+    def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
+                 managed: bool = False, read_only: bool = False):
+        self.dir = dir_
+        self._config = config
+        self._io = io
+        self._time = time
+        self._scheduler = scheduler
+        self._managed = managed
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._rng = random.Random()
+        # the published segments: readers take this snapshot without the lock
+        self._segments = LogSegments()
+        self._leo = 0
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._closed = False
+        self._failed: Optional[str] = None     # the I/O error that failed this log
+        self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        self._truncations = 0         # bumped by every truncation (a flush in flight is void)
+        self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
+        self._last_flush_ms = time.milliseconds()
+
+    def _take_locks(self) -> None:
+        """A standalone writable open excludes every other writer of the partition: the
+        partition directory flocked exclusively (another standalone Log, in this process or
+        another; no file is added to Kafka's directory) and the parent log dir's `.lock` shared
+        (a LogManager holds it exclusively). Held until close or close_handlers."""
+        parent = os.path.dirname(os.path.abspath(self.dir))
+        fd = self._io.try_lock(os.path.join(parent, LOG_DIR_LOCK), shared=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: a LogManager owns its log dir {parent} "
+                f"(in this process or another); append through it, or open read-only")
+        self._lock_fds.append(fd)
+        fd = self._io.try_lock(self.dir, directory=True)
+        if fd is None:
+            raise LogDirLockedError(
+                f"cannot open {self.dir} for writing: another writer (a Log in this process or "
+                f"another) has it open; close it first, or open read-only")
+        self._lock_fds.append(fd)
+
+    def _release_locks(self) -> None:
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            try:
+                self._io.unlock(fd)
+            except OSError:
+                pass          # the descriptor is gone either way: so is its lock
+
+    def _create_dir(self) -> None:
+        if not self._io.exists(self.dir):
+            parent = os.path.dirname(os.path.abspath(self.dir))
+            if not self._io.exists(parent):
+                os.makedirs(parent, exist_ok=True)
+            self._io.mkdir(self.dir)
+            self._io.fsync_dir(parent)
+
+    def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:
+        """Publish a new segment list (lock held): readers take it whole, without the lock."""
+        self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def rng(self) -> random.Random:
+        """The random source of the segments' roll jitter (for segments made beside the log,
+        as the cleaner's)."""
+        return self._rng
+
+    def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
+        cfg = config if isinstance(config, LogConfig) else LogConfig(config)
+        with self._lock:
+            self._config = cfg
+            for s in self._segments:
+                s.set_config(cfg)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments.segs)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leo
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size(self) -> int:
+        """Bytes in every segment's .log."""
+        return self._segments.total_size()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KStoreStateError(f"log {self.dir} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise KStoreStateError(f"log {self.dir} is open read-only")
+
+    def _take_deferred(self) -> list:
+        """The post-lock actions queued so far (lock held), leaving none queued."""
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+        return deferred
+
+    def _after_write(self, deferred: list, flush_due: bool = False) -> None:
+        """Run, with no lock held, what a write left for after the lock: the fsyncs and
+        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush.
+        An I/O error fails the log, as in the write itself."""
+        try:
+            for action in deferred:
+                action()
+            if flush_due:
+                self.flush()
+        except OSError as e:
+            self._failed = self._failed or str(e)
+            raise storage_error(self.dir, e) from e
+
+    @storage_op
+    def roll(self, expected_next_offset: Optional[int] = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, log_end_offset)."""
+        with self._lock:
+            self._check_writable()
+            try:
+                seg = self._roll_locked(expected_next_offset)
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return seg
+
+    def _roll_locked(self, expected_next_offset: Optional[int]) -> LogSegment:
+        io = self._io
+        new_offset = max(expected_next_offset or 0, self._leo)
+        active = self._segments.active
+        if self._segments.has_base(new_offset):
+            if active.base_offset == new_offset and active.size == 0:
+                # KAFKA-6388: an empty active segment at the same offset is recreated
+                log.warning("rolling to existing empty segment %s: recreating it", active.log_path)
+                active.delete()
+                self._set_segments(self._segments.segs[:-1])
+            else:
+                raise KStoreError(
+                    f"Trying to roll a new log segment for {self.dir} with start offset {new_offset} "
+                    f"while it already exists.")
+        elif new_offset < active.base_offset:
+            raise KStoreError(
+                f"Trying to roll a new log segment for {self.dir} with start offset {new_offset} "
+                f"=max(provided offset = {expected_next_offset}, LEO = {self._leo}) lower than the "
+                f"start offset of the active segment {active.base_offset}")
+        else:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                path = segment_file(self.dir, new_offset, suffix)
+                if io.exists(path):
+                    log.warning("newly rolled segment file %s already exists; deleting it first", path)
+                    io.unlink(path)
+            active.on_become_inactive()
+            if self._leo <= self._recovery_point:
+                # its data is durable already, so no later flush covers it (a flush starts at the
+                # recovery point): make the trim durable now, before the new segment exists, or
+                # a power loss brings the preallocated zeros back below the recovery point,
+                # where recovery never looks (the crash harness finds that state if this waits
+                # until after the lock). The one fsync under _lock, and only when there is
+                # nothing unflushed. Otherwise the flush up to the new segment covers it.
+                active.flush()
+        seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
+        seg.make_active()
+        self._set_segments(self._segments.segs + [seg])
+        # Kafka flushes everything below the new segment asynchronously on the scheduler; both
+        # the fsyncs and the hand-off happen after the log lock is released (_after_write)
+        if self._scheduler is not None:
+            scheduler = self._scheduler
+            self._deferred.append(lambda: scheduler.schedule_once(
+                "flush-log", lambda: self._flush_after_roll(new_offset)))
+        else:
+            self._deferred.append(lambda: self.flush(new_offset))
+        return seg
+
+    def _flush_after_roll(self, offset: int) -> None:
+        """The scheduled flush of a roll: nothing to do once the log is closed (a clean close
+        flushed it; a deleted topic's log has nowhere to flush to)."""
+        if not self._closed:
+            self.flush(offset)
+
+    @storage_op
+    def flush(self, offset: Optional[int] = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, offset) (default: the log
+        end), fsync the directory if any of them is new, and advance the recovery point."""
+        if self.read_only:
+            return
+        with self._flush_lock:
+            self._flush_holding_flush_lock(offset)
+
+    def _flush_holding_flush_lock(self, offset: Optional[int]) -> None:
+        """flush() with _flush_lock held: the log lock only to read and publish offsets, never
+        across an fsync, so appends and rolls go on while the disk works."""
+        with self._lock:
+            if self._closed:
+                return
+            end = self._leo if offset is None else min(offset, self._leo)
+            rp = self._recovery_point
+            if end <= rp:
+                return
+            segs = self._segments
+            lo, hi = segs.floor_index(rp), segs.index_above(end)
+            to_flush = segs.segs[lo:hi] if hi > lo else []
+            if not to_flush and segs:
+                to_flush = [segs.floor(end - 1)]
+            truncations = self._truncations
+        try:
+            for s in to_flush:
+                s.flush()
+            if any(s.base_offset >= rp for s in to_flush):
+                self._io.fsync_dir(self.dir)
+        except OSError:
+            if self._closed:
+                # closed under the flush (topic deleted, handlers released): its files are
+                # gone or moved on purpose; there is nothing left to make durable
+                return
+            raise
+        with self._lock:
+            # a truncation during the fsyncs set the recovery point to its cut: the offsets
+            # appended since are not the ones flushed
+            if end > self._recovery_point and self._truncations == truncations:
+                self._recovery_point = end
+            self._last_flush_ms = self._time.milliseconds()
+
+    @property
+    def last_flush_time(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._recovery_point
+
+    @storage_op
+    def truncate_to(self, target_offset: int) -> bool:
+        """Drop every record at or after target_offset (whole batches, as Kafka); returns False
+        if there was nothing to drop."""
+        if target_offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate {self.dir} to a negative offset {target_offset}")
+        with self._lock:
+            self._check_writable()
+            if target_offset >= self._leo:
+                return False
+            segs = self._segments.segs
+            if segs[0].base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            keep = [s for s in segs if s.base_offset <= target_offset]
+            drop = [s for s in segs if s.base_offset > target_offset]
+            # last first: a reader listing the directory meanwhile sees a shorter log, never
+            # one with a hole in the middle
+            for s in reversed(drop):
+                s.delete()
+            new_active = keep[-1]
+            # the cut (and a rolled segment taking appends again) gets a new file: readers of
+            # the old one keep valid pages and may trust a rolled file to be complete
+            new_active.truncate_to(target_offset, replace=not new_active.is_active)
+            new_active.make_active()
+            self._set_segments(keep)
+            self._truncations += 1
+            self._leo = target_offset
+            self._log_start_offset = min(target_offset, self._log_start_offset)
+            self._recovery_point = min(target_offset, self._recovery_point)
+            return True
+
+    @storage_op
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at new_offset."""
+        with self._lock:
+            self._check_writable()
+            for s in reversed(self._segments.segs):      # last first, as truncate_to
+                s.delete()
+            seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
+            seg.make_active()
+            self._set_segments([seg])
+            self._truncations += 1
+            self._io.fsync_dir(self.dir)
+            self._leo = self._log_start_offset = self._recovery_point = new_offset
+
+    @storage_op
+    def delete_records(self, offset: int) -> int:
+        """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
+        are deleted. Returns the new log start offset."""
+        with self._lock:
+            self._check_writable()
+            if offset > self._leo:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+            try:
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                      "log start offset breach")
+            finally:
+                deferred = self._take_deferred()
+            start = self._log_start_offset
+        self._after_write(deferred)
+        return start
+
+    @storage_op
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's deleteOldSegments): start-offset breach, then size, then time
+        (size and time only with cleanup.policy delete). Returns the segments deleted."""
+        with self._lock:
+            self._check_writable()
+            try:
+                n = self._delete_old_segments_locked()
+            finally:
+                deferred = self._take_deferred()
+        self._after_write(deferred)
+        return n
+
+    def _delete_old_segments_locked(self) -> int:
+        cfg = self._config
+        n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                  "log start offset breach")
+        if not cfg.delete:
+            return n
+        if cfg.retention_bytes >= 0:
+            diff = [self.size - cfg.retention_bytes]
+
+            def size_breach(seg, nxt):
+                if diff[0] - seg.size >= 0:
+                    diff[0] -= seg.size
+                    return True
+                return False
+            n += self._delete_segments(size_breach, "retention size breach")
+        if cfg.retention_ms >= 0:
+            now = self._time.milliseconds()
+            n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp() > cfg.retention_ms,
+                                       "retention time breach")
+        return n
+
+    def _delete_segments(self, predicate, reason: str) -> int:
+        segs = self._segments
+        doomed = []
+        hw = self._leo
+        for i, seg in enumerate(segs):
+            nxt = segs.next_base(i)
+            upper = nxt if nxt is not None else self._leo
+            if upper > hw:
+                break
+            if nxt is None and seg.size == 0:
+                break
+            if not predicate(seg, nxt):
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if len(doomed) == len(segs):
+            # never leave the log without a segment: roll first, then delete all of the old ones
+            self._roll_locked(None)
+        remaining = self._segments.without(doomed)
+        self._set_segments(remaining)
+        new_start = remaining[0].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+        for seg in doomed:
+            log.info("deleting segment %s (%s)", seg.log_path, reason)
+            seg.close_handlers()
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+        # after the lock, before the caller returns: one directory fsync makes every .deleted
+        # rename durable, so deleted segments never come back after a power loss (a
+        # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
+        self._deferred.append(self._sync_dir)
+        self._deferred.append(functools.partial(self._delete_later, doomed))
+        return len(doomed)
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory after the lock; nothing to do if the log was closed
+        meanwhile (a deleted topic's directory has moved)."""
+        try:
+            self._io.fsync_dir(self.dir)
+        except OSError:
+            if not self._closed:
+                raise
+
+    def _delete_later(self, segs: list[LogSegment]) -> None:
+        """Unlink retired (.deleted) segments after file.delete.delay.ms (Kafka), on the
+        scheduler when there is one; called with no lock held."""
+        if self._scheduler is None:
+            for seg in segs:
+                seg.delete()
+            return
+        for seg in segs:
+            self._scheduler.schedule_once("delete-file", seg.delete,
+                                          delay_ms=self._config.file_delete_delay_ms)
+
+    def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
+        """Swap a cleaned segment in for `old` (Kafka's replaceSegments, swap.swap_in): its
+        `.cleaned` files become `.swap`, the old segments `.deleted`, then final; the directory
+        is fsynced. A crash at any point is finished or undone by the next load. Returns False
+        (nothing changed) if the old segments are no longer all in the log."""
+        io = self._io
+        with self._lock:
+            if self._closed or any(s not in self._segments for s in old):
+                return False
+            swap.swap_in(io, self.dir, [new_base], old)
+            new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
+                             rng=self._rng, file_already_exists=True)
+            self._set_segments(self._segments.replaced(old, [new]))
+        # the final renames' fsync and the unlinks need no lock (a crash before the fsync is
+        # finished by the next load, as above)
+        io.fsync_dir(self.dir)
+        self._delete_later(old)
+        return True
+
+    def close(self) -> None:
+        """Flush, trim the active segment and its indexes, and (standalone) mark a clean close."""
+        with self._flush_lock, self._lock:     # the hierarchy's order: _flush_lock, then _lock
+            if self._closed:
+                return
+            if self.read_only or self._failed is not None:
+                self.close_handlers()
+                return
+            try:
+                # the one fsync under the log lock: nothing may append between the last flush
+                # and the trim, and an appender waiting here gets "closed" next
+                self._flush_holding_flush_lock(None)
+                for s in self._segments:
+                    s.close()
+            except OSError as e:
+                # no clean-shutdown marker: the next open recovers
+                self._failed = str(e)
+                self.close_handlers()
+                raise storage_error(self.dir, e) from e
+            self._closed = True
+            try:
+                if not self._managed:
+                    marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
+                    self._io.write_atomic(marker, json.dumps(
+                        {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+            finally:
+                self._release_locks()     # last: no other writer sees the log half-closed
+
+    def close_handlers(self) -> None:
+        """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
+        with self._lock:
+            try:
+                for s in self._segments:
+                    s.close_handlers()
+                self._closed = True
+            finally:
+                self._release_locks()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            try:
+                for s in self._segments:
+                    s.delete()
+                self._closed = True
+                for name in self._io.listdir(self.dir):
+                    self._io.unlink(os.path.join(self.dir, name))
+                self._io.rmdir(self.dir)
+            finally:
+                self._release_locks()
+
+    def __enter__(self) -> LocalLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.dir!r}, log_start_offset={self._log_start_offset}, "
+                f"log_end_offset={self._leo}, segments={len(self._segments)})")

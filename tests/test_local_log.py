@@ -1,0 +1,364 @@
+"""LocalLog: roll rules, flush and the recovery point, truncation, retention and DeleteRecords,
+the writer's locks (Kafka's LocalLogTest and UnifiedLogTest cases)."""
+import os
+import struct
+
+import pytest
+
+import kstore
+from kstore import _core
+from kstore.clock import MockTime
+from kstore.errors import OffsetOutOfRangeError
+
+from kstore.errors import LogDirLockedError
+from kstore.manager import LogManager
+from log_helpers import NOW, files, log_with_stale_index_entry, values
+
+
+def test_partition_directory_layout(open_log, log_dir):
+    log = open_log({"segment.bytes": 200})
+    for i in range(5):
+        log.append([(b"k", b"x" * 100, NOW + i)])
+    bases = [s.base_offset for s in log.segments]
+    assert bases == [0, 1, 2, 3, 4]
+    log.close()
+    want = []
+    for b in bases:
+        want += [f"{b:020d}.index", f"{b:020d}.log", f"{b:020d}.timeindex"]
+    assert files(log_dir) == sorted(want)
+
+
+# -- roll -------------------------------------------------------------------------------------------
+def test_size_based_roll(open_log):
+    """testSizeBasedLogRoll: a segment holds what fits in segment.bytes."""
+    probe = _core.BatchBuilder()
+    probe.build([(None, b"x" * 100, NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    size = probe.size
+    log = open_log({"segment.bytes": size * 3})
+    for _i in range(10):
+        log.append([(None, b"x" * 100, NOW)])
+    assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
+    assert all(s.size == size * 3 for s in log.segments[:-1])
+
+
+def test_time_based_roll_with_jitter(open_log):
+    """testTimeBasedLogRollJitter: roll once the first batch is segment.ms - jitter old."""
+    t = MockTime(NOW)
+    log = open_log({"segment.ms": 3_600_000, "segment.jitter.ms": 1_800_000}, time=t)
+    log.append([(None, b"a", t.milliseconds())])
+    jitter = log.active_segment.roll_jitter_ms
+    assert 0 <= jitter < 1_800_000
+    t.advance(3_600_000 - jitter)            # exactly segment.ms - jitter: not yet
+    log.append([(None, b"b", t.milliseconds())])
+    assert len(log.segments) == 1
+    t.advance(1)
+    log.append([(None, b"c", t.milliseconds())])
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_time_roll_uses_message_timestamps_not_wall_clock(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.ms": 1000}, time=t)
+    log.append([(None, b"a", 5_000)])
+    t.advance(10_000)
+    log.append([(None, b"b", 5_500)])        # only 500 ms after the first batch's timestamp
+    assert len(log.segments) == 1
+    log.append([(None, b"c", 6_001)])
+    assert len(log.segments) == 2
+
+
+def test_roll_when_offset_index_full(open_log):
+    log = open_log({"segment.index.bytes": 8 * 3, "index.interval.bytes": 1})
+    for _i in range(12):
+        log.append([(None, b"x" * 20, NOW)])
+    for s in log.segments[:-1]:
+        assert s.offset_index.entries <= 3
+    assert len(log.segments) > 2
+    assert values(log) == [b"x" * 20] * 12
+
+
+def test_should_roll_on_relative_offset_overflow(open_log):
+    log = open_log()
+    seg = log.active_segment
+    assert seg.should_roll(10, NOW, (1 << 31), NOW)
+    assert not seg.should_roll(10, NOW, (1 << 31) - 1, NOW)
+
+
+def test_roll_segment_that_already_exists(open_log):
+    """testRollSegmentThatAlreadyExists (KAFKA-6388)."""
+    log = open_log()
+    assert len(log.segments) == 1
+    log.roll(0)                                  # empty active at 0: recreated, no error
+    assert [s.base_offset for s in log.segments] == [0]
+    log.append([(None, b"a", NOW)])
+    log.roll(1)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.roll(1)                                  # again: the active one is empty → recreated
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.append([(None, b"b", NOW)])
+    # a requested base below the log end rolls at the log end (new base = max(expected, LEO))
+    seg = log.roll(0)
+    assert seg.base_offset == 2
+    assert [s.base_offset for s in log.segments] == [0, 1, 2]
+    assert values(log) == [b"a", b"b"]
+
+
+def test_roll_trims_old_segment_files(open_log, log_dir):
+    log = open_log({"segment.index.bytes": 4096, "index.interval.bytes": 1})
+    for i in range(5):
+        log.append([(None, b"x" * 10, NOW + i)])
+    log.roll()
+    old = log.segments[0]
+    assert os.path.getsize(old.offset_index_path) == 8 * old.offset_index.entries
+    assert os.path.getsize(old.time_index_path) == 12 * old.time_index.entries
+    assert os.path.getsize(old.log_path) == old.size
+    active = log.active_segment
+    assert os.path.getsize(active.offset_index_path) == 4096
+    assert os.path.getsize(active.time_index_path) == 4092
+
+
+def test_index_resizing_at_truncation(open_log):
+    """testIndexResizingAtTruncation: the truncated-into segment's indexes go back to max size."""
+    log = open_log({"segment.index.bytes": 1200, "index.interval.bytes": 1, "segment.bytes": 1 << 20})
+    for i in range(3):
+        log.append([(None, b"x" * 20, NOW + i)])
+    log.roll()
+    for i in range(3):
+        log.append([(None, b"y" * 20, NOW + 10 + i)])
+    first = log.segments[0]
+    assert first.offset_index.length == 8 * first.offset_index.entries
+    log.truncate_to(2)
+    assert len(log.segments) == 1
+    assert first.offset_index.length == 1200 and first.time_index.length == 1200
+    assert log.log_end_offset == 2
+    log.append([(None, b"z", NOW + 20)])
+    assert values(log) == [b"x" * 20, b"x" * 20, b"z"]
+
+
+# -- flush / recovery point ------------------------------------------------------------------------
+def test_flush_advances_recovery_point(open_log):
+    log = open_log()
+    log.append([(None, b"a"), (None, b"b")])
+    assert log.recovery_point == 0
+    log.flush()
+    assert log.recovery_point == 2
+    log.append([(None, b"c")])
+    log.roll()
+    assert log.recovery_point == 3      # roll flushes everything below the new segment
+
+
+def test_flush_messages_triggers_flush(open_log):
+    log = open_log({"flush.messages": 3})
+    log.append([(None, b"a")])
+    log.append([(None, b"b")])
+    assert log.recovery_point == 0
+    log.append([(None, b"c")])
+    assert log.recovery_point == 3
+
+
+# -- truncation, deletion, retention ----------------------------------------------------------------
+def test_truncate_to_across_segments(open_log):
+    log = open_log({"segment.bytes": 300})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    n = len(log.segments)
+    assert not log.truncate_to(25)
+    assert log.truncate_to(7)
+    assert log.log_end_offset == 7 and len(log.segments) < n
+    assert values(log) == [b"v%d" % i for i in range(7)]
+    log.append([(None, b"again", NOW)])
+    assert log.read(7)[0].value == b"again"
+    log.truncate_to(0)
+    assert log.log_end_offset == 0 and values(log) == []
+
+
+def test_truncate_fully_and_start_at(open_log):
+    log = open_log()
+    log.append([(None, b"a")])
+    log.truncate_fully_and_start_at(1000)
+    assert (log.log_start_offset, log.log_end_offset) == (1000, 1000)
+    log.append([(None, b"b")])
+    assert log.read(1000)[0].value == b"b"
+    assert log.segments[0].base_offset == 1000
+
+
+def test_delete_records_and_persistence(open_log, log_dir):
+    log = open_log({"segment.bytes": 300})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    n = len(log.segments)
+    assert log.delete_records(9) == 9
+    assert len(log.segments) < n
+    assert log.segments[0].base_offset <= 9
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(8)
+    assert log.read(9)[0].value == b"v9"
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records(21)
+    log.close()
+    log = open_log({"segment.bytes": 300})
+    assert log.log_start_offset == 9
+
+
+def test_retention_by_size(open_log):
+    """testCleanupSegmentsToMaintainSize in Log form."""
+    log = open_log({"segment.bytes": 400, "retention.bytes": 1000}, time=MockTime(NOW + 100))
+    for i in range(40):
+        log.append([(None, b"x" * 50, NOW + i)])
+    before = log.size
+    seg_size = log.segments[0].size
+    deleted = log.delete_old_segments()
+    # Kafka's rule: delete oldest-first while (size - retention.bytes - segment size) >= 0
+    assert deleted == (before - 1000) // seg_size
+    assert log.size >= 1000 and log.size - seg_size < 1000
+    assert log.log_start_offset == log.segments[0].base_offset
+    assert values(log)[-1] == b"x" * 50
+
+
+def test_retention_by_time_with_mock_clock(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.bytes": 400, "retention.ms": 10_000}, time=t)
+    for i in range(20):
+        log.append([(None, b"x" * 50, NOW + i)])
+    t.advance(5_000)
+    assert log.delete_old_segments() == 0
+    t.advance(6_000)
+    # every segment is expired: the log rolls first, so an empty active segment remains at LEO
+    deleted = log.delete_old_segments()
+    assert deleted >= 2
+    assert [s.base_offset for s in log.segments] == [20]
+    assert log.log_start_offset == log.log_end_offset == 20
+    log.append([(None, b"after", t.milliseconds())])
+    assert values(log) == [b"after"]
+
+
+def test_compact_policy_skips_time_and_size_retention(open_log):
+    t = MockTime(NOW)
+    log = open_log({"segment.bytes": 400, "retention.ms": 1, "retention.bytes": 1,
+                    "cleanup.policy": "compact"}, time=t)
+    for i in range(20):
+        log.append([(b"k", b"x" * 50, NOW + i)])
+    t.advance(100_000)
+    assert log.delete_old_segments() == 0
+
+
+def test_stale_index_entry_never_makes_truncation_keep_records(open_log, log_dir):
+    """truncate_to and read_batches locate batches through the same checked index position as
+    reads: an entry pointing at a later batch must not move the cut."""
+    log = log_with_stale_index_entry(open_log, log_dir)
+    assert struct.unpack(">q", bytes(log.read_batches(5, 1))[:8])[0] == 5
+    log.truncate_to(5)
+    assert log.log_end_offset == 5
+    assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == list(range(5))
+
+
+@pytest.mark.parametrize("fail_at", range(8))
+def test_truncate_to_failing_at_each_file_operation_leaves_old_or_new(tmp_path, fail_at):
+    """Truncation writes <segment>.log.tmp, fsyncs it, renames it over the segment and fsyncs the
+    directory. An I/O error at any of its file operations fails the log with
+    KafkaStorageError; reopening finds the records as before the cut or as after it (never a
+    mix, never the temporary file), every record below the cut intact."""
+    from kstore.errors import KafkaStorageError
+    from kstore.fileio import FileOps
+
+    class FailFrom(FileOps):
+        armed, n = False, 0
+
+        def _tick(self):
+            if self.armed:
+                self.n += 1
+                if self.n > fail_at:
+                    raise OSError(5, "Input/output error (injected)")
+
+    for name in ("open", "pwrite", "fsync", "rename", "fsync_dir", "map", "close", "unlink"):
+        def wrap(name=name):
+            base = getattr(FileOps, name)
+
+            def op(self, *a, **kw):
+                self._tick()
+                return base(self, *a, **kw)
+            return op
+        setattr(FailFrom, name, wrap())
+    d = str(tmp_path / "t-0")
+    ops = FailFrom()
+    lg = kstore.Log.open(d, {"segment.bytes": 1 << 20}, io=ops)
+    for o in range(10):
+        lg.append([(None, b"%d" % o, NOW + o)])
+    lg.flush()
+    ops.armed = True
+    try:
+        lg.truncate_to(4)
+        ops.armed = False
+        lg.close()
+    except KafkaStorageError:
+        ops.armed = False
+        lg.close_handlers()
+    with kstore.Log.open(d) as lg:
+        got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 20)]
+        assert got in ([(o, b"%d" % o) for o in range(4)], [(o, b"%d" % o) for o in range(10)])
+        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
+
+
+def test_a_second_writable_open_in_this_process_is_refused(tmp_path):
+    path = str(tmp_path / "t-0")
+    first = kstore.Log.open(path)
+    first.append([(b"k", b"v")])
+    with pytest.raises(LogDirLockedError, match=f"cannot open {path} for writing: another writer"):
+        kstore.Log.open(path)
+    with kstore.Log.open(path, read_only=True) as ro:          # readers take no lock
+        assert [r.value for r in ro.read(0)] == [b"v"]
+    first.append([(b"k", b"w")])                              # the owner is untouched
+    first.close()
+    with kstore.Log.open(path) as again:
+        assert [r.value for r in again] == [b"v", b"w"]
+    assert sorted(os.listdir(path)) == [".kstore-clean-shutdown", "00000000000000000000.index",
+                                        "00000000000000000000.log", "00000000000000000000.timeindex"]
+
+
+def test_a_refused_open_holds_no_lock(tmp_path):
+    """The second open got the log dir's shared lock, then failed on the partition's: it must
+    let go of both, or a LogManager could never start after the first writer closes."""
+    path = str(tmp_path / "t-0")
+    first = kstore.Log.open(path)
+    for _ in range(3):
+        with pytest.raises(LogDirLockedError):
+            kstore.Log.open(path)
+    first.close()
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        assert m.topics() == ["t"]
+
+
+def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path):
+    """A flush whose fsyncs ran while another thread truncated the log published its old end
+    as the recovery point: above the new log end, so the records appended next were treated
+    as durable (flush() returned without an fsync, and recovery after a crash skips them)."""
+    from kstore.fileio import FileOps
+
+    class TruncateDuringFsync(FileOps):
+        armed = None
+
+        def fsync(self, fd):
+            super().fsync(fd)
+            if self.armed is not None:
+                action, self.armed = self.armed, None
+                action()
+
+    io = TruncateDuringFsync()
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io)
+    try:
+        for o in range(10):
+            lg.append([(None, b"v%d" % o, NOW)])
+        lg.flush(5)
+        assert lg.recovery_point == 5
+        io.armed = lambda: lg.truncate_to(7)
+        lg.flush()
+        assert io.armed is None
+        assert (lg.log_end_offset, lg.recovery_point) == (7, 5)
+        for o in range(7, 10):
+            lg.append([(None, b"w%d" % o, NOW)])
+        synced = []
+        io.armed = lambda: synced.append(True)
+        lg.flush()
+        assert synced == [True] and lg.recovery_point == 10
+    finally:
+        lg.close()

@@ -1,0 +1,180 @@
+"""LogLoader: reopening, recovery after an unclean shutdown, missing or corrupt indexes, temporary
+and swap files, the overflow split (Kafka's LogLoaderTest)."""
+import os
+
+import kstore
+from kstore import _core
+
+from log_helpers import NOW, files, values
+
+
+# -- reopen and recovery ------------------------------------------------------------------------------
+def test_reopen_after_close_roll_and_truncate(open_log, log_dir):
+    cfg = {"segment.bytes": 500}
+    log = open_log(cfg)
+    for i in range(20):
+        log.append([(b"k%d" % i, b"v%d" % i, NOW + i)])
+    log.close()
+    log = open_log(cfg)
+    assert log.recovery_report == []             # clean: nothing recovered
+    # the active segment's indexes are back at their maximum capacity; the files grow back to
+    # the maximum size at their first entry (lazily, so opening many partitions stays cheap)
+    active = log.active_segment
+    assert active.offset_index.max_entries == 10485760 // 8
+    assert active.time_index.max_entries == 10485760 // 12
+    assert active.offset_index.length_on_disk == 10485760
+    assert os.path.getsize(log.segments[0].offset_index_path) == 8 * log.segments[0].offset_index.entries
+    assert log.log_end_offset == 20 and values(log) == [b"v%d" % i for i in range(20)]
+    for i in range(20, 60):                      # enough to add index entries to the active segment
+        log.append([(b"k%d" % i, b"x" * 200, NOW + i)])
+    assert os.path.getsize(log.active_segment.offset_index_path) == 10485760
+    log.truncate_to(13)
+    log.close()
+    log = open_log(cfg)
+    assert log.log_end_offset == 13 and values(log)[-1] == b"v12"
+    assert log.offset_for_timestamp(NOW + 12) == 12
+    log.append([(None, b"new", NOW + 100)])
+    assert log.read(13)[0].value == b"new"
+
+
+def test_unclean_reopen_recovers_everything(open_log, log_dir):
+    log = open_log({"segment.bytes": 500})
+    for i in range(20):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    log.close_handlers()                              # crash: no flush, no trim, no marker
+    active = os.path.join(log_dir, f"{log.segments[-1].base_offset:020d}.log")
+    assert os.path.getsize(active) > log.segments[-1].size      # preallocated zero tail
+    log = open_log({"segment.bytes": 500})
+    assert log.log_end_offset == 20
+    assert values(log) == [b"v%d" % i for i in range(20)]
+    assert len(log.recovery_report) == len(log.segments)
+
+
+def test_tail_cut_at_every_byte_of_the_last_batch(tmp_path):
+    src = str(tmp_path / "src-0")
+    with kstore.Log.open(src) as log:
+        for i in range(5):
+            log.append([(b"k%d" % i, b"value-%d" % i, NOW + i, [("h", b"x")])])
+        last_start = log.segments[0].size - (log.segments[0].size - sum(
+            len(bytes(log.read_batches(o, 1))) for o in range(4)))
+    data = open(os.path.join(src, "00000000000000000000.log"), "rb").read()
+    for cut in range(last_start, len(data) + 1):
+        d = str(tmp_path / f"cut{cut}-0")
+        os.mkdir(d)
+        with open(os.path.join(d, "00000000000000000000.log"), "wb") as f:
+            f.write(data[:cut])
+        with kstore.Log.open(d) as log:
+            expect = 5 if cut == len(data) else 4
+            assert log.log_end_offset == expect, cut
+            assert [r.value for r in log.read(0)] == [b"value-%d" % i for i in range(expect)]
+        assert os.path.getsize(os.path.join(d, "00000000000000000000.log")) == (cut if expect == 5 else last_start)
+
+
+def test_corrupt_log_tail_and_index(tmp_path):
+    """LogLoaderTest.testCorruptLog: random bytes appended to the active .log and .index."""
+    import random
+    rnd = random.Random(5)
+    for trial in range(5):
+        d = str(tmp_path / f"t{trial}-0")
+        log = kstore.Log.open(d, {"index.interval.bytes": 1})
+        for i in range(30):
+            log.append([(None, b"v%d" % i, NOW + i)])
+        log.close()
+        for name in ("00000000000000000000.log", "00000000000000000000.index"):
+            with open(os.path.join(d, name), "ab") as f:
+                f.write(rnd.randbytes(rnd.randint(1, 1024)))
+        os.unlink(os.path.join(d, ".kstore-clean-shutdown"))
+        log = kstore.Log.open(d, {"index.interval.bytes": 1})
+        assert log.log_end_offset == 30
+        assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == list(range(30))
+        for i in range(30):
+            assert log.read(i, 1)[0].offset == i
+        log.close()
+
+
+def test_missing_indexes_are_rebuilt(open_log, log_dir):
+    """testIndexRebuild: deleted indexes are rebuilt even after a clean shutdown."""
+    cfg = {"index.interval.bytes": 1, "segment.bytes": 300}
+    log = open_log(cfg)
+    for i in range(10):
+        log.append([(None, b"v%d" % i, NOW + i * 10)])
+    log.close()
+    for name in os.listdir(log_dir):
+        if name.endswith((".index", ".timeindex")):
+            os.unlink(os.path.join(log_dir, name))
+    log = open_log(cfg)
+    for i in range(10):
+        assert log.read(i, 1)[0].value == b"v%d" % i
+        assert log.offset_for_timestamp(NOW + i * 10 - 1) == i
+    assert all(s.offset_index.entries > 0 for s in log.segments if s.size)
+
+
+def test_bogus_and_temporary_files_removed(open_log, log_dir):
+    """testBogusIndexSegmentsAreRemoved / testOpenDeletesObsoleteFiles."""
+    log = open_log()
+    log.append([(None, b"a")])
+    log.close()
+    for name in ("00000000000000000099.index", "00000000000000000099.timeindex",
+                 "00000000000000000005.log.deleted", "00000000000000000007.log.cleaned"):
+        open(os.path.join(log_dir, name), "wb").close()
+    log = open_log()
+    assert files(log_dir) == ["00000000000000000000.index", "00000000000000000000.log",
+                              "00000000000000000000.timeindex"]
+    assert values(log) == [b"a"]
+
+
+def test_log_end_less_than_start_after_reopen(tmp_path):
+    """testLogEndLessThanStartAfterReopen: one empty segment at the log start offset."""
+    d = str(tmp_path / "t-0")
+    log = kstore.Log.open(d)
+    for _i in range(5):
+        log.append([(None, b"x")])
+    log.close()
+    log = kstore.Log.open(d, log_start_offset=10, recovery_point=5, clean_shutdown=False)
+    assert [s.base_offset for s in log.segments] == [10]
+    assert log.log_start_offset == log.log_end_offset == 10
+    log.close()
+
+
+def test_clean_shutdown_skips_recovery(tmp_path):
+    """testCleanShutdownFile: no recovery even with recovery point 0."""
+    d = str(tmp_path / "t-0")
+    with kstore.Log.open(d) as log:
+        log.append([(None, b"x")] * 3)
+    log = kstore.Log.open(d, recovery_point=0, clean_shutdown=True)
+    assert log.recovery_report == [] and log.recovery_point == 3
+    log.close()
+
+
+def test_split_on_offset_overflow(tmp_path):
+    """testSplitOnOffsetOverflow: a segment holding offsets past base + 2^31-1 is split."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    far = (1 << 31) + 10
+    b = _core.BatchBuilder()
+    raw = b""
+    for base, n in ((0, 3), (100, 2), (far, 2), (far + 5, 1)):
+        b.build([(None, b"o%d" % (base + i), NOW) for i in range(n)], 2, base, NOW, False, 0, 1 << 62, False, 0)
+        raw += b.getvalue()
+    (d / "00000000000000000000.log").write_bytes(raw)
+    log = kstore.Log.open(str(d))
+    assert [s.base_offset for s in log.segments] == [0, far]
+    assert [r.offset for r in log.read(0, max_bytes=1 << 20)] == [0, 1, 2, 100, 101, far, far + 1, far + 5]
+    assert log.read(far + 1, 1)[0].value == b"o%d" % (far + 1)
+    assert log.log_end_offset == far + 6
+    log.close()
+    assert files(str(d)) == sorted(f"{o:020d}.{s}" for o in (0, far) for s in ("index", "log", "timeindex"))
+
+
+def test_crash_during_split_swap_recovers(tmp_path):
+    """A .swap left by a split whose old segment is still there: the swap wins."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    b = _core.BatchBuilder()
+    b.build([(None, b"old", NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    (d / "00000000000000000000.log").write_bytes(b.getvalue())
+    b.build([(None, b"new", NOW)], 2, 0, NOW, False, 0, 1 << 62, False, 0)
+    (d / "00000000000000000000.log.swap").write_bytes(b.getvalue())
+    log = kstore.Log.open(str(d))
+    assert values(log) == [b"new"]
+    log.close()
