@@ -1,5 +1,6 @@
+"""`python -m kstore`: the `kstore` command (kstore.tools.cli)."""
 import sys
 
-from kstore.cli import main
+from kstore.tools.cli import main
 
 sys.exit(main())

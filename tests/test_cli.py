@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import kstore
-from kstore import cli
+from kstore.tools import cli
 
 
 def test_quickstart_builds_and_tours_a_store(tmp_path, capsys):

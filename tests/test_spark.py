@@ -301,7 +301,7 @@ def test_read_while_another_process_appends(spark, tmp_path):
 
 # -- the benchmark ---------------------------------------------------------------------------
 def test_bench_spark_sources_hold_the_same_rows(spark, tmp_path):
-    from kstore import bench_spark
+    from kstore.tools import bench_spark
     out = bench_spark.run(4000, partitions=2, repeats=1, warmup=0, dir_=str(tmp_path),
                           quiet=True, spark=spark)       # raises if the sources' rows differ
     assert out["records"] == 4000

@@ -18,7 +18,7 @@ from kstore.errors import CorruptRecordError
 from kstore.fileio import get_file_ops
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
 from kstore.index import OFFSET_DTYPE, TIME_DTYPE
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 

@@ -280,18 +280,18 @@ def main(argv=None) -> int:
     try:
         cmd = args.command
         if cmd == "dump-log":
-            from kstore import dump
+            from kstore.tools import dump
             return dump.main(args)
         if cmd == "quickstart":
             return quickstart(args.dir)
         if cmd == "bench":
-            from kstore import bench
+            from kstore.tools import bench
             return bench.main(rest)
         if cmd in ("produce", "consume"):
-            from kstore import console
+            from kstore.tools import console
             return console.produce(args) if cmd == "produce" else console.consume(args)
         if cmd is not None:
-            from kstore import admin
+            from kstore.tools import admin
             run = {"topics": admin.topics, "get-offsets": admin.get_offsets, "log-dirs": admin.log_dirs,
                    "delete-records": admin.delete_records, "assign-replicas": admin.assign}[cmd]
             return run(args, sys.stdout)

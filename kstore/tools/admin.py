@@ -16,7 +16,7 @@ from typing import IO, Optional
 from kstore.assignment import assign_replicas
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.manager import LogManager, read_topic_config_file
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
 
 # A command-line process is short-lived: it must not start retention, flushes or cleaning of

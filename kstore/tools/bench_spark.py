@@ -26,7 +26,7 @@ import time
 from typing import Optional
 
 import kstore
-from kstore.bench import BASE_TS, VALUE, _key
+from kstore.tools.bench import BASE_TS, VALUE, _key
 from kstore.arrow import kafka_schema
 from kstore.spark import SCHEMA_DDL
 

@@ -13,9 +13,9 @@ import time
 from typing import IO, Optional
 
 from kstore import _core
-from kstore.admin import open_manager, open_reader, parse_time
+from kstore.tools.admin import open_manager, open_reader, parse_time
 from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 READ_CHUNK = 1 << 20
 TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import kstore
 from kstore import _core
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -378,7 +378,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = args.records or (100_000 if args.quick else 1_000_000)
     if args.spark:
-        from kstore import bench_spark
+        from kstore.tools import bench_spark
         out = bench_spark.run(n, dir_=args.dir, quiet=args.json)
         if args.json:
             print(json.dumps(out, indent=2))
