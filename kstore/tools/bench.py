@@ -24,17 +24,7 @@ from typing import Callable, Optional
 import kstore
 from kstore import _core
 from kstore.tools.progress import Progress
-
-KEY_SIZE = 16
-VALUE_SIZE = 100
-BASE_TS = 1_700_000_000_000
-
-
-def _key(i: int) -> bytes:
-    return i.to_bytes(8, "big") * 2
-
-
-VALUE = bytes(range(VALUE_SIZE))
+from kstore.tools.workload import BASE_TS, KEY_SIZE, VALUE, VALUE_SIZE, key
 
 
 def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
@@ -78,7 +68,7 @@ def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
     rnd = random.Random(42)
     out: dict = {"records": n, "lookups": lookups, "key_size": KEY_SIZE, "value_size": VALUE_SIZE,
                  "crc32c_impl": _core.crc32c_implementation(), "kstore": {}, "sqlite": {}, "lmdb": {}}
-    keys = [_key(i) for i in range(n)]
+    keys = [key(i) for i in range(n)]
     rows = [(keys[i], VALUE, BASE_TS + i) for i in range(n)]
     offsets = [rnd.randrange(n) for _ in range(lookups)]
     stamps = [BASE_TS + rnd.randrange(n) for _ in range(lookups)]

@@ -26,7 +26,7 @@ import time
 from typing import Optional
 
 import kstore
-from kstore.tools.bench import BASE_TS, VALUE, _key
+from kstore.tools.workload import BASE_TS, VALUE, key
 from kstore.arrow import kafka_schema
 from kstore.spark import SCHEMA_DDL
 
@@ -100,7 +100,7 @@ def _build(root: str, n: int, partitions: int) -> str:
         for p in range(partitions):
             lg = m.log("bench", p)
             for s in range(0, per, 1000):
-                lg.append([(_key(i), VALUE, BASE_TS + i) for i in range(s, min(per, s + 1000))])
+                lg.append([(key(i), VALUE, BASE_TS + i) for i in range(s, min(per, s + 1000))])
     for d in ("parquet", "ceiling"):
         os.makedirs(os.path.join(root, d))
     with kstore.StoreReader(store) as r:
