@@ -13,6 +13,7 @@ import time
 from typing import Optional
 
 import kstore
+from kstore import _core
 
 EPILOG = """examples:
   kstore quickstart                  build a small store in ./kstore-data and tour it
@@ -47,7 +48,7 @@ def quickstart(dir_: str, out=None) -> int:
         shutil.rmtree(part)
     config = {"segment.bytes": 16 * 1024, "index.interval.bytes": 1024}
     p(f"kstore {kstore.__version__}: quickstart in {os.path.abspath(part)}")
-    p(f"  config: {config} (CRC-32C via {kstore._core.crc32c_implementation()})")
+    p(f"  config: {config} (CRC-32C via {_core.crc32c_implementation()})")
     base_ts = int(time.time() * 1000) - 60_000
     with kstore.Log.open(part, config) as log:
         info = log.append([(b"user-%d" % i, b"clicked page %d" % (i % 7), base_ts + i * 100)
