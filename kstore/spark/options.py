@@ -8,6 +8,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
 
 from kstore.broker_config import BrokerConfig
@@ -72,32 +73,42 @@ def _partition_map(opts, key: str) -> dict[TopicPartition, int]:
     return out
 
 
+class OffsetKind(Enum):
+    """How an OffsetSpec names its offsets (Spark's Kafka source options)."""
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSETS = "offsets"         # per partition: {tp: offset}, -2 earliest, -1 latest
+    TIMESTAMP = "timestamp"     # one ms timestamp for every partition
+    TIMESTAMPS = "timestamps"   # per partition: {tp: ms}
+
+
 @dataclass
 class OffsetSpec:
-    """Where a range starts or ends: kind is 'earliest', 'latest', 'offsets' ({tp: offset,
-    -2 earliest, -1 latest}), 'timestamp' (one ms timestamp for all) or 'timestamps' ({tp: ms})."""
-    kind: str
-    offsets: dict = field(default_factory=dict)
+    """Where a range starts or ends: `offsets` holds the per-partition offsets (OFFSETS) or
+    timestamps (TIMESTAMPS), `timestamp` the one timestamp of TIMESTAMP."""
+    kind: OffsetKind
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
     timestamp: int = 0
 
 
 def _offset_spec(opts, prefix: str, default: str, is_end: bool) -> OffsetSpec:
     ts_key, by_ts_key, off_key = f"{prefix}timestamp", f"{prefix}offsetsbytimestamp", f"{prefix}offsets"
-    if opts.get(ts_key) is not None:         # precedence: timestamp > by-timestamp > offsets
-        return OffsetSpec("timestamp", timestamp=_int(opts, ts_key, 0))
+    ts = _int(opts, ts_key, 0)
+    if ts is not None:                       # precedence: timestamp > by-timestamp > offsets
+        return OffsetSpec(OffsetKind.TIMESTAMP, timestamp=ts)
     if opts.get(by_ts_key) is not None:
-        return OffsetSpec("timestamps", offsets=_partition_map(opts, by_ts_key))
+        return OffsetSpec(OffsetKind.TIMESTAMPS, offsets=_partition_map(opts, by_ts_key))
     raw = str(opts.get(off_key, default)).strip()
     if raw.lower() in ("earliest", "latest"):
         if is_end and raw.lower() == "earliest":
             raise InvalidConfigError(f"option '{prefix}Offsets' cannot be 'earliest'")
-        return OffsetSpec(raw.lower())
+        return OffsetSpec(OffsetKind(raw.lower()))
     offs = _partition_map(opts, off_key)
     for tp, v in offs.items():
         if v < -2 or (is_end and v == -2):
             raise InvalidConfigError(f"option '{prefix}Offsets': invalid offset {v} for {tp[0]}-{tp[1]}"
                                      + (" (-2, earliest, is not allowed for an ending offset)" if v == -2 else ""))
-    return OffsetSpec("offsets", offsets=offs)
+    return OffsetSpec(OffsetKind.OFFSETS, offsets=offs)
 
 
 @dataclass
@@ -107,8 +118,8 @@ class ReadOptions:
     assign: Optional[list] = None            # [(topic, partition)]
     subscribe: Optional[list] = None         # [topic]
     pattern: Optional[str] = None
-    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec("earliest"))
-    ending: OffsetSpec = field(default_factory=lambda: OffsetSpec("latest"))
+    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(OffsetKind.EARLIEST))
+    ending: OffsetSpec = field(default_factory=lambda: OffsetSpec(OffsetKind.LATEST))
     timestamp_strategy: str = "error"
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -152,7 +163,7 @@ class ReadOptions:
                 if opts.get(k) is not None:
                     raise InvalidConfigError(f"option '{k}' is for batch queries only")
         else:
-            if o.starting.kind == "latest" or (o.starting.kind == "offsets" and
+            if o.starting.kind is OffsetKind.LATEST or (o.starting.kind is OffsetKind.OFFSETS and
                                                -1 in o.starting.offsets.values()):
                 raise InvalidConfigError("option 'startingOffsets': latest (-1) is not allowed "
                                          "for batch queries")
@@ -179,6 +190,7 @@ class ReadOptions:
             return list(self.assign)
         if self.subscribe is not None:
             return [tp for tp in store.partitions() if tp[0] in self.subscribe]
+        assert self.pattern is not None       # parse() sets one of assign, subscribe, pattern
         rx = re.compile(self.pattern)
         return [tp for tp in store.partitions() if rx.fullmatch(tp[0])]
 

@@ -9,6 +9,7 @@ from typing import Any, Optional
 from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual,
                                     In, LessThan, LessThanOrEqual, StringStartsWith)
 
+from kstore.config import NO_LIMIT
 from kstore.spark.options import TopicPartition
 
 def _to_ms(v: Any) -> Optional[int]:
@@ -31,7 +32,7 @@ class Pruning:
     partition_lo: int = 0
     partition_hi: int = 1 << 31
     offset_lo: int = 0
-    offset_hi: int = 1 << 62
+    offset_hi: int = NO_LIMIT
     ts_lo: Optional[int] = None
 
     def keeps(self, tp: TopicPartition) -> bool:
@@ -53,8 +54,8 @@ class Pruning:
                 self.topics = {f.value} if self.topics is None else self.topics & {f.value}
                 return True
             if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
-                vals = set(f.value)
-                self.topics = vals if self.topics is None else self.topics & vals
+                names = set(f.value)
+                self.topics = names if self.topics is None else self.topics & names
                 return True
             if isinstance(f, StringStartsWith):
                 self.topic_prefixes = (self.topic_prefixes or []) + [f.value]

@@ -15,7 +15,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from kstore.arrow import iter_batches, kafka_schema
 from kstore.errors import DataLossError, InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from kstore.reader import StoreReader
-from kstore.spark.options import OffsetSpec, ReadOptions, TopicPartition
+from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicPartition
 from kstore.spark.pushdown import Pruning
 
 log = logging.getLogger("kstore.spark")
@@ -34,16 +34,16 @@ def _resolve(store: StoreReader, tp: TopicPartition, spec: OffsetSpec, is_end: b
     """The offset a spec names for one partition (timestamps through the time index)."""
     start, end = store.offsets(*tp)
     kind = spec.kind
-    if kind == "earliest":
+    if kind is OffsetKind.EARLIEST:
         return start
-    if kind == "latest":
+    if kind is OffsetKind.LATEST:
         return end
-    if kind == "offsets":
+    if kind is OffsetKind.OFFSETS:
         if tp not in spec.offsets:
             return start if not is_end else end
         v = spec.offsets[tp]
         return start if v == -2 else end if v == -1 else v
-    ts = spec.timestamp if kind == "timestamp" else spec.offsets.get(tp)
+    ts = spec.timestamp if kind is OffsetKind.TIMESTAMP else spec.offsets.get(tp)
     if ts is None:
         return start if not is_end else end
     off = store.log(*tp).offset_for_timestamp(ts)
@@ -101,7 +101,7 @@ def _cut(r: KStoreRange, parts: int) -> list[KStoreRange]:
     return [KStoreRange(r.topic, r.partition, bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def read_range(opts: ReadOptions, part: KStoreRange, schema: Optional[pa.Schema] = None
+def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Schema] = None
                ) -> Iterator[pa.RecordBatch]:
     """A task's work: open the store read-only and yield the range as Arrow batches."""
     if not isinstance(part, KStoreRange):
@@ -141,7 +141,7 @@ class KStoreBatchReader(DataSourceReader):
         with StoreReader(o.paths) as store:
             tps = o.topic_partitions(store)
             for name, spec in (("startingOffsets", o.starting), ("endingOffsets", o.ending)):
-                if spec.kind == "offsets" and spec.offsets:
+                if spec.kind is OffsetKind.OFFSETS and spec.offsets:
                     missing = [tp for tp in tps if tp not in spec.offsets]
                     if missing:
                         raise InvalidConfigError(
@@ -175,7 +175,7 @@ class KStoreBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return self.plan()
 
-    def read(self, partition: KStoreRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.opts, partition, kafka_schema(self.opts.include_headers))
 
 
@@ -220,8 +220,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _from_json(data: dict) -> dict[TopicPartition, int]:
         return {(t, int(p)): int(v) for t, parts in (data or {}).items() for p, v in parts.items()}
 
-    def _latest(self) -> dict[TopicPartition, int]:
-        store = self._fresh_store()
+    def _latest(self, store: StoreReader) -> dict[TopicPartition, int]:
         return {tp: store.offsets(*tp)[1] for tp in self.opts.topic_partitions(store)}
 
     def initialOffset(self) -> dict:
@@ -235,18 +234,18 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._to_json(self._latest())
+        self._target = self._to_json(self._latest(self._fresh_store()))
 
     def reportLatestOffset(self) -> Optional[dict]:
-        return self._to_json(self._latest())
+        return self._to_json(self._latest(self._fresh_store()))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = self._from_json(start)
-        latest = self._latest()
+        store = self._fresh_store()
+        latest = self._latest(store)
         if self._target is not None:
             target = self._from_json(self._target)
             latest = {tp: min(v, target[tp]) for tp, v in latest.items() if tp in target}
-        store = self._store
         for tp in latest:
             if tp not in begin:
                 begin[tp] = store.offsets(*tp, refresh=False)[0]    # new partition: earliest
@@ -284,7 +283,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(KStoreRange(tp[0], tp[1], s, e))
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
-    def read(self, partition: KStoreRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.opts, partition, kafka_schema(self.opts.include_headers))
 
     def commit(self, end: dict) -> None:

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from kstore import _core
 from kstore.arrow import column_input, key_hashes
+from kstore.config import NO_LIMIT
 from kstore.errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError
 from kstore.fileio import get_file_ops
 from kstore.log import split_rows
@@ -129,8 +130,8 @@ class _Stager:
             b.compression_level = plan.level
             for lo, hi in split_rows(sizes, s, e, budget):
                 b.build_columns(lo, hi, cols, 0, now, plan.log_append_time,
-                                now - min(plan.ts_before_ms, 1 << 62),
-                                now + min(plan.ts_after_ms, 1 << 62), plan.require_key, plan.codec)
+                                now - min(plan.ts_before_ms, NO_LIMIT),
+                                now + min(plan.ts_after_ms, NO_LIMIT), plan.require_key, plan.codec)
                 if b.size > plan.max_message_bytes:
                     raise RecordTooLargeError(
                         f"a record for {topic}-{partition} encodes to a {b.size}-byte batch, "
