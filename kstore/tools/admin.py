@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timedelta, timezone
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 from kstore.assignment import assign_replicas
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
@@ -30,7 +30,7 @@ SPECIAL_TIMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 class _LoadProgress:
     """Recovery progress for a LogManager's startup (a bar only on a terminal)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.bar: Optional[Progress] = None
 
     def __call__(self, done: int, total: int) -> None:
@@ -49,7 +49,7 @@ def open_manager(args) -> LogManager:
     progress = _LoadProgress()
     try:
         if getattr(args, "broker_config", None):
-            overrides = {k.replace(".", "_"): v for k, v in settings.items()}
+            overrides: dict[str, Any] = {k.replace(".", "_"): v for k, v in settings.items()}
             if args.log_dirs:
                 overrides["log_dirs"] = ",".join(split_log_dirs(args.log_dirs))
             return LogManager.from_properties(args.broker_config, progress=progress, **overrides)
@@ -181,7 +181,7 @@ def _config_text(overrides: dict) -> str:
 def _describe(args, out: IO) -> int:
     with open_reader(args) as store:
         conf = read_topic_config_file(store.log_dirs) or {}
-        described = []
+        described: list[dict[str, Any]] = []
         for t in _topics_of(store, args.topic):
             parts = []
             for _t, p in store.partitions(t):
@@ -240,7 +240,7 @@ def get_offsets(args, out: IO) -> int:
 def log_dirs(args, out: IO) -> int:
     topics_wanted = None if not args.topic_list else {t for t in args.topic_list.split(",") if t}
     dirs = split_log_dirs(_need_log_dirs(args))
-    entries = []
+    entries: list[dict[str, Any]] = []
     for d in dirs:
         if not os.path.isdir(d):
             entries.append({"logDir": d, "error": f"KafkaStorageException: {d} is not a directory",
@@ -262,6 +262,7 @@ def log_dirs(args, out: IO) -> int:
 # -- kstore delete-records -----------------------------------------------------------------------
 def delete_records(args, out: IO) -> int:
     """Advance log start offsets (Kafka's DeleteRecords): offset -1 means the high watermark."""
+    wanted: list[tuple[str, Optional[int], int]]      # partition None: every partition
     if args.offset_json_file:
         try:
             with open(args.offset_json_file, encoding="utf-8") as f:
@@ -272,7 +273,9 @@ def delete_records(args, out: IO) -> int:
                                      f'{{"partitions": [{{"topic": T, "partition": P, "offset": O}}], '
                                      f'"version": 1}})') from None
     elif args.topic is not None and args.offset is not None:
-        wanted = [(args.topic, p, args.offset) for p in (_partition_list(args.partition) or [None])]
+        given = _partition_list(args.partition)
+        chosen: list[Optional[int]] = list(given) if given else [None]
+        wanted = [(args.topic, p, args.offset) for p in chosen]
     else:
         raise InvalidConfigError("give --offset-json-file, or --topic and --offset (and optionally --partition)")
     out.write("Executing records delete operation\n")

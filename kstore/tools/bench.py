@@ -63,7 +63,7 @@ def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
         peers: tuple[str, ...] = ("sqlite", "lmdb"), quiet: bool = False) -> dict:
     """Run the workload; returns a dict of figures (see print_report)."""
     own_dir = dir_ is None
-    root = tempfile.mkdtemp(prefix="kstore-bench-") if own_dir else dir_
+    root = tempfile.mkdtemp(prefix="kstore-bench-") if dir_ is None else dir_
     os.makedirs(root, exist_ok=True)
     rnd = random.Random(42)
     out: dict = {"records": n, "lookups": lookups, "key_size": KEY_SIZE, "value_size": VALUE_SIZE,

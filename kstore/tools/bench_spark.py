@@ -28,6 +28,7 @@ from typing import Optional
 import kstore
 from kstore.tools.workload import BASE_TS, VALUE, key
 from kstore.arrow import kafka_schema
+from kstore.config import NO_LIMIT
 from kstore.spark import SCHEMA_DDL
 
 try:
@@ -50,8 +51,10 @@ class CeilingReader(DataSourceReader):
     def partitions(self):
         return [_ArrowFile(os.path.join(self.path, f)) for f in sorted(os.listdir(self.path))]
 
-    def read(self, partition: _ArrowFile):
+    def read(self, partition: InputPartition):
         import pyarrow as pa
+        if not isinstance(partition, _ArrowFile):
+            return      # Spark's one empty InputPartition(None) when there are no files
         with pa.memory_map(partition.path) as source:
             f = pa.ipc.open_file(source)
             for i in range(f.num_record_batches):
@@ -105,7 +108,7 @@ def _build(root: str, n: int, partitions: int) -> str:
         os.makedirs(os.path.join(root, d))
     with kstore.StoreReader(store) as r:
         for p in range(partitions):
-            batches = list(iter_batches(r.log("bench", p), "bench", p, 0, 1 << 62))
+            batches = list(iter_batches(r.log("bench", p), "bench", p, 0, NO_LIMIT))
             pq.write_table(pa.Table.from_batches(batches),
                            os.path.join(root, "parquet", f"part-{p}.parquet"))
             with pa.OSFile(os.path.join(root, "ceiling", f"part-{p}.arrow"), "wb") as f, \
