@@ -8,6 +8,7 @@ holds it.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from datetime import datetime, timedelta, timezone
@@ -43,7 +44,7 @@ class _LoadProgress:
             self.bar.close()
 
 
-def open_manager(args) -> LogManager:
+def open_manager(args: argparse.Namespace) -> LogManager:
     """The store for a command that writes: takes the directory lock, recovers if needed."""
     settings = dict(CLI_BROKER_SETTINGS)
     progress = _LoadProgress()
@@ -58,7 +59,7 @@ def open_manager(args) -> LogManager:
         progress.close()
 
 
-def open_reader(args) -> StoreReader:
+def open_reader(args: argparse.Namespace) -> StoreReader:
     """The store for a command that only reads: read-only, lock-free."""
     return StoreReader(_need_log_dirs(args))
 
@@ -92,9 +93,10 @@ def parse_time(text: str) -> int:
     return v
 
 
-def parse_config_pairs(pairs) -> dict:
-    """--config k=v, repeatable as kafka-topics' (a value may hold commas: cleanup.policy=compact,delete)."""
-    out = {}
+def parse_config_pairs(pairs: Optional[list[str]]) -> dict[str, Optional[str]]:
+    """--config k=v, repeatable as kafka-topics' (a value may hold commas: cleanup.policy=compact,delete).
+    A value of None (added by `alter --delete-config`) removes an override."""
+    out: dict[str, Optional[str]] = {}
     for kv in pairs or []:
         k, eq, v = kv.partition("=")
         if not eq or not k.strip():
@@ -122,7 +124,7 @@ def _topics_of(store: StoreReader, topic: Optional[str]) -> list[str]:
 
 
 # -- kstore topics ---------------------------------------------------------------------------------
-def topics(args, out: IO) -> int:
+def topics(args: argparse.Namespace, out: IO[str]) -> int:
     action = args.action
     if action == "list":
         with open_reader(args) as store:
@@ -223,7 +225,7 @@ def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
 
 
 # -- kstore get-offsets ------------------------------------------------------------------------
-def get_offsets(args, out: IO) -> int:
+def get_offsets(args: argparse.Namespace, out: IO[str]) -> int:
     ts = parse_time(args.time)
     wanted = _partition_list(args.partitions)
     with open_reader(args) as store:
@@ -237,7 +239,7 @@ def get_offsets(args, out: IO) -> int:
 
 
 # -- kstore log-dirs -----------------------------------------------------------------------------
-def log_dirs(args, out: IO) -> int:
+def log_dirs(args: argparse.Namespace, out: IO[str]) -> int:
     topics_wanted = None if not args.topic_list else {t for t in args.topic_list.split(",") if t}
     dirs = split_log_dirs(_need_log_dirs(args))
     entries: list[dict[str, Any]] = []
@@ -260,7 +262,7 @@ def log_dirs(args, out: IO) -> int:
 
 
 # -- kstore delete-records -----------------------------------------------------------------------
-def delete_records(args, out: IO) -> int:
+def delete_records(args: argparse.Namespace, out: IO[str]) -> int:
     """Advance log start offsets (Kafka's DeleteRecords): offset -1 means the high watermark."""
     wanted: list[tuple[str, Optional[int], int]]      # partition None: every partition
     if args.offset_json_file:
@@ -304,7 +306,7 @@ def delete_records(args, out: IO) -> int:
 
 
 # -- kstore assign-replicas ----------------------------------------------------------------------
-def assign(args, out: IO) -> int:
+def assign(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         brokers = [int(b) for b in args.broker_list.split(",") if b.strip()]
     except ValueError:

@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Optional
+from typing import IO, Callable, Optional, Sequence
 
 import kstore
 from kstore import _core
@@ -320,7 +320,7 @@ def check_targets(out: dict) -> list[tuple[str, float, str, float, bool]]:
     return rows
 
 
-def print_report(out: dict, file=sys.stdout) -> None:
+def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)  # noqa: E731
     p(f"kstore bench: {out['records']:,} records ({out['key_size']}-byte key, {out['value_size']}-byte value), "
       f"{out['lookups']:,} lookups; CRC-32C via {out['crc32c_impl']}")
@@ -354,7 +354,7 @@ def print_report(out: dict, file=sys.stdout) -> None:
         p(f"  [{'ok' if ok else 'SHORT'}] {text}: {v:,.2f} (target {op} {target:g})")
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="kstore bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=None, help="records to write (default 1,000,000)")

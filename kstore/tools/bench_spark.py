@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import IO, Optional
 
 import kstore
 from kstore.tools.workload import BASE_TS, VALUE, key
@@ -197,7 +197,7 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
         shutil.rmtree(root, ignore_errors=True)
 
 
-def print_report(out: dict, file=sys.stdout) -> None:
+def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)   # noqa: E731
     p(f"Spark local[{out['cores']}], {out['records']:,} records (100-byte values), "
       f"{out['partitions']} partitions; medians of {len(out['kstore_read_s'])} runs after "

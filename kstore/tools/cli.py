@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Optional
+from typing import IO, Optional, Sequence
 
 import kstore
 from kstore import _core
@@ -39,7 +39,7 @@ exit status: 0 when every file is sound, 2 when corruption or index mismatches w
 """
 
 
-def quickstart(dir_: str, out=None) -> int:
+def quickstart(dir_: str, out: Optional[IO[str]] = None) -> int:
     """Write a small partition, read it back by offset and by timestamp, and say what happened."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -273,7 +273,7 @@ unless given, as Kafka's.""")
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
     if rest and args.command != "bench":

@@ -4,6 +4,7 @@ writes); CRCs are verified and a malformed batch is reported with its file and b
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import struct
@@ -252,7 +253,7 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     return len(problems)
 
 
-def main(args, out: Optional[IO] = None) -> int:
+def main(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     out = out or sys.stdout
     problems = 0
     paths = [p for p in args.files.split(",") if p]
