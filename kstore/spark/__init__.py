@@ -22,6 +22,8 @@ resolution, range planning, the batch and stream readers) and ``write`` (staging
 """
 from __future__ import annotations
 
+from typing import Optional
+
 try:
     import pyarrow  # noqa: F401
     from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401  (4.2+)
@@ -30,7 +32,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kstore.spark needs PySpark >= 4.2 and pyarrow: "
                       "pip install 'kstore[spark]'") from e
 
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
 
 from kstore.arrow import kafka_schema
 from kstore.errors import InvalidConfigError
@@ -54,7 +58,7 @@ __all__ = [
 ]
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the ``kstore`` format with a SparkSession and turn on Python filter pushdown
     (``spark.sql.python.filterPushdown.enabled``), which the reader implements: Spark refuses to
     plan a Python reader with pushFilters while that setting is off. Sessions that must keep it
@@ -77,25 +81,25 @@ class KStoreDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA_DDL + (HEADERS_DDL if self._headers() else "")
 
-    def _check_schema(self, schema) -> None:
+    def _check_schema(self, schema: Optional[StructType]) -> None:
         want = kafka_schema(self._headers()).names
         if schema is not None and [f.name for f in schema.fields] != want:
             raise InvalidConfigError("the kstore source has a fixed schema (Spark's Kafka source "
                                      f"schema: {', '.join(want)}); it cannot be set with .schema()")
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: Optional[StructType]) -> DataSourceReader:
         self._check_schema(schema)
         opts = ReadOptions.parse(self.options, streaming=False)
         return KStorePushdownReader(opts) if opts.push_filters else KStoreBatchReader(opts)
 
-    def streamReader(self, schema) -> DataSourceStreamReader:
+    def streamReader(self, schema: Optional[StructType]) -> DataSourceStreamReader:
         self._check_schema(schema)
         return KStoreStreamReader(ReadOptions.parse(self.options, streaming=True))
 
-    def writer(self, schema, overwrite: bool) -> KStoreBatchWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> KStoreBatchWriter:
         if overwrite:
             raise InvalidConfigError("the kstore sink only appends: use .mode('append')")
         return KStoreBatchWriter(WriteOptions.parse(self.options, schema))
 
-    def streamWriter(self, schema, overwrite: bool) -> KStoreStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KStoreStreamWriter:
         return KStoreStreamWriter(WriteOptions.parse(self.options, schema))

@@ -9,12 +9,17 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from kstore.broker_config import BrokerConfig
 from kstore.config import LogConfig
 from kstore.errors import InvalidConfigError, UnknownTopicError
 from kstore.reader import StoreReader, split_log_dirs
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+Options = Mapping[str, Any]
 
 FORMAT = "kstore"
 STAGING_DIR = ".kstore-staging"
@@ -26,7 +31,7 @@ HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 TopicPartition = tuple[str, int]
 
 
-def parse_bool(opts, key: str, default: bool) -> bool:
+def parse_bool(opts: Options, key: str, default: bool) -> bool:
     v = opts.get(key)
     if v is None:
         return default
@@ -36,7 +41,7 @@ def parse_bool(opts, key: str, default: bool) -> bool:
     raise InvalidConfigError(f"option '{key}' must be true or false, got {v!r}")
 
 
-def _int(opts, key: str, minimum: int = 1) -> Optional[int]:
+def _int(opts: Options, key: str, minimum: int = 1) -> Optional[int]:
     v = opts.get(key)
     if v is None:
         return None
@@ -49,7 +54,7 @@ def _int(opts, key: str, minimum: int = 1) -> Optional[int]:
     return n
 
 
-def _json(opts, key: str) -> dict:
+def _json(opts: Options, key: str) -> dict:
     try:
         data = json.loads(opts[key])
     except ValueError as e:
@@ -59,7 +64,7 @@ def _json(opts, key: str) -> dict:
     return data
 
 
-def _partition_map(opts, key: str) -> dict[TopicPartition, int]:
+def _partition_map(opts: Options, key: str) -> dict[TopicPartition, int]:
     """{"topic": {"0": n, ...}} -> {(topic, 0): n}."""
     out = {}
     for topic, parts in _json(opts, key).items():
@@ -91,7 +96,7 @@ class OffsetSpec:
     timestamp: int = 0
 
 
-def _offset_spec(opts, prefix: str, default: str, is_end: bool) -> OffsetSpec:
+def _offset_spec(opts: Options, prefix: str, default: str, is_end: bool) -> OffsetSpec:
     ts_key, by_ts_key, off_key = f"{prefix}timestamp", f"{prefix}offsetsbytimestamp", f"{prefix}offsets"
     ts = _int(opts, ts_key, 0)
     if ts is not None:                       # precedence: timestamp > by-timestamp > offsets
@@ -129,7 +134,7 @@ class ReadOptions:
     push_filters: bool = True
 
     @classmethod
-    def parse(cls, opts, streaming: bool) -> "ReadOptions":
+    def parse(cls, opts: Options, streaming: bool) -> "ReadOptions":
         opts = {str(k).lower(): v for k, v in dict(opts).items()}
         if not opts.get("path"):
             raise InvalidConfigError("kstore source: give the log dirs with .load(path) or the "
@@ -223,7 +228,7 @@ class WriteOptions:
     auto_create: bool
 
     @classmethod
-    def parse(cls, opts, schema) -> "WriteOptions":
+    def parse(cls, opts: Options, schema: StructType) -> "WriteOptions":
         opts = {str(k).lower(): v for k, v in dict(opts).items()}
         if not opts.get("path"):
             raise InvalidConfigError("kstore sink: give the log dirs with .save(path) or the "

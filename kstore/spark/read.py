@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, Filter,
+                                    InputPartition)
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
@@ -182,7 +183,7 @@ class KStoreBatchReader(DataSourceReader):
 class KStorePushdownReader(KStoreBatchReader):
     """KStoreBatchReader with filter pushdown on topic, partition, offset and timestamp."""
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             if not self.pruning.push(f):
                 yield f

@@ -190,7 +190,7 @@ def stage_batches(wo: WriteOptions, batches: Iterator[pa.RecordBatch]) -> KStore
         raise
 
 
-def commit_staged(wo: WriteOptions, messages: Sequence[Optional[KStoreCommitMessage]]) -> int:
+def commit_staged(wo: WriteOptions, messages: Sequence[Optional[WriterCommitMessage]]) -> int:
     """The driver's commit: append every staged file, in task order, as the store's writer;
     create topics the data names that do not exist yet. Returns the records appended."""
     from kstore.manager import LogManager
@@ -200,7 +200,7 @@ def commit_staged(wo: WriteOptions, messages: Sequence[Optional[KStoreCommitMess
         with LogManager(wo.paths, wo.broker) as mgr:
             known = set(mgr.topics())
             for msg in messages:
-                if msg is None:
+                if not isinstance(msg, KStoreCommitMessage):     # None: a task that failed
                     continue
                 for sf in msg.staged:
                     if sf.topic not in known:
@@ -243,10 +243,10 @@ class KStoreBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
         return stage_batches(self.wo, iterator)
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
         commit_staged(self.wo, messages)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: list[Optional[WriterCommitMessage]]) -> None:
         remove_staging(self.wo)
 
 
@@ -260,9 +260,9 @@ class KStoreStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
         return stage_batches(self.wo, iterator)
 
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
         # micro-batches run one at a time: every file under the staging dir is this batch's
         commit_staged(self.wo, messages)
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
         remove_staging(self.wo)
