@@ -12,7 +12,8 @@ from kstore.partitioner import partition_for_key
 pytest.importorskip("pyspark")
 ks = pytest.importorskip("kstore.spark")
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan  # noqa: E402
+from pyspark.sql.datasource import (EqualTo, GreaterThanOrEqual, In, IsNotNull,  # noqa: E402
+                                    LessThan, Not)
 
 
 def make_store(path, topic="t", partitions=2, n=100, ts0=0):
@@ -190,6 +191,16 @@ def test_pushdown_prunes_partitions_offsets_and_timestamps(tmp_path):
     assert ranges == [("t", p, 90, 100) for p in range(3)] and rest == [ts]
     ranges, _ = plan(EqualTo(("topic",), "other"))
     assert ranges == []
+
+
+def test_pushdown_leaves_not_and_null_checks_to_spark(spark, tmp_path):
+    d = make_store(str(tmp_path / "pn"), partitions=3)
+    r = ks.KStoreDataSource({"path": d, "subscribe": "t"}).reader(None)
+    filters = [Not(EqualTo(("partition",), 1)), IsNotNull(("offset",))]
+    assert list(r.pushFilters(filters)) == filters
+    assert len(r.partitions()) == 3
+    df = load(spark, d, subscribe="t")
+    assert offsets(df.where("NOT (partition = 1)")) == [(p, o) for p in (0, 2) for o in range(100)]
 
 
 def test_pushdown_in_spark_plans_fewer_tasks(spark, tmp_path):

@@ -6,8 +6,9 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual,
-                                    In, LessThan, LessThanOrEqual, StringStartsWith)
+from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan,
+                                    GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+                                    StringStartsWith)
 
 from kstore.config import NO_LIMIT
 from kstore.spark.options import TopicPartition
@@ -45,12 +46,12 @@ class Pruning:
             return False
         return self.partition_lo <= p < self.partition_hi
 
-    def push(self, f) -> bool:
+    def push(self, f: Filter) -> bool:
         """Narrow by one filter; True when it is fully handled (Spark need not re-check it)."""
-        col = f.attribute[0] if len(f.attribute) == 1 else None
-        eq = isinstance(f, (EqualTo, EqualNullSafe))
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())   # Not(child) has none
+        col = attribute[0] if len(attribute) == 1 else None
         if col == "topic":
-            if eq and isinstance(f.value, str):
+            if isinstance(f, (EqualTo, EqualNullSafe)) and isinstance(f.value, str):
                 self.topics = {f.value} if self.topics is None else self.topics & {f.value}
                 return True
             if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
@@ -62,13 +63,14 @@ class Pruning:
                 return True
             return False
         if col in ("partition", "offset"):
-            vals = f.value if isinstance(f, In) else (f.value,) if hasattr(f, "value") else ()
+            value = getattr(f, "value", None)          # IsNull/IsNotNull have none
+            vals = f.value if isinstance(f, In) else () if value is None else (value,)
             if not vals or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
                 return False
             lo, hi = (self.partition_lo, self.partition_hi) if col == "partition" else \
                 (self.offset_lo, self.offset_hi)
             exact = True
-            if eq:
+            if isinstance(f, (EqualTo, EqualNullSafe)):
                 lo, hi = max(lo, f.value), min(hi, f.value + 1)
             elif isinstance(f, GreaterThan):
                 lo = max(lo, f.value + 1)
