@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import IO, Callable, Optional, Sequence
+from typing import IO, Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 import kstore
 from kstore import _core
@@ -32,8 +32,15 @@ def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
     return s[len(s) // 2] / 1000.0, s[min(len(s) - 1, int(len(s) * 0.99))] / 1000.0
 
 
-def _timed_loop(fn: Callable[[int], object], items, sample_every: int = 1):
-    """Run fn over items; return (total seconds, p50 µs, p99 µs)."""
+class Timing(NamedTuple):
+    """One timed loop: its total time and the median and 99th percentile of one call."""
+    seconds: float
+    p50_us: float
+    p99_us: float
+
+
+def _timed_loop(fn: Callable[[Any], object], items: Iterable[Any]) -> Timing:
+    """Run fn over items, timing every call."""
     samples = []
     pc = time.perf_counter_ns
     t0 = pc()
@@ -43,11 +50,7 @@ def _timed_loop(fn: Callable[[int], object], items, sample_every: int = 1):
         samples.append(pc() - a)
     total = (pc() - t0) / 1e9
     p50, p99 = _percentiles(samples)
-    return total, p50, p99
-
-
-class Result(dict):
-    pass
+    return Timing(total, p50, p99)
 
 
 _bar: Optional[Progress] = None
