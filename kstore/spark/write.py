@@ -38,8 +38,16 @@ class StagedFile:
 
 @dataclass
 class KStoreCommitMessage(WriterCommitMessage):
-    staged: list
+    staged: list[StagedFile]
 
+
+@dataclass
+class _StagingFile:
+    """A staging file a task is writing: its descriptor and path, records and bytes so far."""
+    fd: int
+    path: str
+    records: int = 0
+    size: int = 0
 
 
 def _topics_of(batch: pa.RecordBatch, wo: WriteOptions) -> tuple[list[str], np.ndarray]:
@@ -63,7 +71,7 @@ class _Stager:
         self.wo = wo
         self.task_id = task_id
         self.io = get_file_ops()
-        self.files: dict[TopicPartition, list] = {}     # tp -> [fd, path, records, position]
+        self.files: dict[TopicPartition, _StagingFile] = {}
         self.builder = _core.BatchBuilder()
         self.rr = 0
 
@@ -144,24 +152,24 @@ class _Stager:
             os.makedirs(self.wo.staging, exist_ok=True)
             path = os.path.join(self.wo.staging, f"{self.task_id}-{len(self.files)}.batches")
             fd = self.io.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-            f = self.files[(topic, partition)] = [fd, path, 0, 0]
-        self.io.pwrite(f[0], data, f[3])
-        f[2] += records
-        f[3] += len(data)
+            f = self.files[(topic, partition)] = _StagingFile(fd, path)
+        self.io.pwrite(f.fd, data, f.size)
+        f.records += records
+        f.size += len(data)
 
     def finish(self) -> KStoreCommitMessage:
         staged = []
-        for (topic, partition), (fd, path, records, _size) in self.files.items():
-            self.io.close(fd)
-            staged.append(StagedFile(topic, partition, path, records))
+        for (topic, partition), f in self.files.items():
+            self.io.close(f.fd)
+            staged.append(StagedFile(topic, partition, f.path, f.records))
         self.files.clear()
         return KStoreCommitMessage(staged)
 
     def discard(self) -> None:
-        for fd, path, _r, _s in self.files.values():
+        for f in self.files.values():
             try:
-                self.io.close(fd)
-                self.io.unlink(path)
+                self.io.close(f.fd)
+                self.io.unlink(f.path)
             except OSError:
                 pass
         self.files.clear()
