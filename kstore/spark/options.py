@@ -32,6 +32,7 @@ TopicPartition = tuple[str, int]
 
 
 def parse_bool(opts: Options, key: str, default: bool) -> bool:
+    """Option `key` (lower-cased options), which must be true or false; default when absent."""
     v = opts.get(key)
     if v is None:
         return default
