@@ -1,5 +1,4 @@
-import sys
+"""`python -m kstore`: the `kstore` command (kstore.tools.cli)."""
+from kstore.tools.cli import main
 
-from kstore.cli import main
-
-sys.exit(main())
+raise SystemExit(main())

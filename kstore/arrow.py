@@ -18,7 +18,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from kstore import _core
 from kstore.errors import InvalidRecordError
-from kstore.log import Log, split_rows  # noqa: F401  (re-exported: the Spark sink uses it)
+from kstore.log import Log
 
 #: Records per RecordBatch by default, and the cap on a batch's key/value/header bytes.
 DEFAULT_BATCH_RECORDS = 1 << 16

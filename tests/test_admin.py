@@ -1,4 +1,4 @@
-"""kstore.admin: `kstore topics`, get-offsets, log-dirs, delete-records and assign-replicas, run
+"""kstore.tools.admin: `kstore topics`, get-offsets, log-dirs, delete-records and assign-replicas, run
 through the CLI entry point with exact output and exit status."""
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 import kstore
-from kstore.cli import main
+from kstore.tools.cli import main
 
 
 def run(capsys, *argv):

@@ -1,11 +1,10 @@
-"""The kstore command: quickstart writes a real store and reports what it did; bench runs."""
-import json
+"""The kstore command: quickstart writes a real store and reports what it did; errors are one line."""
 import os
 import subprocess
 import sys
 
 import kstore
-from kstore import cli
+from kstore.tools import cli
 
 
 def test_quickstart_builds_and_tours_a_store(tmp_path, capsys):
@@ -27,14 +26,6 @@ def test_python_dash_m_entry_point(tmp_path):
                        capture_output=True, text=True, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "kstore" in r.stdout and os.path.isdir(tmp_path / "quickstart-0")
-
-
-def test_bench_json_tiny_run(capsys):
-    assert cli.main(["bench", "--records", "3000", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["records"] == 3000
-    assert out["kstore"]["append_single"]["rate"] > 0
-    assert "time_lookup_p50_vs_offset_lookup_p50" in out["ratios"]
 
 
 def test_no_command_prints_help(capsys):

@@ -1,4 +1,4 @@
-"""kstore.console: `kstore produce` and `kstore consume` (Kafka's console tools over a store)."""
+"""kstore.tools.console: `kstore produce` and `kstore consume` (Kafka's console tools over a store)."""
 import io
 import os
 import subprocess
@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 import kstore
-from kstore.cli import build_parser
-from kstore import console
+from kstore.tools.cli import build_parser
+from kstore.tools import console
 from kstore.partitioner import partition_for_key
 
 
@@ -58,7 +58,7 @@ def test_produce_batches_follow_batch_size(tmp_path):
     d = str(tmp_path / "s")
     data = b"".join(b"%099d\n" % i for i in range(1000))       # 99-byte values
     assert produce(d, data, "--topic", "t", "--partition", "0", "--batch-size", "16384") == 0
-    from kstore.dump import batches
+    from kstore.tools.dump import batches
     path = os.path.join(d, "t-0", "00000000000000000000.log")
     counts = [b["count"] for b in batches(open(path, "rb").read(), path)]
     assert sum(counts) == 1000

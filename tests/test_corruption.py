@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 import kstore
-from kstore.dump import batches
+from kstore.tools.dump import batches
 
 CFG = {"segment.bytes": 1500, "index.interval.bytes": 60}
 COUNTS = {"log": 0, "index": 0, "checkpoint": 0, "read_crc": 0}

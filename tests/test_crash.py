@@ -22,7 +22,7 @@ import pytest
 import kstore
 from kstore.checkpoint import CheckpointError, OffsetCheckpointFile
 from kstore.clock import MockTime
-from kstore.dump import dump_index
+from kstore.tools.dump import dump_index
 from kstore.scheduler import MockScheduler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # --import-mode=importlib

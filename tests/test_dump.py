@@ -1,8 +1,8 @@
-"""kstore.dump (`kstore dump-log`): Kafka's DumpLogSegments lines, corruption positions, index checks."""
+"""kstore.tools.dump (`kstore dump-log`): Kafka's DumpLogSegments lines, corruption positions, index checks."""
 import json
 import os
 
-from kstore.cli import main
+from kstore.tools.cli import main
 
 
 def make(tmp_path):
@@ -135,7 +135,7 @@ def test_broker_txnindex_and_snapshot_files_are_tolerated(tmp_path, capsys):
     assert "00000000000000000000.txnindex" not in names and "00000000000000000000.log" not in names
     assert "00000000000000000003.snapshot" in names and "leader-epoch-checkpoint" in names
     # the consumer tool prints data records only
-    from kstore.cli import main as cli
+    from kstore.tools.cli import main as cli
     (tmp_path / "store").mkdir()
     os.rename(d, tmp_path / "store" / "t-0")
     assert cli(["get-offsets", "--log-dirs", str(tmp_path / "store"), "--time", "earliest"]) == 0

@@ -1,8 +1,8 @@
-"""kstore.progress: bars only on a terminal, erased when done; LogManager's loading progress."""
+"""kstore.tools.progress: bars only on a terminal, erased when done; LogManager's loading progress."""
 import io
 
 import kstore
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 
 class Tty(io.StringIO):

@@ -12,7 +12,8 @@ from kstore.partitioner import partition_for_key
 pytest.importorskip("pyspark")
 ks = pytest.importorskip("kstore.spark")
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan  # noqa: E402
+from pyspark.sql.datasource import (EqualTo, GreaterThanOrEqual, In, IsNotNull,  # noqa: E402
+                                    LessThan, Not)
 
 
 def make_store(path, topic="t", partitions=2, n=100, ts0=0):
@@ -192,6 +193,16 @@ def test_pushdown_prunes_partitions_offsets_and_timestamps(tmp_path):
     assert ranges == []
 
 
+def test_pushdown_leaves_not_and_null_checks_to_spark(spark, tmp_path):
+    d = make_store(str(tmp_path / "pn"), partitions=3)
+    r = ks.KStoreDataSource({"path": d, "subscribe": "t"}).reader(None)
+    filters = [Not(EqualTo(("partition",), 1)), IsNotNull(("offset",))]
+    assert list(r.pushFilters(filters)) == filters
+    assert len(r.partitions()) == 3
+    df = load(spark, d, subscribe="t")
+    assert offsets(df.where("NOT (partition = 1)")) == [(p, o) for p in (0, 2) for o in range(100)]
+
+
 def test_pushdown_in_spark_plans_fewer_tasks(spark, tmp_path):
     d = make_store(str(tmp_path / "ps"), partitions=3)
     df = load(spark, d, subscribe="t")
@@ -297,15 +308,3 @@ def test_read_while_another_process_appends(spark, tmp_path):
         open(stop, "w").close()
         p.wait(30)
     assert p.returncode == 0
-
-
-# -- the benchmark ---------------------------------------------------------------------------
-def test_bench_spark_sources_hold_the_same_rows(spark, tmp_path):
-    from kstore import bench_spark
-    out = bench_spark.run(4000, partitions=2, repeats=1, warmup=0, dir_=str(tmp_path),
-                          quiet=True, spark=spark)       # raises if the sources' rows differ
-    assert out["records"] == 4000
-    assert len(out["kstore_read_s"]) == len(out["parquet_read_s"]) == len(out["ceiling_read_s"]) == 1
-    assert out["kstore_over_ceiling"] == out["ceiling_read_s"][0] / out["kstore_read_s"][0]
-    assert os.listdir(str(tmp_path)) == []                  # cleaned up
-    assert spark.range(3).count() == 3                      # the session is left running

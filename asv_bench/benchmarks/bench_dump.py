@@ -7,7 +7,7 @@ import shutil
 import tempfile
 
 import kstore
-from kstore import dump
+from kstore.tools import dump
 
 N = 100_000
 VALUE = b"v" * 100

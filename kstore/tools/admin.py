@@ -8,15 +8,16 @@ holds it.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from datetime import datetime, timedelta, timezone
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 from kstore.assignment import assign_replicas
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.manager import LogManager, read_topic_config_file
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
 
 # A command-line process is short-lived: it must not start retention, flushes or cleaning of
@@ -30,7 +31,7 @@ SPECIAL_TIMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 class _LoadProgress:
     """Recovery progress for a LogManager's startup (a bar only on a terminal)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.bar: Optional[Progress] = None
 
     def __call__(self, done: int, total: int) -> None:
@@ -43,13 +44,13 @@ class _LoadProgress:
             self.bar.close()
 
 
-def open_manager(args) -> LogManager:
+def open_manager(args: argparse.Namespace) -> LogManager:
     """The store for a command that writes: takes the directory lock, recovers if needed."""
     settings = dict(CLI_BROKER_SETTINGS)
     progress = _LoadProgress()
     try:
         if getattr(args, "broker_config", None):
-            overrides = {k.replace(".", "_"): v for k, v in settings.items()}
+            overrides: dict[str, Any] = {k.replace(".", "_"): v for k, v in settings.items()}
             if args.log_dirs:
                 overrides["log_dirs"] = ",".join(split_log_dirs(args.log_dirs))
             return LogManager.from_properties(args.broker_config, progress=progress, **overrides)
@@ -58,7 +59,7 @@ def open_manager(args) -> LogManager:
         progress.close()
 
 
-def open_reader(args) -> StoreReader:
+def open_reader(args: argparse.Namespace) -> StoreReader:
     """The store for a command that only reads: read-only, lock-free."""
     return StoreReader(_need_log_dirs(args))
 
@@ -92,9 +93,10 @@ def parse_time(text: str) -> int:
     return v
 
 
-def parse_config_pairs(pairs) -> dict:
-    """--config k=v, repeatable as kafka-topics' (a value may hold commas: cleanup.policy=compact,delete)."""
-    out = {}
+def parse_config_pairs(pairs: Optional[list[str]]) -> dict[str, Optional[str]]:
+    """--config k=v, repeatable as kafka-topics' (a value may hold commas: cleanup.policy=compact,delete).
+    A value of None (added by `alter --delete-config`) removes an override."""
+    out: dict[str, Optional[str]] = {}
     for kv in pairs or []:
         k, eq, v = kv.partition("=")
         if not eq or not k.strip():
@@ -122,7 +124,7 @@ def _topics_of(store: StoreReader, topic: Optional[str]) -> list[str]:
 
 
 # -- kstore topics ---------------------------------------------------------------------------------
-def topics(args, out: IO) -> int:
+def topics(args: argparse.Namespace, out: IO[str]) -> int:
     action = args.action
     if action == "list":
         with open_reader(args) as store:
@@ -181,7 +183,7 @@ def _config_text(overrides: dict) -> str:
 def _describe(args, out: IO) -> int:
     with open_reader(args) as store:
         conf = read_topic_config_file(store.log_dirs) or {}
-        described = []
+        described: list[dict[str, Any]] = []
         for t in _topics_of(store, args.topic):
             parts = []
             for _t, p in store.partitions(t):
@@ -223,7 +225,7 @@ def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
 
 
 # -- kstore get-offsets ------------------------------------------------------------------------
-def get_offsets(args, out: IO) -> int:
+def get_offsets(args: argparse.Namespace, out: IO[str]) -> int:
     ts = parse_time(args.time)
     wanted = _partition_list(args.partitions)
     with open_reader(args) as store:
@@ -237,10 +239,10 @@ def get_offsets(args, out: IO) -> int:
 
 
 # -- kstore log-dirs -----------------------------------------------------------------------------
-def log_dirs(args, out: IO) -> int:
+def log_dirs(args: argparse.Namespace, out: IO[str]) -> int:
     topics_wanted = None if not args.topic_list else {t for t in args.topic_list.split(",") if t}
     dirs = split_log_dirs(_need_log_dirs(args))
-    entries = []
+    entries: list[dict[str, Any]] = []
     for d in dirs:
         if not os.path.isdir(d):
             entries.append({"logDir": d, "error": f"KafkaStorageException: {d} is not a directory",
@@ -260,8 +262,9 @@ def log_dirs(args, out: IO) -> int:
 
 
 # -- kstore delete-records -----------------------------------------------------------------------
-def delete_records(args, out: IO) -> int:
+def delete_records(args: argparse.Namespace, out: IO[str]) -> int:
     """Advance log start offsets (Kafka's DeleteRecords): offset -1 means the high watermark."""
+    wanted: list[tuple[str, Optional[int], int]]      # partition None: every partition
     if args.offset_json_file:
         try:
             with open(args.offset_json_file, encoding="utf-8") as f:
@@ -272,7 +275,9 @@ def delete_records(args, out: IO) -> int:
                                      f'{{"partitions": [{{"topic": T, "partition": P, "offset": O}}], '
                                      f'"version": 1}})') from None
     elif args.topic is not None and args.offset is not None:
-        wanted = [(args.topic, p, args.offset) for p in (_partition_list(args.partition) or [None])]
+        given = _partition_list(args.partition)
+        chosen: list[Optional[int]] = list(given) if given else [None]
+        wanted = [(args.topic, p, args.offset) for p in chosen]
     else:
         raise InvalidConfigError("give --offset-json-file, or --topic and --offset (and optionally --partition)")
     out.write("Executing records delete operation\n")
@@ -301,7 +306,7 @@ def delete_records(args, out: IO) -> int:
 
 
 # -- kstore assign-replicas ----------------------------------------------------------------------
-def assign(args, out: IO) -> int:
+def assign(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         brokers = [int(b) for b in args.broker_list.split(",") if b.strip()]
     except ValueError:

@@ -10,9 +10,10 @@ import os
 import shutil
 import sys
 import time
-from typing import Optional
+from typing import IO, Optional, Sequence
 
 import kstore
+from kstore import _core
 
 EPILOG = """examples:
   kstore quickstart                  build a small store in ./kstore-data and tour it
@@ -38,7 +39,7 @@ exit status: 0 when every file is sound, 2 when corruption or index mismatches w
 """
 
 
-def quickstart(dir_: str, out=None) -> int:
+def quickstart(dir_: str, out: Optional[IO[str]] = None) -> int:
     """Write a small partition, read it back by offset and by timestamp, and say what happened."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -47,7 +48,7 @@ def quickstart(dir_: str, out=None) -> int:
         shutil.rmtree(part)
     config = {"segment.bytes": 16 * 1024, "index.interval.bytes": 1024}
     p(f"kstore {kstore.__version__}: quickstart in {os.path.abspath(part)}")
-    p(f"  config: {config} (CRC-32C via {kstore._core.crc32c_implementation()})")
+    p(f"  config: {config} (CRC-32C via {_core.crc32c_implementation()})")
     base_ts = int(time.time() * 1000) - 60_000
     with kstore.Log.open(part, config) as log:
         info = log.append([(b"user-%d" % i, b"clicked page %d" % (i % 7), base_ts + i * 100)
@@ -272,7 +273,7 @@ unless given, as Kafka's.""")
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
     if rest and args.command != "bench":
@@ -280,18 +281,18 @@ def main(argv=None) -> int:
     try:
         cmd = args.command
         if cmd == "dump-log":
-            from kstore import dump
+            from kstore.tools import dump
             return dump.main(args)
         if cmd == "quickstart":
             return quickstart(args.dir)
         if cmd == "bench":
-            from kstore import bench
+            from kstore.tools import bench
             return bench.main(rest)
         if cmd in ("produce", "consume"):
-            from kstore import console
+            from kstore.tools import console
             return console.produce(args) if cmd == "produce" else console.consume(args)
         if cmd is not None:
-            from kstore import admin
+            from kstore.tools import admin
             run = {"topics": admin.topics, "get-offsets": admin.get_offsets, "log-dirs": admin.log_dirs,
                    "delete-records": admin.delete_records, "assign-replicas": admin.assign}[cmd]
             return run(args, sys.stdout)

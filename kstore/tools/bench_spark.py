@@ -23,11 +23,12 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import IO, Optional
 
 import kstore
-from kstore.bench import BASE_TS, VALUE, _key
+from kstore.tools.workload import BASE_TS, VALUE, key
 from kstore.arrow import kafka_schema
+from kstore.config import NO_LIMIT
 from kstore.spark import SCHEMA_DDL
 
 try:
@@ -50,8 +51,10 @@ class CeilingReader(DataSourceReader):
     def partitions(self):
         return [_ArrowFile(os.path.join(self.path, f)) for f in sorted(os.listdir(self.path))]
 
-    def read(self, partition: _ArrowFile):
+    def read(self, partition: InputPartition):
         import pyarrow as pa
+        if not isinstance(partition, _ArrowFile):
+            return      # Spark's one empty InputPartition(None) when there are no files
         with pa.memory_map(partition.path) as source:
             f = pa.ipc.open_file(source)
             for i in range(f.num_record_batches):
@@ -100,12 +103,12 @@ def _build(root: str, n: int, partitions: int) -> str:
         for p in range(partitions):
             lg = m.log("bench", p)
             for s in range(0, per, 1000):
-                lg.append([(_key(i), VALUE, BASE_TS + i) for i in range(s, min(per, s + 1000))])
+                lg.append([(key(i), VALUE, BASE_TS + i) for i in range(s, min(per, s + 1000))])
     for d in ("parquet", "ceiling"):
         os.makedirs(os.path.join(root, d))
     with kstore.StoreReader(store) as r:
         for p in range(partitions):
-            batches = list(iter_batches(r.log("bench", p), "bench", p, 0, 1 << 62))
+            batches = list(iter_batches(r.log("bench", p), "bench", p, 0, NO_LIMIT))
             pq.write_table(pa.Table.from_batches(batches),
                            os.path.join(root, "parquet", f"part-{p}.parquet"))
             with pa.OSFile(os.path.join(root, "ceiling", f"part-{p}.arrow"), "wb") as f, \
@@ -194,7 +197,7 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
         shutil.rmtree(root, ignore_errors=True)
 
 
-def print_report(out: dict, file=sys.stdout) -> None:
+def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)   # noqa: E731
     p(f"Spark local[{out['cores']}], {out['records']:,} records (100-byte values), "
       f"{out['partitions']} partitions; medians of {len(out['kstore_read_s'])} runs after "

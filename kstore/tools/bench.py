@@ -19,22 +19,12 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Optional
+from typing import IO, Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 import kstore
 from kstore import _core
-from kstore.progress import Progress
-
-KEY_SIZE = 16
-VALUE_SIZE = 100
-BASE_TS = 1_700_000_000_000
-
-
-def _key(i: int) -> bytes:
-    return i.to_bytes(8, "big") * 2
-
-
-VALUE = bytes(range(VALUE_SIZE))
+from kstore.tools.progress import Progress
+from kstore.tools.workload import BASE_TS, KEY_SIZE, VALUE, VALUE_SIZE, key
 
 
 def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
@@ -42,8 +32,15 @@ def _percentiles(samples_ns: list[int]) -> tuple[float, float]:
     return s[len(s) // 2] / 1000.0, s[min(len(s) - 1, int(len(s) * 0.99))] / 1000.0
 
 
-def _timed_loop(fn: Callable[[int], object], items, sample_every: int = 1):
-    """Run fn over items; return (total seconds, p50 µs, p99 µs)."""
+class Timing(NamedTuple):
+    """One timed loop: its total time and the median and 99th percentile of one call."""
+    seconds: float
+    p50_us: float
+    p99_us: float
+
+
+def _timed_loop(fn: Callable[[Any], object], items: Iterable[Any]) -> Timing:
+    """Run fn over items, timing every call."""
     samples = []
     pc = time.perf_counter_ns
     t0 = pc()
@@ -53,11 +50,7 @@ def _timed_loop(fn: Callable[[int], object], items, sample_every: int = 1):
         samples.append(pc() - a)
     total = (pc() - t0) / 1e9
     p50, p99 = _percentiles(samples)
-    return total, p50, p99
-
-
-class Result(dict):
-    pass
+    return Timing(total, p50, p99)
 
 
 _bar: Optional[Progress] = None
@@ -73,12 +66,12 @@ def run(n: int = 1_000_000, lookups: int = 100_000, dir_: Optional[str] = None,
         peers: tuple[str, ...] = ("sqlite", "lmdb"), quiet: bool = False) -> dict:
     """Run the workload; returns a dict of figures (see print_report)."""
     own_dir = dir_ is None
-    root = tempfile.mkdtemp(prefix="kstore-bench-") if own_dir else dir_
+    root = tempfile.mkdtemp(prefix="kstore-bench-") if dir_ is None else dir_
     os.makedirs(root, exist_ok=True)
     rnd = random.Random(42)
     out: dict = {"records": n, "lookups": lookups, "key_size": KEY_SIZE, "value_size": VALUE_SIZE,
                  "crc32c_impl": _core.crc32c_implementation(), "kstore": {}, "sqlite": {}, "lmdb": {}}
-    keys = [_key(i) for i in range(n)]
+    keys = [key(i) for i in range(n)]
     rows = [(keys[i], VALUE, BASE_TS + i) for i in range(n)]
     offsets = [rnd.randrange(n) for _ in range(lookups)]
     stamps = [BASE_TS + rnd.randrange(n) for _ in range(lookups)]
@@ -330,7 +323,7 @@ def check_targets(out: dict) -> list[tuple[str, float, str, float, bool]]:
     return rows
 
 
-def print_report(out: dict, file=sys.stdout) -> None:
+def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)  # noqa: E731
     p(f"kstore bench: {out['records']:,} records ({out['key_size']}-byte key, {out['value_size']}-byte value), "
       f"{out['lookups']:,} lookups; CRC-32C via {out['crc32c_impl']}")
@@ -364,7 +357,7 @@ def print_report(out: dict, file=sys.stdout) -> None:
         p(f"  [{'ok' if ok else 'SHORT'}] {text}: {v:,.2f} (target {op} {target:g})")
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="kstore bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=None, help="records to write (default 1,000,000)")
@@ -378,7 +371,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = args.records or (100_000 if args.quick else 1_000_000)
     if args.spark:
-        from kstore import bench_spark
+        from kstore.tools import bench_spark
         out = bench_spark.run(n, dir_=args.dir, quiet=args.json)
         if args.json:
             print(json.dumps(out, indent=2))

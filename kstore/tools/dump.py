@@ -4,13 +4,14 @@ writes); CRCs are verified and a malformed batch is reported with its file and b
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import struct
 import sys
 
 import numpy as np
-from typing import IO, Iterator, Optional
+from typing import IO, Any, Iterator, Optional
 
 from kstore import _core
 from kstore.compression import CODEC_NAMES
@@ -18,7 +19,7 @@ from kstore.errors import CorruptRecordError
 from kstore.fileio import get_file_ops
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
 from kstore.index import OFFSET_DTYPE, TIME_DTYPE
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 _V2 = struct.Struct(">qiiBIhiqqqhii")      # the 61-byte v2 batch header
 
@@ -55,7 +56,7 @@ def batches(data: bytes, path: str) -> Iterator[dict]:
     end = heads[-1][0] + heads[-1][3] if heads else 0
     for pos, base, last, size, magic, attrs, max_ts, count in heads:
         raw = data[pos:pos + size]
-        d = {"baseOffset": base, "lastOffset": last, "count": count, "position": pos,
+        d: dict[str, Any] = {"baseOffset": base, "lastOffset": last, "count": count, "position": pos,
              "size": size, "magic": magic}
         if magic == 2:
             (_b, _l, leader_epoch, _m, crc, _a, _lod, first_ts, _mts, pid, pepoch, seq,
@@ -202,7 +203,7 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     base = _base_offset_of(path)
     raw = _read(path)
     arr = np.frombuffer(raw, dtype=dtype, count=len(raw) // esize)
-    zero = np.logical_and.reduce([arr[name] == 0 for name in dtype.names])
+    zero = np.logical_and.reduce([arr[name] == 0 for name in dtype.names or ()])
     zero[:1] = False                       # the first entry may be all zeros; later ones are padding
     arr = arr[:int(np.argmax(zero))] if zero.any() else arr
     if time_index:
@@ -227,13 +228,13 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
         except CorruptRecordError as e:
             problems.append(str(e))          # entries past the corruption show as mismatches
         for off, pos in entries:
-            h = starts.get(pos)
-            if h is None:
+            head = starts.get(pos)
+            if head is None:
                 problems.append(f"{path}: entry offset {off} points at position {pos}, which "
                                 f"is not the start of a batch in {log_path}")
-            elif h["lastOffset"] != off:
+            elif head["lastOffset"] != off:
                 problems.append(f"{path}: entry offset {off} position {pos}: the batch there ends "
-                                f"at offset {h['lastOffset']}")
+                                f"at offset {head['lastOffset']}")
     if not verify_only and not sanity_check:
         if not as_json:
             out.write(f"Dumping {path}\n")
@@ -252,7 +253,7 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     return len(problems)
 
 
-def main(args, out: Optional[IO] = None) -> int:
+def main(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     out = out or sys.stdout
     problems = 0
     paths = [p for p in args.files.split(",") if p]

@@ -6,6 +6,7 @@ a timestamp, the beginning or the end, and with --follow keeps tailing what the 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import stat
 import sys
@@ -13,9 +14,9 @@ import time
 from typing import IO, Optional
 
 from kstore import _core
-from kstore.admin import open_manager, open_reader, parse_time
+from kstore.tools.admin import open_manager, open_reader, parse_time
 from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
-from kstore.progress import Progress
+from kstore.tools.progress import Progress
 
 READ_CHUNK = 1 << 20
 TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
@@ -27,7 +28,7 @@ def _unescape(sep: str) -> bytes:
 
 
 # -- produce -------------------------------------------------------------------------------------
-def produce(args, stdin: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
+def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
     """Append stdin's lines to --topic; returns the shell exit status."""
     stdin = stdin if stdin is not None else sys.stdin.buffer
     err = err or sys.stderr
@@ -126,7 +127,7 @@ class Formatter:
         return self.sep.join(parts) + self.line_sep
 
 
-def consume(args, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
+def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
     """Print records of --topic; returns the shell exit status."""
     out = out if out is not None else sys.stdout.buffer
     err = err or sys.stderr

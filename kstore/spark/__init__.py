@@ -1,0 +1,105 @@
+"""kstore as a PySpark data source, format ``kstore``: batch and streaming reads with the schema
+and options of Spark's Kafka source, and batch and streaming writes with its sink's columns.
+
+    from kstore.spark import register
+    register(spark)
+    df = spark.read.format("kstore").option("subscribe", "clicks").load("/data/kstore")
+    df.write.format("kstore").mode("append").option("topic", "out").save("/data/kstore")
+
+Reads plan one task per partition (or per offset range, with minPartitions /
+maxRecordsPerPartition); each task opens the store read-only and yields Arrow batches decoded by
+the core, so reading works beside an application that holds the store and appends. Writes
+stage encoded batches per task under ``<first log dir>/.kstore-staging/``; the driver's commit
+appends them (as a broker assigns offsets to a produce request), so a failed or retried task
+leaves nothing behind. The commit opens the store as its writer: it fails with
+LogDirLockedError while another process holds it.
+
+Needs PySpark >= 4.2 and pyarrow: ``pip install 'kstore[spark]'``.
+
+This module holds the data source class and what users import; the work is in ``options``
+(source and sink options), ``pushdown`` (filters that narrow a read), ``read`` (offset
+resolution, range planning, the batch and stream readers) and ``write`` (staging and commit).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+try:
+    import pyarrow  # noqa: F401
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401  (4.2+)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("kstore.spark needs PySpark >= 4.2 and pyarrow: "
+                      "pip install 'kstore[spark]'") from e
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from kstore.arrow import kafka_schema
+from kstore.errors import InvalidConfigError
+from kstore.spark.options import (FORMAT, HEADERS_DDL, SCHEMA_DDL, STAGING_DIR, OffsetSpec,
+                                  ReadOptions, TopicPartition, TopicPlan, WriteOptions,
+                                  parse_bool)
+from kstore.spark.pushdown import Pruning
+from kstore.spark.read import (KStoreBatchReader, KStorePushdownReader, KStoreRange,
+                               KStoreStreamReader, read_range, split_ranges)
+from kstore.spark.write import (STAGED_BATCH_BYTES, KStoreBatchWriter, KStoreCommitMessage,
+                                KStoreStreamWriter, StagedFile, commit_staged, remove_staging,
+                                stage_batches)
+
+__all__ = [
+    "FORMAT", "HEADERS_DDL", "SCHEMA_DDL", "STAGED_BATCH_BYTES", "STAGING_DIR",
+    "KStoreBatchReader", "KStoreBatchWriter", "KStoreCommitMessage", "KStoreDataSource",
+    "KStorePushdownReader", "KStoreRange", "KStoreStreamReader", "KStoreStreamWriter",
+    "OffsetSpec", "Pruning", "ReadOptions", "StagedFile", "TopicPartition", "TopicPlan",
+    "WriteOptions", "commit_staged", "read_range", "register", "remove_staging",
+    "split_ranges", "stage_batches",
+]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``kstore`` format with a SparkSession and turn on Python filter pushdown
+    (``spark.sql.python.filterPushdown.enabled``), which the reader implements: Spark refuses to
+    plan a Python reader with pushFilters while that setting is off. Sessions that must keep it
+    off can read with the option ``pushFilters=false``."""
+    spark.dataSource.register(KStoreDataSource)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+
+class KStoreDataSource(DataSource):
+    """The ``kstore`` format. Options: see the module docstring and README's Spark section."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _headers(self) -> bool:
+        return parse_bool({k.lower(): v for k, v in self.options.items()}, "includeheaders", False)
+
+    def schema(self) -> str:
+        return SCHEMA_DDL + (HEADERS_DDL if self._headers() else "")
+
+    def _check_schema(self, schema: Optional[StructType]) -> None:
+        want = kafka_schema(self._headers()).names
+        if schema is not None and [f.name for f in schema.fields] != want:
+            raise InvalidConfigError("the kstore source has a fixed schema (Spark's Kafka source "
+                                     f"schema: {', '.join(want)}); it cannot be set with .schema()")
+
+    def reader(self, schema: Optional[StructType]) -> DataSourceReader:
+        self._check_schema(schema)
+        opts = ReadOptions.parse(self.options, streaming=False)
+        return KStorePushdownReader(opts) if opts.push_filters else KStoreBatchReader(opts)
+
+    def streamReader(self, schema: Optional[StructType]) -> DataSourceStreamReader:
+        self._check_schema(schema)
+        return KStoreStreamReader(ReadOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> KStoreBatchWriter:
+        if overwrite:
+            raise InvalidConfigError("the kstore sink only appends: use .mode('append')")
+        return KStoreBatchWriter(WriteOptions.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KStoreStreamWriter:
+        return KStoreStreamWriter(WriteOptions.parse(self.options, schema))

@@ -1,0 +1,270 @@
+"""Options of the ``kstore`` source and sink, as Spark's Kafka source and sink name them:
+parsed and checked once on the driver into picklable ReadOptions and WriteOptions (with a
+TopicPlan per topic: how a write task encodes for it)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from kstore.broker_config import BrokerConfig
+from kstore.config import LogConfig
+from kstore.errors import InvalidConfigError, UnknownTopicError
+from kstore.reader import StoreReader, split_log_dirs
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+Options = Mapping[str, Any]
+
+FORMAT = "kstore"
+STAGING_DIR = ".kstore-staging"
+
+SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+              "timestamp TIMESTAMP, timestampType INT")
+HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+TopicPartition = tuple[str, int]
+
+
+def parse_bool(opts: Options, key: str, default: bool) -> bool:
+    """Option `key` (lower-cased options), which must be true or false; default when absent."""
+    v = opts.get(key)
+    if v is None:
+        return default
+    s = str(v).strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise InvalidConfigError(f"option '{key}' must be true or false, got {v!r}")
+
+
+def _int(opts: Options, key: str, minimum: int = 1) -> Optional[int]:
+    v = opts.get(key)
+    if v is None:
+        return None
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        raise InvalidConfigError(f"option '{key}' must be an integer, got {v!r}") from None
+    if n < minimum:
+        raise InvalidConfigError(f"option '{key}' must be at least {minimum}, got {n}")
+    return n
+
+
+def _json(opts: Options, key: str) -> dict:
+    try:
+        data = json.loads(opts[key])
+    except ValueError as e:
+        raise InvalidConfigError(f"option '{key}' is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"option '{key}' must be a JSON object, got {opts[key]!r}")
+    return data
+
+
+def _partition_map(opts: Options, key: str) -> dict[TopicPartition, int]:
+    """{"topic": {"0": n, ...}} -> {(topic, 0): n}."""
+    out = {}
+    for topic, parts in _json(opts, key).items():
+        if not isinstance(parts, dict):
+            raise InvalidConfigError(f"option '{key}': expected {{\"{topic}\": {{\"0\": ...}}}}")
+        for p, v in parts.items():
+            try:
+                out[(topic, int(p))] = int(v)
+            except (TypeError, ValueError):
+                raise InvalidConfigError(f"option '{key}': bad entry {topic}/{p}: {v!r}") from None
+    return out
+
+
+class OffsetKind(Enum):
+    """How an OffsetSpec names its offsets (Spark's Kafka source options)."""
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSETS = "offsets"         # per partition: {tp: offset}, -2 earliest, -1 latest
+    TIMESTAMP = "timestamp"     # one ms timestamp for every partition
+    TIMESTAMPS = "timestamps"   # per partition: {tp: ms}
+
+
+@dataclass
+class OffsetSpec:
+    """Where a range starts or ends: `offsets` holds the per-partition offsets (OFFSETS) or
+    timestamps (TIMESTAMPS), `timestamp` the one timestamp of TIMESTAMP."""
+    kind: OffsetKind
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    timestamp: int = 0
+
+
+def _offset_spec(opts: Options, prefix: str, default: str, is_end: bool) -> OffsetSpec:
+    ts_key, by_ts_key, off_key = f"{prefix}timestamp", f"{prefix}offsetsbytimestamp", f"{prefix}offsets"
+    ts = _int(opts, ts_key, 0)
+    if ts is not None:                       # precedence: timestamp > by-timestamp > offsets
+        return OffsetSpec(OffsetKind.TIMESTAMP, timestamp=ts)
+    if opts.get(by_ts_key) is not None:
+        return OffsetSpec(OffsetKind.TIMESTAMPS, offsets=_partition_map(opts, by_ts_key))
+    raw = str(opts.get(off_key, default)).strip()
+    if raw.lower() in ("earliest", "latest"):
+        if is_end and raw.lower() == "earliest":
+            raise InvalidConfigError(f"option '{prefix}Offsets' cannot be 'earliest'")
+        return OffsetSpec(OffsetKind(raw.lower()))
+    offs = _partition_map(opts, off_key)
+    for tp, v in offs.items():
+        if v < -2 or (is_end and v == -2):
+            raise InvalidConfigError(f"option '{prefix}Offsets': invalid offset {v} for {tp[0]}-{tp[1]}"
+                                     + (" (-2, earliest, is not allowed for an ending offset)" if v == -2 else ""))
+    return OffsetSpec(OffsetKind.OFFSETS, offsets=offs)
+
+
+@dataclass
+class ReadOptions:
+    """The source options of one query, parsed and checked once on the driver (picklable)."""
+    paths: list
+    assign: Optional[list] = None            # [(topic, partition)]
+    subscribe: Optional[list] = None         # [topic]
+    pattern: Optional[str] = None
+    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(OffsetKind.EARLIEST))
+    ending: OffsetSpec = field(default_factory=lambda: OffsetSpec(OffsetKind.LATEST))
+    timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: Optional[int] = None
+    max_records_per_partition: Optional[int] = None
+    max_offsets_per_trigger: Optional[int] = None
+    push_filters: bool = True
+
+    @classmethod
+    def parse(cls, opts: Options, streaming: bool) -> "ReadOptions":
+        opts = {str(k).lower(): v for k, v in dict(opts).items()}
+        if not opts.get("path"):
+            raise InvalidConfigError("kstore source: give the log dirs with .load(path) or the "
+                                     "'path' option (comma-separated)")
+        o = cls(paths=split_log_dirs(opts["path"]))
+        chosen = [k for k in ("assign", "subscribe", "subscribepattern") if opts.get(k)]
+        if len(chosen) != 1:
+            raise InvalidConfigError(
+                "kstore source: exactly one of the options 'assign', 'subscribe' or "
+                f"'subscribePattern' must be given (got {chosen or 'none'})")
+        if "assign" in chosen:
+            data = _json(opts, "assign")
+            try:
+                o.assign = sorted({(t, int(p)) for t, ps in data.items() for p in ps})
+            except (TypeError, ValueError):
+                raise InvalidConfigError(f"option 'assign' must look like {{\"t\": [0, 1]}}, "
+                                         f"got {opts['assign']!r}") from None
+        elif "subscribe" in chosen:
+            o.subscribe = sorted({t.strip() for t in opts["subscribe"].split(",") if t.strip()})
+            if not o.subscribe:
+                raise InvalidConfigError("option 'subscribe' names no topic")
+        else:
+            o.pattern = opts["subscribepattern"]
+            try:
+                re.compile(o.pattern)
+            except re.error as e:
+                raise InvalidConfigError(f"option 'subscribePattern' is not a valid regex: {e}") from None
+        o.starting = _offset_spec(opts, "starting", "latest" if streaming else "earliest", False)
+        if streaming:
+            for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+                if opts.get(k) is not None:
+                    raise InvalidConfigError(f"option '{k}' is for batch queries only")
+        else:
+            if o.starting.kind is OffsetKind.LATEST or (o.starting.kind is OffsetKind.OFFSETS and
+                                               -1 in o.starting.offsets.values()):
+                raise InvalidConfigError("option 'startingOffsets': latest (-1) is not allowed "
+                                         "for batch queries")
+            o.ending = _offset_spec(opts, "ending", "latest", True)
+        strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
+        if strategy not in ("error", "latest"):
+            raise InvalidConfigError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
+        o.timestamp_strategy = strategy
+        o.fail_on_data_loss = parse_bool(opts, "failondataloss", True)
+        o.include_headers = parse_bool(opts, "includeheaders", False)
+        o.min_partitions = _int(opts, "minpartitions")
+        o.max_records_per_partition = _int(opts, "maxrecordsperpartition")
+        o.max_offsets_per_trigger = _int(opts, "maxoffsetspertrigger")
+        o.push_filters = parse_bool(opts, "pushfilters", True)
+        return o
+
+    def topic_partitions(self, store: StoreReader) -> list[TopicPartition]:
+        """The partitions this query reads, as the store has them now."""
+        if self.assign is not None:
+            missing = [tp for tp in self.assign if tp not in set(store.partitions())]
+            if missing:
+                raise UnknownTopicError(f"assigned partitions do not exist in {store.log_dirs}: "
+                                        + ", ".join(f"{t}-{p}" for t, p in missing))
+            return list(self.assign)
+        if self.subscribe is not None:
+            return [tp for tp in store.partitions() if tp[0] in self.subscribe]
+        assert self.pattern is not None       # parse() sets one of assign, subscribe, pattern
+        rx = re.compile(self.pattern)
+        return [tp for tp in store.partitions() if rx.fullmatch(tp[0])]
+
+
+
+@dataclass
+class TopicPlan:
+    """What a write task needs to know of a topic: its partition count and how to encode."""
+    partitions: int
+    codec: int
+    log_append_time: bool
+    require_key: bool
+    max_message_bytes: int
+    ts_before_ms: int
+    ts_after_ms: int
+    exists: bool
+    magic: int = 2
+    level: Optional[int] = None
+
+
+
+@dataclass
+class WriteOptions:
+    paths: list
+    topic: Optional[str]
+    broker: dict
+    staging: str
+    plans: dict                 # topic -> TopicPlan (topics known when the write was planned)
+    default_plan: TopicPlan     # for topics that appear only in the data (auto-created)
+    auto_create: bool
+
+    @classmethod
+    def parse(cls, opts: Options, schema: StructType) -> "WriteOptions":
+        opts = {str(k).lower(): v for k, v in dict(opts).items()}
+        if not opts.get("path"):
+            raise InvalidConfigError("kstore sink: give the log dirs with .save(path) or the "
+                                     "'path' option (comma-separated)")
+        paths = split_log_dirs(opts["path"])
+        names = {f.name for f in schema.fields}
+        if "value" not in names:
+            raise InvalidConfigError("kstore sink: the data needs a 'value' column (binary or string)")
+        topic = opts.get("topic")
+        if topic is None and "topic" not in names:
+            raise InvalidConfigError("kstore sink: no topic: set the 'topic' option or give the "
+                                     "data a 'topic' column")
+        unknown = names - {"key", "value", "topic", "partition", "headers", "timestamp"}
+        if unknown:
+            raise InvalidConfigError(f"kstore sink: unexpected column(s) {sorted(unknown)}; it takes "
+                                     "key, value, topic, partition, headers and timestamp")
+        broker = {k[len("kstore."):]: v for k, v in opts.items() if k.startswith("kstore.")}
+        bc = BrokerConfig(broker)
+        from kstore.manager import read_topic_config_file
+        overrides = (read_topic_config_file(paths) or {}).get("topics", {})
+        counts: dict[str, int] = {}
+        if all(os.path.isdir(p) for p in paths):
+            with StoreReader(paths) as store:
+                for t, _p in store.partitions():
+                    counts[t] = counts.get(t, 0) + 1
+
+        def plan(cfg: LogConfig, n: int, exists: bool) -> TopicPlan:
+            return TopicPlan(n, cfg.codec, cfg.log_append_time, cfg.compact, cfg.max_message_bytes,
+                             cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms, exists,
+                             cfg.magic, cfg.compression_level)
+
+        plans = {t: plan(bc.log_config(overrides.get(t)), n, True) for t, n in counts.items()}
+        auto = bc["auto.create.topics.enable"]
+        if topic is not None and topic not in plans and not auto:
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {paths} and "
+                                    "auto.create.topics.enable is false")
+        return cls(paths, topic, broker, os.path.join(paths[0], STAGING_DIR, uuid.uuid4().hex),
+                   plans, plan(bc.log_config(None), bc["num.partitions"], False), auto)
