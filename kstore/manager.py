@@ -12,7 +12,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import threading
 import uuid
 from collections import deque
@@ -33,6 +32,7 @@ from kstore.log import LOG_DIR_LOCK, Log
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
+from kstore.topics import TOPIC_CONFIG_FILE, read_topic_config_file, validate_topic_name
 
 log = logging.getLogger("kstore.manager")
 
@@ -64,9 +64,7 @@ log = logging.getLogger("kstore.manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = LOG_DIR_LOCK
-TOPIC_CONFIG_FILE = "kstore-topic-config.json"
 DELETE_DIR_SUFFIX = "-delete"
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 PARALLEL_RECOVERY_BYTES = 4 << 20
 _IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
 # errors at start-up that concern one partition's files, not the disk: that partition is
@@ -83,20 +81,6 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-def validate_topic_name(name: str) -> None:
-    """Kafka's Topic.validate: non-empty, not '.' or '..', at most 249 of [a-zA-Z0-9._-]."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"Topic name cannot be \"{name}\"")
-    if len(name) > 249:
-        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}")
-    if not _TOPIC_RE.match(name):
-        raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-            f"alphanumerics, '.', '_' and '-'")
-
-
 def _is_fs_nfs(path: str) -> bool:
     try:
         with open("/proc/mounts") as f:
@@ -109,24 +93,6 @@ def _is_fs_nfs(path: str) -> bool:
         if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
             best, fstype = m[1], m[2]
     return fstype.startswith("nfs")
-
-
-def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[dict]:
-    """The newest readable topic-config file among the log dirs ({"version", "topics":
-    {topic: overrides}, "topic_ids"}), or None. Unreadable copies are skipped with a warning."""
-    io = io or get_file_ops()
-    best = None
-    for d in log_dirs:
-        path = os.path.join(d, TOPIC_CONFIG_FILE)
-        if not io.exists(path):
-            continue
-        try:
-            data = json.loads(io.read_file(path).decode("utf-8"))
-            if best is None or data["version"] > best["version"]:
-                best = data
-        except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
-            log.warning("ignoring unreadable topic config file %s: %s", path, e)
-    return best
 
 
 class LogManager:
