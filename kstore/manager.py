@@ -29,6 +29,7 @@ from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, K
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
 from kstore.log import LOG_DIR_LOCK, Log
+from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -66,7 +67,6 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = LOG_DIR_LOCK
 DELETE_DIR_SUFFIX = "-delete"
 PARALLEL_RECOVERY_BYTES = 4 << 20
-_IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
 # errors at start-up that concern one partition's files, not the disk: that partition is
 # isolated (failed_partitions); any other OSError takes its whole log dir offline, as in Kafka
 _PARTITION_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
@@ -138,7 +138,9 @@ class LogManager:
         self._topic_configs: dict[str, dict[str, Any]] = {}
         self._topic_ids: dict[str, str] = {}
         self._topic_config_version = 0
-        self._offline: dict[str, str] = {}
+        self._failures = LogDirFailureChannel()
+        # bound once: the append methods call it on every append
+        self._guard = self._failures.guard
         self._failed: dict[tuple[str, int], tuple] = {}    # tp -> (dir, path, why, checkpoints)
         self._deleting: list[str] = []     # topics whose deletion is recorded but not finished
         self._locks: dict[str, int] = {}
@@ -195,14 +197,14 @@ class LogManager:
             except LogDirLockedError:
                 raise
             except (OSError, UnusableFileError) as e:
-                self._mark_offline(d, e, quiet=True)
+                self._failures.mark_offline(d, e, quiet=True)
         self._check_some_dir_online()      # if none is left, the error says why: no log lines
-        for d, why in self._offline.items():
+        for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
         self._load_topic_configs()
         self._finish_deletions()
         self._check_some_dir_online()
-        live = [d for d in self.log_dirs if d not in self._offline]
+        live = [d for d in self.log_dirs if not self._failures.is_offline(d)]
         if self._progress is not None:
             self._load_total = sum(len(self._scan(d)) for d in live)
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
@@ -222,9 +224,9 @@ class LogManager:
 
     def _check_some_dir_online(self) -> None:
         """Start-up fails, with every dir's reason, when no log dir is left online."""
-        if all(d in self._offline for d in self.log_dirs):
+        if self._failures.all_offline(self.log_dirs):
             raise LogDirOfflineError("every log dir is offline: " +
-                                     "; ".join(f"{d}: {e}" for d, e in self._offline.items()))
+                                     self._failures.summary())
 
     def _scan(self, d: str) -> list:
         """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
@@ -232,7 +234,7 @@ class LogManager:
         try:
             return [job for job in partition_dirs(self._io, d) if job[0][0] not in self._deleting]
         except (OSError, UnusableFileError) as e:
-            self._mark_offline(d, e)
+            self._failures.mark_offline(d, e)
             return []
 
     def _finish_deletions(self) -> None:
@@ -243,7 +245,7 @@ class LogManager:
             return
         done = True
         for d in self.log_dirs:
-            if d in self._offline:
+            if self._failures.is_offline(d):
                 done = False
                 continue
             try:
@@ -255,7 +257,7 @@ class LogManager:
                 if moved:
                     self._io.fsync_dir(d)
             except (OSError, UnusableFileError) as e:
-                self._mark_offline(d, e)
+                self._failures.mark_offline(d, e)
                 done = False
         if done:
             log.info("finished the deletion of topic(s) %s cut short before", self._deleting)
@@ -284,7 +286,7 @@ class LogManager:
             del self._locks[d]
 
     def _load_topic_configs(self) -> None:
-        best = read_topic_config_file([d for d in self.log_dirs if d not in self._offline], self._io)
+        best = read_topic_config_file([d for d in self.log_dirs if not self._failures.is_offline(d)], self._io)
         if best:
             self._topic_config_version = best["version"]
             self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
@@ -297,12 +299,12 @@ class LogManager:
                            "topic_ids": self._topic_ids, "deleting": self._deleting},
                           sort_keys=True, indent=1).encode()
         for d in self.log_dirs:
-            if d in self._offline:
+            if self._failures.is_offline(d):
                 continue
             try:
                 self._io.write_atomic(os.path.join(d, TOPIC_CONFIG_FILE), data)
             except OSError as e:
-                self._mark_offline(d, e)
+                self._failures.mark_offline(d, e)
 
     def _read_checkpoint(self, d: str, name: str) -> dict:
         cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
@@ -375,7 +377,7 @@ class LogManager:
                 with ThreadPoolExecutor(max_workers=threads) as pool:
                     list(pool.map(load, big))
         except OSError as e:
-            self._mark_offline(d, e)
+            self._failures.mark_offline(d, e)
             for _tp, _path, lg in results:
                 lg.close_handlers()
             with self._lock:
@@ -446,29 +448,16 @@ class LogManager:
         return run
 
     # -- offline handling ----------------------------------------------------------------------
-    def _mark_offline(self, d: str, exc: BaseException, quiet: bool = False) -> None:
-        with self._lock:
-            if d not in self._offline:
-                self._offline[d] = str(exc)
-                if not quiet:
-                    log.error("log dir %s is offline: %s", d, exc)
+    @property
+    def log_dir_failure_channel(self) -> LogDirFailureChannel:
+        """Where anyone working on this store's dirs (the cleaner included) reports a dir that
+        failed, checks one, or runs work that must take its dir offline on an I/O error."""
+        return self._failures
 
     @property
     def offline_dirs(self) -> dict[str, str]:
         """Log dirs taken offline, with the error that did it."""
-        return dict(self._offline)
-
-    def _guard(self, d: str, fn, *args, **kw):
-        """Run fn; an I/O error takes the dir offline and surfaces as LogDirOfflineError."""
-        if d in self._offline:
-            raise LogDirOfflineError(f"log dir {d} is offline ({self._offline[d]})")
-        try:
-            return fn(*args, **kw)
-        except OSError as e:
-            if e.errno in _IO_ERRNOS or e.errno is None:
-                self._mark_offline(d, e)
-                raise LogDirOfflineError(f"log dir {d} went offline: {e}") from e
-            raise
+        return self._failures.offline_dirs
 
     # -- topics --------------------------------------------------------------------------------
     @property
@@ -577,7 +566,7 @@ class LogManager:
             self._publish(logs, dir_of)
 
     def _least_loaded_dirs(self, dir_of: dict) -> list[str]:
-        counts = {d: 0 for d in self.log_dirs if d not in self._offline}
+        counts = {d: 0 for d in self.log_dirs if not self._failures.is_offline(d)}
         for d in dir_of.values():
             if d in counts:
                 counts[d] += 1
@@ -593,14 +582,14 @@ class LogManager:
                               time=self._time, scheduler=self._scheduler)
                 self._write_partition_metadata(path, topic)
             except OSError as e:
-                self._mark_offline(d, e)
+                self._failures.mark_offline(d, e)
                 last_error = e
                 continue
             logs[(topic, partition)] = lg
             dir_of[(topic, partition)] = d
             return lg
         why = last_error if last_error is not None else \
-            "every log dir is offline: " + "; ".join(f"{d}: {e}" for d, e in self._offline.items())
+            "every log dir is offline: " + self._failures.summary()
         raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {why}")
 
     def _write_partition_metadata(self, path: str, topic: str) -> None:
@@ -660,9 +649,9 @@ class LogManager:
             self._topic_configs.pop(name, None)
             self._topic_ids.pop(name, None)
             self._persist_topic_configs()
-            if all(d in self._offline for d in self.log_dirs):
+            if self._failures.all_offline(self.log_dirs):
                 raise LogDirOfflineError(f"could not record the deletion of {name}: every log dir "
-                                         f"is offline: {self._offline}")
+                                         f"is offline: {self._failures.offline_dirs}")
             # unpublished first: appenders get UnknownTopicError, not a half-deleted topic
             logs, dir_of = dict(self._logs), dict(self._dir_of)
             gone = []
@@ -679,23 +668,23 @@ class LogManager:
             for p, lg, d, path in gone:
                 if lg is not None:
                     lg.close_handlers()
-                if d in self._offline:
+                if self._failures.is_offline(d):
                     continue               # finished by the start-up that finds it online
                 target = os.path.join(d, delete_dir_name(name, p))
                 try:
                     self._io.rename(path, target)
                     touched.add(d)
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
                 self._logs_to_delete.append((target, self._time.milliseconds()))
             for d in sorted(touched):
                 try:
                     self._io.fsync_dir(d)
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}: {e}") from e
-            if not any(d in self._offline for d in self.log_dirs):
+            if not self._failures.offline_dirs:
                 self._deleting.remove(name)
                 self._persist_topic_configs()
         # outside _lock: a checkpoint's lock is taken before _lock (see the lock hierarchy)
@@ -799,7 +788,7 @@ class LogManager:
         dir_of, logs = self._dir_of, self._logs
         items = [(tp, lg, dir_of.get(tp)) for tp, lg in logs.items()]
         return [(tp, lg, d) for tp, lg, d in items
-                if d is not None and d not in self._offline and not lg.closed]
+                if d is not None and not self._failures.is_offline(d) and not lg.closed]
 
     def cleanup_logs(self) -> int:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
@@ -843,7 +832,7 @@ class LogManager:
             return
         failed = []
         for d in self.log_dirs:
-            if d in self._offline:
+            if self._failures.is_offline(d):
                 continue
             cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
             # snapshot and write under the file's lock: two writers (the periodic task and
@@ -862,7 +851,7 @@ class LogManager:
                 try:
                     cp.write(entries)
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     failed.append(f"{d}: {e}")
         if failed and not self._closed:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
@@ -889,7 +878,7 @@ class LogManager:
                 if e.errno in _PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
                     log.error("could not remove deleted partition %s: %s", path, e)
                 else:
-                    self._mark_offline(os.path.dirname(path), e)
+                    self._failures.mark_offline(os.path.dirname(path), e)
         return n
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -908,33 +897,33 @@ class LogManager:
                 for lg in self._logs.values():
                     lg.close_handlers()
                 return
-            dirs_ok = {d for d in self.log_dirs if d not in self._offline}
+            dirs_ok = {d for d in self.log_dirs if not self._failures.is_offline(d)}
             for tp, lg in list(self._logs.items()):
                 d = self._dir_of.get(tp)
                 if d is None:
                     continue       # unpublished by a delete_topic in flight, which closes it
                 try:
-                    if d in self._offline:
+                    if self._failures.is_offline(d):
                         lg.close_handlers()
                     else:
                         lg.close()
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     lg.close_handlers()
             self.checkpoint_recovery_offsets()
             self.checkpoint_log_start_offsets()
             for d in dirs_ok:
-                if d in self._offline or not self._loaded_clean.get(d):
+                if self._failures.is_offline(d) or not self._loaded_clean.get(d):
                     continue
                 try:
                     self._io.write_atomic(os.path.join(d, CLEAN_SHUTDOWN_FILE),
                                           json.dumps({"version": 0, "brokerEpoch": 0}).encode())
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
         finally:
             self._closed = True
             self._release_locks()
-        failed = {d: e for d, e in self._offline.items() if d in dirs_ok}
+        failed = {d: e for d, e in self._failures.offline_dirs.items() if d in dirs_ok}
         if failed:
             # the store is closed and unlocked, but not cleanly: say so (the next open recovers)
             raise LogDirOfflineError("log dir(s) went offline while closing: " +
