@@ -6,14 +6,12 @@ producer-style appends with Kafka's default partitioner, and taking a log dir of
 """
 from __future__ import annotations
 
-import base64
 import errno
 import itertools
 import json
 import logging
 import os
 import threading
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
@@ -33,7 +31,7 @@ from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
-from kstore.topics import TOPIC_CONFIG_FILE, read_topic_config_file, validate_topic_name
+from kstore.topics import TopicConfigs, topics_collide, validate_topic_name, write_partition_metadata
 
 log = logging.getLogger("kstore.manager")
 
@@ -135,14 +133,11 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._parts: dict[str, tuple[int, ...]] = {}
-        self._topic_configs: dict[str, dict[str, Any]] = {}
-        self._topic_ids: dict[str, str] = {}
-        self._topic_config_version = 0
         self._failures = LogDirFailureChannel()
         # bound once: the append methods call it on every append
         self._guard = self._failures.guard
+        self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
         self._failed: dict[tuple[str, int], tuple] = {}    # tp -> (dir, path, why, checkpoints)
-        self._deleting: list[str] = []     # topics whose deletion is recorded but not finished
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}
         self._logs_to_delete: deque[tuple[str, int]] = deque()
@@ -201,7 +196,7 @@ class LogManager:
         self._check_some_dir_online()      # if none is left, the error says why: no log lines
         for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
-        self._load_topic_configs()
+        self._topics.load()
         self._finish_deletions()
         self._check_some_dir_online()
         live = [d for d in self.log_dirs if not self._failures.is_offline(d)]
@@ -232,7 +227,7 @@ class LogManager:
         """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
         cannot finish a deletion, and must not show what is being deleted); [] if d is offline."""
         try:
-            return [job for job in partition_dirs(self._io, d) if job[0][0] not in self._deleting]
+            return [job for job in partition_dirs(self._io, d) if not self._topics.is_deleting(job[0][0])]
         except (OSError, UnusableFileError) as e:
             self._failures.mark_offline(d, e)
             return []
@@ -241,7 +236,7 @@ class LogManager:
         """Complete the topic deletions a crash cut short (delete_topic records the intent in
         the topic config before its first rename): rename every partition left of those topics
         to its `-delete` name, then drop the record. A dir that is offline keeps it pending."""
-        if not self._deleting or self.read_only:
+        if not self._topics.deleting or self.read_only:
             return
         done = True
         for d in self.log_dirs:
@@ -251,7 +246,7 @@ class LogManager:
             try:
                 moved = False
                 for (topic, p), path in partition_dirs(self._io, d):
-                    if topic in self._deleting:
+                    if self._topics.is_deleting(topic):
                         self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
                         moved = True
                 if moved:
@@ -260,9 +255,9 @@ class LogManager:
                 self._failures.mark_offline(d, e)
                 done = False
         if done:
-            log.info("finished the deletion of topic(s) %s cut short before", self._deleting)
-            self._deleting = []
-            self._persist_topic_configs()
+            deleting = list(self._topics.deleting)
+            log.info("finished the deletion of topic(s) %s cut short before", deleting)
+            self._topics.finish_deletions(deleting)
 
     def _acquire_lock(self, d: str) -> None:
         # exclusive: also excludes standalone writable Log.opens of its partitions, which hold
@@ -284,27 +279,6 @@ class LogManager:
             except OSError:
                 pass
             del self._locks[d]
-
-    def _load_topic_configs(self) -> None:
-        best = read_topic_config_file([d for d in self.log_dirs if not self._failures.is_offline(d)], self._io)
-        if best:
-            self._topic_config_version = best["version"]
-            self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
-            self._topic_ids = dict(best.get("topic_ids", {}))
-            self._deleting = list(best.get("deleting", []))
-
-    def _persist_topic_configs(self) -> None:
-        self._topic_config_version += 1
-        data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs,
-                           "topic_ids": self._topic_ids, "deleting": self._deleting},
-                          sort_keys=True, indent=1).encode()
-        for d in self.log_dirs:
-            if self._failures.is_offline(d):
-                continue
-            try:
-                self._io.write_atomic(os.path.join(d, TOPIC_CONFIG_FILE), data)
-            except OSError as e:
-                self._failures.mark_offline(d, e)
 
     def _read_checkpoint(self, d: str, name: str) -> dict:
         cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
@@ -338,14 +312,14 @@ class LogManager:
                     if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
                         self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
             jobs = partition_dirs(io, d)
-            jobs = [job for job in jobs if job[0][0] not in self._deleting]
+            jobs = [job for job in jobs if not self._topics.is_deleting(job[0][0])]
             threads = self._cfg["num.recovery.threads.per.data.dir"]
 
             def load(job):
                 tp, path = job
                 try:
                     io.check_dir(path)       # a symlinked or special partition dir is refused
-                    cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
+                    cfg = self._cfg.log_config(self._topics.overrides(tp[0]))
                     lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
                                   log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
                                   time=self._time, scheduler=self._scheduler, read_only=self.read_only)
@@ -522,7 +496,7 @@ class LogManager:
 
     def topic_config(self, topic: str) -> LogConfig:
         self.partitions(topic)
-        return self._cfg.log_config(self._topic_configs.get(topic))
+        return self._cfg.log_config(self._topics.overrides(topic))
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -543,16 +517,12 @@ class LogManager:
         with self._lock:
             if name in self._parts:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
-            if name in self._deleting:
+            if self._topics.is_deleting(name):
                 raise TopicExistsError(f"Topic '{name}' is marked for deletion.")
-            collide = {t.replace(".", "_") for t in self._parts}
-            if name.replace(".", "_") in collide:
+            if any(topics_collide(name, t) for t in self._parts):
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
-            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
-                                         for k, v in cfg.overrides.items()}
-            # Kafka's topic id: a UUID shown as URL-safe base64 without padding
-            self._topic_ids[name] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            self._persist_topic_configs()
+            self._topics.add_topic(name, cfg.overrides)
+            self._topics.persist()
             self._create_partitions(name, range(partitions), cfg)
 
     def _create_partitions(self, topic: str, partitions: Iterable[int], cfg: LogConfig) -> None:
@@ -580,7 +550,7 @@ class LogManager:
             try:
                 lg = Log.open(path, cfg, recovery_point=0, clean_shutdown=True, io=self._io,
                               time=self._time, scheduler=self._scheduler)
-                self._write_partition_metadata(path, topic)
+                write_partition_metadata(self._io, path, self._topics.topic_id(topic))
             except OSError as e:
                 self._failures.mark_offline(d, e)
                 last_error = e
@@ -591,15 +561,6 @@ class LogManager:
         why = last_error if last_error is not None else \
             "every log dir is offline: " + self._failures.summary()
         raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {why}")
-
-    def _write_partition_metadata(self, path: str, topic: str) -> None:
-        meta = os.path.join(path, "partition.metadata")
-        if self._io.exists(meta):
-            return
-        tid = self._topic_ids.get(topic)
-        if tid is None:
-            tid = self._topic_ids[topic] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._io.write_atomic(meta, f"version: 0\ntopic_id: {tid}\n".encode())
 
     def add_partitions(self, name: str, count: int) -> list[int]:
         """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
@@ -620,16 +581,15 @@ class LogManager:
         self._check_writable()
         with self._lock:
             self.partitions(name)
-            overrides = dict(self._topic_configs.get(name, {}))
+            overrides = dict(self._topics.overrides(name) or {})
             for k, v in config.items():
                 if v is None:
                     overrides.pop(k, None)
                 else:
                     overrides[k] = v
             cfg = self._cfg.log_config(overrides)
-            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
-                                         for k, v in cfg.overrides.items()}
-            self._persist_topic_configs()
+            self._topics.set_overrides(name, cfg.overrides)
+            self._topics.persist()
             for (t, _p), lg in self._logs.items():
                 if t == name:
                     lg.update_config(cfg)
@@ -644,11 +604,7 @@ class LogManager:
         self._check_writable()
         with self._lock:
             parts = self.partitions(name)
-            if name not in self._deleting:
-                self._deleting.append(name)
-            self._topic_configs.pop(name, None)
-            self._topic_ids.pop(name, None)
-            self._persist_topic_configs()
+            self._topics.record_deletion(name)
             if self._failures.all_offline(self.log_dirs):
                 raise LogDirOfflineError(f"could not record the deletion of {name}: every log dir "
                                          f"is offline: {self._failures.offline_dirs}")
@@ -685,8 +641,7 @@ class LogManager:
                     self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}: {e}") from e
             if not self._failures.offline_dirs:
-                self._deleting.remove(name)
-                self._persist_topic_configs()
+                self._topics.finish_deletions([name])
         # outside _lock: a checkpoint's lock is taken before _lock (see the lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
