@@ -19,6 +19,11 @@ log = logging.getLogger("kstore.manager")
 IO_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG,
                        errno.ENXIO})
 
+# errors at start-up that concern one partition's files, not the disk: that partition is
+# isolated (LogManager.failed_partitions); any other OSError takes its whole log dir offline
+PARTITION_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
+                              errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG})
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

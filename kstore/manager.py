@@ -6,7 +6,6 @@ producer-style appends with Kafka's default partitioner, and taking a log dir of
 """
 from __future__ import annotations
 
-import errno
 import itertools
 import json
 import logging
@@ -18,16 +17,17 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Seque
 
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                               CheckpointError, OffsetCheckpointFile)
+                               OffsetCheckpointFile)
 from kstore.clock import SYSTEM_TIME
 from kstore.config import LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, PartitionLoadError,
                            TopicExistsError, UnknownTopicError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
+from kstore.files import delete_dir_name, partition_dirs
 from kstore.log import LOG_DIR_LOCK, Log
-from kstore.log_dir_failure import LogDirFailureChannel
+from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
+from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, FailedPartition, LogDirLoader
 from kstore.partitioner import partition_for_key
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -61,14 +61,8 @@ log = logging.getLogger("kstore.manager")
 # for the second, so nothing under Log._lock may flush); LogManager._lock before Log._lock
 # (delete_topic closes logs under it, so Log code never calls into the manager).
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = LOG_DIR_LOCK
 DELETE_DIR_SUFFIX = "-delete"
-PARALLEL_RECOVERY_BYTES = 4 << 20
-# errors at start-up that concern one partition's files, not the disk: that partition is
-# isolated (failed_partitions); any other OSError takes its whole log dir offline, as in Kafka
-_PARTITION_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
-                     errno.ELOOP, errno.ENAMETOOLONG}
 
 
 class RecordMetadata(NamedTuple):
@@ -137,7 +131,7 @@ class LogManager:
         # bound once: the append methods call it on every append
         self._guard = self._failures.guard
         self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
-        self._failed: dict[tuple[str, int], tuple] = {}    # tp -> (dir, path, why, checkpoints)
+        self._failed: dict[tuple[str, int], FailedPartition] = {}   # isolated at start-up
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}
         self._logs_to_delete: deque[tuple[str, int]] = deque()
@@ -147,6 +141,9 @@ class LogManager:
         self._own_scheduler = scheduler is None and not read_only
         self._scheduler = scheduler if scheduler is not None else (
             None if read_only else Scheduler(self._cfg["background.threads"], self._time))
+        self._loader = LogDirLoader(self._cfg, self._topics, read_only=read_only, io=self._io,
+                                    time=self._time, scheduler=self._scheduler,
+                                    on_loaded=self._loaded_one if progress is not None else None)
         self.cleaner = None
         try:
             self._startup()
@@ -224,10 +221,9 @@ class LogManager:
                                      self._failures.summary())
 
     def _scan(self, d: str) -> list:
-        """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
-        cannot finish a deletion, and must not show what is being deleted); [] if d is offline."""
+        """LogDirLoader.partitions(d); [] if d is offline."""
         try:
-            return [job for job in partition_dirs(self._io, d) if not self._topics.is_deleting(job[0][0])]
+            return self._loader.partitions(d)
         except (OSError, UnusableFileError) as e:
             self._failures.mark_offline(d, e)
             return []
@@ -280,88 +276,16 @@ class LogManager:
                 pass
             del self._locks[d]
 
-    def _read_checkpoint(self, d: str, name: str) -> dict:
-        cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
-        try:
-            return cp.read()
-        except (CheckpointError, OSError) as e:
-            # never trusted, never fatal: the logs it covers are recovered in full
-            msg = f"{e}; treating it as absent"
-            log.warning("%s", msg)
-            self.checkpoint_errors.append(msg)
-            return {}
-
     def _load_dir(self, d: str) -> None:
-        io = self._io
-        results = []
-        try:
-            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-            clean = io.exists(marker)
-            if clean and not self.read_only:
-                # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
-                io.unlink(marker)
-                io.fsync_dir(d)
-            self._loaded_clean[d] = False
-            recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
-            starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
-            if not self.read_only:
-                for name in sorted(io.listdir(d)):
-                    if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
-                        io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
-                        continue
-                    if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
-                        self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
-            jobs = partition_dirs(io, d)
-            jobs = [job for job in jobs if not self._topics.is_deleting(job[0][0])]
-            threads = self._cfg["num.recovery.threads.per.data.dir"]
-
-            def load(job):
-                tp, path = job
-                try:
-                    io.check_dir(path)       # a symlinked or special partition dir is refused
-                    cfg = self._cfg.log_config(self._topics.overrides(tp[0]))
-                    lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
-                                  log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
-                                  time=self._time, scheduler=self._scheduler, read_only=self.read_only)
-                except (OSError, KStoreError) as e:
-                    if self.read_only and not io.exists(path):
-                        # the writer deleted the topic since the scan: not an error of this dir
-                        log.info("partition %s was deleted while opening it read-only", path)
-                        return
-                    if isinstance(e, OSError) and e.errno not in _PARTITION_ERRNOS:
-                        raise            # a failing disk: the whole dir goes offline
-                    lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
-                if self._progress is not None:
-                    with self._lock:
-                        self._loaded_count += 1
-                        self._progress(self._loaded_count, self._load_total)
-                if lg is not None:
-                    results.append((tp, path, lg))
-            # Recovery threads pay off only where a GIL-free CRC scan dominates: partitions with
-            # megabytes to validate. Loading many small partitions is Python and syscalls, where
-            # threads only queue on the GIL (measured: 1,000 tiny partitions 1.4 s on one
-            # thread, 2.1 s on two), so those load on this thread.
-            big, small = [], []
-            for job in jobs:
-                (big if not clean and self._bytes_to_recover(job[1], recovery.get(job[0], 0))
-                 >= PARALLEL_RECOVERY_BYTES else small).append(job)
-            for job in small:
-                load(job)
-            if big:
-                with ThreadPoolExecutor(max_workers=threads) as pool:
-                    list(pool.map(load, big))
-        except OSError as e:
-            self._failures.mark_offline(d, e)
-            for _tp, _path, lg in results:
-                lg.close_handlers()
-            with self._lock:
-                for tp in [tp for tp, f in self._failed.items() if f[0] == d]:
-                    del self._failed[tp]       # the whole dir is offline: it says why
-                self._publish(self._logs, self._dir_of)
+        res = self._loader.load(d)
+        self.checkpoint_errors.extend(res.checkpoint_errors)
+        self._logs_to_delete.extend(res.to_delete)
+        if res.error is not None:
+            self._failures.mark_offline(d, res.error)
             return
         with self._lock:
             logs, dir_of = dict(self._logs), dict(self._dir_of)
-            for tp, _path, lg in results:
+            for tp, lg in res.logs:
                 if tp in logs:
                     lg.close_handlers()
                     raise KStoreStateError(
@@ -369,38 +293,15 @@ class LogManager:
                         f"{dir_of[tp]} and {d}. Recover or delete one of them.")
                 logs[tp] = lg
                 dir_of[tp] = d
+            self._failed.update(res.failed)
             self._publish(logs, dir_of)
         # a partition left unrecovered must be recovered next time: no clean marker then
-        self._loaded_clean[d] = clean or not any(f[0] == d for f in self._failed.values())
+        self._loaded_clean[d] = res.clean or not res.failed
 
-    def _fail_partition(self, d: str, tp: tuple[str, int], path: str, e: BaseException,
-                        recovery: Optional[int], start: Optional[int]) -> None:
-        """Isolate a partition that failed to load: logged as an ERROR, listed by
-        failed_partitions, untouched on disk (its checkpoint entries are kept as they were);
-        every use raises PartitionLoadError."""
-        why = f"{type(e).__name__}: {e}"
-        log.error("partition %s-%d (%s) failed to load and is isolated: %s", tp[0], tp[1], path, why)
+    def _loaded_one(self) -> None:
         with self._lock:
-            self._failed[tp] = (d, path, why, {RECOVERY_POINT_CHECKPOINT: recovery,
-                                               LOG_START_OFFSET_CHECKPOINT: start})
-
-    def _bytes_to_recover(self, path: str, recovery_point: int) -> int:
-        """Size of the .log files at or above the segment holding the recovery point."""
-        sizes = []
-        try:
-            with os.scandir(path) as it:
-                for e in it:
-                    if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isascii() \
-                            and e.name[:20].isdigit():
-                        sizes.append((int(e.name[:20]), e.stat().st_size))
-        except OSError:
-            return 0
-        sizes.sort()
-        floor = 0
-        for base, _ in sizes:
-            if base <= recovery_point:
-                floor = base
-        return sum(size for base, size in sizes if base >= floor)
+            self._loaded_count += 1
+            self._progress(self._loaded_count, self._load_total)
 
     def _schedule_tasks(self) -> None:
         c, s = self._cfg, self._scheduler
@@ -439,7 +340,7 @@ class LogManager:
         """Partitions that failed to load at start-up, with the reason (their log dir stays
         online; each is left untouched on disk and raises PartitionLoadError when used)."""
         with self._lock:
-            return {tp: f"{f[1]}: {f[2]}" for tp, f in self._failed.items()}
+            return {tp: f"{f.path}: {f.why}" for tp, f in self._failed.items()}
 
     def _publish(self, logs: dict, dir_of: dict) -> None:
         """Install new registry dicts (_lock held); readers may hold the old ones, so the
@@ -476,7 +377,7 @@ class LogManager:
         f = self._failed.get((topic, partition))
         if f is not None:
             raise PartitionLoadError(f"partition {topic}-{partition} failed to load at start-up "
-                                     f"and is isolated: {f[1]}: {f[2]}")
+                                     f"and is isolated: {f.path}: {f.why}")
         try:
             parts = self.partitions(topic)
         except UnknownTopicError:
@@ -617,8 +518,8 @@ class LogManager:
                 if lg is not None:
                     gone.append((p, lg, dir_of.pop(tp), lg.dir))
                 else:
-                    d, path = self._failed.pop(tp)[:2]    # isolated: its dir goes all the same
-                    gone.append((p, None, d, path))
+                    f = self._failed.pop(tp)      # isolated: its dir goes all the same
+                    gone.append((p, None, f.dir, f.path))
             self._publish(logs, dir_of)
             touched = set()
             for p, lg, d, path in gone:
@@ -800,9 +701,10 @@ class LogManager:
                         v = value(lg)
                         if v is not None:
                             entries[tp] = v
-                for tp, (fdir, _path, _why, kept) in list(self._failed.items()):
-                    if fdir == d and kept.get(name) is not None:
-                        entries[tp] = kept[name]         # isolated: kept as it was read
+                for tp, f in list(self._failed.items()):
+                    kept = f.checkpointed(name)
+                    if f.dir == d and kept is not None:
+                        entries[tp] = kept               # isolated: kept as it was read
                 try:
                     cp.write(entries)
                 except OSError as e:
@@ -830,7 +732,7 @@ class LogManager:
             except UnusableFileError as e:
                 log.error("not removing deleted partition %s: %s", path, e)
             except OSError as e:
-                if e.errno in _PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
+                if e.errno in PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
                     log.error("could not remove deleted partition %s: %s", path, e)
                 else:
                     self._failures.mark_offline(os.path.dirname(path), e)
