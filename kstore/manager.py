@@ -17,7 +17,7 @@ from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                OffsetCheckpointFile)
 from kstore.clock import SYSTEM_TIME
-from kstore.config import LogConfig
+from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
@@ -270,7 +270,7 @@ class LogManager:
         delay = c["log.initial.task.delay.ms"]
         s.schedule("kafka-log-retention", self._task(self.cleanup_logs), delay, c["log.retention.check.interval.ms"])
         flush_iv = c["log.flush.scheduler.interval.ms"]
-        if flush_iv < (1 << 62):
+        if flush_iv < NO_LIMIT:
             s.schedule("kafka-log-flusher", self._task(self.flush_dirty_logs), delay, flush_iv)
         s.schedule("kafka-recovery-point-checkpoint", self._task(self.checkpoint_recovery_offsets), delay,
                    max(1, c["log.flush.offset.checkpoint.interval.ms"]))
