@@ -3,7 +3,7 @@
 Partition directories are discovered by scanning the log dirs on every refresh() and opened
 read-only on first use, so a reader takes no lock, writes nothing, opens only what it reads and
 sees the topics, partitions and records that the owning process adds (and the segments its
-retention deletes).
+retention deletes). A topic whose deletion is recorded in the topic config file is not offered.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import partition_dirs
 from kstore.log import Log
+from kstore.topics import TopicConfigFile
 
 TopicPartition = tuple[str, int]
 
@@ -51,13 +52,19 @@ class StoreReader:
         self.close()
 
     def refresh(self) -> None:
-        """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints."""
+        """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints and
+        the topic config file (the partitions of a topic being deleted are left out)."""
         paths: dict[TopicPartition, str] = {}
         starts: dict[TopicPartition, int] = {}
         for d in self.log_dirs:
             if not self._io.exists(d):
                 raise KStoreError(f"log dir {d} does not exist")
+        topic_file = TopicConfigFile.read(self.log_dirs, self._io)
+        deleting = set(topic_file.deleting) if topic_file is not None else set()
+        for d in self.log_dirs:
             for tp, path in partition_dirs(self._io, d):
+                if tp[0] in deleting:
+                    continue
                 if tp in paths:
                     raise KStoreStateError(
                         f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
