@@ -204,7 +204,7 @@ class Cleaner:
             raise
         io.close(fd)
         # indexes for the cleaned segment, built as recovery builds them, then made durable
-        piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg._rng,
+        piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg.rng,
                            file_already_exists=True, suffix=CLEANED_SUFFIX)
         try:
             piece.recover()

@@ -539,6 +539,12 @@ class Log:
     def config(self) -> LogConfig:
         return self._config
 
+    @property
+    def rng(self) -> random.Random:
+        """The random source of this log's segments' roll jitter (segment.jitter.ms); a segment
+        made for this log elsewhere (the cleaner's `.cleaned` one) draws from it too."""
+        return self._rng
+
     def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
         cfg = config if isinstance(config, LogConfig) else LogConfig(config)
         with self._lock:
