@@ -11,7 +11,7 @@ import logging
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
@@ -30,6 +30,10 @@ from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
 from kstore.topic_admin import TopicAdmin
 from kstore.topics import TopicConfigs
+
+if TYPE_CHECKING:
+    from kstore._core import Record
+    from kstore.cleaner import CleanerStats, LogCleaner
 
 log = logging.getLogger("kstore.manager")
 
@@ -101,7 +105,7 @@ class LogManager:
             dirs = [os.fspath(d) for d in log_dirs]
         if not dirs:
             raise InvalidConfigError("log.dirs is empty")
-        seen = {}
+        seen: dict[str, str] = {}
         for d in dirs:
             canon = os.path.realpath(d)
             if canon in seen:
@@ -133,7 +137,7 @@ class LogManager:
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
                                   create_topic=self.create_topic)
-        self.cleaner = None
+        self.cleaner: Optional[LogCleaner] = None
         try:
             self._startup()
         except BaseException:
@@ -197,12 +201,13 @@ class LogManager:
             c = self._cfg
             if c["log.cleaner.enable"]:
                 from kstore.cleaner import LogCleaner
-                self.cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
-                                          c["log.cleaner.io.buffer.load.factor"],
-                                          c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
-                                          self._time, self._io)
+                cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
+                                     c["log.cleaner.io.buffer.load.factor"],
+                                     c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
+                                     self._time, self._io)
+                self.cleaner = cleaner
                 if self._own_scheduler:
-                    self.cleaner.start()
+                    cleaner.start()
 
     def _check_some_dir_online(self) -> None:
         """Start-up fails, with every dir's reason, when no log dir is left online."""
@@ -261,12 +266,16 @@ class LogManager:
         self._loaded_clean[d] = res.clean or not res.failed
 
     def _loaded_one(self) -> None:
+        """LogDirLoader's on_loaded, passed only when there is a progress callback."""
         with self._reg.lock:
             self._loaded_count += 1
-            self._progress(self._loaded_count, self._load_total)
+            if self._progress is not None:
+                self._progress(self._loaded_count, self._load_total)
 
     def _schedule_tasks(self) -> None:
         c, s = self._cfg, self._scheduler
+        if s is None:
+            return              # read-only: no tasks
         delay = c["log.initial.task.delay.ms"]
         s.schedule("kafka-log-retention", self._task(self.cleanup_logs), delay, c["log.retention.check.interval.ms"])
         flush_iv = c["log.flush.scheduler.interval.ms"]
@@ -389,11 +398,12 @@ class LogManager:
         return self._producer.partitions(topic)[-1] + 1
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
-             max_bytes: int = 1 << 20):
+             max_bytes: int = 1 << 20) -> list[Record]:
+        """Log.read of one partition."""
         return self.log(topic, partition).read(offset, max_records, max_bytes)
 
     # -- compaction ----------------------------------------------------------------------------
-    def clean_now(self):
+    def clean_now(self) -> list[CleanerStats]:
         """Run one cleaner pass now over every eligible compacted log; returns a list of
         CleanerStats (bytes read and written, records removed, duration)."""
         self._check_writable()

@@ -174,7 +174,7 @@ class TopicAdmin:
             # unpublished first: appenders get UnknownTopicError, not a half-deleted topic
             logs, dir_of = dict(self._reg.logs), dict(self._reg.dir_of)
             failed = dict(self._reg.failed)
-            gone = []
+            gone: list[tuple[int, Optional[Log], str, str]] = []
             for p in parts:
                 tp = (name, p)
                 lg = logs.pop(tp, None)
