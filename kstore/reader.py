@@ -8,7 +8,7 @@ retention deletes). A topic whose deletion is recorded in the topic config file 
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
 from kstore.config import LogConfig
@@ -19,6 +19,12 @@ from kstore.log import Log
 from kstore.topics import TopicConfigFile
 
 TopicPartition = tuple[str, int]
+
+
+class LogOffsets(NamedTuple):
+    """A partition's offset range: records are at [log_start_offset, log_end_offset)."""
+    log_start_offset: int
+    log_end_offset: int
 
 
 def split_log_dirs(log_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
@@ -105,10 +111,10 @@ class StoreReader:
             lg.refresh(self._starts.get(tp))
         return lg
 
-    def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> tuple[int, int]:
+    def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> LogOffsets:
         """(log start offset, log end offset)."""
         lg = self.log(topic, partition, refresh=refresh)
-        return lg.log_start_offset, lg.log_end_offset
+        return LogOffsets(lg.log_start_offset, lg.log_end_offset)
 
     def close(self) -> None:
         for lg in self._logs.values():
