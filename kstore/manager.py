@@ -1,8 +1,10 @@
 """The owner of every log in a process (Kafka's LogManager).
 
-Log dirs and their locks, topics and partitions, startup (clean-shutdown marker, checkpoints,
-parallel recovery), the scheduled tasks (retention, flush, checkpoints, delayed deletion),
-producer-style appends with Kafka's default partitioner, and taking a log dir offline on I/O errors.
+Log dirs and their locks, start-up (each dir loaded by log_dir_loader.py), the published
+registry of logs (log_registry.py), the scheduled tasks (retention, flush, checkpoints, delayed
+deletion), clean shutdown and read-only mode. Topic operations (topic_admin.py), appends by topic
+(producer.py) and offline dirs (log_dir_failure.py) are its collaborators; this class wires them
+and keeps the public API.
 """
 from __future__ import annotations
 
