@@ -27,7 +27,8 @@ from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflo
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
 from kstore.index import OffsetIndex, TimeIndex  # noqa: E402
 from kstore.log import Log  # noqa: E402
-from kstore.manager import LogManager, RecordMetadata  # noqa: E402
+from kstore.manager import LogManager  # noqa: E402
+from kstore.producer import RecordMetadata  # noqa: E402
 from kstore.assignment import assign_replicas  # noqa: E402
 from kstore.clock import MockTime  # noqa: E402
 from kstore.scheduler import MockScheduler, Scheduler  # noqa: E402

@@ -11,31 +11,32 @@ import re
 import warnings
 from typing import Any, Mapping, Optional
 
-from kstore.config import LONG_MAX, TOPIC_CONFIG_KEYS, LogConfig, _bool, _double, _int, _long, _str
+from kstore.config import (LONG_MAX, TOPIC_CONFIG_KEYS, LogConfig, Parser, double_parser,
+                           int_parser, long_parser, parse_bool, parse_str)
 from kstore.errors import InvalidConfigError
 
 log = logging.getLogger("kstore.config")
 
 # name: (default, parser)
-BROKER_KEYS: dict[str, tuple[Any, Any]] = {
-    "log.dirs": (None, _str),
-    "log.dir": ("/tmp/kafka-logs", _str),
-    "num.recovery.threads.per.data.dir": (2, _int(1)),          # Kafka 4.0 default
-    "background.threads": (10, _int(1)),
-    "log.retention.check.interval.ms": (300000, _long(1)),
-    "log.flush.scheduler.interval.ms": (LONG_MAX, _long(0)),
-    "log.flush.offset.checkpoint.interval.ms": (60000, _int(0)),
-    "log.flush.start.offset.checkpoint.interval.ms": (60000, _int(0)),
-    "log.initial.task.delay.ms": (30000, _long(0)),
-    "num.partitions": (1, _int(1)),
-    "auto.create.topics.enable": (True, _bool),
-    "log.cleaner.enable": (True, _bool),
-    "log.cleaner.threads": (1, _int(0)),
-    "log.cleaner.dedupe.buffer.size": (134217728, _long(0)),
-    "log.cleaner.io.buffer.load.factor": (0.9, _double(0.0, 1.0)),
-    "log.cleaner.io.buffer.size": (524288, _int(0)),
-    "log.cleaner.io.max.bytes.per.second": (1.7976931348623157e308, _double(0.0, float("inf"))),
-    "log.cleaner.backoff.ms": (15000, _long(0)),
+BROKER_KEYS: dict[str, tuple[Any, Parser]] = {
+    "log.dirs": (None, parse_str),
+    "log.dir": ("/tmp/kafka-logs", parse_str),
+    "num.recovery.threads.per.data.dir": (2, int_parser(1)),          # Kafka 4.0 default
+    "background.threads": (10, int_parser(1)),
+    "log.retention.check.interval.ms": (300000, long_parser(1)),
+    "log.flush.scheduler.interval.ms": (LONG_MAX, long_parser(0)),
+    "log.flush.offset.checkpoint.interval.ms": (60000, int_parser(0)),
+    "log.flush.start.offset.checkpoint.interval.ms": (60000, int_parser(0)),
+    "log.initial.task.delay.ms": (30000, long_parser(0)),
+    "num.partitions": (1, int_parser(1)),
+    "auto.create.topics.enable": (True, parse_bool),
+    "log.cleaner.enable": (True, parse_bool),
+    "log.cleaner.threads": (1, int_parser(0)),
+    "log.cleaner.dedupe.buffer.size": (134217728, long_parser(0)),
+    "log.cleaner.io.buffer.load.factor": (0.9, double_parser(0.0, 1.0)),
+    "log.cleaner.io.buffer.size": (524288, int_parser(0)),
+    "log.cleaner.io.max.bytes.per.second": (1.7976931348623157e308, double_parser(0.0, float("inf"))),
+    "log.cleaner.backoff.ms": (15000, long_parser(0)),
 }
 
 # Keys of a networked/replicated broker: accepted, listed once as ignored.
@@ -70,10 +71,10 @@ def _synonym_value(spec, props: Mapping[str, Any]):
         value = props[name]
         if name in _UNIT_SYNONYMS:
             factor, lo = _UNIT_SYNONYMS[name]
-            parsed = _long(lo)(name, value)
+            parsed = long_parser(lo)(name, value)
             return parsed * factor if parsed >= 0 else parsed
         if name == "log.flush.scheduler.interval.ms":
-            return _long(0)(name, value)
+            return long_parser(0)(name, value)
         return value
     return None
 

@@ -102,7 +102,3 @@ class OffsetCheckpointFile:
                 raise CheckpointError(f"malformed checkpoint {self.path}: line {n} has a negative partition")
             out[(topic, p)] = o
         return out
-
-
-def checkpoint_path(log_dir: str, name: str) -> str:
-    return os.path.join(log_dir, name)

@@ -204,7 +204,7 @@ class Cleaner:
             raise
         io.close(fd)
         # indexes for the cleaned segment, built as recovery builds them, then made durable
-        piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg._rng,
+        piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg.rng,
                            file_already_exists=True, suffix=CLEANED_SUFFIX)
         try:
             piece.recover()
@@ -266,6 +266,7 @@ class LogCleaner:
     def __init__(self, manager, threads: int, dedupe_buffer: int, load_factor: float,
                  max_bytes_per_second: float, backoff_ms: int, time, io):
         self._manager = manager
+        self._failures = manager.log_dir_failure_channel
         self._time = time
         self._io = io
         self._lock = threading.Lock()
@@ -334,7 +335,7 @@ class LogCleaner:
                 continue
             try:
                 d = self._manager.log_dir_of(*tp)
-                if d in self._manager.offline_dirs:
+                if self._failures.is_offline(d):
                     continue
                 cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
                 fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
@@ -387,7 +388,7 @@ class LogCleaner:
                          ltc.tp[0], ltc.tp[1], lg.dir, e)
                 swap.remove_all_cleaned(self._io, lg.dir)
                 return None
-            self._manager._mark_offline(d, e)
+            self._failures.mark_offline(d, e)
             return None
         except Exception as e:   # KAFKA-7215: one bad partition must not stop the cleaner
             return self._uncleanable(ltc, e)
@@ -427,7 +428,7 @@ class LogCleaner:
         for tp, lg in self._manager.logs().items():
             if lg.config.compact and lg.config.delete and not lg.closed:
                 try:
-                    self._manager._guard(self._manager.log_dir_of(*tp), lg.delete_old_segments)
+                    self._failures.guard(self._manager.log_dir_of(*tp), lg.delete_old_segments)
                 except KStoreError:
                     pass
 

@@ -19,6 +19,13 @@ NO_LIMIT = 1 << 62
 INT_MAX = (1 << 31) - 1
 
 
+# -- value parsers ---------------------------------------------------------------------------
+# A parser takes (key, value), value a Python value or the string a properties file holds, and
+# returns the parsed value or raises InvalidConfigError naming the key, the value and what is
+# valid. Topic keys (below) and broker keys (broker_config.py) are declared with them.
+Parser = Callable[[str, Any], Any]
+
+
 def _parse_int(key: str, value: Any, lo: int, hi: int, valid: str) -> int:
     if isinstance(value, bool):
         raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: expected an integer, {valid}")
@@ -35,12 +42,14 @@ def _parse_int(key: str, value: Any, lo: int, hi: int, valid: str) -> int:
     return value
 
 
-def _int(lo: int = -(1 << 31), hi: int = INT_MAX, valid: Optional[str] = None):
+def int_parser(lo: int = -(1 << 31), hi: int = INT_MAX, valid: Optional[str] = None) -> Parser:
+    """A Java int in [lo, hi]; `valid` replaces the range in error messages."""
     v = valid or _range_text(lo, hi)
     return lambda key, value: _parse_int(key, value, lo, hi, v)
 
 
-def _long(lo: int = -(1 << 63), hi: int = LONG_MAX, valid: Optional[str] = None):
+def long_parser(lo: int = -(1 << 63), hi: int = LONG_MAX, valid: Optional[str] = None) -> Parser:
+    """A Java long in [lo, hi]; `valid` replaces the range in error messages."""
     v = valid or _range_text(lo, hi)
     return lambda key, value: _parse_int(key, value, lo, hi, v)
 
@@ -51,8 +60,9 @@ def _range_text(lo: int, hi: int) -> str:
     return f"value must be in [{lo}, {hi}]"
 
 
-def _double(lo: float, hi: float):
-    def parse(key, value):
+def double_parser(lo: float, hi: float) -> Parser:
+    """A number in [lo, hi], as a float."""
+    def parse(key: str, value: Any) -> float:
         try:
             if isinstance(value, bool):
                 raise ValueError
@@ -66,7 +76,8 @@ def _double(lo: float, hi: float):
     return parse
 
 
-def _bool(key, value):
+def parse_bool(key: str, value: Any) -> bool:
+    """true or false (any case, as a string), or a bool."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
@@ -74,8 +85,9 @@ def _bool(key, value):
     raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: expected true or false")
 
 
-def _choice(*options: str, case_insensitive: bool = False):
-    def parse(key, value):
+def choice_parser(*options: str, case_insensitive: bool = False) -> Parser:
+    """One of `options` (returned as spelled there)."""
+    def parse(key: str, value: Any) -> str:
         if isinstance(value, str):
             for o in options:
                 if value.strip() == o or (case_insensitive and value.strip().lower() == o.lower()):
@@ -100,7 +112,8 @@ def _cleanup_policy(key, value):
     return tuple(sorted(out))
 
 
-def _str(key, value):
+def parse_str(key: str, value: Any) -> str:
+    """Any value as a string; a list or tuple joined with commas."""
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -121,6 +134,8 @@ def _message_format(key, value):
 def magic_for_format_version(version: str) -> int:
     """Record format a Kafka message.format.version selects: <0.10 → v0, 0.10.x → v1, else v2."""
     m = _VERSION.match(version)
+    if m is None:
+        raise InvalidConfigError(f"Invalid message.format.version {version!r}: expected a Kafka version")
     major, minor = int(m.group(1)), int(m.group(2))
     if major == 0 and minor < 10:
         return 0
@@ -133,46 +148,46 @@ def magic_for_format_version(version: str) -> int:
 class ConfigKey:
     name: str
     default: Any
-    parse: Callable[[str, Any], Any]
+    parse: Parser
     broker: tuple[str, ...] = ()     # broker synonyms, highest priority first
     doc: str = ""
 
 
 _KEYS = [
-    ConfigKey("segment.bytes", 1073741824, _int(14), ("log.segment.bytes",), "segment size before a roll"),
-    ConfigKey("segment.ms", 604800000, _long(1), ("log.roll.ms", "log.roll.hours"), "segment age before a roll"),
-    ConfigKey("segment.jitter.ms", 0, _long(0), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
-    ConfigKey("segment.index.bytes", 10485760, _int(4), ("log.index.size.max.bytes",)),
-    ConfigKey("index.interval.bytes", 4096, _int(0), ("log.index.interval.bytes",)),
-    ConfigKey("retention.ms", 604800000, _long(-1), ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
-    ConfigKey("retention.bytes", -1, _long(), ("log.retention.bytes",)),
+    ConfigKey("segment.bytes", 1073741824, int_parser(14), ("log.segment.bytes",), "segment size before a roll"),
+    ConfigKey("segment.ms", 604800000, long_parser(1), ("log.roll.ms", "log.roll.hours"), "segment age before a roll"),
+    ConfigKey("segment.jitter.ms", 0, long_parser(0), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
+    ConfigKey("segment.index.bytes", 10485760, int_parser(4), ("log.index.size.max.bytes",)),
+    ConfigKey("index.interval.bytes", 4096, int_parser(0), ("log.index.interval.bytes",)),
+    ConfigKey("retention.ms", 604800000, long_parser(-1), ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
+    ConfigKey("retention.bytes", -1, long_parser(), ("log.retention.bytes",)),
     ConfigKey("cleanup.policy", ("delete",), _cleanup_policy, ("log.cleanup.policy",)),
-    ConfigKey("delete.retention.ms", 86400000, _long(0), ("log.cleaner.delete.retention.ms",)),
-    ConfigKey("min.cleanable.dirty.ratio", 0.5, _double(0.0, 1.0), ("log.cleaner.min.cleanable.ratio",)),
-    ConfigKey("min.compaction.lag.ms", 0, _long(0), ("log.cleaner.min.compaction.lag.ms",)),
-    ConfigKey("max.compaction.lag.ms", LONG_MAX, _long(1), ("log.cleaner.max.compaction.lag.ms",)),
-    ConfigKey("file.delete.delay.ms", 60000, _long(0), ("log.segment.delete.delay.ms",)),
-    ConfigKey("flush.messages", LONG_MAX, _long(1), ("log.flush.interval.messages",)),
-    ConfigKey("flush.ms", LONG_MAX, _long(0), ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")),
-    ConfigKey("max.message.bytes", 1048588, _int(0), ("message.max.bytes",)),
-    ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"), ("log.message.timestamp.type",)),
-    ConfigKey("message.timestamp.difference.max.ms", LONG_MAX, _long(0), ("log.message.timestamp.difference.max.ms",)),
-    ConfigKey("message.timestamp.before.max.ms", None, _long(0), ("log.message.timestamp.before.max.ms",)),
-    ConfigKey("message.timestamp.after.max.ms", None, _long(0), ("log.message.timestamp.after.max.ms",)),
+    ConfigKey("delete.retention.ms", 86400000, long_parser(0), ("log.cleaner.delete.retention.ms",)),
+    ConfigKey("min.cleanable.dirty.ratio", 0.5, double_parser(0.0, 1.0), ("log.cleaner.min.cleanable.ratio",)),
+    ConfigKey("min.compaction.lag.ms", 0, long_parser(0), ("log.cleaner.min.compaction.lag.ms",)),
+    ConfigKey("max.compaction.lag.ms", LONG_MAX, long_parser(1), ("log.cleaner.max.compaction.lag.ms",)),
+    ConfigKey("file.delete.delay.ms", 60000, long_parser(0), ("log.segment.delete.delay.ms",)),
+    ConfigKey("flush.messages", LONG_MAX, long_parser(1), ("log.flush.interval.messages",)),
+    ConfigKey("flush.ms", LONG_MAX, long_parser(0), ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")),
+    ConfigKey("max.message.bytes", 1048588, int_parser(0), ("message.max.bytes",)),
+    ConfigKey("message.timestamp.type", "CreateTime", choice_parser("CreateTime", "LogAppendTime"), ("log.message.timestamp.type",)),
+    ConfigKey("message.timestamp.difference.max.ms", LONG_MAX, long_parser(0), ("log.message.timestamp.difference.max.ms",)),
+    ConfigKey("message.timestamp.before.max.ms", None, long_parser(0), ("log.message.timestamp.before.max.ms",)),
+    ConfigKey("message.timestamp.after.max.ms", None, long_parser(0), ("log.message.timestamp.after.max.ms",)),
     ConfigKey("message.format.version", "3.0-IV1", _message_format, ("log.message.format.version",)),
-    ConfigKey("preallocate", False, _bool, ("log.preallocate",)),
-    ConfigKey("compression.type", "producer", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), ("compression.type",)),
-    ConfigKey("compression.gzip.level", -1, _int(-1, 9, "value must be -1 or in [1, 9]"), ("compression.gzip.level",)),
-    ConfigKey("compression.lz4.level", 9, _int(1, 17), ("compression.lz4.level",)),
-    ConfigKey("compression.zstd.level", 3, _int(-131072, 22), ("compression.zstd.level",)),
-    ConfigKey("min.insync.replicas", 1, _int(1), ("min.insync.replicas",)),
-    ConfigKey("unclean.leader.election.enable", False, _bool, ("unclean.leader.election.enable",)),
-    ConfigKey("message.downconversion.enable", True, _bool, ("log.message.downconversion.enable",)),
-    ConfigKey("leader.replication.throttled.replicas", "", _str),
-    ConfigKey("follower.replication.throttled.replicas", "", _str),
-    ConfigKey("remote.storage.enable", False, _bool),
-    ConfigKey("local.retention.ms", -2, _long(-2)),
-    ConfigKey("local.retention.bytes", -2, _long(-2)),
+    ConfigKey("preallocate", False, parse_bool, ("log.preallocate",)),
+    ConfigKey("compression.type", "producer", choice_parser("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), ("compression.type",)),
+    ConfigKey("compression.gzip.level", -1, int_parser(-1, 9, "value must be -1 or in [1, 9]"), ("compression.gzip.level",)),
+    ConfigKey("compression.lz4.level", 9, int_parser(1, 17), ("compression.lz4.level",)),
+    ConfigKey("compression.zstd.level", 3, int_parser(-131072, 22), ("compression.zstd.level",)),
+    ConfigKey("min.insync.replicas", 1, int_parser(1), ("min.insync.replicas",)),
+    ConfigKey("unclean.leader.election.enable", False, parse_bool, ("unclean.leader.election.enable",)),
+    ConfigKey("message.downconversion.enable", True, parse_bool, ("log.message.downconversion.enable",)),
+    ConfigKey("leader.replication.throttled.replicas", "", parse_str),
+    ConfigKey("follower.replication.throttled.replicas", "", parse_str),
+    ConfigKey("remote.storage.enable", False, parse_bool),
+    ConfigKey("local.retention.ms", -2, long_parser(-2)),
+    ConfigKey("local.retention.bytes", -2, long_parser(-2)),
 ]
 
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
@@ -261,9 +276,6 @@ class LogConfig:
     def overrides(self) -> dict[str, Any]:
         """The keys set explicitly (not defaults)."""
         return dict(self._overrides)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
 
     @property
     def max_index_size(self) -> int:

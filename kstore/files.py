@@ -51,14 +51,6 @@ def parse_name(name: str, dir_: str | None = None):
     return base, m.group(2), m.group(3)
 
 
-def parse_partition_dir(path: str):
-    """(topic, partition) for a `topic-N` directory name, else None."""
-    m = _PARTITION_DIR.match(os.path.basename(os.path.normpath(path)))
-    if not m:
-        return None
-    return m.group(1), int(m.group(2))
-
-
 def delete_dir_name(topic: str, partition: int) -> str:
     """Kafka's name for a deleted partition's directory: `topic-N.<32 hex>-delete`, the topic
     part cut so that the whole stays within 255 bytes (UnifiedLog.logDeleteDirName)."""

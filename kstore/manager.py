@@ -1,38 +1,41 @@
 """The owner of every log in a process (Kafka's LogManager).
 
-Log dirs and their locks, topics and partitions, startup (clean-shutdown marker, checkpoints,
-parallel recovery), the scheduled tasks (retention, flush, checkpoints, delayed deletion),
-producer-style appends with Kafka's default partitioner, and taking a log dir offline on I/O errors.
+Log dirs and their locks, start-up (each dir loaded by log_dir_loader.py), the published
+registry of logs (log_registry.py), the scheduled tasks (retention, flush, checkpoints, delayed
+deletion), clean shutdown and read-only mode. Topic operations (topic_admin.py), appends by topic
+(producer.py) and offline dirs (log_dir_failure.py) are its collaborators; this class wires them
+and keeps the public API.
 """
 from __future__ import annotations
 
-import base64
-import errno
-import itertools
 import json
 import logging
 import os
-import re
-import threading
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                               CheckpointError, OffsetCheckpointFile)
+                               OffsetCheckpointFile)
 from kstore.clock import SYSTEM_TIME
-from kstore.config import LogConfig
-from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
-                           LogDirLockedError, LogDirOfflineError, PartitionLoadError,
-                           TopicExistsError, UnknownTopicError, UnusableFileError)
+from kstore.config import NO_LIMIT, LogConfig
+from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
+                           LogDirLockedError, LogDirOfflineError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.files import delete_dir_name, is_delete_dir, partition_dirs
 from kstore.log import LOG_DIR_LOCK, Log
-from kstore.partitioner import partition_for_key
+from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
+from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
+from kstore.log_registry import LogRegistry
+from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
+from kstore.topic_admin import TopicAdmin
+from kstore.topics import TopicConfigs
+
+if TYPE_CHECKING:
+    from kstore._core import Record
+    from kstore.cleaner import CleanerStats, LogCleaner
 
 log = logging.getLogger("kstore.manager")
 
@@ -42,9 +45,10 @@ log = logging.getLogger("kstore.manager")
 #   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
 #   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
 #   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
-#                                 never taken under LogManager._lock (delete_topic writes after)
-#   LogManager._lock              registry changes (create/delete/add/alter topics), offline dirs;
-#                                 appends and the scheduled tasks read the registry without it
+#                                 never taken under LogRegistry.lock (delete_topic writes after)
+#   LogRegistry.lock              the manager's registry lock (log_registry.py): registry changes
+#                                 (create/delete/add/alter topics, start-up's publishing); appends,
+#                                 the scheduled tasks and the cleaner read the registry without it
 #   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
 #   Log._lock                     the append lock: in-memory state, the segment list, the bytes
 #                                 of an append. No fsync/msync waits and no scheduler hand-off
@@ -56,45 +60,13 @@ log = logging.getLogger("kstore.manager")
 #   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it)
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
-#           the checkpoint-lock registry guard
+#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs)
 #
 # Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
-# for the second, so nothing under Log._lock may flush); LogManager._lock before Log._lock
+# for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
 # (delete_topic closes logs under it, so Log code never calls into the manager).
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = LOG_DIR_LOCK
-TOPIC_CONFIG_FILE = "kstore-topic-config.json"
-DELETE_DIR_SUFFIX = "-delete"
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
-PARALLEL_RECOVERY_BYTES = 4 << 20
-_IO_ERRNOS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENXIO}
-# errors at start-up that concern one partition's files, not the disk: that partition is
-# isolated (failed_partitions); any other OSError takes its whole log dir offline, as in Kafka
-_PARTITION_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
-                     errno.ELOOP, errno.ENAMETOOLONG}
-
-
-class RecordMetadata(NamedTuple):
-    """Where a producer-style append landed."""
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's Topic.validate: non-empty, not '.' or '..', at most 249 of [a-zA-Z0-9._-]."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"Topic name cannot be \"{name}\"")
-    if len(name) > 249:
-        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}")
-    if not _TOPIC_RE.match(name):
-        raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-            f"alphanumerics, '.', '_' and '-'")
 
 
 def _is_fs_nfs(path: str) -> bool:
@@ -109,24 +81,6 @@ def _is_fs_nfs(path: str) -> bool:
         if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
             best, fstype = m[1], m[2]
     return fstype.startswith("nfs")
-
-
-def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[dict]:
-    """The newest readable topic-config file among the log dirs ({"version", "topics":
-    {topic: overrides}, "topic_ids"}), or None. Unreadable copies are skipped with a warning."""
-    io = io or get_file_ops()
-    best = None
-    for d in log_dirs:
-        path = os.path.join(d, TOPIC_CONFIG_FILE)
-        if not io.exists(path):
-            continue
-        try:
-            data = json.loads(io.read_file(path).decode("utf-8"))
-            if best is None or data["version"] > best["version"]:
-                best = data
-        except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
-            log.warning("ignoring unreadable topic config file %s: %s", path, e)
-    return best
 
 
 class LogManager:
@@ -153,7 +107,7 @@ class LogManager:
             dirs = [os.fspath(d) for d in log_dirs]
         if not dirs:
             raise InvalidConfigError("log.dirs is empty")
-        seen = {}
+        seen: dict[str, str] = {}
         for d in dirs:
             canon = os.path.realpath(d)
             if canon in seen:
@@ -163,32 +117,33 @@ class LogManager:
         self.read_only = read_only
         self._time = time or SYSTEM_TIME
         self._io = io or get_file_ops()
-        self._lock = threading.RLock()
-        # the topic registry: replaced whole under _lock (_publish), never changed in place, so
+        # the topic registry: replaced whole under its lock (publish), never changed in place, so
         # appends, the scheduled tasks and the cleaner read it without a lock
-        self._logs: dict[tuple[str, int], Log] = {}
-        self._dir_of: dict[tuple[str, int], str] = {}
-        self._parts: dict[str, tuple[int, ...]] = {}
-        self._topic_configs: dict[str, dict[str, Any]] = {}
-        self._topic_ids: dict[str, str] = {}
-        self._topic_config_version = 0
-        self._offline: dict[str, str] = {}
-        self._failed: dict[tuple[str, int], tuple] = {}    # tp -> (dir, path, why, checkpoints)
-        self._deleting: list[str] = []     # topics whose deletion is recorded but not finished
+        self._reg = LogRegistry()
+        self._failures = LogDirFailureChannel()
+        self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}
         self._logs_to_delete: deque[tuple[str, int]] = deque()
-        self._rr = itertools.count()
         self.checkpoint_errors: list[str] = []
         self._closed = False
         self._own_scheduler = scheduler is None and not read_only
         self._scheduler = scheduler if scheduler is not None else (
             None if read_only else Scheduler(self._cfg["background.threads"], self._time))
-        self.cleaner = None
+        self._loader = LogDirLoader(self._cfg, self._topics, read_only=read_only, io=self._io,
+                                    time=self._time, scheduler=self._scheduler,
+                                    on_loaded=self._loaded_one if progress is not None else None)
+        self._admin = TopicAdmin(self.log_dirs, self._cfg, self._reg, self._topics, self._failures,
+                                 io=self._io, time=self._time, scheduler=self._scheduler,
+                                 to_remove=self._logs_to_delete)
+        self._producer = Producer(self._reg, self._failures,
+                                  auto_create=self._cfg["auto.create.topics.enable"],
+                                  create_topic=self.create_topic)
+        self.cleaner: Optional[LogCleaner] = None
         try:
             self._startup()
         except BaseException:
-            for lg in self._logs.values():       # a start that failed keeps nothing mapped
+            for lg in self._reg.logs.values():   # a start that failed keeps nothing mapped
                 lg.close_handlers()
             self._release_locks()
             if self._own_scheduler and self._scheduler is not None:
@@ -229,14 +184,15 @@ class LogManager:
             except LogDirLockedError:
                 raise
             except (OSError, UnusableFileError) as e:
-                self._mark_offline(d, e, quiet=True)
+                self._failures.mark_offline(d, e, quiet=True)
         self._check_some_dir_online()      # if none is left, the error says why: no log lines
-        for d, why in self._offline.items():
+        for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
-        self._load_topic_configs()
-        self._finish_deletions()
+        self._topics.load()
+        if not self.read_only:
+            self._admin.finish_deletions()
         self._check_some_dir_online()
-        live = [d for d in self.log_dirs if d not in self._offline]
+        live = [d for d in self.log_dirs if not self._failures.is_offline(d)]
         if self._progress is not None:
             self._load_total = sum(len(self._scan(d)) for d in live)
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
@@ -247,54 +203,27 @@ class LogManager:
             c = self._cfg
             if c["log.cleaner.enable"]:
                 from kstore.cleaner import LogCleaner
-                self.cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
-                                          c["log.cleaner.io.buffer.load.factor"],
-                                          c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
-                                          self._time, self._io)
+                cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
+                                     c["log.cleaner.io.buffer.load.factor"],
+                                     c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
+                                     self._time, self._io)
+                self.cleaner = cleaner
                 if self._own_scheduler:
-                    self.cleaner.start()
+                    cleaner.start()
 
     def _check_some_dir_online(self) -> None:
         """Start-up fails, with every dir's reason, when no log dir is left online."""
-        if all(d in self._offline for d in self.log_dirs):
+        if self._failures.all_offline(self.log_dirs):
             raise LogDirOfflineError("every log dir is offline: " +
-                                     "; ".join(f"{d}: {e}" for d, e in self._offline.items()))
+                                     self._failures.summary())
 
     def _scan(self, d: str) -> list:
-        """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
-        cannot finish a deletion, and must not show what is being deleted); [] if d is offline."""
+        """LogDirLoader.partitions(d); [] if d is offline."""
         try:
-            return [job for job in partition_dirs(self._io, d) if job[0][0] not in self._deleting]
+            return self._loader.partitions(d)
         except (OSError, UnusableFileError) as e:
-            self._mark_offline(d, e)
+            self._failures.mark_offline(d, e)
             return []
-
-    def _finish_deletions(self) -> None:
-        """Complete the topic deletions a crash cut short (delete_topic records the intent in
-        the topic config before its first rename): rename every partition left of those topics
-        to its `-delete` name, then drop the record. A dir that is offline keeps it pending."""
-        if not self._deleting or self.read_only:
-            return
-        done = True
-        for d in self.log_dirs:
-            if d in self._offline:
-                done = False
-                continue
-            try:
-                moved = False
-                for (topic, p), path in partition_dirs(self._io, d):
-                    if topic in self._deleting:
-                        self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
-                        moved = True
-                if moved:
-                    self._io.fsync_dir(d)
-            except (OSError, UnusableFileError) as e:
-                self._mark_offline(d, e)
-                done = False
-        if done:
-            log.info("finished the deletion of topic(s) %s cut short before", self._deleting)
-            self._deleting = []
-            self._persist_topic_configs()
 
     def _acquire_lock(self, d: str) -> None:
         # exclusive: also excludes standalone writable Log.opens of its partitions, which hold
@@ -317,109 +246,16 @@ class LogManager:
                 pass
             del self._locks[d]
 
-    def _load_topic_configs(self) -> None:
-        best = read_topic_config_file([d for d in self.log_dirs if d not in self._offline], self._io)
-        if best:
-            self._topic_config_version = best["version"]
-            self._topic_configs = {t: dict(c) for t, c in best["topics"].items()}
-            self._topic_ids = dict(best.get("topic_ids", {}))
-            self._deleting = list(best.get("deleting", []))
-
-    def _persist_topic_configs(self) -> None:
-        self._topic_config_version += 1
-        data = json.dumps({"version": self._topic_config_version, "topics": self._topic_configs,
-                           "topic_ids": self._topic_ids, "deleting": self._deleting},
-                          sort_keys=True, indent=1).encode()
-        for d in self.log_dirs:
-            if d in self._offline:
-                continue
-            try:
-                self._io.write_atomic(os.path.join(d, TOPIC_CONFIG_FILE), data)
-            except OSError as e:
-                self._mark_offline(d, e)
-
-    def _read_checkpoint(self, d: str, name: str) -> dict:
-        cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
-        try:
-            return cp.read()
-        except (CheckpointError, OSError) as e:
-            # never trusted, never fatal: the logs it covers are recovered in full
-            msg = f"{e}; treating it as absent"
-            log.warning("%s", msg)
-            self.checkpoint_errors.append(msg)
-            return {}
-
     def _load_dir(self, d: str) -> None:
-        io = self._io
-        results = []
-        try:
-            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-            clean = io.exists(marker)
-            if clean and not self.read_only:
-                # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
-                io.unlink(marker)
-                io.fsync_dir(d)
-            self._loaded_clean[d] = False
-            recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
-            starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
-            if not self.read_only:
-                for name in sorted(io.listdir(d)):
-                    if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
-                        io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
-                        continue
-                    if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
-                        self._logs_to_delete.append((os.path.join(d, name), self._time.milliseconds()))
-            jobs = partition_dirs(io, d)
-            jobs = [job for job in jobs if job[0][0] not in self._deleting]
-            threads = self._cfg["num.recovery.threads.per.data.dir"]
-
-            def load(job):
-                tp, path = job
-                try:
-                    io.check_dir(path)       # a symlinked or special partition dir is refused
-                    cfg = self._cfg.log_config(self._topic_configs.get(tp[0]))
-                    lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
-                                  log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
-                                  time=self._time, scheduler=self._scheduler, read_only=self.read_only)
-                except (OSError, KStoreError) as e:
-                    if self.read_only and not io.exists(path):
-                        # the writer deleted the topic since the scan: not an error of this dir
-                        log.info("partition %s was deleted while opening it read-only", path)
-                        return
-                    if isinstance(e, OSError) and e.errno not in _PARTITION_ERRNOS:
-                        raise            # a failing disk: the whole dir goes offline
-                    lg = self._fail_partition(d, tp, path, e, recovery.get(tp), starts.get(tp))
-                if self._progress is not None:
-                    with self._lock:
-                        self._loaded_count += 1
-                        self._progress(self._loaded_count, self._load_total)
-                if lg is not None:
-                    results.append((tp, path, lg))
-            # Recovery threads pay off only where a GIL-free CRC scan dominates: partitions with
-            # megabytes to validate. Loading many small partitions is Python and syscalls, where
-            # threads only queue on the GIL (measured: 1,000 tiny partitions 1.4 s on one
-            # thread, 2.1 s on two), so those load on this thread.
-            big, small = [], []
-            for job in jobs:
-                (big if not clean and self._bytes_to_recover(job[1], recovery.get(job[0], 0))
-                 >= PARALLEL_RECOVERY_BYTES else small).append(job)
-            for job in small:
-                load(job)
-            if big:
-                with ThreadPoolExecutor(max_workers=threads) as pool:
-                    list(pool.map(load, big))
-        except OSError as e:
-            self._mark_offline(d, e)
-            for _tp, _path, lg in results:
-                lg.close_handlers()
-            with self._lock:
-                for tp in [tp for tp, f in self._failed.items() if f[0] == d]:
-                    del self._failed[tp]       # the whole dir is offline: it says why
-                self._publish(self._logs, self._dir_of)
+        res = self._loader.load(d)
+        self.checkpoint_errors.extend(res.checkpoint_errors)
+        self._logs_to_delete.extend(res.to_delete)
+        if res.error is not None:
+            self._failures.mark_offline(d, res.error)
             return
-        with self._lock:
-            logs, dir_of = dict(self._logs), dict(self._dir_of)
-            for tp, _path, lg in results:
+        with self._reg.lock:
+            logs, dir_of = dict(self._reg.logs), dict(self._reg.dir_of)
+            for tp, lg in res.logs:
                 if tp in logs:
                     lg.close_handlers()
                     raise KStoreStateError(
@@ -427,45 +263,25 @@ class LogManager:
                         f"{dir_of[tp]} and {d}. Recover or delete one of them.")
                 logs[tp] = lg
                 dir_of[tp] = d
-            self._publish(logs, dir_of)
+            self._reg.publish(logs, dir_of, {**self._reg.failed, **res.failed})
         # a partition left unrecovered must be recovered next time: no clean marker then
-        self._loaded_clean[d] = clean or not any(f[0] == d for f in self._failed.values())
+        self._loaded_clean[d] = res.clean or not res.failed
 
-    def _fail_partition(self, d: str, tp: tuple[str, int], path: str, e: BaseException,
-                        recovery: Optional[int], start: Optional[int]) -> None:
-        """Isolate a partition that failed to load: logged as an ERROR, listed by
-        failed_partitions, untouched on disk (its checkpoint entries are kept as they were);
-        every use raises PartitionLoadError."""
-        why = f"{type(e).__name__}: {e}"
-        log.error("partition %s-%d (%s) failed to load and is isolated: %s", tp[0], tp[1], path, why)
-        with self._lock:
-            self._failed[tp] = (d, path, why, {RECOVERY_POINT_CHECKPOINT: recovery,
-                                               LOG_START_OFFSET_CHECKPOINT: start})
-
-    def _bytes_to_recover(self, path: str, recovery_point: int) -> int:
-        """Size of the .log files at or above the segment holding the recovery point."""
-        sizes = []
-        try:
-            with os.scandir(path) as it:
-                for e in it:
-                    if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isascii() \
-                            and e.name[:20].isdigit():
-                        sizes.append((int(e.name[:20]), e.stat().st_size))
-        except OSError:
-            return 0
-        sizes.sort()
-        floor = 0
-        for base, _ in sizes:
-            if base <= recovery_point:
-                floor = base
-        return sum(size for base, size in sizes if base >= floor)
+    def _loaded_one(self) -> None:
+        """LogDirLoader's on_loaded, passed only when there is a progress callback."""
+        with self._reg.lock:
+            self._loaded_count += 1
+            if self._progress is not None:
+                self._progress(self._loaded_count, self._load_total)
 
     def _schedule_tasks(self) -> None:
         c, s = self._cfg, self._scheduler
+        if s is None:
+            return              # read-only: no tasks
         delay = c["log.initial.task.delay.ms"]
         s.schedule("kafka-log-retention", self._task(self.cleanup_logs), delay, c["log.retention.check.interval.ms"])
         flush_iv = c["log.flush.scheduler.interval.ms"]
-        if flush_iv < (1 << 62):
+        if flush_iv < NO_LIMIT:
             s.schedule("kafka-log-flusher", self._task(self.flush_dirty_logs), delay, flush_iv)
         s.schedule("kafka-recovery-point-checkpoint", self._task(self.checkpoint_recovery_offsets), delay,
                    max(1, c["log.flush.offset.checkpoint.interval.ms"]))
@@ -480,94 +296,44 @@ class LogManager:
         return run
 
     # -- offline handling ----------------------------------------------------------------------
-    def _mark_offline(self, d: str, exc: BaseException, quiet: bool = False) -> None:
-        with self._lock:
-            if d not in self._offline:
-                self._offline[d] = str(exc)
-                if not quiet:
-                    log.error("log dir %s is offline: %s", d, exc)
+    @property
+    def log_dir_failure_channel(self) -> LogDirFailureChannel:
+        """Where anyone working on this store's dirs (the cleaner included) reports a dir that
+        failed, checks one, or runs work that must take its dir offline on an I/O error."""
+        return self._failures
 
     @property
     def offline_dirs(self) -> dict[str, str]:
         """Log dirs taken offline, with the error that did it."""
-        return dict(self._offline)
-
-    def _guard(self, d: str, fn, *args, **kw):
-        """Run fn; an I/O error takes the dir offline and surfaces as LogDirOfflineError."""
-        if d in self._offline:
-            raise LogDirOfflineError(f"log dir {d} is offline ({self._offline[d]})")
-        try:
-            return fn(*args, **kw)
-        except OSError as e:
-            if e.errno in _IO_ERRNOS or e.errno is None:
-                self._mark_offline(d, e)
-                raise LogDirOfflineError(f"log dir {d} went offline: {e}") from e
-            raise
+        return self._failures.offline_dirs
 
     # -- topics --------------------------------------------------------------------------------
     @property
     def failed_partitions(self) -> dict[tuple[str, int], str]:
         """Partitions that failed to load at start-up, with the reason (their log dir stays
         online; each is left untouched on disk and raises PartitionLoadError when used)."""
-        with self._lock:
-            return {tp: f"{f[1]}: {f[2]}" for tp, f in self._failed.items()}
-
-    def _publish(self, logs: dict, dir_of: dict) -> None:
-        """Install new registry dicts (_lock held); readers may hold the old ones, so the
-        published dicts are never changed again. _dir_of goes first: a partition readers find
-        in _logs always has its dir. A topic's partitions include the ones isolated at start-up
-        (failed_partitions): they exist, they just cannot be used."""
-        parts: dict[str, list[int]] = {}
-        for t, p in sorted(set(logs) | set(self._failed)):
-            parts.setdefault(t, []).append(p)
-        self._dir_of = dir_of
-        self._logs = logs
-        self._parts = {t: tuple(ps) for t, ps in parts.items()}
+        return {tp: f"{f.path}: {f.why}" for tp, f in self._reg.failed.items()}
 
     def topics(self) -> list[str]:
-        return sorted(self._parts)
+        return sorted(self._reg.parts)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions in this store, failed ones included (there may be holes: a
         broker's log dirs hold only some partitions of a topic)."""
-        parts = self._parts.get(topic)
-        if not parts:
-            raise UnknownTopicError(f"unknown topic {topic!r}")
-        return list(parts)
+        return self._reg.partitions(topic)
 
     def log(self, topic: str, partition: int) -> Log:
-        try:
-            return self._logs[(topic, partition)]
-        except KeyError:
-            pass
-        self._raise_missing(topic, partition)
-
-    def _raise_missing(self, topic: str, partition: int):
-        """The error for a partition that is not loaded: failed at start-up, or not here."""
-        f = self._failed.get((topic, partition))
-        if f is not None:
-            raise PartitionLoadError(f"partition {topic}-{partition} failed to load at start-up "
-                                     f"and is isolated: {f[1]}: {f[2]}")
-        try:
-            parts = self.partitions(topic)
-        except UnknownTopicError:
-            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
-        raise UnknownTopicError(f"partition {partition} of topic {topic!r} is not in this store "
-                                f"(its log dirs hold partitions {parts})")
+        return self._reg.log(topic, partition)
 
     def logs(self) -> dict[tuple[str, int], Log]:
-        return dict(self._logs)
+        return dict(self._reg.logs)
 
     def log_dir_of(self, topic: str, partition: int) -> str:
-        try:
-            return self._dir_of[(topic, partition)]
-        except KeyError:
-            pass
-        self._raise_missing(topic, partition)
+        return self._reg.log_dir_of(topic, partition)
 
     def topic_config(self, topic: str) -> LogConfig:
         self.partitions(topic)
-        return self._cfg.log_config(self._topic_configs.get(topic))
+        return self._cfg.log_config(self._topics.overrides(topic))
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -575,110 +341,22 @@ class LogManager:
         if self.read_only:
             raise KStoreStateError("LogManager is read-only")
 
+    # -- topics (topic_admin.py) and appends by topic (producer.py) -------------------------------
     def create_topic(self, name: str, partitions: Optional[int] = None,
                      config: Optional[Mapping[str, Any]] = None) -> None:
         """Create `name` with `partitions` partitions (default num.partitions) and overrides."""
         self._check_writable()
-        validate_topic_name(name)
-        partitions = self._cfg["num.partitions"] if partitions is None else partitions
-        if not isinstance(partitions, int) or partitions < 1:
-            raise InvalidTopicError(f"Number of partitions must be at least 1, got {partitions!r}")
-        overrides = dict(config or {})
-        cfg = self._cfg.log_config(overrides)          # validates
-        with self._lock:
-            if name in self._parts:
-                raise TopicExistsError(f"Topic '{name}' already exists.")
-            if name in self._deleting:
-                raise TopicExistsError(f"Topic '{name}' is marked for deletion.")
-            collide = {t.replace(".", "_") for t in self._parts}
-            if name.replace(".", "_") in collide:
-                raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
-            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
-                                         for k, v in cfg.overrides.items()}
-            # Kafka's topic id: a UUID shown as URL-safe base64 without padding
-            self._topic_ids[name] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            self._persist_topic_configs()
-            self._create_partitions(name, range(partitions), cfg)
-
-    def _create_partitions(self, topic: str, partitions: Iterable[int], cfg: LogConfig) -> None:
-        """Create partitions (_lock held) and publish them together, so that no appender sees
-        the topic with fewer partitions than it is created with (keys would go astray)."""
-        logs, dir_of = dict(self._logs), dict(self._dir_of)
-        try:
-            for p in partitions:
-                self._create_partition(topic, p, cfg, logs, dir_of)
-        finally:
-            self._publish(logs, dir_of)
-
-    def _least_loaded_dirs(self, dir_of: dict) -> list[str]:
-        counts = {d: 0 for d in self.log_dirs if d not in self._offline}
-        for d in dir_of.values():
-            if d in counts:
-                counts[d] += 1
-        return sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d)))
-
-    def _create_partition(self, topic: str, partition: int, cfg: LogConfig, logs: dict,
-                          dir_of: dict) -> Log:
-        last_error = None
-        for d in self._least_loaded_dirs(dir_of):
-            path = os.path.join(d, f"{topic}-{partition}")
-            try:
-                lg = Log.open(path, cfg, recovery_point=0, clean_shutdown=True, io=self._io,
-                              time=self._time, scheduler=self._scheduler)
-                self._write_partition_metadata(path, topic)
-            except OSError as e:
-                self._mark_offline(d, e)
-                last_error = e
-                continue
-            logs[(topic, partition)] = lg
-            dir_of[(topic, partition)] = d
-            return lg
-        why = last_error if last_error is not None else \
-            "every log dir is offline: " + "; ".join(f"{d}: {e}" for d, e in self._offline.items())
-        raise LogDirOfflineError(f"no log dir could take {topic}-{partition}: {why}")
-
-    def _write_partition_metadata(self, path: str, topic: str) -> None:
-        meta = os.path.join(path, "partition.metadata")
-        if self._io.exists(meta):
-            return
-        tid = self._topic_ids.get(topic)
-        if tid is None:
-            tid = self._topic_ids[topic] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._io.write_atomic(meta, f"version: 0\ntopic_id: {tid}\n".encode())
+        self._admin.create_topic(name, partitions, config)
 
     def add_partitions(self, name: str, count: int) -> list[int]:
         """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
         self._check_writable()
-        with self._lock:
-            have = self.partitions(name)[-1] + 1       # with holes: the highest + 1
-            if count <= have:
-                raise InvalidTopicError(
-                    f"Topic currently has {have} partitions, which is higher than or equal "
-                    f"to the requested {count}.")
-            cfg = self.topic_config(name)
-            new = list(range(have, count))
-            self._create_partitions(name, new, cfg)
-            return new
+        return self._admin.add_partitions(name, count)
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
         """Set overrides (a value of None removes one); applied to every partition now and kept."""
         self._check_writable()
-        with self._lock:
-            self.partitions(name)
-            overrides = dict(self._topic_configs.get(name, {}))
-            for k, v in config.items():
-                if v is None:
-                    overrides.pop(k, None)
-                else:
-                    overrides[k] = v
-            cfg = self._cfg.log_config(overrides)
-            self._topic_configs[name] = {k: v if not isinstance(v, tuple) else ",".join(v)
-                                         for k, v in cfg.overrides.items()}
-            self._persist_topic_configs()
-            for (t, _p), lg in self._logs.items():
-                if t == name:
-                    lg.update_config(cfg)
-            return cfg
+        return self._admin.alter_topic_config(name, config)
 
     def delete_topic(self, name: str) -> None:
         """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms.
@@ -687,135 +365,47 @@ class LogManager:
         ("deleting"); a crash after that is finished by the next start-up before anything loads,
         so the topic comes back whole or not at all."""
         self._check_writable()
-        with self._lock:
-            parts = self.partitions(name)
-            if name not in self._deleting:
-                self._deleting.append(name)
-            self._topic_configs.pop(name, None)
-            self._topic_ids.pop(name, None)
-            self._persist_topic_configs()
-            if all(d in self._offline for d in self.log_dirs):
-                raise LogDirOfflineError(f"could not record the deletion of {name}: every log dir "
-                                         f"is offline: {self._offline}")
-            # unpublished first: appenders get UnknownTopicError, not a half-deleted topic
-            logs, dir_of = dict(self._logs), dict(self._dir_of)
-            gone = []
-            for p in parts:
-                tp = (name, p)
-                lg = logs.pop(tp, None)
-                if lg is not None:
-                    gone.append((p, lg, dir_of.pop(tp), lg.dir))
-                else:
-                    d, path = self._failed.pop(tp)[:2]    # isolated: its dir goes all the same
-                    gone.append((p, None, d, path))
-            self._publish(logs, dir_of)
-            touched = set()
-            for p, lg, d, path in gone:
-                if lg is not None:
-                    lg.close_handlers()
-                if d in self._offline:
-                    continue               # finished by the start-up that finds it online
-                target = os.path.join(d, delete_dir_name(name, p))
-                try:
-                    self._io.rename(path, target)
-                    touched.add(d)
-                except OSError as e:
-                    self._mark_offline(d, e)
-                    raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
-                self._logs_to_delete.append((target, self._time.milliseconds()))
-            for d in sorted(touched):
-                try:
-                    self._io.fsync_dir(d)
-                except OSError as e:
-                    self._mark_offline(d, e)
-                    raise LogDirOfflineError(f"could not delete {name}: {e}") from e
-            if not any(d in self._offline for d in self.log_dirs):
-                self._deleting.remove(name)
-                self._persist_topic_configs()
-        # outside _lock: a checkpoint's lock is taken before _lock (see the lock hierarchy)
+        self._admin.delete_topic(name)
+        # outside the registry lock: a checkpoint's lock is taken before it (lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
 
-    # -- appends and reads ---------------------------------------------------------------------
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
                partition: Optional[int] = None, timestamp: Optional[int] = None,
                headers: Optional[Iterable] = None) -> RecordMetadata:
         """Append one record, choosing the partition as Kafka's default partitioner does:
         murmur2 of the key when there is one, round robin otherwise."""
         self._check_writable()
-        parts = self._ensure_partitions(topic)
-        n = parts[-1] + 1
-        if partition is None:
-            if key is not None:
-                partition = partition_for_key(bytes(key), n)
-            elif len(parts) == n and not self._failed:
-                partition = next(self._rr) % n
-            else:       # holes or isolated partitions: round robin over those that work
-                here = [p for p in parts if (topic, p) in self._logs] or parts
-                partition = here[next(self._rr) % len(here)]
-        elif not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._log_and_dir(topic, partition)
-        info = self._guard(d, lg.append, [(key, value, timestamp, headers)])
-        ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
-        return RecordMetadata(topic, partition, info.first_offset, ts)
+        return self._producer.append(topic, key, value, partition=partition, timestamp=timestamp,
+                                     headers=headers)
 
-    def append_batch(self, topic: str, partition: int, records: Iterable):
+    def append_batch(self, topic: str, partition: int, records: Iterable) -> Any:
         """Append records to one partition as one batch (what a producer sends): (key, value[,
         timestamp[, headers]]) tuples. Returns the batch's AppendInfo (offsets, timestamps)."""
         self._check_writable()
-        n = self.ensure_topic(topic)
-        if not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._log_and_dir(topic, partition)
-        return self._guard(d, lg.append, records)
+        return self._producer.append_batch(topic, partition, records)
 
-    def append_columns(self, topic: str, partition: int, cols, start: int = 0,
+    def append_columns(self, topic: str, partition: int, cols: Any, start: int = 0,
                        stop: Optional[int] = None, *, batch_bytes: int = 1 << 20) -> tuple[int, int]:
         """Append rows of columnar input (a _core.ColumnInput) to one partition in batches of
         about batch_bytes (Log.append_columns). Returns (first offset, record count)."""
         self._check_writable()
-        n = self.ensure_topic(topic)
-        if not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
-        lg, d = self._log_and_dir(topic, partition)
-        return self._guard(d, lg.append_columns, cols, start, stop, batch_bytes=batch_bytes)
-
-    def _log_and_dir(self, topic: str, partition: int) -> tuple[Log, str]:
-        """The partition's log and log dir, from the lock-free registry; a kstore error naming
-        what is missing if it is not loaded (failed at start-up, not in this store, or deleted
-        since the caller looked it up)."""
-        tp = (topic, partition)
-        try:
-            return self._logs[tp], self._dir_of[tp]
-        except KeyError:
-            pass
-        self._raise_missing(topic, partition)
+        return self._producer.append_columns(topic, partition, cols, start, stop,
+                                             batch_bytes=batch_bytes)
 
     def ensure_topic(self, topic: str) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
         auto.create.topics.enable is on, as a broker does for a producer. With holes (a broker's
         dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
-        return self._ensure_partitions(topic)[-1] + 1
-
-    def _ensure_partitions(self, topic: str) -> tuple[int, ...]:
-        """The topic's partitions (lock-free), auto-creating the topic first as ensure_topic does."""
-        parts = self._parts.get(topic)
-        if parts is None:
-            if not self._cfg["auto.create.topics.enable"]:
-                raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
-            with self._lock:
-                if topic not in self._parts:
-                    self.create_topic(topic)
-                parts = self._parts[topic]
-        return parts
+        return self._producer.partitions(topic)[-1] + 1
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
-             max_bytes: int = 1 << 20):
+             max_bytes: int = 1 << 20) -> list[Record]:
+        """Log.read of one partition."""
         return self.log(topic, partition).read(offset, max_records, max_bytes)
 
     # -- compaction ----------------------------------------------------------------------------
-    def clean_now(self):
+    def clean_now(self) -> list[CleanerStats]:
         """Run one cleaner pass now over every eligible compacted log; returns a list of
         CleanerStats (bytes read and written, records removed, duration)."""
         self._check_writable()
@@ -830,10 +420,10 @@ class LogManager:
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):
         # the published registry, lock-free: a slow create_topic never holds up the tasks
-        dir_of, logs = self._dir_of, self._logs
+        dir_of, logs = self._reg.dir_of, self._reg.logs
         items = [(tp, lg, dir_of.get(tp)) for tp, lg in logs.items()]
         return [(tp, lg, d) for tp, lg, d in items
-                if d is not None and d not in self._offline and not lg.closed]
+                if d is not None and not self._failures.is_offline(d) and not lg.closed]
 
     def cleanup_logs(self) -> int:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the
@@ -844,7 +434,7 @@ class LogManager:
             if lg.config.compact:
                 continue
             try:
-                total += self._guard(d, lg.delete_old_segments)
+                total += self._failures.guard(d, lg.delete_old_segments)
             except LogDirOfflineError as e:
                 failed.append(str(e))      # the other dirs go on; the caller hears of it below
             except KStoreStateError:
@@ -859,7 +449,7 @@ class LogManager:
         for _tp, lg, d in self._each_log():
             if now - lg.last_flush_time >= lg.config.flush_ms:
                 try:
-                    self._guard(d, lg.flush)
+                    self._failures.guard(d, lg.flush)
                 except (LogDirOfflineError, KStoreStateError):
                     continue
 
@@ -877,26 +467,27 @@ class LogManager:
             return
         failed = []
         for d in self.log_dirs:
-            if d in self._offline:
+            if self._failures.is_offline(d):
                 continue
             cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
             # snapshot and write under the file's lock: two writers (the periodic task and
             # delete_topic, say) land in the order they took their snapshots
             with cp.lock:
-                dir_of, logs = self._dir_of, self._logs
+                dir_of, logs = self._reg.dir_of, self._reg.logs
                 entries = {}
                 for tp, lg in logs.items():
                     if dir_of.get(tp) == d:
                         v = value(lg)
                         if v is not None:
                             entries[tp] = v
-                for tp, (fdir, _path, _why, kept) in list(self._failed.items()):
-                    if fdir == d and kept.get(name) is not None:
-                        entries[tp] = kept[name]         # isolated: kept as it was read
+                for tp, f in self._reg.failed.items():
+                    kept = f.checkpointed(name)
+                    if f.dir == d and kept is not None:
+                        entries[tp] = kept               # isolated: kept as it was read
                 try:
                     cp.write(entries)
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     failed.append(f"{d}: {e}")
         if failed and not self._closed:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
@@ -920,10 +511,10 @@ class LogManager:
             except UnusableFileError as e:
                 log.error("not removing deleted partition %s: %s", path, e)
             except OSError as e:
-                if e.errno in _PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
+                if e.errno in PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
                     log.error("could not remove deleted partition %s: %s", path, e)
                 else:
-                    self._mark_offline(os.path.dirname(path), e)
+                    self._failures.mark_offline(os.path.dirname(path), e)
         return n
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -939,36 +530,37 @@ class LogManager:
             if self._own_scheduler and self._scheduler is not None:
                 self._scheduler.shutdown()
             if self.read_only:
-                for lg in self._logs.values():
+                for lg in self._reg.logs.values():
                     lg.close_handlers()
                 return
-            dirs_ok = {d for d in self.log_dirs if d not in self._offline}
-            for tp, lg in list(self._logs.items()):
-                d = self._dir_of.get(tp)
+            dirs_ok = {d for d in self.log_dirs if not self._failures.is_offline(d)}
+            dir_of = self._reg.dir_of
+            for tp, lg in list(self._reg.logs.items()):
+                d = dir_of.get(tp)
                 if d is None:
                     continue       # unpublished by a delete_topic in flight, which closes it
                 try:
-                    if d in self._offline:
+                    if self._failures.is_offline(d):
                         lg.close_handlers()
                     else:
                         lg.close()
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
                     lg.close_handlers()
             self.checkpoint_recovery_offsets()
             self.checkpoint_log_start_offsets()
             for d in dirs_ok:
-                if d in self._offline or not self._loaded_clean.get(d):
+                if self._failures.is_offline(d) or not self._loaded_clean.get(d):
                     continue
                 try:
                     self._io.write_atomic(os.path.join(d, CLEAN_SHUTDOWN_FILE),
                                           json.dumps({"version": 0, "brokerEpoch": 0}).encode())
                 except OSError as e:
-                    self._mark_offline(d, e)
+                    self._failures.mark_offline(d, e)
         finally:
             self._closed = True
             self._release_locks()
-        failed = {d: e for d, e in self._offline.items() if d in dirs_ok}
+        failed = {d: e for d, e in self._failures.offline_dirs.items() if d in dirs_ok}
         if failed:
             # the store is closed and unlocked, but not cleanly: say so (the next open recovers)
             raise LogDirOfflineError("log dir(s) went offline while closing: " +

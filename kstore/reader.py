@@ -3,12 +3,12 @@
 Partition directories are discovered by scanning the log dirs on every refresh() and opened
 read-only on first use, so a reader takes no lock, writes nothing, opens only what it reads and
 sees the topics, partitions and records that the owning process adds (and the segments its
-retention deletes).
+retention deletes). A topic whose deletion is recorded in the topic config file is not offered.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
 from kstore.config import LogConfig
@@ -16,8 +16,15 @@ from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.files import partition_dirs
 from kstore.log import Log
+from kstore.topics import TopicConfigFile
 
 TopicPartition = tuple[str, int]
+
+
+class LogOffsets(NamedTuple):
+    """A partition's offset range: records are at [log_start_offset, log_end_offset)."""
+    log_start_offset: int
+    log_end_offset: int
 
 
 def split_log_dirs(log_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
@@ -51,13 +58,19 @@ class StoreReader:
         self.close()
 
     def refresh(self) -> None:
-        """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints."""
+        """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints and
+        the topic config file (the partitions of a topic being deleted are left out)."""
         paths: dict[TopicPartition, str] = {}
         starts: dict[TopicPartition, int] = {}
         for d in self.log_dirs:
             if not self._io.exists(d):
                 raise KStoreError(f"log dir {d} does not exist")
+        topic_file = TopicConfigFile.read(self.log_dirs, self._io)
+        deleting = set(topic_file.deleting) if topic_file is not None else set()
+        for d in self.log_dirs:
             for tp, path in partition_dirs(self._io, d):
+                if tp[0] in deleting:
+                    continue
                 if tp in paths:
                     raise KStoreStateError(
                         f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
@@ -98,10 +111,10 @@ class StoreReader:
             lg.refresh(self._starts.get(tp))
         return lg
 
-    def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> tuple[int, int]:
+    def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> LogOffsets:
         """(log start offset, log end offset)."""
         lg = self.log(topic, partition, refresh=refresh)
-        return lg.log_start_offset, lg.log_end_offset
+        return LogOffsets(lg.log_start_offset, lg.log_end_offset)
 
     def close(self) -> None:
         for lg in self._logs.values():

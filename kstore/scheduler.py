@@ -10,7 +10,8 @@ from typing import Callable, Optional
 log = logging.getLogger("kstore.scheduler")
 
 
-class _Task:
+class ScheduledTask:
+    """A task in a scheduler's queue; cancel() keeps it from running again."""
     __slots__ = ("name", "fn", "due", "period", "cancelled", "seq")
 
     def __init__(self, name, fn, due, period, seq):
@@ -20,7 +21,7 @@ class _Task:
     def __lt__(self, other):
         return (self.due, self.seq) < (other.due, other.seq)
 
-    def cancel(self):
+    def cancel(self) -> None:
         self.cancelled = True
 
 
@@ -33,7 +34,7 @@ class Scheduler:
     def __init__(self, threads: int = 1, time=None, name: str = "kstore-scheduler"):
         from kstore.clock import SYSTEM_TIME
         self._time = time or SYSTEM_TIME
-        self._heap: list[_Task] = []
+        self._heap: list[ScheduledTask] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
         self._running = True
@@ -43,14 +44,14 @@ class Scheduler:
             t.start()
 
     def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
-                 period_ms: Optional[int] = None) -> _Task:
+                 period_ms: Optional[int] = None) -> ScheduledTask:
         with self._cv:
-            task = _Task(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
+            task = ScheduledTask(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
             heapq.heappush(self._heap, task)
             self._cv.notify()
             return task
 
-    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> _Task:
+    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> ScheduledTask:
         return self.schedule(name, fn, delay_ms, None)
 
     def _run(self) -> None:
@@ -88,15 +89,16 @@ class MockScheduler:
 
     def __init__(self, time):
         self._time = time
-        self._heap: list[_Task] = []
+        self._heap: list[ScheduledTask] = []
         self._seq = itertools.count()
 
-    def schedule(self, name, fn, delay_ms=0, period_ms=None) -> _Task:
-        task = _Task(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
+                 period_ms: Optional[int] = None) -> ScheduledTask:
+        task = ScheduledTask(name, fn, self._time.milliseconds() + max(0, delay_ms), period_ms, next(self._seq))
         heapq.heappush(self._heap, task)
         return task
 
-    def schedule_once(self, name, fn, delay_ms=0) -> _Task:
+    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> ScheduledTask:
         return self.schedule(name, fn, delay_ms, None)
 
     def tick(self) -> int:
@@ -120,6 +122,7 @@ class MockScheduler:
         return self.tick()
 
     def pending(self) -> list[str]:
+        """Names of the tasks queued, next due first."""
         return [t.name for t in sorted(self._heap) if not t.cancelled]
 
     def shutdown(self) -> None:

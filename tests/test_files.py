@@ -5,7 +5,8 @@ import pytest
 
 import kstore
 from kstore.errors import UnusableFileError
-from kstore.files import delete_dir_name, is_delete_dir, parse_name, parse_partition_dir
+from kstore.fileio import get_file_ops
+from kstore.files import delete_dir_name, is_delete_dir, parse_name, partition_dirs
 
 ARABIC_ZERO = "\u0660"
 
@@ -16,11 +17,14 @@ def _store(path, n=3):
             lg.append([(b"k", b"v%d" % i)])
 
 
-def test_parse_name_takes_ascii_digits_up_to_int64():
+def test_parse_name_takes_ascii_digits_up_to_int64(tmp_path):
     assert parse_name("09223372036854775807.log") == ((1 << 63) - 1, ".log", "")
     assert parse_name("00000000000000000042.index.swap") == (42, ".index", ".swap")
     assert parse_name(ARABIC_ZERO * 20 + ".log") is None
-    assert parse_partition_dir("t-" + ARABIC_ZERO) is None
+    # a partition number is ASCII digits too (parse_partition_dir, removed as unused, said so)
+    (tmp_path / ("t-" + ARABIC_ZERO)).mkdir()
+    (tmp_path / "t-0").mkdir()
+    assert partition_dirs(get_file_ops(), str(tmp_path)) == [(("t", 0), str(tmp_path / "t-0"))]
     with pytest.raises(UnusableFileError) as ei:
         parse_name("99999999999999999999.log", "/x/t-0")
     assert str(ei.value) == "refusing /x/t-0/99999999999999999999.log: its base offset is above 2^63-1"

@@ -109,3 +109,35 @@ def test_store_reader_log_of_a_deleted_topic_says_so(tmp_path):
             store.log("t", 0, refresh=True)
         store.refresh()
         assert store.partitions() == []
+
+
+def test_a_topic_being_deleted_is_not_offered(tmp_path):
+    """A deletion recorded in kstore-topic-config.json ("deleting") but cut short before its
+    renames: the reader leaves the topic out, as a read-only LogManager does, and drops it from
+    an open reader at its next refresh."""
+    import json
+    from kstore.topics import TOPIC_CONFIG_FILE
+    d = str(tmp_path)
+    with kstore.LogManager(d, {"log.cleaner.enable": False}) as m:
+        m.create_topic("keep", 1)
+        m.create_topic("gone", 2)
+        m.append("keep", None, b"k")
+        m.append_batch("gone", 1, [(None, b"g")])
+    with kstore.StoreReader(d) as r:
+        assert r.topics() == ["gone", "keep"]
+        assert [r.value for r in r.log("gone", 1).read(0)] == [b"g"]
+        path = tmp_path / TOPIC_CONFIG_FILE
+        doc = json.loads(path.read_text())
+        doc["version"] += 1
+        doc["deleting"] = ["gone"]
+        path.write_text(json.dumps(doc))
+        r.refresh()
+        assert r.topics() == ["keep"]
+        assert r.partitions() == [("keep", 0)]
+        with pytest.raises(UnknownTopicError):
+            r.log("gone", 1)
+    with kstore.StoreReader(d) as r:
+        assert r.topics() == ["keep"]
+        assert [r.value for r in r.log("keep", 0).read(0)] == [b"k"]
+    with kstore.LogManager(d, read_only=True) as m:
+        assert m.topics() == ["keep"]

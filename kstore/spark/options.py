@@ -248,7 +248,7 @@ class WriteOptions:
                                      "key, value, topic, partition, headers and timestamp")
         broker = {k[len("kstore."):]: v for k, v in opts.items() if k.startswith("kstore.")}
         bc = BrokerConfig(broker)
-        from kstore.manager import read_topic_config_file
+        from kstore.topics import read_topic_config_file
         overrides = (read_topic_config_file(paths) or {}).get("topics", {})
         counts: dict[str, int] = {}
         if all(os.path.isdir(p) for p in paths):

@@ -16,9 +16,10 @@ from typing import IO, Any, Optional
 
 from kstore.assignment import assign_replicas
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
-from kstore.manager import LogManager, read_topic_config_file
+from kstore.manager import LogManager
 from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
+from kstore.topics import read_topic_config_file
 
 # A command-line process is short-lived: it must not start retention, flushes or cleaning of
 # its own in the middle of the command (the store's owner does those), only recover and close.

@@ -1,0 +1,191 @@
+"""Loading one log dir at start-up (Kafka's LogManager.loadLogs for one dir).
+
+The clean-shutdown marker, the recovery-point and log-start-offset checkpoints, leftovers of
+writes and deletions cut short, then every partition opened (recovered where needed, on
+recovery threads when there are megabytes to validate). A partition that fails for its own
+reasons is isolated; an error of the disk fails the whole dir. The result says which.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Optional
+
+from kstore.broker_config import BrokerConfig
+from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+                               CheckpointError, OffsetCheckpointFile)
+from kstore.errors import KStoreError
+from kstore.fileio import FileOps
+from kstore.files import is_delete_dir, partition_dirs
+from kstore.log import Log
+from kstore.log_dir_failure import PARTITION_ERRNOS
+from kstore.topics import TopicConfigs
+
+log = logging.getLogger("kstore.manager")
+
+TopicPartition = tuple[str, int]
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+# a partition with at least this much to recover loads on a recovery thread (see load())
+PARALLEL_RECOVERY_BYTES = 4 << 20
+
+
+class FailedPartition(NamedTuple):
+    """A partition isolated at start-up: untouched on disk, its checkpoint entries kept as they
+    were read (None: it had none)."""
+    dir: str                          # its log dir
+    path: str
+    why: str
+    recovery_point: Optional[int]
+    log_start_offset: Optional[int]
+
+    def checkpointed(self, checkpoint: str) -> Optional[int]:
+        """Its entry in the checkpoint file named `checkpoint`, as read at start-up."""
+        if checkpoint == RECOVERY_POINT_CHECKPOINT:
+            return self.recovery_point
+        if checkpoint == LOG_START_OFFSET_CHECKPOINT:
+            return self.log_start_offset
+        return None
+
+
+@dataclass
+class DirLoad:
+    """What loading one log dir gave."""
+    dir: str
+    clean: bool = False           # it was shut down cleanly: its logs skipped recovery
+    logs: list[tuple[TopicPartition, Log]] = field(default_factory=list)
+    failed: dict[TopicPartition, FailedPartition] = field(default_factory=dict)
+    to_delete: list[tuple[str, int]] = field(default_factory=list)   # (`-delete` dir, found at ms)
+    checkpoint_errors: list[str] = field(default_factory=list)
+    error: Optional[OSError] = None   # the dir failed: its logs were closed, it goes offline
+
+
+class LogDirLoader:
+    """Loads log dirs for one LogManager: `load(d)` may run for several dirs at once."""
+
+    def __init__(self, cfg: BrokerConfig, topics: TopicConfigs, *, read_only: bool, io: FileOps,
+                 time: Any, scheduler: Any, on_loaded: Optional[Callable[[], None]] = None):
+        self._cfg = cfg
+        self._topics = topics
+        self._read_only = read_only
+        self._io = io
+        self._time = time
+        self._scheduler = scheduler
+        self._on_loaded = on_loaded       # called after each partition (progress)
+
+    def partitions(self, d: str) -> list[tuple[TopicPartition, str]]:
+        """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
+        cannot finish a deletion, and must not show what is being deleted)."""
+        return [job for job in partition_dirs(self._io, d)
+                if not self._topics.is_deleting(job[0][0])]
+
+    def _read_checkpoint(self, d: str, name: str, res: DirLoad) -> dict[TopicPartition, int]:
+        cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
+        try:
+            return cp.read()
+        except (CheckpointError, OSError) as e:
+            # never trusted, never fatal: the logs it covers are recovered in full
+            msg = f"{e}; treating it as absent"
+            log.warning("%s", msg)
+            res.checkpoint_errors.append(msg)
+            return {}
+
+    def load(self, d: str) -> DirLoad:
+        """Load every partition of d. An OSError of the dir is returned in `error`, with the
+        logs already opened closed again."""
+        io = self._io
+        res = DirLoad(d)
+        opened: list[tuple[TopicPartition, Log]] = []
+        try:
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            clean = res.clean = io.exists(marker)
+            if clean and not self._read_only:
+                # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
+                io.unlink(marker)
+                io.fsync_dir(d)
+            recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT, res)
+            starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, res)
+            if not self._read_only:
+                for name in sorted(io.listdir(d)):
+                    if name.endswith(".tmp") and not os.path.isdir(os.path.join(d, name)):
+                        io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
+                        continue
+                    if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
+                        res.to_delete.append((os.path.join(d, name), self._time.milliseconds()))
+            jobs = self.partitions(d)
+            threads = self._cfg["num.recovery.threads.per.data.dir"]
+
+            def load(job: tuple[TopicPartition, str]) -> None:
+                tp, path = job
+                try:
+                    io.check_dir(path)       # a symlinked or special partition dir is refused
+                    cfg = self._cfg.log_config(self._topics.overrides(tp[0]))
+                    lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
+                                  log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
+                                  time=self._time, scheduler=self._scheduler,
+                                  read_only=self._read_only)
+                except (OSError, KStoreError) as e:
+                    if self._read_only and not io.exists(path):
+                        # the writer deleted the topic since the scan: not an error of this dir
+                        log.info("partition %s was deleted while opening it read-only", path)
+                        return
+                    if isinstance(e, OSError) and e.errno not in PARTITION_ERRNOS:
+                        raise            # a failing disk: the whole dir goes offline
+                    res.failed[tp] = _isolate(d, tp, path, e, recovery.get(tp), starts.get(tp))
+                else:
+                    opened.append((tp, lg))
+                if self._on_loaded is not None:
+                    self._on_loaded()
+            # Recovery threads pay off only where a GIL-free CRC scan dominates: partitions with
+            # megabytes to validate. Loading many small partitions is Python and syscalls, where
+            # threads only queue on the GIL (measured: 1,000 tiny partitions 1.4 s on one
+            # thread, 2.1 s on two), so those load on this thread.
+            big: list[tuple[TopicPartition, str]] = []
+            small: list[tuple[TopicPartition, str]] = []
+            for job in jobs:
+                (big if not clean and bytes_to_recover(job[1], recovery.get(job[0], 0))
+                 >= PARALLEL_RECOVERY_BYTES else small).append(job)
+            for job in small:
+                load(job)
+            if big:
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    list(pool.map(load, big))
+        except OSError as e:
+            for _tp, lg in opened:
+                lg.close_handlers()
+            res.error = e
+            res.failed = {}               # the whole dir is offline: it says why
+            return res
+        res.logs = opened
+        return res
+
+
+def _isolate(d: str, tp: TopicPartition, path: str, e: BaseException,
+             recovery: Optional[int], start: Optional[int]) -> FailedPartition:
+    """Isolate a partition that failed to load: logged as an ERROR, listed by
+    failed_partitions, untouched on disk (its checkpoint entries are kept as they were);
+    every use raises PartitionLoadError."""
+    why = f"{type(e).__name__}: {e}"
+    log.error("partition %s-%d (%s) failed to load and is isolated: %s", tp[0], tp[1], path, why)
+    return FailedPartition(d, path, why, recovery, start)
+
+
+def bytes_to_recover(path: str, recovery_point: int) -> int:
+    """Size of the .log files at or above the segment holding the recovery point."""
+    sizes = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isascii() \
+                        and e.name[:20].isdigit():
+                    sizes.append((int(e.name[:20]), e.stat().st_size))
+    except OSError:
+        return 0
+    sizes.sort()
+    floor = 0
+    for base, _ in sizes:
+        if base <= recovery_point:
+            floor = base
+    return sum(size for base, size in sizes if base >= floor)

@@ -1,0 +1,95 @@
+"""The published map of a store's logs (Kafka's LogManager.currentLogs): which partitions exist,
+the Log and log dir of each, and the partitions isolated at start-up.
+
+Copy-on-write: a change builds new dicts under `lock` and publishes them; a published dict is
+never changed again, so appends, the scheduled tasks and the cleaner read it without a lock.
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, NoReturn, Optional
+
+from kstore.errors import PartitionLoadError, UnknownTopicError
+
+if TYPE_CHECKING:
+    from kstore.log import Log
+    from kstore.log_dir_loader import FailedPartition
+
+TopicPartition = tuple[str, int]
+
+
+class LogRegistry:
+    """The logs of one LogManager. Read the attributes without a lock (each is a published dict,
+    never changed); change them only through `publish`, holding `lock`.
+
+    `lock` is LogManager's registry lock in the lock hierarchy (below checkpoint_lock, above
+    Log._flush_lock): create/delete/add/alter topics and start-up's publishing hold it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.logs: dict[TopicPartition, Log] = {}
+        self.dir_of: dict[TopicPartition, str] = {}
+        self.parts: dict[str, tuple[int, ...]] = {}
+        self.failed: dict[TopicPartition, FailedPartition] = {}
+
+    def publish(self, logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, str],
+                failed: Optional[dict[TopicPartition, FailedPartition]] = None) -> None:
+        """Install new dicts (`lock` held); readers may hold the old ones, so the published dicts
+        are never changed again. dir_of goes first: a partition readers find in logs always has
+        its dir. A topic's partitions include the ones isolated at start-up (failed): they
+        exist, they just cannot be used."""
+        if failed is not None:
+            self.failed = failed
+        parts: dict[str, list[int]] = {}
+        for t, p in sorted(set(logs) | set(self.failed)):
+            parts.setdefault(t, []).append(p)
+        self.dir_of = dir_of
+        self.logs = logs
+        self.parts = {t: tuple(ps) for t, ps in parts.items()}
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions, failed ones included; UnknownTopicError if it has none."""
+        parts = self.parts.get(topic)
+        if not parts:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        return list(parts)
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The partition's log; the error of raise_missing if it is not loaded."""
+        try:
+            return self.logs[(topic, partition)]
+        except KeyError:
+            pass
+        self.raise_missing(topic, partition)
+
+    def log_dir_of(self, topic: str, partition: int) -> str:
+        """The partition's log dir; the error of raise_missing if it is not loaded."""
+        try:
+            return self.dir_of[(topic, partition)]
+        except KeyError:
+            pass
+        self.raise_missing(topic, partition)
+
+    def log_and_dir(self, topic: str, partition: int) -> tuple[Log, str]:
+        """The partition's log and log dir; a kstore error naming what is missing if it is not
+        loaded (failed at start-up, not in this store, or deleted since the caller looked)."""
+        tp = (topic, partition)
+        try:
+            return self.logs[tp], self.dir_of[tp]
+        except KeyError:
+            pass
+        self.raise_missing(topic, partition)
+
+    def raise_missing(self, topic: str, partition: int) -> NoReturn:
+        """Raise the error for a partition that is not loaded: failed at start-up, or not here."""
+        f = self.failed.get((topic, partition))
+        if f is not None:
+            raise PartitionLoadError(f"partition {topic}-{partition} failed to load at start-up "
+                                     f"and is isolated: {f.path}: {f.why}")
+        try:
+            parts = self.partitions(topic)
+        except UnknownTopicError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+        raise UnknownTopicError(f"partition {partition} of topic {topic!r} is not in this store "
+                                f"(its log dirs hold partitions {parts})")

@@ -1,0 +1,180 @@
+"""Topics on disk: the topic config file (kstore-topic-config.json) with its deletion intent,
+topic ids and `partition.metadata`, and Kafka's rules for topic names.
+
+The topic config file holds every topic's overrides, its id and the topics whose deletion is
+recorded but not finished; a copy is written atomically to every online log dir on each change,
+and the newest readable copy wins at start-up.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from kstore.errors import InvalidTopicError, UnusableFileError
+from kstore.fileio import FileOps, get_file_ops
+from kstore.log_dir_failure import LogDirFailureChannel
+
+log = logging.getLogger("kstore.topics")
+
+TOPIC_CONFIG_FILE = "kstore-topic-config.json"
+PARTITION_METADATA_FILE = "partition.metadata"
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: non-empty, not '.' or '..', at most 249 of [a-zA-Z0-9._-]."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"Topic name cannot be \"{name}\"")
+    if len(name) > 249:
+        raise InvalidTopicError(f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}")
+    if not _TOPIC_RE.match(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+            f"alphanumerics, '.', '_' and '-'")
+
+
+def topics_collide(a: str, b: str) -> bool:
+    """Kafka's Topic.hasCollision: '.' and '_' are the same character in metric names."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+def new_topic_id() -> str:
+    """A new Kafka topic id: a random UUID shown as URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def write_partition_metadata(io: FileOps, partition_dir: str, topic_id: str) -> None:
+    """Write the partition's `partition.metadata` (Kafka's PartitionMetadataFile: `version: 0`,
+    `topic_id: <id>`) unless it is there already."""
+    path = os.path.join(partition_dir, PARTITION_METADATA_FILE)
+    if not io.exists(path):
+        io.write_atomic(path, f"version: 0\ntopic_id: {topic_id}\n".encode())
+
+
+def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[dict]:
+    """The newest readable topic config file among the log dirs as its JSON document
+    ({"version", "topics": {topic: overrides}, "topic_ids", "deleting"}), or None. Unreadable
+    copies are skipped with a warning. TopicConfigFile.read gives it typed."""
+    io = io or get_file_ops()
+    best = None
+    for d in log_dirs:
+        path = os.path.join(d, TOPIC_CONFIG_FILE)
+        if not io.exists(path):
+            continue
+        try:
+            data = json.loads(io.read_file(path).decode("utf-8"))
+            if best is None or data["version"] > best["version"]:
+                best = data
+        except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
+            log.warning("ignoring unreadable topic config file %s: %s", path, e)
+    return best
+
+
+@dataclass
+class TopicConfigFile:
+    """The content of kstore-topic-config.json."""
+    version: int = 0
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)   # topic -> overrides
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    deleting: list[str] = field(default_factory=list)   # deletions recorded, not finished
+
+    @classmethod
+    def read(cls, log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[TopicConfigFile]:
+        """The newest readable copy among the log dirs, or None (see read_topic_config_file)."""
+        doc = read_topic_config_file(log_dirs, io)
+        if doc is None:
+            return None
+        return cls(doc["version"], {t: dict(c) for t, c in doc.get("topics", {}).items()},
+                   dict(doc.get("topic_ids", {})), list(doc.get("deleting", [])))
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": self.version, "topics": self.topics,
+                           "topic_ids": self.topic_ids, "deleting": self.deleting},
+                          sort_keys=True, indent=1).encode()
+
+
+class TopicConfigs:
+    """A store's topic config file, kept in memory and written to every online log dir on each
+    change (a dir whose write fails is reported offline through the failure channel).
+
+    Changes are made under the owner's registry lock (LogManager._lock); `overrides` and
+    `deleting` may be read without it.
+    """
+
+    def __init__(self, log_dirs: Sequence[str], failures: LogDirFailureChannel, io: FileOps):
+        self._dirs = list(log_dirs)
+        self._failures = failures
+        self._io = io
+        self._file = TopicConfigFile()
+
+    def load(self) -> None:
+        """Take the newest readable copy in the online log dirs (none: no topics)."""
+        got = TopicConfigFile.read([d for d in self._dirs if not self._failures.is_offline(d)],
+                                   self._io)
+        if got is not None:
+            self._file = got
+
+    def persist(self) -> None:
+        """Write a new version to every online log dir."""
+        f = self._file
+        f.version += 1
+        data = f.to_json()
+        for d in self._dirs:
+            if self._failures.is_offline(d):
+                continue
+            try:
+                self._io.write_atomic(os.path.join(d, TOPIC_CONFIG_FILE), data)
+            except OSError as e:
+                self._failures.mark_offline(d, e)
+
+    def overrides(self, topic: str) -> Optional[dict[str, Any]]:
+        """The topic's overrides as stored (strings for lists), None for a topic with none."""
+        return self._file.topics.get(topic)
+
+    def set_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
+        """Keep the topic's parsed overrides (LogConfig.overrides); not persisted yet."""
+        self._file.topics[topic] = {k: v if not isinstance(v, tuple) else ",".join(v)
+                                    for k, v in overrides.items()}
+
+    def add_topic(self, topic: str, overrides: Mapping[str, Any]) -> None:
+        """A new topic: its overrides and a new topic id; not persisted yet."""
+        self.set_overrides(topic, overrides)
+        self._file.topic_ids[topic] = new_topic_id()
+
+    def topic_id(self, topic: str) -> str:
+        """The topic's id, made (and kept, not persisted yet) if it has none."""
+        tid = self._file.topic_ids.get(topic)
+        if tid is None:
+            tid = self._file.topic_ids[topic] = new_topic_id()
+        return tid
+
+    @property
+    def deleting(self) -> tuple[str, ...]:
+        """Topics whose deletion is recorded but not finished."""
+        return tuple(self._file.deleting)
+
+    def is_deleting(self, topic: str) -> bool:
+        return topic in self._file.deleting
+
+    def record_deletion(self, topic: str) -> None:
+        """Forget the topic's overrides and id and record its deletion, durably."""
+        f = self._file
+        if topic not in f.deleting:
+            f.deleting.append(topic)
+        f.topics.pop(topic, None)
+        f.topic_ids.pop(topic, None)
+        self.persist()
+
+    def finish_deletions(self, topics: Iterable[str]) -> None:
+        """Drop the record of deletions that are done, durably."""
+        done = set(topics)
+        self._file.deleting = [t for t in self._file.deleting if t not in done]
+        self.persist()
