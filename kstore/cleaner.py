@@ -17,6 +17,7 @@ import time as _time
 from typing import Optional
 
 from kstore import _core, swap
+from kstore.config import NO_LIMIT
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
 from kstore.errors import KStoreError, SegmentGoneError, UnknownTopicError
 from kstore.files import CLEANED_SUFFIX, LOG_SUFFIX, segment_file
@@ -97,25 +98,26 @@ def cleanable_range(lg: Log, first_dirty: int, now: int) -> tuple[int, int, int,
     if first_dirty < start or first_dirty > lg.log_end_offset:
         first_dirty = start
     first_uncleanable = segs[-1].base_offset
-    for s in segs[:-1]:
-        if s.base_offset + 0 >= first_dirty or _next_base(segs, s) > first_dirty:
+    nexts = _next_bases(segs)
+    for s, nxt in zip(segs[:-1], nexts):
+        if s.base_offset >= first_dirty or nxt > first_dirty:
             if cfg.min_compaction_lag_ms > 0 and s.largest_timestamp() > now - cfg.min_compaction_lag_ms:
                 first_uncleanable = min(first_uncleanable, s.base_offset)
                 break
-    clean = sum(s.size for s in segs if _next_base(segs, s) <= first_dirty)
-    dirty_segs = [s for s in segs if _next_base(segs, s) > first_dirty and s.base_offset < first_uncleanable]
+    clean = sum(s.size for s, nxt in zip(segs, nexts) if nxt <= first_dirty)
+    dirty_segs = [s for s, nxt in zip(segs, nexts) if nxt > first_dirty and s.base_offset < first_uncleanable]
     dirty = sum(s.size for s in dirty_segs)
     lag_exceeded = False
-    if dirty and cfg.max_compaction_lag_ms < (1 << 62):
+    if dirty and cfg.max_compaction_lag_ms < NO_LIMIT:
         first_ts = dirty_segs[0].first_batch_timestamp()
         if first_ts >= 0 and first_ts < now - cfg.max_compaction_lag_ms:
             lag_exceeded = True
     return first_dirty, first_uncleanable, clean, dirty, lag_exceeded
 
 
-def _next_base(segs, seg) -> int:
-    i = segs.index(seg)
-    return segs[i + 1].base_offset if i + 1 < len(segs) else 1 << 62
+def _next_bases(segs: list[LogSegment]) -> list[int]:
+    """Each segment's next base offset (NO_LIMIT for the last): the end of its offset range."""
+    return [s.base_offset for s in segs[1:]] + [NO_LIMIT]
 
 
 class Cleaner:
@@ -138,8 +140,9 @@ class Cleaner:
         now = self._time.milliseconds()
         # 1. the dedupe map over the dirty section
         end_offset = ltc.first_dirty
-        for s in segs:
-            if _next_base(segs, s) <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
+        nexts = _next_bases(segs)
+        for s, nxt in zip(segs, nexts):
+            if nxt <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
                 continue
             m = s.mapping()
             pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap)
@@ -158,7 +161,7 @@ class Cleaner:
             stats.duration_ms = (_time.perf_counter() - t0) * 1000
             return stats
         # 2. legacy tombstones: Kafka's horizon is the last clean segment's mtime - delete.retention.ms
-        clean_section = [s for s in segs if _next_base(segs, s) <= ltc.first_dirty]
+        clean_section = [s for s, nxt in zip(segs, nexts) if nxt <= ltc.first_dirty]
         legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms
         # 3. rewrite the segments below end_offset, in groups
         to_clean = [s for s in segs if s.base_offset < end_offset and s.base_offset < ltc.first_uncleanable]

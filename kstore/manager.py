@@ -23,7 +23,8 @@ from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.log import LOG_DIR_LOCK, Log
+from kstore.local_log import LOG_DIR_LOCK
+from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
 from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
@@ -227,7 +228,7 @@ class LogManager:
 
     def _acquire_lock(self, d: str) -> None:
         # exclusive: also excludes standalone writable Log.opens of its partitions, which hold
-        # it shared (kstore.log.LOG_DIR_LOCK)
+        # it shared (kstore.local_log.LOG_DIR_LOCK)
         fd = self._io.try_lock(os.path.join(d, LOCK_FILE))
         if fd is None:
             raise LogDirLockedError(
