@@ -1,7 +1,8 @@
 # cython: language_level=3
 """Kafka's record format for the extension modules, in one place (LevelDB's log_format.h and
 coding.h): sizes and attribute bits, big-endian loads/stores, zig-zag varints, the v2 record
-layout, the batch header parse. All inline: compiled into each user, no call across modules."""
+layout, the batch header parse and THE batch validity check used by validation, recovery and
+the read-only refresh. All inline: compiled into each user, no call across modules."""
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t, int64_t
 from libc.string cimport memcpy
@@ -38,6 +39,7 @@ cdef enum:
     R_OVERFLOW = 4
     R_BELOW_BASE = 5
     R_PAST_NEXT = 6
+    R_VALID = 7         # check_batch: the batch is valid where it lies
 
 # ---------------------------------------------------------------------------------------------
 # Big-endian loads / stores and zig-zag varints
@@ -225,6 +227,37 @@ cdef inline bint legacy_lengths_ok(const uint8_t* p, Py_ssize_t pos, BatchHeader
         return False
     return q + 4 + (vlen if vlen > 0 else 0) == end
 
+
+cdef inline int check_batch(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, BatchHeader* h,
+                            int64_t base_offset, int64_t prev_last, bint have_prev,
+                            int64_t upper_bound, bint verify_crc, const char** why,
+                            uint32_t* stored, uint32_t* computed) noexcept nogil:
+    """Kafka's batch validity rules, the one copy (validate_batches, recover_scan): parse the
+    header at pos and return R_VALID, or why the batch is not valid there: R_END (no whole
+    batch: the end of the data, a torn append or zero padding; why set), R_CORRUPT (why set),
+    R_CRC (stored / computed set), R_BELOW_BASE (an offset below base_offset), R_OFFSET_ORDER
+    (offsets do not follow prev_last, when have_prev), R_PAST_NEXT (reaches upper_bound, the
+    next segment's base offset, when >= 0: base offsets lie outside the CRC, so a flipped bit
+    there is caught only this way) or R_OVERFLOW (more than 2^31-1 above base_offset)."""
+    cdef int hs = parse_header(p, pos, end, h, why)
+    if hs == H_END:
+        return R_END
+    if hs == H_CORRUPT:
+        return R_CORRUPT
+    if verify_crc and not crc_ok(p, pos, h, stored, computed):
+        return R_CRC
+    if h.magic < 2 and not legacy_lengths_ok(p, pos, h):
+        why[0] = "key/value lengths do not match the message size"
+        return R_CORRUPT
+    if h.base_offset < base_offset:
+        return R_BELOW_BASE
+    if have_prev and ((h.magic == 2 and h.base_offset <= prev_last) or h.last_offset <= prev_last):
+        return R_OFFSET_ORDER
+    if upper_bound >= 0 and h.last_offset >= upper_bound:
+        return R_PAST_NEXT
+    if h.last_offset - base_offset > INT32_MAX:
+        return R_OVERFLOW
+    return R_VALID
 
 # ---------------------------------------------------------------------------------------------
 # v2 records: the one record parser of the readers and the cleaner

@@ -24,27 +24,20 @@ def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint v
     cdef const uint8_t* p = &mv[0] if n else &_empty_byte
     cdef BatchHeader h
     cdef const char* why
-    cdef int hs
+    cdef int status
     cdef uint32_t s, c
     cdef int64_t last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1
     cdef bint complete = True
     while True:
-        hs = parse_header(p, pos, n, &h, &why)
-        if hs == H_END:
+        status = check_batch(p, pos, n, &h, base_offset, last, last >= 0, -1, verify_crc, &why,
+                             &s, &c)
+        if status == R_END:
             complete = (n - pos) == 0 or not (n - pos < HEADER_UP_TO_MAGIC or
                                               pos + LOG_OVERHEAD + ld32(p + pos + 8) > n)
             if n - pos >= 12 and ld32(p + pos + 8) == 0 and ld64(p + pos) == 0:
                 complete = True    # zero padding: nothing more to come at this position yet
             break
-        if hs == H_CORRUPT:
-            break
-        if verify_crc and not crc_ok(p, pos, &h, &s, &c):
-            break
-        if h.magic < 2 and not legacy_lengths_ok(p, pos, &h):
-            break
-        if h.base_offset < base_offset or h.last_offset - base_offset > INT32_MAX:
-            break
-        if last >= 0 and ((h.magic == 2 and h.base_offset <= last) or h.last_offset <= last):
+        if status != R_VALID:
             break
         if h.max_timestamp > max_ts:
             max_ts = h.max_timestamp
@@ -125,7 +118,7 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     cdef Py_ssize_t valid = start, last_entry_pos = start, batches = 0
     cdef int64_t prev_last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
     cdef int64_t last_time_ts = NO_TIMESTAMP, last_time_off = -1
-    cdef int status = R_END, hs
+    cdef int status = R_END
     cdef BatchHeader h
     cdef const char* why = ""
     cdef uint32_t stored = 0, computed = 0
@@ -137,32 +130,9 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     try:
         with nogil:
             while True:
-                hs = parse_header(p, valid, end, &h, &why)
-                if hs == H_END:
-                    status = R_END
-                    break
-                if hs == H_CORRUPT:
-                    status = R_CORRUPT
-                    break
-                if verify_crc and not crc_ok(p, valid, &h, &stored, &computed):
-                    status = R_CRC
-                    break
-                if h.magic < 2 and not legacy_lengths_ok(p, valid, &h):
-                    status = R_CORRUPT
-                    why = "key/value lengths do not match the message size"
-                    break
-                if h.base_offset < base_offset:
-                    status = R_BELOW_BASE
-                    break
-                if have_prev and ((h.magic == 2 and h.base_offset <= prev_last) or
-                                  h.last_offset <= prev_last):
-                    status = R_OFFSET_ORDER
-                    break
-                if upper_bound >= 0 and h.last_offset >= upper_bound:
-                    status = R_PAST_NEXT
-                    break
-                if h.last_offset - base_offset > INT32_MAX:
-                    status = R_OVERFLOW
+                status = check_batch(p, valid, end, &h, base_offset, prev_last, have_prev,
+                                     upper_bound, verify_crc, &why, &stored, &computed)
+                if status != R_VALID:
                     break
                 if batches == 0:
                     first_ts = h.max_timestamp
