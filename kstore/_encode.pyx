@@ -42,6 +42,16 @@ cdef inline int _bytes_arg(object o, const uint8_t** p, Py_ssize_t* n, list keep
     return 0
 
 
+cdef inline int _check_window(Py_ssize_t i, int64_t ts, int64_t ts_min, int64_t ts_max) except -1:
+    """A CreateTime timestamp must lie in [ts_min, ts_max] (the window the topic's
+    message.timestamp.before.max.ms / message.timestamp.after.max.ms allow around now)."""
+    if ts < ts_min or ts > ts_max:
+        raise InvalidRecordError(
+            f"record {i}: timestamp {ts} is outside the allowed range [{ts_min}, {ts_max}] "
+            f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+    return 0
+
+
 cdef class BatchBuilder:
     """Reusable encoder for one append call. After build(), the encoded bytes are in the buffer
     (see .size, getvalue(), copy_to()), and the attributes describe the batch."""
@@ -178,10 +188,7 @@ cdef class BatchBuilder:
             raise InvalidRecordError(f"record {i}: timestamp must be an int (ms), got {ts_obj!r}")
         if ts < 0:
             raise InvalidRecordError(f"record {i}: timestamp {ts} is negative")
-        if ts < ts_min or ts > ts_max:
-            raise InvalidRecordError(
-                f"record {i}: timestamp {ts} is outside the allowed range [{ts_min}, {ts_max}] "
-                f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+        _check_window(i, ts, ts_min, ts_max)
         return ts
 
     cdef list _headers(self, object headers, Py_ssize_t i):
@@ -367,10 +374,7 @@ cdef class BatchBuilder:
                 ts = now
             else:
                 ts = cols.ts[i]
-                if ts < ts_min or ts > ts_max:
-                    raise InvalidRecordError(
-                        f"record {i}: timestamp {ts} is outside the allowed range [{ts_min}, "
-                        f"{ts_max}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+                _check_window(i, ts, ts_min, ts_max)
             if i == start:
                 base_ts = ts
             if ts > max_ts:
