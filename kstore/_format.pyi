@@ -1,0 +1,20 @@
+"""Type stubs for kstore/_format.pyx: format constants and the codec hooks."""
+from typing import Callable, Optional
+
+import numpy as np
+
+LOG_OVERHEAD_: int
+RECORD_BATCH_OVERHEAD: int
+OFFSET_ENTRY_SIZE: int
+TIME_ENTRY_SIZE: int
+OFFSET_WARM_ENTRIES: int
+TIME_WARM_ENTRIES: int
+OFFSET_DTYPE: np.dtype
+TIME_DTYPE: np.dtype
+CODEC_NAMES: dict[int, str]
+
+_Decompress = Callable[[int, bytes, int], bytes]
+_Compress = Callable[[int, bytes, Optional[int], int], bytes]
+
+def set_codecs(decompress: _Decompress, compress: _Compress) -> None: ...
+def _set_codecs(decompress: _Decompress, compress: _Compress) -> None: ...
