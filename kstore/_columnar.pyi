@@ -2,7 +2,13 @@
 from typing_extensions import disjoint_base
 import numpy as np
 
+from kstore._format import StrStatus
 from kstore._mapping import Mapping
+
+class ColumnsStatus(StrStatus):
+    END = "end"
+    LIMIT = "limit"
+    STOP = "stop"
 
 @disjoint_base
 class Columns:
@@ -23,4 +29,4 @@ class Columns:
 
 def decode_columns(m: Mapping, pos: int, end: int, min_offset: int, stop_offset: int,
                    cols: Columns, max_records: int = ..., max_data: int = ...,
-                   verify_crc: bool = True) -> tuple[int, int, str]: ...
+                   verify_crc: bool = True) -> tuple[int, int, ColumnsStatus]: ...

@@ -15,6 +15,15 @@ from kstore._decode cimport decode_legacy, decompress_value
 
 import numpy as np
 
+from kstore._format import StrStatus as _StrStatus
+
+
+class ColumnsStatus(_StrStatus):
+    """Why decode_columns returned."""
+    END = "end"         # the range is consumed
+    LIMIT = "limit"     # max_records / max_data reached: resume at next_offset
+    STOP = "stop"       # stop_offset reached
+
 cdef uint8_t _empty_byte = 0
 
 
@@ -290,9 +299,9 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
     into cols, until cols holds max_records records or about max_data bytes of key/value/header
     data (at least one record). Control batches are skipped, as consumers do.
 
-    Returns (position, next_offset, status): status 'end' (the range is consumed; position is
-    end), 'limit' (resume with min_offset=next_offset at position) or 'stop' (stop_offset
-    reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified first.
+    Returns (position, next_offset, status), status a ColumnsStatus: END (the range is consumed;
+    position is end), LIMIT (resume with min_offset=next_offset at position) or STOP
+    (stop_offset reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified first.
     """
     cdef const uint8_t* p
     cdef const uint8_t* rp
@@ -321,14 +330,14 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
         while True:
             hs = parse_header(p, pos, end, &h, &why)
             if hs == H_END:
-                return (pos, next_offset, "end")
+                return (pos, next_offset, ColumnsStatus.END)
             if hs == H_CORRUPT:
                 raise corrupt(why.decode("ascii"), pos)
             if h.last_offset < min_offset:
                 pos += h.size
                 continue
             if h.magic == 2 and h.base_offset >= stop_offset:
-                return (pos, h.base_offset, "stop")
+                return (pos, h.base_offset, ColumnsStatus.STOP)
             if verify_crc:
                 with nogil:
                     ok = crc_ok(p, pos, &h, &s, &c)
@@ -365,9 +374,9 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 if r == C_NOMEM:
                     raise MemoryError()
                 if r == C_STOP:
-                    return (pos, next_offset, "stop")
+                    return (pos, next_offset, ColumnsStatus.STOP)
                 if r == C_LIMIT:
-                    return (pos, next_offset, "limit")
+                    return (pos, next_offset, ColumnsStatus.LIMIT)
             else:
                 # v0/v1 messages (a compressed wrapper holds several): rare, decoded as Records
                 tmp = []
@@ -376,9 +385,9 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 for o in tmp:
                     rec = <Record>o
                     if rec.offset >= stop_offset:
-                        return (pos, rec.offset, "stop")
+                        return (pos, rec.offset, ColumnsStatus.STOP)
                     if cols.count >= max_records or (cols.count > 0 and cols._data_bytes() > max_data):
-                        return (pos, rec.offset, "limit")
+                        return (pos, rec.offset, ColumnsStatus.LIMIT)
                     kp = <const uint8_t*>PyBytes_AS_STRING(rec.key) if rec.key is not None else &_empty_byte
                     vp = <const uint8_t*>PyBytes_AS_STRING(rec.value) if rec.value is not None else &_empty_byte
                     if cols.add(rec.offset, rec.timestamp, rec.timestamp_type, kp,

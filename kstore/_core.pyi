@@ -4,7 +4,8 @@ from typing_extensions import disjoint_base
 from typing import Optional, Union
 
 from kstore._column_input import ColumnInput as ColumnInput
-from kstore._columnar import Columns as Columns, decode_columns as decode_columns
+from kstore._columnar import (Columns as Columns, ColumnsStatus as ColumnsStatus,
+                              decode_columns as decode_columns)
 from kstore._compact import (CleanStats as CleanStats, OffsetMap as OffsetMap,
                              build_offset_map as build_offset_map, filter_batches as filter_batches)
 from kstore._crc import (_force_table_crc as _force_table_crc, crc32 as crc32, crc32c as crc32c,
@@ -17,7 +18,8 @@ from kstore._format import (CODEC_NAMES as CODEC_NAMES, LOG_OVERHEAD_ as LOG_OVE
                             OFFSET_WARM_ENTRIES as OFFSET_WARM_ENTRIES,
                             RECORD_BATCH_OVERHEAD as RECORD_BATCH_OVERHEAD,
                             TIME_DTYPE as TIME_DTYPE, TIME_ENTRY_SIZE as TIME_ENTRY_SIZE,
-                            TIME_WARM_ENTRIES as TIME_WARM_ENTRIES, _set_codecs as _set_codecs,
+                            TIME_WARM_ENTRIES as TIME_WARM_ENTRIES, StrStatus as StrStatus,
+                            _set_codecs as _set_codecs,
                             set_codecs as set_codecs)
 from kstore._lines import murmur2 as murmur2, split_lines as split_lines
 from kstore._mapping import Mapping as Mapping
@@ -28,7 +30,8 @@ from kstore._scan import (batch_headers as batch_headers, find_batch as find_bat
                           offset_index_floor_slot as offset_index_floor_slot,
                           offset_index_lookup as offset_index_lookup,
                           put_offset_entry as put_offset_entry, put_time_entry as put_time_entry,
-                          recover_scan as recover_scan,
+                          recover_scan as recover_scan, RecoverResult as RecoverResult,
+                          ScanStatus as ScanStatus,
                           time_index_floor_slot_by_offset as time_index_floor_slot_by_offset,
                           time_index_lookup as time_index_lookup,
                           validate_batches as validate_batches)

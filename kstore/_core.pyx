@@ -29,16 +29,18 @@ from kstore._crc import (crc32, crc32c, crc32c_hw, crc32c_implementation, crc32c
 from kstore._record import AppendInfo, empty_append_info, _make_record
 from kstore._format import (CODEC_NAMES, LOG_OVERHEAD_, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES, RECORD_BATCH_OVERHEAD, TIME_DTYPE,
-                            TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, set_codecs, _set_codecs)
+                            TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs,
+                            _set_codecs)
 from kstore._decode import decode_batches
 from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,
+                          RecoverResult, ScanStatus,
                           time_index_floor_slot_by_offset, time_index_lookup, validate_batches)
 from kstore._lines import murmur2, split_lines
 from kstore._column_input import ColumnInput
 from kstore._encode import BatchBuilder
 from kstore._compact import CleanStats, OffsetMap, build_offset_map, filter_batches
-from kstore._columnar import Columns, decode_columns
+from kstore._columnar import Columns, ColumnsStatus, decode_columns
 
 # cimported above, so not yet Python names of this module
 globals().update(Mapping=Mapping, Record=Record)

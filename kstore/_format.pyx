@@ -4,6 +4,8 @@
 (the corruption error, the CRC requirement and the codec hooks kstore.compression installs)."""
 from libc.stdint cimport uint8_t, uint32_t
 
+import enum
+
 import numpy as np
 
 from kstore.errors import CorruptRecordError, UnsupportedCodecError
@@ -18,6 +20,22 @@ TIME_WARM_ENTRIES = 8192 // 12
 # the on-disk layout of .index and .timeindex entries
 OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
 TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+
+
+class StrStatus(str, enum.Enum):
+    """Base of the core's status enums: each member is also its value string (equal to it,
+    hashed and formatted as it), so callers written against the former plain strings work."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
 
 # attribute bits
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}

@@ -11,8 +11,78 @@ from kstore._mapping cimport Mapping
 import numpy as np
 
 from kstore._format import OFFSET_DTYPE as _OFFSET_DTYPE, TIME_DTYPE as _TIME_DTYPE
+from kstore._format import StrStatus as _StrStatus
 
 cdef uint8_t _empty_byte = 0
+
+
+class ScanStatus(_StrStatus):
+    """Where recover_scan stopped: at the end of the valid batches (END: the data ends, or what
+    follows is no whole batch), or at an invalid batch and why."""
+    END = "end"
+    CORRUPT = "corrupt"               # malformed header or record lengths
+    CRC = "crc"                       # stored CRC does not match
+    OFFSET_ORDER = "offset_order"     # offsets do not follow the previous batch's
+    OVERFLOW = "overflow"             # more than 2^31-1 above the segment's base offset
+    BELOW_BASE = "below_base"         # below the segment's base offset
+    PAST_NEXT = "past_next"           # at or past the next segment's base offset
+
+
+_STATUS = {R_END: ScanStatus.END, R_CORRUPT: ScanStatus.CORRUPT, R_CRC: ScanStatus.CRC,
+           R_OFFSET_ORDER: ScanStatus.OFFSET_ORDER, R_OVERFLOW: ScanStatus.OVERFLOW,
+           R_BELOW_BASE: ScanStatus.BELOW_BASE, R_PAST_NEXT: ScanStatus.PAST_NEXT}
+
+
+class RecoverResult(dict):
+    """recover_scan's result. A dict (its callers read and extend it by key, as they did the plain
+    dict it replaces) whose fields are also typed attributes: valid_bytes, next_offset (-1 if no
+    batch), max_timestamp, offset_of_max_timestamp, first_batch_timestamp, batches,
+    offset_entries / time_entries (big-endian structured arrays in the on-disk layout), status
+    (a ScanStatus), reason (text) and tail_zero."""
+
+    @property
+    def valid_bytes(self) -> int:
+        return self["valid_bytes"]
+
+    @property
+    def next_offset(self) -> int:
+        return self["next_offset"]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self["max_timestamp"]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self["offset_of_max_timestamp"]
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        return self["first_batch_timestamp"]
+
+    @property
+    def batches(self) -> int:
+        return self["batches"]
+
+    @property
+    def offset_entries(self):
+        return self["offset_entries"]
+
+    @property
+    def time_entries(self):
+        return self["time_entries"]
+
+    @property
+    def status(self) -> ScanStatus:
+        return self["status"]
+
+    @property
+    def reason(self) -> str:
+        return self["reason"]
+
+    @property
+    def tail_zero(self) -> bool:
+        return self["tail_zero"]
 
 
 def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint verify_crc=True):
@@ -88,11 +158,11 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
                  int64_t upper_bound=-1):
     """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
 
-    Returns a dict: valid_bytes, next_offset (-1 if no batch), max_timestamp,
+    Returns a RecoverResult: valid_bytes, next_offset (-1 if no batch), max_timestamp,
     offset_of_max_timestamp, first_batch_timestamp, batches, offset_entries / time_entries
-    (big-endian structured arrays in the on-disk layout), status ('end', 'corrupt', 'crc',
-    'offset_order', 'overflow', 'below_base'), reason (text) and tail_zero (whether the bytes
-    after valid_bytes are all zero, i.e. a preallocated tail rather than garbage).
+    (big-endian structured arrays in the on-disk layout), status (a ScanStatus), reason (text)
+    and tail_zero (whether the bytes after valid_bytes are all zero, i.e. a preallocated tail
+    rather than garbage).
     Runs without the GIL. `start` / `prev_last_offset` continue a scan from a known valid
     position (the read-only refresh of a segment another process appends to). A batch reaching
     `upper_bound` (the next segment's base offset, if >= 0) is invalid ('past_next'): base
@@ -162,8 +232,6 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
                     break
     finally:
         m.unpin()
-    names = {R_END: "end", R_CORRUPT: "corrupt", R_CRC: "crc", R_OFFSET_ORDER: "offset_order",
-             R_OVERFLOW: "overflow", R_BELOW_BASE: "below_base", R_PAST_NEXT: "past_next"}
     if status == R_CRC:
         reason = f"CRC mismatch in the batch at position {valid} (stored {stored:#010x}, computed {computed:#010x})"
     elif status == R_OFFSET_ORDER:
@@ -179,19 +247,19 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
         reason = f"at position {valid}: {why.decode('ascii')}"
     else:
         reason = ""
-    return {
-        "valid_bytes": valid,
-        "next_offset": prev_last + 1 if have_prev else -1,
-        "max_timestamp": max_ts,
-        "offset_of_max_timestamp": off_max,
-        "first_batch_timestamp": first_ts,
-        "batches": batches,
-        "offset_entries": oarr[:no],
-        "time_entries": tarr[:nt],
-        "status": names[status],
-        "reason": reason,
-        "tail_zero": tail_zero,
-    }
+    return RecoverResult(
+        valid_bytes=valid,
+        next_offset=prev_last + 1 if have_prev else -1,
+        max_timestamp=max_ts,
+        offset_of_max_timestamp=off_max,
+        first_batch_timestamp=first_ts,
+        batches=batches,
+        offset_entries=oarr[:no],
+        time_entries=tarr[:nt],
+        status=_STATUS[status],
+        reason=reason,
+        tail_zero=tail_zero,
+    )
 
 
 cdef inline Py_ssize_t _checked_entries(Mapping m, Py_ssize_t n, Py_ssize_t esize) except -2:

@@ -70,3 +70,18 @@ def test_record_pickles_and_compares():
     r = _core.decode_batches(build([(b"k", b"v", NOW, [("a", b"b")])], base=5).getvalue())[0]
     r2 = pickle.loads(pickle.dumps(r))
     assert r2 == r and r2.offset == 5 and r2.headers == (("a", b"b"),)
+
+
+def test_recover_scan_result_is_typed_and_still_a_dict():
+    import tempfile
+    raw = build([(b"k", b"v")], base=7).getvalue() + b"\x00" * 40
+    with tempfile.TemporaryFile() as f:
+        f.write(raw)
+        f.flush()
+        m = _core.Mapping(f.fileno(), len(raw), False)
+        res = _core.recover_scan(m, len(raw), 7, 4096, 10, 10)
+        m.close()
+    assert isinstance(res, dict) and res.valid_bytes == res["valid_bytes"] == len(raw) - 40
+    assert res.next_offset == 8 and res.batches == 1 and res.tail_zero
+    assert res.status is _core.ScanStatus.CORRUPT and res["status"] == "corrupt"
+    assert {"corrupt": 1}.get(res.status) == 1 and f"{res.status}" == "corrupt"
