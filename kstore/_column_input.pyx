@@ -122,7 +122,7 @@ cdef class ColumnInput:
         rows into batches under a byte budget without per-row Python work."""
         out = np.empty(self.n, dtype=np.int64)
         cdef int64_t[::1] o = out
-        cdef Py_ssize_t i, j, s, h0, h1, k, v
+        cdef Py_ssize_t i, j, s, k, v
         for i in range(self.n):
             k = self.key_len(i)
             v = self.value_len(i)

@@ -13,7 +13,7 @@ from kstore._crc import (_force_table_crc as _force_table_crc, crc32 as crc32, c
                          crc32c_table as crc32c_table)
 from kstore._decode import decode_batches as decode_batches
 from kstore._encode import BatchBuilder as BatchBuilder
-from kstore._format import (CODEC_NAMES as CODEC_NAMES, LOG_OVERHEAD_ as LOG_OVERHEAD_,
+from kstore._format import (CODEC_NAMES as CODEC_NAMES,
                             OFFSET_DTYPE as OFFSET_DTYPE, OFFSET_ENTRY_SIZE as OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES as OFFSET_WARM_ENTRIES,
                             RECORD_BATCH_OVERHEAD as RECORD_BATCH_OVERHEAD,

@@ -27,7 +27,7 @@ from kstore.errors import CorruptRecordError
 from kstore._crc import (crc32, crc32c, crc32c_hw, crc32c_implementation, crc32c_table,
                          _force_table_crc)
 from kstore._record import AppendInfo, empty_append_info, _make_record
-from kstore._format import (CODEC_NAMES, LOG_OVERHEAD_, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
+from kstore._format import (CODEC_NAMES, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES, RECORD_BATCH_OVERHEAD, TIME_DTYPE,
                             TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs,
                             _set_codecs)
@@ -290,7 +290,6 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
     cdef Py_ssize_t i, n = PyList_GET_SIZE(views), slot, pos, end
     cdef int64_t off
     cdef const uint8_t* tp
-    cdef const uint8_t* op
     for i in range(n):
         v = <SegmentView>PyList_GET_ITEM(views, i)
         if v.size == 0:

@@ -89,12 +89,11 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
                                int64_t abs_delta, int64_t wrapper_ts, bint wrapper_lat) except -1:
     """Decode one v0/v1 message (a compressed wrapper recursively) into out."""
     cdef Py_ssize_t q = pos + LOG_OVERHEAD + 4 + 2
-    cdef Py_ssize_t end = pos + h.size
     cdef int32_t klen, vlen
     cdef int codec = h.attrs & CODEC_MASK
     cdef int64_t ts = NO_TIMESTAMP
     cdef Record r
-    cdef Py_ssize_t added = 0, ipos, iend, n
+    cdef Py_ssize_t added = 0, ipos, n
     cdef BatchHeader ih
     cdef const char* why
     cdef const uint8_t* ip

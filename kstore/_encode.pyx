@@ -123,10 +123,7 @@ cdef class BatchBuilder:
         CreateTime timestamps must lie in [ts_min, ts_max]; a missing timestamp means `now`.
         Returns the record count (0 writes nothing).
         """
-        cdef Py_ssize_t n, i, L
-        cdef object item, key, value, ts_obj, headers
-        cdef int64_t ts
-        cdef int64_t* tss
+        cdef Py_ssize_t n
         cdef list keep = []
         cdef bint is_list
         if type(records) is list:
@@ -235,7 +232,6 @@ cdef class BatchBuilder:
         cdef const uint8_t* vp
         cdef object item, key, value, ts_obj, headers
         cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
-        cdef int64_t off_max = -1
         cdef list hdrs
         cdef bytes hk, hv
         self._ensure(V2_OVERHEAD + 64)
@@ -266,7 +262,6 @@ cdef class BatchBuilder:
                 base_ts = ts
             if ts > max_ts:
                 max_ts = ts
-                off_max = base_offset + i
             hcount = 0
             hdrs = None
             if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
@@ -341,10 +336,6 @@ cdef class BatchBuilder:
         Returns the record count."""
         cdef Py_ssize_t n = stop - start, i, pos, body, j, h0, h1, hk, klen, vlen, hcount, hbytes
         cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
-        cdef const uint8_t* kp
-        cdef const uint8_t* vp
-        cdef int err = 0
-        cdef Py_ssize_t bad = -1
         self.size = 0
         self.count = 0
         self.magic = 2

@@ -6,7 +6,6 @@ from typing_extensions import Self
 
 import numpy as np
 
-LOG_OVERHEAD_: int
 RECORD_BATCH_OVERHEAD: int
 OFFSET_ENTRY_SIZE: int
 TIME_ENTRY_SIZE: int

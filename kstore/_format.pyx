@@ -11,7 +11,6 @@ import numpy as np
 from kstore.errors import CorruptRecordError, UnsupportedCodecError
 
 # Kafka: LOG_OVERHEAD, RECORD_BATCH_OVERHEAD; index entry sizes and warm sections (KAFKA-6432)
-LOG_OVERHEAD_ = LOG_OVERHEAD
 RECORD_BATCH_OVERHEAD = V2_OVERHEAD
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12

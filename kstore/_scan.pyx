@@ -187,7 +187,7 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     cdef const uint8_t* p
     cdef Py_ssize_t valid = start, last_entry_pos = start, batches = 0
     cdef int64_t prev_last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
-    cdef int64_t last_time_ts = NO_TIMESTAMP, last_time_off = -1
+    cdef int64_t last_time_ts = NO_TIMESTAMP
     cdef int status = R_END
     cdef BatchHeader h
     cdef const char* why = ""
@@ -220,7 +220,6 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
                         st32(tp + 12 * nt + 8, <uint32_t>(off_max - base_offset))
                         nt += 1
                         last_time_ts = max_ts
-                        last_time_off = off_max
                     last_entry_pos = valid
                 prev_last = h.last_offset
                 have_prev = True
