@@ -2,7 +2,8 @@
 """Kafka's record format for the extension modules, in one place (LevelDB's log_format.h and
 coding.h): sizes and attribute bits, big-endian loads/stores, zig-zag varints, the v2 record
 layout, the batch header parse and THE batch validity check used by validation, recovery and
-the read-only refresh. All inline: compiled into each user, no call across modules."""
+the read-only refresh. The helpers are inline (compiled into each user: no call across
+modules); the error paths and codec hooks at the end are _format.pyx's."""
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t, int64_t
 from libc.string cimport memcpy

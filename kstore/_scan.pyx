@@ -195,6 +195,7 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     cdef bint have_prev = prev_last_offset >= 0
     cdef bint tail_zero = True
     cdef Py_ssize_t i
+    h.base_offset = h.last_offset = 0     # (read by the reasons below only once parsed)
     p = m.ptr()
     m.pin()
     try:
