@@ -1,4 +1,4 @@
-"""Builds kstore's Cython core. Metadata lives in pyproject.toml."""
+"""Builds kstore's Cython core: one extension module per concept. Metadata lives in pyproject.toml."""
 import os
 
 import numpy
@@ -13,14 +13,34 @@ if fuzz:
     directives.update(boundscheck=True, wraparound=True, initializedcheck=True, overflowcheck=True)
     extra_compile_args = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
 
-ext = Extension(
-    "kstore._core",
-    sources=["kstore/_core.pyx"],
-    depends=["kstore/_kstore.h"],
-    include_dirs=["kstore", numpy.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    extra_compile_args=extra_compile_args,
-    extra_link_args=["-fsanitize=address,undefined"] if fuzz else [],
-)
+# Every module and the C headers it includes; each module's .pxd (beside it) is picked up by
+# cythonize. _core last: the package's entry, it imports (and re-exports) all the others.
+MODULES = {
+    "_crc": ["kstore/_crc.h"],
+    "_mapping": [],
+    "_record": [],
+    "_format": [],
+    "_decode": [],
+    "_scan": [],
+    "_lines": [],
+    "_column_input": [],
+    "_encode": [],
+    "_compact": ["kstore/_murmur3.h"],
+    "_columnar": [],
+    "_core": [],
+}
 
-setup(ext_modules=cythonize([ext], compiler_directives=directives, quiet=True))
+extensions = [
+    Extension(
+        f"kstore.{name}",
+        sources=[f"kstore/{name}.pyx"],
+        depends=headers,
+        include_dirs=["kstore", numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=extra_compile_args,
+        extra_link_args=["-fsanitize=address,undefined"] if fuzz else [],
+    )
+    for name, headers in MODULES.items()
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives=directives, quiet=True))

@@ -7,14 +7,7 @@
 """
 from __future__ import annotations
 
-import crcmod.predefined as _crcmod
-
-from kstore import _core
-
-# The software CRC tables come from crcmod's definitions (the design card's oracle).
-_core._init_crc_tables(_crcmod.Crc("crc-32c").table, _crcmod.Crc("crc-32").table)
-
-from kstore import compression as _compression  # noqa: E402, F401  (registers the codecs)
+from kstore import compression as _compression  # noqa: F401  (registers the codecs)
 from kstore._core import AppendInfo, Record, crc32, crc32c  # noqa: E402
 from kstore.config import LogConfig  # noqa: E402
 from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflowError,  # noqa: E402

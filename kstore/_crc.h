@@ -1,10 +1,11 @@
-/* C helpers for kstore/_core.pyx: CRC-32C (Castagnoli, Kafka v2 batches) and CRC-32 (IEEE,
- * Kafka v0/v1 messages).  The software path is slice-by-8 over tables seeded from crcmod's
- * definitions (handed in by _core at import); on x86-64 with SSE4.2 the CRC-32C path uses the
- * crc32 instruction, chosen at run time.  All functions take and return finalized CRCs, like
+/* CRC-32C (Castagnoli, Kafka v2 batches) and CRC-32 (IEEE, Kafka v0/v1 messages) for
+ * kstore/_crc.pyx, the only file that includes this header.  The software path is slice-by-8
+ * over tables built here by ks_crc_init() at import (reflected polynomials 0x82F63B78 and
+ * 0xEDB88320; the tests check them against crcmod); on x86-64 with SSE4.2 the CRC-32C path uses
+ * the crc32 instruction, chosen at run time.  All functions take and return finalized CRCs, like
  * zlib.crc32(data, value). */
-#ifndef KSTORE_H
-#define KSTORE_H
+#ifndef KSTORE_CRC_H
+#define KSTORE_CRC_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -14,10 +15,16 @@ static uint32_t ks_crc32c_tab[8][256];
 static uint32_t ks_crc32_tab[8][256];
 static int ks_crc32c_use_hw = 0;
 
-static void ks_fill_tables(uint32_t t[8][256], const uint32_t *base)
+/* Slice-by-8 tables of the reflected CRC with polynomial `poly`: t[0] is the classic bytewise
+ * table, t[k] advances a byte k further. */
+static void ks_fill_tables(uint32_t t[8][256], uint32_t poly)
 {
     int i, k;
-    for (i = 0; i < 256; i++) t[0][i] = base[i];
+    for (i = 0; i < 256; i++) {
+        uint32_t c = (uint32_t)i;
+        for (k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
+        t[0][i] = c;
+    }
     for (i = 0; i < 256; i++) {
         uint32_t c = t[0][i];
         for (k = 1; k < 8; k++) { c = t[0][c & 0xff] ^ (c >> 8); t[k][i] = c; }
@@ -117,6 +124,15 @@ static void ks_init_shift(void) {}
 static int ks_cpu_has_crc32c(void) { return 0; }
 #endif
 
+/* Build every table and choose the CRC-32C path (the instruction where the CPU has it). */
+static void ks_crc_init(void)
+{
+    ks_fill_tables(ks_crc32c_tab, 0x82F63B78u);
+    ks_fill_tables(ks_crc32_tab, 0xEDB88320u);
+    ks_init_shift();
+    ks_crc32c_use_hw = (KS_HAVE_HW_CRC && ks_cpu_has_crc32c()) ? 1 : 0;
+}
+
 static inline uint32_t ks_crc32c(uint32_t crc, const unsigned char *p, size_t n)
 {
     if (ks_crc32c_use_hw) return ks_crc32c_hw(crc, p, n);
@@ -131,58 +147,6 @@ static inline uint32_t ks_crc32c_table(uint32_t crc, const unsigned char *p, siz
 static inline uint32_t ks_crc32(uint32_t crc, const unsigned char *p, size_t n)
 {
     return ks_crc_sw(ks_crc32_tab, crc, p, n);
-}
-
-/* MurmurHash3 x64 128-bit (public domain, Austin Appleby): the cleaner's key hash. 128 bits
- * like Kafka's MD5, several times faster; collisions between distinct keys are ~2^-128. */
-static inline uint64_t ks_rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static inline uint64_t ks_fmix64(uint64_t k)
-{
-    k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL; k ^= k >> 33;
-    return k;
-}
-static void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
-{
-    const size_t nblocks = len / 16;
-    uint64_t h1 = 0x9747b28cULL, h2 = 0x9747b28cULL;
-    const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
-    size_t i;
-    for (i = 0; i < nblocks; i++) {
-        uint64_t k1, k2;
-        memcpy(&k1, data + i * 16, 8); memcpy(&k2, data + i * 16 + 8, 8);
-        k1 *= c1; k1 = ks_rotl64(k1, 31); k1 *= c2; h1 ^= k1;
-        h1 = ks_rotl64(h1, 27); h1 += h2; h1 = h1 * 5 + 0x52dce729;
-        k2 *= c2; k2 = ks_rotl64(k2, 33); k2 *= c1; h2 ^= k2;
-        h2 = ks_rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
-    }
-    {
-        const unsigned char *tail = data + nblocks * 16;
-        uint64_t k1 = 0, k2 = 0;
-        switch (len & 15) {
-        case 15: k2 ^= ((uint64_t)tail[14]) << 48; /* fall through */
-        case 14: k2 ^= ((uint64_t)tail[13]) << 40; /* fall through */
-        case 13: k2 ^= ((uint64_t)tail[12]) << 32; /* fall through */
-        case 12: k2 ^= ((uint64_t)tail[11]) << 24; /* fall through */
-        case 11: k2 ^= ((uint64_t)tail[10]) << 16; /* fall through */
-        case 10: k2 ^= ((uint64_t)tail[9]) << 8;   /* fall through */
-        case 9:  k2 ^= ((uint64_t)tail[8]);
-                 k2 *= c2; k2 = ks_rotl64(k2, 33); k2 *= c1; h2 ^= k2; /* fall through */
-        case 8:  k1 ^= ((uint64_t)tail[7]) << 56; /* fall through */
-        case 7:  k1 ^= ((uint64_t)tail[6]) << 48; /* fall through */
-        case 6:  k1 ^= ((uint64_t)tail[5]) << 40; /* fall through */
-        case 5:  k1 ^= ((uint64_t)tail[4]) << 32; /* fall through */
-        case 4:  k1 ^= ((uint64_t)tail[3]) << 24; /* fall through */
-        case 3:  k1 ^= ((uint64_t)tail[2]) << 16; /* fall through */
-        case 2:  k1 ^= ((uint64_t)tail[1]) << 8;  /* fall through */
-        case 1:  k1 ^= ((uint64_t)tail[0]);
-                 k1 *= c1; k1 = ks_rotl64(k1, 31); k1 *= c2; h1 ^= k1;
-        }
-    }
-    h1 ^= len; h2 ^= len;
-    h1 += h2; h2 += h1;
-    h1 = ks_fmix64(h1); h2 = ks_fmix64(h2);
-    h1 += h2; h2 += h1;
-    out[0] = h1; out[1] = h2;
 }
 
 #endif

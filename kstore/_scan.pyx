@@ -1,0 +1,319 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: embedsignature=True
+"""Scans over a segment's bytes that stop at batch headers: validation, the recovery scan
+(Kafka's LogSegment.recover) that also computes both indexes, header listings, and the
+offset / time index floor searches and entry writes."""
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
+
+from kstore._format cimport *
+from kstore._mapping cimport Mapping
+
+import numpy as np
+
+from kstore._format import OFFSET_DTYPE as _OFFSET_DTYPE, TIME_DTYPE as _TIME_DTYPE
+from kstore._format import StrStatus as _StrStatus
+
+cdef uint8_t _empty_byte = 0
+
+
+class ScanStatus(_StrStatus):
+    """Where recover_scan stopped: at the end of the valid batches (END: the data ends, or what
+    follows is no whole batch), or at an invalid batch and why."""
+    END = "end"
+    CORRUPT = "corrupt"               # malformed header or record lengths
+    CRC = "crc"                       # stored CRC does not match
+    OFFSET_ORDER = "offset_order"     # offsets do not follow the previous batch's
+    OVERFLOW = "overflow"             # more than 2^31-1 above the segment's base offset
+    BELOW_BASE = "below_base"         # below the segment's base offset
+    PAST_NEXT = "past_next"           # at or past the next segment's base offset
+
+
+_STATUS = {R_END: ScanStatus.END, R_CORRUPT: ScanStatus.CORRUPT, R_CRC: ScanStatus.CRC,
+           R_OFFSET_ORDER: ScanStatus.OFFSET_ORDER, R_OVERFLOW: ScanStatus.OVERFLOW,
+           R_BELOW_BASE: ScanStatus.BELOW_BASE, R_PAST_NEXT: ScanStatus.PAST_NEXT}
+
+
+class RecoverResult(dict):
+    """recover_scan's result. A dict (its callers read and extend it by key, as they did the plain
+    dict it replaces) whose fields are also typed attributes: valid_bytes, next_offset (-1 if no
+    batch), max_timestamp, offset_of_max_timestamp, first_batch_timestamp, batches,
+    offset_entries / time_entries (big-endian structured arrays in the on-disk layout), status
+    (a ScanStatus), reason (text) and tail_zero."""
+
+    @property
+    def valid_bytes(self) -> int:
+        return self["valid_bytes"]
+
+    @property
+    def next_offset(self) -> int:
+        return self["next_offset"]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self["max_timestamp"]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self["offset_of_max_timestamp"]
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        return self["first_batch_timestamp"]
+
+    @property
+    def batches(self) -> int:
+        return self["batches"]
+
+    @property
+    def offset_entries(self):
+        return self["offset_entries"]
+
+    @property
+    def time_entries(self):
+        return self["time_entries"]
+
+    @property
+    def status(self) -> ScanStatus:
+        return self["status"]
+
+    @property
+    def reason(self) -> str:
+        return self["reason"]
+
+    @property
+    def tail_zero(self) -> bool:
+        return self["tail_zero"]
+
+
+def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint verify_crc=True):
+    """Validate a run of batches held in memory (a pread copy): returns (valid_bytes,
+    last_offset (prev_last_offset if none), max_timestamp, offset_of_max_timestamp, complete)
+    where complete is False when the data ended inside a batch (more may follow on disk)."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
+    cdef BatchHeader h
+    cdef const char* why
+    cdef int status
+    cdef uint32_t s, c
+    cdef int64_t last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1
+    cdef bint complete = True
+    while True:
+        status = check_batch(p, pos, n, &h, base_offset, last, last >= 0, -1, verify_crc, &why,
+                             &s, &c)
+        if status == R_END:
+            complete = (n - pos) == 0 or not (n - pos < HEADER_UP_TO_MAGIC or
+                                              pos + LOG_OVERHEAD + ld32(p + pos + 8) > n)
+            if n - pos >= 12 and ld32(p + pos + 8) == 0 and ld64(p + pos) == 0:
+                complete = True    # zero padding: nothing more to come at this position yet
+            break
+        if status != R_VALID:
+            break
+        if h.max_timestamp > max_ts:
+            max_ts = h.max_timestamp
+            off_max = h.last_offset
+        last = h.last_offset
+        pos += h.size
+    return (pos, last, max_ts, off_max, complete)
+
+
+def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):
+    """Kafka's searchForOffsetWithSize: position of the first batch at or after `start` whose
+    last offset >= target, or -1 if none before `end` (headers only, no CRC)."""
+    cdef const uint8_t* p
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    p = m.ptr()
+    while True:
+        if parse_header(p, pos, end, &h, &why) != H_OK:
+            return -1
+        if h.last_offset >= target:
+            return pos
+        pos += h.size
+
+def batch_headers(Mapping m, Py_ssize_t start, Py_ssize_t end):
+    """List of (position, base_offset, last_offset, size, magic, attrs, max_timestamp, count)
+    for the well-formed batches in [start, end); stops at the first malformed one."""
+    cdef const uint8_t* p
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    cdef list out = []
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    p = m.ptr()
+    while parse_header(p, pos, end, &h, &why) == H_OK:
+        out.append((pos, h.base_offset, h.last_offset, h.size, h.magic, h.attrs,
+                    h.max_timestamp, h.count))
+        pos += h.size
+    return out
+
+
+def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_interval,
+                 Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
+                 bint verify_crc=True, Py_ssize_t start=0, int64_t prev_last_offset=-1,
+                 int64_t upper_bound=-1):
+    """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
+
+    Returns a RecoverResult: valid_bytes, next_offset (-1 if no batch), max_timestamp,
+    offset_of_max_timestamp, first_batch_timestamp, batches, offset_entries / time_entries
+    (big-endian structured arrays in the on-disk layout), status (a ScanStatus), reason (text)
+    and tail_zero (whether the bytes after valid_bytes are all zero, i.e. a preallocated tail
+    rather than garbage).
+    Runs without the GIL. `start` / `prev_last_offset` continue a scan from a known valid
+    position (the read-only refresh of a segment another process appends to). A batch reaching
+    `upper_bound` (the next segment's base offset, if >= 0) is invalid ('past_next'): base
+    offsets lie outside the CRC, so a flipped bit there is caught only this way.
+    """
+    if end < 0 or end > m.length or start < 0 or start > end:
+        raise ValueError("scan range outside mapping")
+    cdef Py_ssize_t cap_o = max_offset_entries if max_offset_entries > 0 else 0
+    cdef Py_ssize_t cap_t = max_time_entries if max_time_entries > 0 else 0
+    cdef Py_ssize_t bound = end // (index_interval + 1) + 2
+    if cap_o > bound:
+        cap_o = bound
+    if cap_t > bound:
+        cap_t = bound
+    oarr = np.zeros(cap_o, dtype=_OFFSET_DTYPE)
+    tarr = np.zeros(cap_t, dtype=_TIME_DTYPE)
+    cdef uint8_t[::1] ob = oarr.view(np.uint8) if cap_o else np.zeros(1, np.uint8)
+    cdef uint8_t[::1] tb = tarr.view(np.uint8) if cap_t else np.zeros(1, np.uint8)
+    cdef uint8_t* op = &ob[0]
+    cdef uint8_t* tp = &tb[0]
+    cdef Py_ssize_t no = 0, nt = 0
+    cdef const uint8_t* p
+    cdef Py_ssize_t valid = start, last_entry_pos = start, batches = 0
+    cdef int64_t prev_last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1, first_ts = NO_TIMESTAMP
+    cdef int64_t last_time_ts = NO_TIMESTAMP
+    cdef int status = R_END
+    cdef BatchHeader h
+    cdef const char* why = ""
+    cdef uint32_t stored = 0, computed = 0
+    cdef bint have_prev = prev_last_offset >= 0
+    cdef bint tail_zero = True
+    cdef Py_ssize_t i
+    h.base_offset = h.last_offset = 0     # (read by the reasons below only once parsed)
+    p = m.ptr()
+    m.pin()
+    try:
+        with nogil:
+            while True:
+                status = check_batch(p, valid, end, &h, base_offset, prev_last, have_prev,
+                                     upper_bound, verify_crc, &why, &stored, &computed)
+                if status != R_VALID:
+                    break
+                if batches == 0:
+                    first_ts = h.max_timestamp
+                if h.max_timestamp > max_ts:
+                    max_ts = h.max_timestamp
+                    off_max = h.last_offset
+                if valid - last_entry_pos > index_interval:
+                    if no < cap_o:
+                        st32(op + 8 * no, <uint32_t>(h.last_offset - base_offset))
+                        st32(op + 8 * no + 4, <uint32_t>valid)
+                        no += 1
+                    # TimeIndex.maybeAppend: only a strictly larger timestamp is written
+                    if max_ts > last_time_ts and nt < cap_t:
+                        st64(tp + 12 * nt, <uint64_t>max_ts)
+                        st32(tp + 12 * nt + 8, <uint32_t>(off_max - base_offset))
+                        nt += 1
+                        last_time_ts = max_ts
+                    last_entry_pos = valid
+                prev_last = h.last_offset
+                have_prev = True
+                valid += h.size
+                batches += 1
+            for i in range(valid, end):
+                if p[i] != 0:
+                    tail_zero = False
+                    break
+    finally:
+        m.unpin()
+    if status == R_CRC:
+        reason = f"CRC mismatch in the batch at position {valid} (stored {stored:#010x}, computed {computed:#010x})"
+    elif status == R_OFFSET_ORDER:
+        reason = f"offsets of the batch at position {valid} do not follow the previous batch's last offset {prev_last}"
+    elif status == R_OVERFLOW:
+        reason = f"the batch at position {valid} has offset {h.last_offset}, more than 2^31-1 above the base offset {base_offset}"
+    elif status == R_PAST_NEXT:
+        reason = (f"the batch at position {valid} has offsets {h.base_offset}..{h.last_offset}, at or "
+                  f"past the next segment's base offset {upper_bound}")
+    elif status == R_BELOW_BASE:
+        reason = f"the batch at position {valid} has offset {h.base_offset}, below the segment's base offset {base_offset}"
+    elif valid < end:
+        reason = f"at position {valid}: {why.decode('ascii')}"
+    else:
+        reason = ""
+    return RecoverResult(
+        valid_bytes=valid,
+        next_offset=prev_last + 1 if have_prev else -1,
+        max_timestamp=max_ts,
+        offset_of_max_timestamp=off_max,
+        first_batch_timestamp=first_ts,
+        batches=batches,
+        offset_entries=oarr[:no],
+        time_entries=tarr[:nt],
+        status=_STATUS[status],
+        reason=reason,
+        tail_zero=tail_zero,
+    )
+
+
+cdef inline Py_ssize_t _checked_entries(Mapping m, Py_ssize_t n, Py_ssize_t esize) except -2:
+    if n < 0 or n * esize > m.length:
+        raise ValueError(f"{n} index entries do not fit a mapping of {m.length} bytes")
+    return n
+
+def offset_index_floor_slot(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """Slot of the largest entry with offset <= target, or -1."""
+    _checked_entries(m, n, 8)
+    return floor_slot(m.ptr(), n, 8, 0, False, base_offset, target, 1024)
+
+def offset_index_lookup(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """OffsetIndex.lookup: (offset, position) of the floor entry, or (base_offset, 0)."""
+    _checked_entries(m, n, 8)
+    cdef const uint8_t* p = m.ptr()
+    cdef Py_ssize_t s = floor_slot(p, n, 8, 0, False, base_offset, target, 1024)
+    if s < 0:
+        return (base_offset, 0)
+    return (base_offset + ld32(p + 8 * s), ld32(p + 8 * s + 4))
+
+def time_index_lookup(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t ts):
+    """TimeIndex.lookup: (timestamp, offset) of the floor entry by timestamp, or (-1, base)."""
+    _checked_entries(m, n, 12)
+    cdef const uint8_t* p = m.ptr()
+    cdef Py_ssize_t s = floor_slot(p, n, 12, 0, True, 0, ts, 682)
+    if s < 0:
+        return (NO_TIMESTAMP, base_offset)
+    return (ld64(p + 12 * s), base_offset + ld32(p + 12 * s + 8))
+
+def time_index_floor_slot_by_offset(Mapping m, Py_ssize_t n, int64_t base_offset, int64_t target):
+    """Slot of the largest time entry whose offset <= target (TimeIndex.truncateTo), or -1."""
+    _checked_entries(m, n, 12)
+    return floor_slot(m.ptr(), n, 12, 8, False, base_offset, target, 682)
+
+def index_entry(Mapping m, Py_ssize_t slot, int entry_size):
+    """Raw entry at slot: (relative_offset, position) or (timestamp, relative_offset)."""
+    if slot < 0 or (slot + 1) * entry_size > m.length:
+        raise ValueError(f"index slot {slot} outside mapping")
+    cdef const uint8_t* p = m.ptr() + slot * entry_size
+    if entry_size == 8:
+        return (ld32(p), ld32(p + 4))
+    return (ld64(p), ld32(p + 8))
+
+def put_offset_entry(Mapping m, Py_ssize_t slot, int32_t rel, int32_t position):
+    if not m.writable or slot < 0 or (slot + 1) * 8 > m.length:
+        raise ValueError(f"cannot write offset index slot {slot}")
+    cdef uint8_t* p = <uint8_t*>m.ptr() + slot * 8
+    st32(p, <uint32_t>rel)
+    st32(p + 4, <uint32_t>position)
+
+def put_time_entry(Mapping m, Py_ssize_t slot, int64_t ts, int32_t rel):
+    if not m.writable or slot < 0 or (slot + 1) * 12 > m.length:
+        raise ValueError(f"cannot write time index slot {slot}")
+    cdef uint8_t* p = <uint8_t*>m.ptr() + slot * 12
+    st64(p, <uint64_t>ts)
+    st32(p + 8, <uint32_t>rel)
