@@ -19,7 +19,6 @@ from kstore._format import (CODEC_NAMES as CODEC_NAMES,
                             RECORD_BATCH_OVERHEAD as RECORD_BATCH_OVERHEAD,
                             TIME_DTYPE as TIME_DTYPE, TIME_ENTRY_SIZE as TIME_ENTRY_SIZE,
                             TIME_WARM_ENTRIES as TIME_WARM_ENTRIES, StrStatus as StrStatus,
-                            _set_codecs as _set_codecs,
                             set_codecs as set_codecs)
 from kstore._lines import murmur2 as murmur2, split_lines as split_lines
 from kstore._mapping import Mapping as Mapping

@@ -29,8 +29,7 @@ from kstore._crc import (crc32, crc32c, crc32c_hw, crc32c_implementation, crc32c
 from kstore._record import AppendInfo, empty_append_info, _make_record
 from kstore._format import (CODEC_NAMES, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES, RECORD_BATCH_OVERHEAD, TIME_DTYPE,
-                            TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs,
-                            _set_codecs)
+                            TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs)
 from kstore._decode import decode_batches
 from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,

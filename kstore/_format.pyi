@@ -19,7 +19,6 @@ _Decompress = Callable[[int, bytes, int], bytes]
 _Compress = Callable[[int, bytes, Optional[int], int], bytes]
 
 def set_codecs(decompress: _Decompress, compress: _Compress) -> None: ...
-def _set_codecs(decompress: _Decompress, compress: _Compress) -> None: ...
 
 # the base of the status enums (ScanStatus, ColumnsStatus): memberless by design
 class StrStatus(str, enum.Enum):  # type: ignore[misc]

@@ -52,8 +52,6 @@ def set_codecs(decompress, compress) -> None:
     _compress = compress
 
 
-_set_codecs = set_codecs     # the name kstore.compression calls today
-
 
 cdef object compress(int codec, object data, object level, int magic):
     if _compress is None:

@@ -205,4 +205,4 @@ def compress(codec: int, data: bytes, level=None, magic: int = 2) -> bytes:
     raise _unsupported(codec)
 
 
-_core._set_codecs(decompress, compress)
+_core.set_codecs(decompress, compress)
