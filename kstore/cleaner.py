@@ -378,7 +378,8 @@ class LogCleaner:
             # a segment closed or replaced under the clean (its mapping closed: "mapping is
             # closed"): a race with retention, delete_records, truncation or topic deletion
             if not isinstance(e, SegmentGoneError) and not _changed(lg, segs_before):
-                return self._uncleanable(ltc, e)
+                self._uncleanable(ltc, e)
+                return None
             log.info("clean of %s-%d aborted: %s changed during cleaning (%s)",
                      ltc.tp[0], ltc.tp[1], lg.dir, e)
             swap.remove_all_cleaned(self._io, lg.dir)
@@ -394,7 +395,8 @@ class LogCleaner:
             self._failures.mark_offline(d, e)
             return None
         except Exception as e:   # KAFKA-7215: one bad partition must not stop the cleaner
-            return self._uncleanable(ltc, e)
+            self._uncleanable(ltc, e)
+            return None
         finally:
             with self._done:
                 self._in_progress.discard(ltc.tp)

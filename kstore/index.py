@@ -187,7 +187,9 @@ class AbstractIndex:
         """The used entries as a big-endian structured numpy array over the mapping."""
         if self._map is None or self._entries == 0:
             return np.zeros(0, dtype=self.DTYPE)
-        return np.frombuffer(self._map, dtype=self.DTYPE, count=self._entries)
+        # Mapping exports the buffer protocol (Cython's __getbuffer__), which a stub cannot
+        # declare before Python 3.12's __buffer__
+        return np.frombuffer(self._map, dtype=self.DTYPE, count=self._entries)  # type: ignore[call-overload]
 
     def resize(self, new_size: int, durable: bool = False) -> bool:
         """Set the file and mapping length to new_size rounded down to whole entries (and fsync

@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import threading
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from kstore import swap
 from kstore.config import LogConfig
@@ -63,6 +63,8 @@ def storage_op(fn):
     return op
 
 
+
+_L = TypeVar("_L", bound="LocalLog")
 
 class LocalLog:
     """A partition directory's segments and offsets, and what changes them on disk."""
@@ -550,7 +552,7 @@ class LocalLog:
             finally:
                 self._release_locks()
 
-    def __enter__(self) -> LocalLog:
+    def __enter__(self: _L) -> _L:
         return self
 
     def __exit__(self, *exc) -> None:
