@@ -1,4 +1,8 @@
-"""Shared fixtures. Tests import the installed kstore (pytest runs with --import-mode=importlib)."""
+"""Shared fixtures. Tests import the installed kstore (pytest runs with --import-mode=importlib).
+
+Two tiers: the unit tests in tests/ (`pytest -m "not reliability"`, the fast tier) and the
+crash, corruption, fault, fuzz, soak and concurrency suites in tests/reliability/, marked
+`reliability` by that directory's conftest. `pytest -q` runs both, the fast tier first."""
 import os
 import sys
 
@@ -6,7 +10,8 @@ import pytest
 
 import kstore
 
-# helper modules beside the tests (thread_watchdog, crash_harness) import by name
+# helper modules beside the tests (thread_watchdog, crash_harness, race_harness, writer_process)
+# import by name, from tests/ and from tests/reliability/ alike
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -87,25 +92,3 @@ def spark():
     register(session)
     yield session
     session.stop()
-
-
-_RELIABILITY: dict = {}
-
-
-@pytest.fixture(scope="session")
-def reliability_counts():
-    """The reliability tests file their figures here (section -> dict); at the end of the session
-    they are merged into tests/.crash-counts.json for the README's Reliability section."""
-    yield _RELIABILITY
-    if not _RELIABILITY:
-        return
-    import json
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts.update(_RELIABILITY)
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)
