@@ -1,10 +1,13 @@
 """Shared fixtures. Tests import the installed kstore (pytest runs with --import-mode=importlib).
 
-Two tiers: the unit tests in tests/ (`pytest -m "not reliability"`, the fast tier) and the
-crash, corruption, fault, fuzz, soak and concurrency suites in tests/reliability/, marked
-`reliability` by that directory's conftest. `pytest -q` runs both, the fast tier first."""
+Tiers, by marker (`pytest -q` runs them all, the fast tier first):
+- the fast tier, `pytest -m "not reliability and not spark"`: the unit tests in tests/;
+- `spark`: the tests that use the `spark` fixture (a local SparkSession, a JVM), marked here;
+- `reliability`: the crash, corruption, fault, fuzz, soak and concurrency suites in
+  tests/reliability/, marked by that directory's conftest."""
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,21 @@ import kstore
 # helper modules beside the tests (thread_watchdog, crash_harness, race_harness, writer_process)
 # import by name, from tests/ and from tests/reliability/ alike
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+RELIABILITY_DIR = Path(__file__).resolve().parent / "reliability"
+
+
+@pytest.hookimpl(tryfirst=True)       # before the mark plugin deselects by -m
+def pytest_collection_modifyitems(config, items):
+    """Mark `spark` every test that uses the SparkSession, and order a run by tier: the fast tier
+    first (a failure shows within a couple of minutes of a whole-suite run), then spark, then
+    reliability (sorting keeps each tier's own order)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+    items.sort(key=lambda item: (RELIABILITY_DIR in item.path.resolve().parents,
+                                 item.get_closest_marker("spark") is not None))
 
 
 def pytest_report_header(config):

@@ -1,5 +1,6 @@
-"""The reliability tier: every test under tests/reliability/ is marked `reliability`, so
-`pytest -m "not reliability"` is the fast tier and `pytest -m reliability` this one.
+"""The reliability tier: every test under tests/reliability/ (crash, corruption, faults, fuzz,
+soak, concurrency, and the test_<module>_races.py files) is marked `reliability`: `pytest -m
+reliability` runs this tier, `pytest -m "not reliability and not spark"` the fast one.
 
 The helper modules (crash_harness, race_harness, thread_watchdog, writer_process) live in tests/,
 which the root conftest puts on sys.path: import them by name from here too.
@@ -19,16 +20,11 @@ COUNTS_PATH = HERE.parent / ".crash-counts.json"
 
 @pytest.hookimpl(tryfirst=True)       # before the mark plugin deselects by -m
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests under this directory `reliability` and run them after the fast tier, so a
-    whole-suite run (`pytest -q`) reports a unit failure within its first couple of minutes."""
-    unit, reliability = [], []
+    """Mark the tests under this directory `reliability` (the root conftest runs them last).
+    Called with every collected item, so it looks at each one's path."""
     for item in items:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.reliability)
-            reliability.append(item)
-        else:
-            unit.append(item)
-    items[:] = unit + reliability
 
 
 _COUNTS: dict = {}
