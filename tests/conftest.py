@@ -60,7 +60,7 @@ def open_log(log_dir):
 @pytest.fixture
 def watchdog():
     """watchdog(seconds): bound a test; on expiry every thread's stack is dumped and the run fails
-    (see tests/watchdog.py). Concurrency tests wrap their whole body in it."""
+    (see tests/thread_watchdog.py). Concurrency tests wrap their whole body in it."""
     from thread_watchdog import Watchdog
     dogs = []
 

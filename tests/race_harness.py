@@ -1,4 +1,4 @@
-"""The machinery of the thread-race tests (tests/test_concurrency.py): a Race runs step functions
+"""The machinery of the thread-race tests (tests/reliability/): a Race runs step functions
 in threads until stopped, recording any exception with its traceback; Acked records what the
 appenders were told; the check_* functions turn what readers saw into exact verdicts whose
 messages start with the defect class (LOST, WRONG, SKIP, REPEAT, EMPTY READ, UNEXPECTED
