@@ -412,7 +412,7 @@ def explore(snapshots: list[Snapshot], workdir: str, check: Callable[[str, Snaps
         variants = [("kill", True, "all", 0)]
         n = len(snap.pending)
         if prefixes == "all":
-            ps = range(n + 1)
+            ps = list(range(n + 1))
         else:
             ps = sorted({0, n, rng.randint(0, n)})
         for mode in modes:

@@ -31,7 +31,7 @@ def submodule_names() -> set[str]:
     """Base names of kstore's own modules, compiled ones included (`_core` from _core.pyx, .pyi or
     .so): a private *module* is the package's internals, so importing it or reaching it as an
     attribute (`kstore._core`) is no crossing; its underscored names are."""
-    names = set()
+    names: set[str] = set()
     for root, dirs, files in os.walk(PKG):
         names.update(d for d in dirs if os.path.exists(os.path.join(root, d, "__init__.py")))
         names.update(f.split(".", 1)[0] for f in files if f.endswith((".py", ".pyx", ".pyi", ".so")))
