@@ -2,7 +2,7 @@
 # Build kstore's core with Cython bounds checks and ASan/UBSan, then run the Hypothesis fuzz
 # tests (and optionally the atheris entry point) under the sanitizers. Not part of CI.
 #
-#   bash fuzz/build_sanitized.sh                 # build in .fuzz-venv, run tests/test_fuzz.py
+#   bash fuzz/build_sanitized.sh                 # build in .fuzz-venv, run tests/reliability/test_fuzz.py
 #   KSTORE_FUZZ_EXAMPLES=100000 bash fuzz/build_sanitized.sh
 #   ATHERIS=1 bash fuzz/build_sanitized.sh       # also: atheris from source + a libFuzzer run
 set -euo pipefail
@@ -26,7 +26,7 @@ export PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stack
 if [ "${ATHERIS:-0}" = 1 ]; then
   ASAN_LIB=$(python -c "import atheris, os; print(os.path.join(os.path.dirname(atheris.__file__), 'asan_with_fuzzer.so'))")
 fi
-LD_PRELOAD="$ASAN_LIB" python -X faulthandler -m pytest -q -p no:cacheprovider --import-mode=prepend tests/test_fuzz.py
+LD_PRELOAD="$ASAN_LIB" python -X faulthandler -m pytest -q -p no:cacheprovider --import-mode=prepend tests/reliability/test_fuzz.py
 if [ "${ATHERIS:-0}" = 1 ]; then
   LD_PRELOAD="$ASAN_LIB" python -X faulthandler fuzz/fuzz_decode.py -max_len=4096 -runs="${RUNS:-1000000}"
 fi

@@ -1,13 +1,36 @@
-"""Shared fixtures. Tests import the installed kstore (pytest runs with --import-mode=importlib)."""
+"""Shared fixtures. Tests import the installed kstore (pytest runs with --import-mode=importlib).
+
+Tiers, by marker (`pytest -q` runs them all, the fast tier first):
+- the fast tier, `pytest -m "not reliability and not spark"`: the unit tests in tests/;
+- `spark`: the tests that use the `spark` fixture (a local SparkSession, a JVM), marked here;
+- `reliability`: the crash, corruption, fault, fuzz, soak and concurrency suites in
+  tests/reliability/, marked by that directory's conftest."""
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
 import kstore
 
-# helper modules beside the tests (thread_watchdog, crash_harness) import by name
+# helper modules beside the tests (thread_watchdog, crash_harness, race_harness, writer_process)
+# import by name, from tests/ and from tests/reliability/ alike
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+RELIABILITY_DIR = Path(__file__).resolve().parent / "reliability"
+
+
+@pytest.hookimpl(tryfirst=True)       # before the mark plugin deselects by -m
+def pytest_collection_modifyitems(config, items):
+    """Mark `spark` every test that uses the SparkSession, and order a run by tier: the fast tier
+    first (a failure shows within a couple of minutes of a whole-suite run), then spark, then
+    reliability (sorting keeps each tier's own order)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+    items.sort(key=lambda item: (RELIABILITY_DIR in item.path.resolve().parents,
+                                 item.get_closest_marker("spark") is not None))
 
 
 def pytest_report_header(config):
@@ -37,7 +60,7 @@ def open_log(log_dir):
 @pytest.fixture
 def watchdog():
     """watchdog(seconds): bound a test; on expiry every thread's stack is dumped and the run fails
-    (see tests/watchdog.py). Concurrency tests wrap their whole body in it."""
+    (see tests/thread_watchdog.py). Concurrency tests wrap their whole body in it."""
     from thread_watchdog import Watchdog
     dogs = []
 
@@ -87,25 +110,3 @@ def spark():
     register(session)
     yield session
     session.stop()
-
-
-_RELIABILITY: dict = {}
-
-
-@pytest.fixture(scope="session")
-def reliability_counts():
-    """The reliability tests file their figures here (section -> dict); at the end of the session
-    they are merged into tests/.crash-counts.json for the README's Reliability section."""
-    yield _RELIABILITY
-    if not _RELIABILITY:
-        return
-    import json
-    path = os.path.join(os.path.dirname(__file__), ".crash-counts.json")
-    try:
-        with open(path) as f:
-            counts = json.load(f)
-    except (OSError, ValueError):
-        counts = {}
-    counts.update(_RELIABILITY)
-    with open(path, "w") as f:
-        json.dump(counts, f, indent=1, sort_keys=True)

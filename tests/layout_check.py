@@ -27,6 +27,17 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def submodule_names() -> set[str]:
+    """Base names of kstore's own modules, compiled ones included (`_core` from _core.pyx, .pyi or
+    .so): a private *module* is the package's internals, so importing it or reaching it as an
+    attribute (`kstore._core`) is no crossing; its underscored names are."""
+    names: set[str] = set()
+    for root, dirs, files in os.walk(PKG):
+        names.update(d for d in dirs if os.path.exists(os.path.join(root, d, "__init__.py")))
+        names.update(f.split(".", 1)[0] for f in files if f.endswith((".py", ".pyx", ".pyi", ".so")))
+    return names
+
+
 def _defined_privates(tree: ast.AST) -> set[str]:
     """Private names a module defines: functions, classes, attributes set on self/cls, globals."""
     names = set()
@@ -44,29 +55,75 @@ def _defined_privates(tree: ast.AST) -> set[str]:
     return {n for n in names if _private(n)}
 
 
-def private_crossings() -> list[str]:
-    """`from kstore.x import _y`, and `obj._y` where `_y` is not defined in the module itself.
-    Compiled modules (kstore._core and friends) are the package's own internals: importing them
-    is allowed, reaching for their underscored names is not."""
-    found = []
+def _absolute(mod: str, path: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ImportFrom names (relative imports resolved against mod)."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    pkg = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
+    parts = pkg.split(".")
+    return ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+
+
+def _trees():
     for mod, path in sorted(modules().items()):
-        tree = ast.parse(open(path).read(), path)
-        own = _defined_privates(tree)
+        with open(path) as f:
+            yield mod, path, ast.parse(f.read(), path)
+
+
+def private_imports() -> list[str]:
+    """`from kstore.x import _y` (relative forms too): a module importing another's private name.
+    Importing one of the package's own modules by its private name (`from kstore import _core`)
+    is allowed."""
+    found, subs = [], submodule_names()
+    for mod, path, tree in _trees():
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kstore"):
+            if isinstance(node, ast.ImportFrom):
+                target = _absolute(mod, path, node)
+                if not (target == "kstore" or target.startswith("kstore.")):
+                    continue
                 for a in node.names:
-                    if _private(a.name) and not (node.module == "kstore" and a.name.startswith("_c")):
-                        found.append(f"{mod}:{node.lineno}: imports {node.module}.{a.name}")
-            elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+                    if _private(a.name) and a.name not in subs:
+                        found.append(f"{mod}:{node.lineno}: imports {target}.{a.name}")
+    return found
+
+
+def private_attribute_uses() -> list[str]:
+    """`obj._y` where `_y` is defined nowhere in the module itself (and obj is not self/cls): a
+    reach into another module's private state. A heuristic: a name defined in both modules
+    passes, and `kstore._core` (a module of the package) is not a crossing."""
+    found, subs = [], submodule_names()
+    for mod, _path, tree in _trees():
+        own = _defined_privates(tree) | subs
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
                 if not (isinstance(node.value, ast.Name) and node.value.id in SELF_NAMES):
                     found.append(f"{mod}:{node.lineno}: uses .{node.attr} defined elsewhere")
     return found
 
 
+def private_crossings() -> list[str]:
+    """Both kinds of crossing: private names imported, private attributes used."""
+    return private_imports() + private_attribute_uses()
+
+
+def sources() -> dict[str, str]:
+    """modules() plus the Cython sources (.pyx): the compiled core counts as modules too."""
+    out = modules()
+    for root, _dirs, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".pyx"):
+                path = os.path.join(root, f)
+                out[os.path.relpath(path, os.path.dirname(PKG)).replace(os.sep, ".")] = path
+    return out
+
+
 def oversized(limit: int = MAX_LINES) -> list[str]:
+    """Modules (and .pyx sources) over limit lines."""
     out = []
-    for mod, path in sorted(modules().items()):
-        n = sum(1 for _ in open(path))
+    for mod, path in sorted(sources().items()):
+        with open(path) as f:
+            n = sum(1 for _ in f)
         if n > limit:
             out.append(f"{mod}: {n} lines")
     return out
@@ -76,18 +133,13 @@ def import_cycles() -> list[list[str]]:
     """Cycles among module-level imports (imports inside functions are deferred, so not counted)."""
     mods = modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
-    for mod, path in mods.items():
-        tree = ast.parse(open(path).read(), path)
-        pkg = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
+    for mod, path, tree in _trees():
         for node in tree.body:
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = pkg.split(".")
-                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                base = _absolute(mod, path, node)
                 targets = [base] + [f"{base}.{a.name}" for a in node.names]
             for t in targets:
                 while t and t not in mods:

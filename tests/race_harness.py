@@ -1,4 +1,4 @@
-"""The machinery of the thread-race tests (tests/test_concurrency.py): a Race runs step functions
+"""The machinery of the thread-race tests (tests/reliability/): a Race runs step functions
 in threads until stopped, recording any exception with its traceback; Acked records what the
 appenders were told; the check_* functions turn what readers saw into exact verdicts whose
 messages start with the defect class (LOST, WRONG, SKIP, REPEAT, EMPTY READ, UNEXPECTED
@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Optional
 
 import kstore
 from kstore.errors import KStoreError, OffsetOutOfRangeError
@@ -153,11 +154,13 @@ def check_seen(name: str, seen: dict, acked: Acked) -> None:
             raise AssertionError(f"WRONG: {name} read offset {o} = {v!r}; acknowledged there: {vals}")
 
 
-def check_batches(view: memoryview, pos: int) -> tuple[int, int]:
+def check_batches(view: memoryview, pos: int) -> tuple[Optional[int], Optional[int]]:
     """Raw batches from read_batches: CRC-32C correct, back to back, the first holding pos.
-    Returns (first base offset, next offset after the last batch)."""
+    Returns (first base offset, next offset after the last batch), (None, None) for no batch."""
     data = bytes(view)
-    at, expect, first = 0, None, None
+    at = 0
+    expect: Optional[int] = None
+    first: Optional[int] = None
     while at < len(data):
         base, length = struct.unpack_from(">qi", data, at)
         crc, = struct.unpack_from(">I", data, at + 17)

@@ -11,8 +11,9 @@ import pytest
 import kstore
 from kstore.clock import MockTime
 from kstore.errors import KStoreError
-from kstore.fileio import FileOps
 from kstore.scheduler import MockScheduler
+
+from crash_harness import NoSyncOps
 
 NOW = 1_700_000_000_000
 CFG = {"log.segment.bytes": 600, "log.index.size.max.bytes": 4096, "log.index.interval.bytes": 100,
@@ -22,9 +23,9 @@ WRITE_OPS = ("open", "pwrite", "fsync", "truncate", "allocate", "zero_fill", "re
 COUNTS = {"faults_injected": 0, "records_lost": 0}
 
 
-class FaultOps(FileOps):
+class FaultOps(NoSyncOps):
     """Counts write-side operations; from operation `at` on, every one fails with `err` (a full
-    or failed disk stays that way)."""
+    or failed disk stays that way). No power is lost here, so no real fsync is needed (NoSyncOps)."""
 
     def __init__(self, at=None, err=errno.ENOSPC):
         self.at, self.err, self.n, self.fired = at, err, 0, False
@@ -40,7 +41,7 @@ class FaultOps(FileOps):
 
 for _name in WRITE_OPS:
     def _wrap(name=_name):
-        base = getattr(FileOps, name)
+        base = getattr(NoSyncOps, name)
 
         def op(self, *a, **kw):
             self._op(name, a[1] if name == "open" and len(a) > 1 else None)
@@ -101,7 +102,7 @@ def test_faults_at_every_operation(tmp_path):
                     lg = r.log("t", 0)
                     seen = [x.offset for x in lg]
                     lost = [o for o in acked if o >= lg.log_start_offset and o not in seen]
-                with kstore.LogManager(root, CFG) as m:
+                with kstore.LogManager(root, CFG, io=NoSyncOps()) as m:
                     lg = m.log("t", 0)
                     recs = [(x.offset, x.value) for x in lg]
                     start = lg.log_start_offset

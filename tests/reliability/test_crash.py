@@ -15,7 +15,6 @@ Counts go to tests/.crash-counts.json for the README's reliability section.
 """
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -25,8 +24,7 @@ from kstore.clock import MockTime
 from kstore.tools.dump import dump_index
 from kstore.scheduler import MockScheduler
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # --import-mode=importlib
-from crash_harness import TracingOps, Tally, explore  # noqa: E402
+from crash_harness import TracingOps, Tally, explore
 
 FULL = bool(os.environ.get("KSTORE_CRASH_FULL"))
 PREFIXES = "all" if FULL else "ends"

@@ -13,8 +13,8 @@ kstore errors is raised; nothing hangs (a watchdog dumps every thread's stack).
 A failure message starts with the defect class: LOST, WRONG, SKIP, REPEAT, EMPTY READ,
 UNEXPECTED EXCEPTION, OFFLINE, ERROR LOGGED, or "threads still running" (a hang, with stacks).
 
-In-process read-only readers beside a truncating writer are left to tests/test_soak_concurrent.py:
-a SIGBUS there would kill the whole test run instead of one reader process."""
+In-process read-only readers beside a truncating writer are left to test_soak_concurrent.py (in
+this directory): a SIGBUS there would kill the whole test run instead of one reader process."""
 from __future__ import annotations
 
 import logging
