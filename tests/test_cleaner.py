@@ -1,11 +1,7 @@
 """LogCleaner: Kafka's LogCleanerTest cases in our words (facts §10 item 12), a property test,
 crashes at every swap stage and kill -9 during cleaning, uncleanable partitions."""
 import os
-import random
-import signal
 import struct
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -17,26 +13,10 @@ from kstore.clock import MockTime
 from kstore.manager import LogManager
 from kstore.scheduler import MockScheduler
 
+from cleaner_helpers import contents, latest, mgr
+
 NOW = 1_700_000_000_000
 DAY = 86_400_000
-
-
-def mgr(path, config=None, t=None):
-    t = t or MockTime(NOW)
-    cfg = {"log.segment.bytes": "1000", "log.segment.delete.delay.ms": "0"}
-    cfg.update(config or {})
-    return LogManager(str(path), cfg, time=t, scheduler=MockScheduler(t)), t
-
-
-def latest(records):
-    out = {}
-    for off, k, v in records:
-        out[k] = (off, v)
-    return out
-
-
-def contents(lg):
-    return [(r.offset, r.key, r.value) for r in lg]
 
 
 def append_cycling_keys(m, n, keys, key_format):
@@ -359,49 +339,6 @@ def test_property_latest_value_per_key_and_tombstones_past_horizon(tmp_path_fact
         assert all(v[1] is not None for v in got.values()), "tombstones past the horizon remain"
 
 
-CLEAN_CHILD = r"""
-import sys, kstore
-m = kstore.LogManager(sys.argv[1], {"log.segment.bytes": "3000", "log.cleaner.enable": "true",
-                                     "log.segment.delete.delay.ms": "0"})
-if "c" not in m.topics():
-    m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
-i = int(sys.argv[2])
-while True:
-    for _ in range(50):
-        m.append("c", b"k%d" % (i % 20), b"v%d" % i, partition=0)
-        i += 1
-    print(i, flush=True)
-    m.clean_now()
-"""
-
-
-def test_kill_9_during_cleaning_loses_no_latest_value(tmp_path):
-    rnd = random.Random(3)
-    acked = 0
-    for _round in range(6):
-        p = subprocess.Popen([sys.executable, "-c", CLEAN_CHILD, str(tmp_path), str(acked)],
-                             stdout=subprocess.PIPE, cwd=str(tmp_path.parent))
-        stop_after = rnd.randint(3, 12)
-        for n, line in enumerate(p.stdout):
-            acked = int(line)
-            if n >= stop_after:
-                break
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        p.stdout.close()
-        with LogManager(str(tmp_path), {"log.cleaner.enable": "false"}) as m:
-            lg = m.log("c", 0)
-            names = os.listdir(lg.dir)
-            assert not [n for n in names if n.endswith((".cleaned", ".swap"))], names
-            got = latest(contents(lg))
-            # every key still has a value at least as new as the last one acknowledged for it
-            # (the child may have appended more before the kill landed)
-            for k in range(20):
-                last_i = max(i for i in range(acked) if i % 20 == k)
-                n = int(got[b"k%d" % k][1][1:])
-                assert n % 20 == k and n >= last_i, (k, n, last_i)
-
-
 def test_full_dedupe_map_cleans_in_several_passes(tmp_path):
     """When the map fills, a pass cleans up to the last offset it covers; the next continues."""
     m, t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 40),
@@ -523,31 +460,3 @@ def test_cleaner_racing_deletion_aborts_the_clean_and_keeps_the_dir_online(tmp_p
             assert m.offline_dirs == {}
 
 
-def test_cleaner_threads_share_the_checkpoint_without_losing_entries(tmp_path, watchdog):
-    """log.cleaner.threads=2: both threads rewrite cleaner-offset-checkpoint; they shared its
-    .tmp name (ENOENT, dir offline) and its entries dict (changed during iteration)."""
-    import threading
-    from thread_watchdog import join_all
-    from kstore.checkpoint import OffsetCheckpointFile
-    watchdog(60)
-    m, t = mgr(tmp_path, {"log.cleaner.threads": "2"})
-    with m:
-        m.create_topic("c", 8, {"cleanup.policy": "compact"})
-        d = str(tmp_path)
-        errors = []
-
-        def cleaner_thread(parts):
-            try:
-                for i in range(150):
-                    for p in parts:
-                        m.cleaner._update_checkpoint(d, ("c", p), i * 10 + p)
-            except Exception as e:       # re-raised below
-                errors.append(e)
-        threads = [threading.Thread(target=cleaner_thread, args=(ps,)) for ps in ([0, 1, 2, 3], [4, 5, 6, 7])]
-        for th in threads:
-            th.start()
-        join_all(threads, 60)
-        assert errors == []
-        assert OffsetCheckpointFile(os.path.join(d, "cleaner-offset-checkpoint")).read() == \
-            {("c", p): 1490 + p for p in range(8)}
-        assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
