@@ -1,11 +1,7 @@
 """kstore's module layout (issue 13), checked statically by tests/layout_check.py: no module-level
 import cycle, no private name imported across modules, no module over 600 lines, no private
 attribute reached across modules. `python tests/layout_check.py` lists every finding."""
-import pytest
-
 import layout_check
-
-SPLIT_IN_PROGRESS = pytest.mark.xfail(strict=False, reason="issue 13 split in progress")
 
 
 def test_no_module_level_import_cycle():
@@ -18,13 +14,11 @@ def test_no_module_imports_another_modules_private_names():
     assert not found, "\n".join(found)
 
 
-@SPLIT_IN_PROGRESS
 def test_no_module_over_600_lines():
     found = layout_check.oversized(600)
     assert not found, "\n".join(found)
 
 
-@SPLIT_IN_PROGRESS
 def test_no_private_attribute_used_across_modules():
     found = layout_check.private_attribute_uses()
     assert not found, "\n".join(found)
