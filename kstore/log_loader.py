@@ -254,15 +254,39 @@ class LogLoader:
         """The directory's segments for a read-only log, reusing those of old: the last one
         (and every one validated before) validated now; None if one vanished meanwhile (the
         caller lists again). Segments dropped from the list are not closed: a reader thread may
-        still be reading them."""
+        still be reading them.
+
+        A segment swap in progress (compaction, an overflow split, a load finishing either) is
+        read as the writer's next load would finish it (swap.complete_swaps): each live
+        `.log.swap` is the segment at its base and replaces the `.log`s of [its base, its end).
+        Between the writer's `.deleted` renames of the old segments and its final rename of the
+        `.swap`, no `.log` covers that range: a listing of `.log`s alone would start the log
+        after it (the log start jumps up and sticks) or read across it (records skipped)."""
         present = self.list_segment_bases()
-        by_base = {s.base_offset: s for s in old}
-        segs: list[ReadOnlySegment] = []
+        bases, swaps = present
+        # reused only under the same file name: a swap's segment is not the final name's
+        by_path = {s.log_path: s for s in old if isinstance(s, ReadOnlySegment) and not s.closed}
         try:
-            for base in present:
-                seg = by_base.get(base)
-                segs.append(seg if isinstance(seg, ReadOnlySegment) and not seg.closed
-                            else self._ro_segment(base))
+            swapped: list[tuple[int, int, ReadOnlySegment]] = []
+            for base in swaps:
+                s = by_path.get(segment_file(self.dir, base, LOG_SUFFIX, SWAP_SUFFIX))
+                if s is None:
+                    s = self._ro_segment(base, SWAP_SUFFIX)
+                s.ro_next_base = None
+                if not s.refresh_read_only(False):
+                    # a later swap's file under the same name (the next clean from this base):
+                    # read through a new segment (not a reason to list again: every retry would
+                    # see the same stale view)
+                    s = self._ro_segment(base, SWAP_SUFFIX)
+                    s.refresh_read_only(False)
+                swapped.append((base, max(s.read_next_offset(), base + 1), s))
+            segs = [s for _b, _e, s in swapped]
+            for base in bases:
+                if any(b <= base < e for b, e, _s in swapped):
+                    continue           # replaced by the swap (the writer deletes it next)
+                s = by_path.get(segment_file(self.dir, base, LOG_SUFFIX))
+                segs.append(s if s is not None else self._ro_segment(base))
+            segs.sort(key=lambda seg: seg.base_offset)
             for i, s in enumerate(segs):
                 # the last segment is validated now and re-validated whenever its file length
                 # differs from what was validated (it grows; one that was last may have grown
@@ -270,7 +294,8 @@ class LogLoader:
                 last = i == len(segs) - 1
                 s.ro_next_base = None if last else segs[i + 1].base_offset
                 if (s.ro_scanned or last) and not s.refresh_read_only(last):
-                    segs[i] = s = self._ro_segment(s.base_offset)     # the file was replaced
+                    # the file was replaced
+                    segs[i] = s = self._ro_segment(s.base_offset, s.ro_suffix)
                     s.ro_next_base = None if last else segs[i + 1].base_offset
                     if last:
                         s.refresh_read_only(last)
@@ -283,15 +308,30 @@ class LogLoader:
             return None
         return segs
 
-    def list_segment_bases(self) -> list[int]:
-        """Base offsets of the live .log files in the directory, sorted."""
+    def list_segment_bases(self) -> tuple[list[int], list[int]]:
+        """Base offsets of the live .log files in the directory, sorted, and of the live
+        .log.swap files: those a load would finish (swap.split_swaps: not at or above a
+        `.cleaned` file's base, which marks a swap not fully made)."""
         try:
             names = self._io.listdir(self.dir)
         except FileNotFoundError:
             raise UnknownTopicError(f"partition directory {self.dir} was deleted") from None
-        return sorted(p[0] for p in (parse_name(n, self.dir) for n in names)
-                      if p and not p[2] and p[1] == LOG_SUFFIX)
+        logs: list[int] = []
+        swaps: list[tuple[int]] = []
+        cleaned: list[int] = []
+        for p in (parse_name(n, self.dir) for n in names):
+            if not p:
+                continue
+            if not p[2]:
+                if p[1] == LOG_SUFFIX:
+                    logs.append(p[0])
+            elif p[2] == CLEANED_SUFFIX:
+                cleaned.append(p[0])
+            elif p[2] == SWAP_SUFFIX and p[1] == LOG_SUFFIX:
+                swaps.append((p[0],))
+        live, _void = swap.split_swaps(swaps, cleaned)
+        return sorted(logs), sorted(b for (b,) in live)
 
-    def _ro_segment(self, base: int) -> ReadOnlySegment:
+    def _ro_segment(self, base: int, suffix: str = "") -> ReadOnlySegment:
         return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
-                               rng=self._rng)
+                               rng=self._rng, suffix=suffix)

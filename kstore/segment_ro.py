@@ -20,7 +20,7 @@ from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import SegmentGoneError
 from kstore.fileio import FileOps
 from kstore.index import AbstractIndex
-from kstore.files import LOG_SUFFIX, segment_file
+from kstore.files import LOG_SUFFIX, SWAP_SUFFIX, segment_file
 from kstore.segment import LogSegment
 
 # why a read-only refresh stopped before the end of a rolled segment (recover_scan statuses)
@@ -35,9 +35,11 @@ class ReadOnlySegment(LogSegment):
 
     read_only = True
 
-    def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time, rng):
+    def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time, rng,
+                 suffix: str = ""):
         super().__init__(dir_, base_offset, config, io=io, time=time, rng=rng,
-                         file_already_exists=True)
+                         file_already_exists=True, suffix=suffix)
+        self.ro_suffix = suffix          # ".swap": a swap in progress, read under its swap name
         self.ro_scanned = False          # the .log's batches were validated
         self._ro_last_offset = -1
         self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
@@ -127,12 +129,13 @@ class ReadOnlySegment(LogSegment):
         """A rolled segment is whole: why the bytes from pos (where validation stopped) to its
         end are corruption, or None if it ends there. A rolled file is never written again (a
         truncation that reactivates it replaces it first) and is trimmed before the next segment
-        is created, so once the next segment is seen to exist, a fresh look at the file is
-        final. If the next segment is gone (the log's listing is stale) or the fresh look
+        is created, so once the next segment is seen to exist (under its final name or, a swap
+        in progress, its `.swap` name), a fresh look at the file is final. If the next segment is gone (the log's listing is stale) or the fresh look
         validates further (the file was still active when read), SegmentGoneError makes the
         log list its segments again."""
         nxt = self.ro_next_base
-        if nxt is not None and not self._io.exists(segment_file(self.dir, nxt, LOG_SUFFIX)):
+        if nxt is not None and not any(self._io.exists(segment_file(self.dir, nxt, LOG_SUFFIX, suf))
+                                       for suf in ("", SWAP_SUFFIX)):
             raise SegmentGoneError(f"segment {self.log_path} is no longer followed by segment {nxt}")
         end = self._io.stat(fd).st_size
         if end <= pos:

@@ -12,7 +12,7 @@ dropped. So a crash at any step leaves the old segments or the new ones, never b
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from kstore.fileio import FileOps
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
@@ -24,6 +24,25 @@ if TYPE_CHECKING:
 #: a segment's files, in the order they are promoted to .swap (the .log last: a .log.swap means
 #: its indexes are swapped too) and, reversed, made final
 SEGMENT_SUFFIXES = (TIME_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX)
+
+_Swap = TypeVar("_Swap", bound=tuple[Any, ...])
+
+
+def split_swaps(swaps: Iterable[_Swap],
+                cleaned_bases: Iterable[int]) -> tuple[list[_Swap], list[_Swap]]:
+    """The protocol's listing rule: which `.swap` files are live (a load completes them) and
+    which are void (a load discards them). swaps are tuples whose first item is the file's base
+    offset; cleaned_bases the base offsets of the `.cleaned` files present. swap_in renames the
+    `.cleaned` files to `.swap` highest base first, so a `.cleaned` left behind means the swaps
+    at or above its base belong to a promotion that did not finish: void. Returns (live, void).
+    Used by the load (complete_swaps) and by the read-only listing (LogLoader), which must
+    agree on it."""
+    floor = min(cleaned_bases, default=None)
+    live: list[_Swap] = []
+    void: list[_Swap] = []
+    for s in swaps:
+        (void if floor is not None and s[0] >= floor else live).append(s)
+    return live, void
 
 
 def remove_cleaned(io: FileOps, dir_: str, base: int) -> None:
@@ -81,7 +100,7 @@ def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> No
     the swaps that did not finish their promotion, complete the others. swap_end(base) is one
     past the last offset in the `.log.swap` at base: the segments in [base, end) are replaced."""
     names = io.listdir(dir_)
-    swaps, cleaned_offsets = [], []
+    swaps, cleaned_offsets, cleaned_paths = [], [], []
     for name in names:
         p = parse_name(name, dir_)
         path = os.path.join(dir_, name)
@@ -90,16 +109,16 @@ def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> No
         elif name.endswith(CLEANED_SUFFIX):
             if p:
                 cleaned_offsets.append(p[0])
-            io.unlink(path)
+            cleaned_paths.append(path)
         elif name.endswith(SWAP_SUFFIX) and p:
             swaps.append((p[0], p[1], path))
-    min_cleaned = min(cleaned_offsets) if cleaned_offsets else None
-    live_swaps = []
-    for base, suffix, path in swaps:
-        if min_cleaned is not None and base >= min_cleaned:
-            io.unlink(path)     # a clean that did not finish swapping: discard it
-        else:
-            live_swaps.append((base, suffix, path))
+    live_swaps, void_swaps = split_swaps(swaps, cleaned_offsets)
+    for _base, _suffix, path in void_swaps:
+        io.unlink(path)         # a clean that did not finish swapping: discard it
+    # the .cleaned files last: while one is left, the swaps above it stay void (for a crash
+    # here, and for read-only readers listing meanwhile, see LogLoader.list_segment_bases)
+    for path in cleaned_paths:
+        io.unlink(path)
     for base, suffix, _path in sorted(live_swaps):
         if suffix != LOG_SUFFIX:
             continue
