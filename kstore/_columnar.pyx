@@ -243,19 +243,26 @@ cdef class Columns:
 
 
 cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
-                  int64_t base_offset, int64_t base_ts, int64_t max_ts, int32_t count, bint lat,
-                  int64_t min_offset, int64_t stop_offset, Py_ssize_t max_records,
-                  Py_ssize_t max_data, int64_t* next_offset, const char** why) noexcept nogil:
-    """Decode one v2 batch's records region p[pos:end) into c (see decode_columns)."""
+                  int64_t base_offset, int64_t base_ts, int64_t max_ts, int64_t last_delta,
+                  int32_t count, bint lat, int64_t min_offset, int64_t stop_offset,
+                  Py_ssize_t max_records, Py_ssize_t max_data, int64_t* next_offset,
+                  const char** why) noexcept nogil:
+    """Decode one v2 batch's records region p[pos:end) into c (see decode_columns); offset
+    deltas must increase within the batch's last offset delta, as in _decode."""
     cdef int32_t i
     cdef int64_t hcount, hk, hv, j, offset
     cdef Py_ssize_t q, kq, vq
     cdef int tstype = 1 if lat else 0
     cdef RecordFields f
+    cdef int64_t prev_delta = -1
     for i in range(count):
         if record_fields(p, pos, end, &f) < 0:
             why[0] = f.why
             return C_CORRUPT
+        if f.off_delta <= prev_delta or f.off_delta > last_delta:
+            why[0] = "a record's offset delta is not above the previous one or past the batch's last"
+            return C_CORRUPT
+        prev_delta = f.off_delta
         offset = base_offset + f.off_delta
         if offset >= stop_offset:
             next_offset[0] = offset
@@ -354,7 +361,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 if codec == 0:
                     with nogil:
                         r = _cols_v2(cols, p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
-                                     h.base_timestamp, h.max_timestamp, h.count,
+                                     h.base_timestamp, h.max_timestamp,
+                                     h.last_offset - h.base_offset, h.count,
                                      (h.attrs & TS_TYPE_BIT) != 0, min_offset, stop_offset,
                                      max_records, max_data, &next_offset, &why)
                 else:
@@ -366,7 +374,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                     rp = &mv[0] if n else &_empty_byte
                     with nogil:
                         r = _cols_v2(cols, rp, 0, n, h.base_offset, h.base_timestamp,
-                                     h.max_timestamp, h.count, (h.attrs & TS_TYPE_BIT) != 0,
+                                     h.max_timestamp, h.last_offset - h.base_offset, h.count,
+                                     (h.attrs & TS_TYPE_BIT) != 0,
                                      min_offset, stop_offset, max_records, max_data,
                                      &next_offset, &why)
                 if r == C_CORRUPT:

@@ -18,10 +18,13 @@ cdef uint8_t _empty_byte = 0
 
 cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                                    int64_t base_offset, int64_t base_ts, int64_t max_ts,
-                                   int32_t count, bint lat, int64_t min_offset,
-                                   Py_ssize_t max_records, list out, Py_ssize_t err_pos) except -1:
+                                   int64_t last_delta, int32_t count, bint lat,
+                                   int64_t min_offset, Py_ssize_t max_records, list out,
+                                   Py_ssize_t err_pos) except -1:
     """Decode `count` v2 records from p[pos:end) into out (skipping offsets < min_offset);
-    stops after max_records. Returns the number appended."""
+    stops after max_records. Returns the number appended. Offset deltas must increase and stay
+    within the batch's last offset delta, so a batch never yields an offset twice or out of its
+    range (compaction leaves gaps, never disorder)."""
     cdef int32_t i
     cdef int64_t hcount, hk, hv, j
     cdef Py_ssize_t q, kq, vq
@@ -30,9 +33,14 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
     cdef list hdrs
     cdef RecordFields f
     cdef int tstype = 1 if lat else 0
+    cdef int64_t prev_delta = -1
     for i in range(count):
         if record_fields(p, pos, end, &f) < 0:
             raise corrupt(f"record {i} of the batch: {f.why.decode('ascii')}", err_pos)
+        if f.off_delta <= prev_delta or f.off_delta > last_delta:
+            raise corrupt(f"record {i} of the batch: offset delta {f.off_delta} after "
+                          f"{prev_delta}, last offset delta {last_delta}", err_pos)
+        prev_delta = f.off_delta
         if base_offset + f.off_delta < min_offset:
             pos = f.end
             continue
@@ -188,7 +196,8 @@ cdef Py_ssize_t decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, i
         raise corrupt(f"record count {h.count} exceeds the batch's offset range", pos)
     if codec == 0:
         return _decode_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
-                                  h.base_timestamp, h.max_timestamp, h.count,
+                                  h.base_timestamp, h.max_timestamp,
+                                  h.last_offset - h.base_offset, h.count,
                                   (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records, out, pos)
     if codec > 4:
         raise corrupt(f"invalid compression codec {codec}", pos)
@@ -197,7 +206,7 @@ cdef Py_ssize_t decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, i
     n = mv.shape[0]
     rp = &mv[0] if n else &_empty_byte
     return _decode_v2_records(rp, 0, n, h.base_offset, h.base_timestamp, h.max_timestamp,
-                              h.count, (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records,
+                              h.last_offset - h.base_offset, h.count, (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records,
                               out, pos)
 
 cdef tuple read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,

@@ -20,6 +20,26 @@ def test_crc_flip_detected_with_position():
     assert "CRC mismatch" in str(ei.value)
 
 
+@pytest.mark.parametrize("delta", [0, 2])
+def test_record_offset_deltas_out_of_order_or_past_the_batch_are_corrupt(delta):
+    """A CRC-valid batch whose second record repeats offset delta 0 (or claims 2, past the
+    batch's last offset delta 1) would yield an offset twice or outside the batch: corrupt."""
+    import struct
+    raw = bytearray(build([(b"a", b"x"), (b"b", b"y")]).getvalue())
+    second = 61 + 1 + raw[61] // 2            # first record: its length varint, then its body
+    assert raw[second + 3] == 2               # length, attributes, timestamp delta 0, offset delta 1
+    raw[second + 3] = delta * 2               # zig-zag
+    struct.pack_into(">I", raw, 17, _core.crc32c(bytes(raw[21:])))
+    with pytest.raises(CorruptRecordError) as ei:
+        _core.decode_batches(bytes(raw))
+    assert f"record 1 of the batch: offset delta {delta} after 0, last offset delta 1" in str(ei.value)
+    assert ei.value.position == 0
+    cols = _core.Columns()
+    with pytest.raises(CorruptRecordError) as ei:
+        _core.decode_columns(_core.Mapping.from_bytes(bytes(raw)), 0, len(raw), 0, 1 << 62, cols)
+    assert "offset delta is not above the previous one or past the batch's last" in str(ei.value)
+
+
 def _valid_batch_strategy():
     rec = st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=40)),
                     st.integers(0, 1 << 45))
