@@ -123,3 +123,30 @@ def test_refresh_beside_a_writer_truncating_between_the_listings(tmp_path, watch
         else:
             _append_and_roll(writer)
     _run(tmp_path, watchdog, step)
+
+
+def test_stable_run_accepts_only_head_removals_and_tail_additions():
+    """The listing rule itself (LogLoader.stable_run): how many head segments of the first
+    listing to drop, or None (list again)."""
+    from kstore.log_loader import stable_run
+    a = [0, 10, 20, 30]
+    cases = [
+        ((a, []), (a, []), 0),                          # unchanged
+        (([], []), ([], []), 0),
+        ((a, []), (a + [40, 50], []), 0),               # rolls
+        ((a, []), ([20, 30, 40], []), 2),               # retention and a roll
+        ((a, []), ([30], []), 3),
+        ((a, []), ([40], []), None),                    # nothing of first left
+        ((a, []), ([0, 10, 20], []), None),             # truncation: the tail went
+        ((a, []), ([0, 10, 20, 25], []), None),         # truncation, then a roll below 30
+        ((a, []), ([0, 10, 20, 25, 30, 40], []), None),  # a base added inside
+        (([0, 10, 30], []), ([0, 10, 20, 30], []), None),  # first missed 20
+        ((a, []), ([0, 30, 40], []), None),             # a swap retired 10 and 20
+        ((a, []), ([10, 30], []), None),                # a hole in second
+        (([], []), ([0], []), None),
+        ((a, [0]), (a + [40], [0]), None),              # a swap in progress: equal only
+        ((a, [0]), (a, [0]), 0),
+        ((a, []), (a + [40], [0]), None),
+    ]
+    for first, second, want in cases:
+        assert stable_run(first, second) == want, (first, second)
