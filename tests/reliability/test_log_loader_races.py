@@ -24,12 +24,18 @@ class ListingHookOps(FileOps):
         self.step = step
         self.armed = False
         self.listings = 0
+        self.on_open = None         # called (when armed) before each open
 
     def listdir(self, path):
         if self.armed and os.path.abspath(path) == self.dir:
             self.listings += 1
             self.step(self.listings)
         return super().listdir(path)
+
+    def open(self, path, flags, mode=0o644):
+        if self.armed and self.on_open is not None:
+            self.on_open(path)
+        return super().open(path, flags, mode)
 
 
 def _append_and_roll(writer, n=3):
@@ -65,7 +71,7 @@ def _check_view(reader, writer, prev_start):
     return start, bases, writer_bases
 
 
-def _run(tmp_path, watchdog, step_fn, refreshes=20):
+def _run(tmp_path, watchdog, step_fn, refreshes=20, on_open=None):
     watchdog(120)
     path = os.path.abspath(str(tmp_path / "t-0"))
     writer = kstore.Log.open(path)
@@ -73,6 +79,8 @@ def _run(tmp_path, watchdog, step_fn, refreshes=20):
         for _ in range(4):
             _append_and_roll(writer)
         ops = ListingHookOps(path, lambda n: step_fn(writer, n))
+        if on_open is not None:
+            ops.on_open = lambda p: on_open(writer, p)
         reader = kstore.Log.open(path, read_only=True, io=ops)
         try:
             prev = reader.log_start_offset
@@ -109,6 +117,22 @@ def test_refresh_beside_a_writer_rolling_and_retaining_between_every_two_listing
         if len(segs) > 3:
             writer.delete_records(segs[1].base_offset)
     _run(tmp_path, watchdog, step)
+
+
+def test_refresh_beside_retention_taking_the_head_during_the_validations(tmp_path, watchdog):
+    """Retention removes the reader's first segment (validated before: the reader read it) just
+    as the scan validates it, every scan, and the writer rolls before every listing: the scan
+    drops the vanished head once the second listing confirms it is gone from the head."""
+    removed = []
+
+    def on_open(writer, path):
+        segs = writer._segments
+        if path == segs[0].log_path and len(segs) > 2:
+            writer.delete_records(segs[1].base_offset)
+            _append_and_roll(writer)
+            removed.append(path)
+    _run(tmp_path, watchdog, lambda writer, n: _append_and_roll(writer), on_open=on_open)
+    assert len(removed) >= 10
 
 
 def test_refresh_beside_a_writer_truncating_between_the_listings(tmp_path, watchdog):
