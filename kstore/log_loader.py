@@ -5,6 +5,7 @@ segments are listed and validated here too. The Log publishes what the loader re
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import logging
@@ -261,7 +262,16 @@ class LogLoader:
         `.log.swap` is the segment at its base and replaces the `.log`s of [its base, its end).
         Between the writer's `.deleted` renames of the old segments and its final rename of the
         `.swap`, no `.log` covers that range: a listing of `.log`s alone would start the log
-        after it (the log start jumps up and sticks) or read across it (records skipped)."""
+        after it (the log start jumps up and sticks) or read across it (records skipped).
+
+        A listing is not atomic (readdir may miss a name created or removed while it runs), so
+        the directory is listed again after the validations, and the scan is accepted only if
+        the second listing confirms the first (stable_run): equal, or, with no swap in either,
+        differing only by segments the writer removed from the head (retention, DeleteRecords)
+        and segments it added above the first listing's last one (rolls). A writer that keeps
+        rolling makes no two listings equal; this rule lets the reader progress beside it.
+        A head segment that vanished during the validations is one retention took: the second
+        listing must confirm it (it is in the removed head), else the scan is retried."""
         present = self.list_segment_bases()
         bases, swaps = present
         # reused only under the same file name: a swap's segment is not the final name's
@@ -287,26 +297,30 @@ class LogLoader:
                 s = by_path.get(segment_file(self.dir, base, LOG_SUFFIX))
                 segs.append(s if s is not None else self._ro_segment(base))
             segs.sort(key=lambda seg: seg.base_offset)
+            gone = 0               # segs[:gone] hold one that vanished: retention's, if confirmed
             for i, s in enumerate(segs):
                 # the last segment is validated now and re-validated whenever its file length
                 # differs from what was validated (it grows; one that was last may have grown
                 # before its roll); the others are validated when a read first maps them
                 last = i == len(segs) - 1
                 s.ro_next_base = None if last else segs[i + 1].base_offset
-                if (s.ro_scanned or last) and not s.refresh_read_only(last):
-                    # the file was replaced
-                    segs[i] = s = self._ro_segment(s.base_offset, s.ro_suffix)
-                    s.ro_next_base = None if last else segs[i + 1].base_offset
-                    if last:
-                        s.refresh_read_only(last)
+                try:
+                    if (s.ro_scanned or last) and not s.refresh_read_only(last):
+                        # the file was replaced
+                        segs[i] = s = self._ro_segment(s.base_offset, s.ro_suffix)
+                        s.ro_next_base = None if last else segs[i + 1].base_offset
+                        if last:
+                            s.refresh_read_only(last)
+                except (SegmentGoneError, FileNotFoundError):
+                    if last or swaps:
+                        raise
+                    gone = i + 1
         except (SegmentGoneError, FileNotFoundError):
             return None
-        # a listing taken while the writer deletes or creates segments can miss one in the
-        # middle (readdir is not atomic); one that still holds after the validations is a
-        # view of one moment (the writer deletes tail segments last-first, see truncate_to)
-        if self.list_segment_bases() != present:
+        head = stable_run(present, self.list_segment_bases())
+        if head is None or head < gone:
             return None
-        return segs
+        return segs[head:]
 
     def list_segment_bases(self) -> tuple[list[int], list[int]]:
         """Base offsets of the live .log files in the directory, sorted, and of the live
@@ -335,3 +349,52 @@ class LogLoader:
     def _ro_segment(self, base: int, suffix: str = "") -> ReadOnlySegment:
         return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
                                rng=self._rng, suffix=suffix)
+
+
+def stable_run(first: tuple[list[int], list[int]],
+               second: tuple[list[int], list[int]]) -> Optional[int]:
+    """Whether a read-only scan built on the listing first (its `.log` bases and live `.swap`
+    bases, sorted) may publish it, given the listing second taken after its validations: None
+    if not (the caller lists again), else how many of first's segments to drop from its head.
+
+    readdir returns every name present throughout it and may miss one created or removed
+    meanwhile, so one listing can hold a hole: a segment retention removed, missed, above one
+    it had not removed yet; a tail segment truncation deleted (last first), seen, above one it
+    deleted after, missed; a segment a swap retired, missed, beside an old one seen. The
+    writer changes the `.log` bases only by adding one above the highest (roll, or a new
+    segment after truncation), removing the lowest (retention, DeleteRecords, lowest first),
+    removing the highest (truncation, highest first) or, within a swap (its `.swap` present
+    throughout), retiring segments inside its range. Accepted:
+
+    - second == first: the rule this extends (a listing unchanged across the validations);
+    - with no `.swap` in either, second == first[k:] + added, every added base above first's
+      last, first[k:] not empty: first[k:] is published, first[:k] dropped.
+
+    Why first[k:] (m = first[k], M = first's last, both in second) is the run of segments from
+    m to M at one moment. first[:k] are gone by second and below m, which stayed: retention
+    took them (truncation takes the highest first, and M stayed; a swap retires an interior
+    segment and renames its new one to the first base, changing the bases at or below M). The
+    added bases are above M: rolls, picked up by the next refresh; a truncation followed by
+    rolls creates bases at or below M and fails the rule, as does any swap completed between
+    the listings (an interior base gone). A base X in (m, M) missed by first was created or
+    removed while first was taken. Removed by retention, m went before it, so m would be gone
+    by second; removed by truncation, M went before it, and M would be gone by second unless
+    rolls re-created M and X, at their old offsets, X again missed. Created (a roll: above the
+    highest then), X precedes M and stays until retention takes m and then X, which second,
+    holding m, must also have missed. So a hole needs several writer steps inside single
+    readdir calls, two listings missing the same segment: the equal rule is exposed to those
+    alike (and a Linux getdents call, under the directory's lock, lists a partition's directory
+    of up to hundreds of segments atomically).
+
+    A `.swap` in either listing means a swap in progress: only an equal listing is accepted (a
+    swap is a few renames; the next scan sees it done)."""
+    if first == second:
+        return 0
+    (logs1, swaps1), (logs2, swaps2) = first, second
+    if swaps1 or swaps2 or not logs1:
+        return None
+    # second's bases up to first's last must be first's last n bases, n >= 1
+    n = bisect.bisect_right(logs2, logs1[-1])
+    if n == 0 or logs2[:n] != logs1[len(logs1) - n:]:
+        return None
+    return len(logs1) - n
