@@ -448,14 +448,18 @@ class Log(LocalLog):
         if offset == self._leo:
             self._check_corrupt_end()
         stop = min(stop_offset, self._leo)
+        if offset >= stop:
+            return offset
         resume = offset          # everything below it is in cols
-        while offset < stop:
-            segs = self._segments
-            i = segs.floor_index(offset)
+        segs = self._segments
+        i = segs.floor_index(offset)
+        while True:
             seg = segs[i]
             try:
                 if seg.closed:
                     raise SegmentGoneError(f"segment {seg.log_path} was deleted")
+                if offset >= stop:
+                    return max(offset, stop)    # the gap before this live segment is real
                 status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)
             except SegmentGoneError:
                 # deleted or replaced under us: go on with the current segments from where the
@@ -465,16 +469,25 @@ class Log(LocalLog):
                 offset = resume
                 self._check_range(offset)
                 stop = min(stop_offset, self._leo)
+                if offset >= stop:
+                    return offset
+                segs = self._segments
+                i = segs.floor_index(offset)
                 continue
             if status is ColumnsEnd.LIMIT:
                 return nxt
             if status is ColumnsEnd.STOP:
                 return stop
-            if i + 1 >= len(segs):
-                return stop
             resume = max(resume, nxt)
-            offset = max(offset, segs[i + 1].base_offset)
-        return max(offset, stop)
+            if i + 1 >= len(segs):
+                # the range existed when the call began: a last segment short of stop was cut
+                # by a truncation meanwhile; the caller goes on where its records stopped
+                return min(resume, stop)
+            # the next segment of the SAME list: a truncation that cut this one closed it
+            # first (SegmentGoneError above). Its base taken to a newer list could lie inside
+            # this segment grown again, skipping the offsets between.
+            i += 1
+            offset = max(resume, segs[i].base_offset)
 
     def __iter__(self) -> Iterator[_core.Record]:
         """Every record from log_start_offset to the end as of each chunk read."""
