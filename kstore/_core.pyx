@@ -186,8 +186,10 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
 
     The records form one contiguous run of the log: a segment whose next batch does not fit the
     remaining byte budget ends the read there (never a later segment's smaller batch). Returns
-    None when done, or (segment index, offset, bytes used) when it reached a segment that is not
-    mapped or whose index is not loaded (or was closed under it): the caller prepares that
+    None when done; (-1, offset, bytes used) when offset lies below the first segment (the
+    caller's range check is stale); or (segment index, offset, bytes used) when it reached a
+    segment that is not mapped or whose index is not loaded (or was closed under it): the caller
+    prepares that
     segment and calls again with that offset (the one after the last record read) and byte
     count and the same out, so the records already read are not decoded
     again (a read that crosses S unmapped segments costs O(S), not O(S^2)). min_one (at least one
@@ -209,7 +211,9 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
             lo = mid + 1
     i = lo - 1
     if i < 0:
-        i = 0
+        # below the first segment: retention or DeleteRecords removed the segment holding it
+        # after the caller's range check; (-1, ...) sends the caller back to that check
+        return (-1, offset, used)
     while i < n:
         v = <SegmentView>PyList_GET_ITEM(views, i)
         if not v.ready():

@@ -318,6 +318,8 @@ class Log(LocalLog):
                     return out
                 break
             i, offset, used = need
+            if i < 0:
+                break           # the head was removed after the range check: check it again
             try:
                 self._prepare_for_read(offset, ss, i)
             except OffsetOutOfRangeError:
@@ -369,6 +371,8 @@ class Log(LocalLog):
                 return out if self._segments is first else None
             # a segment not mapped yet: map it and go on from there (what was read is kept)
             i, offset, used = need
+            if i < 0:
+                return None     # below the first segment: the caller checks the range again
             try:
                 self._prepare_for_read(offset, ss, i)
             except OffsetOutOfRangeError:
@@ -403,6 +407,19 @@ class Log(LocalLog):
         if self.read_only and segs and segs.active.view.corrupt is not None:
             segs.active.raise_corrupt()
 
+    def _head_removed(self, offset: int, segs: LogSegments) -> None:
+        """A read found offset below its segment list's first base: retention or DeleteRecords
+        removed the segment holding it after the read's range check. Waits for that change to
+        publish, then raises OffsetOutOfRangeError (the offset is gone), or SegmentGoneError
+        when the list changed some other way (the caller reads again)."""
+        self._segment_gone(segs.segs[0])
+        self._check_range(offset)
+        if self._segments.bases and offset < self._segments.bases[0]:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the first segment of {self.dir} "
+                f"({self._segments.bases[0]}); the log starts at {self._log_start_offset}")
+        raise SegmentGoneError(f"the segments of {self.dir} changed under a read at {offset}")
+
     def _segment_gone(self, seg: LogSegment) -> None:
         """A read met seg deleted or replaced (or its mapping swapped) under it. Waiting for the
         log lock lets the change in progress finish publishing the new segments (the writer
@@ -426,6 +443,9 @@ class Log(LocalLog):
             segs = self._segments
             i = segs.floor_index(offset)
             try:
+                if segs.bases and offset < segs.bases[0]:
+                    # the segment holding offset was removed after the range check
+                    self._head_removed(offset, segs)
                 while i < len(segs):
                     v = segs[i].read_batches(offset, max_bytes)
                     if v is not None and len(v):
@@ -458,6 +478,10 @@ class Log(LocalLog):
             try:
                 if seg.closed:
                     raise SegmentGoneError(f"segment {seg.log_path} was deleted")
+                if offset < seg.base_offset:
+                    # only the first segment can start above offset (floor_index): the one
+                    # holding offset was removed after the range check
+                    self._head_removed(offset, segs)
                 if offset >= stop:
                     return max(offset, stop)    # the gap before this live segment is real
                 status, nxt = seg.read_columns(offset, stop, cols, max_records, max_data, verify_crc)

@@ -320,3 +320,48 @@ def test_read_columns_never_skips_records_a_truncation_cut_under_it(open_log, wa
     assert fired
     assert [o for o, _v in seen] == list(range(5, stop))
     assert all(v == tagged_value(o) for o, v in seen)
+
+
+class _HeadRemovedLog(kstore.Log):
+    """A Log whose next read of its segment list first runs `hook` once: the window between a
+    read's range check and its fetch of the segment list, made deterministic."""
+    hook = None
+
+    @property
+    def _segments(self):
+        h, self.hook = self.hook, None
+        if h is not None:
+            h()
+        return self.__dict__["_segs_"]
+
+    @_segments.setter
+    def _segments(self, v):
+        self.__dict__["_segs_"] = v
+
+
+@pytest.mark.parametrize("how", ["read", "read_batches", "read_columns"])
+def test_a_read_whose_segment_retention_removed_after_its_range_check_is_out_of_range(
+        tmp_path, watchdog, how):
+    """DeleteRecords (or retention) removes the segment holding the offset between a read's
+    range check and its fetch of the segment list: OffsetOutOfRangeError, as Kafka answers a
+    fetch below the log start, never records from a later offset (a silent skip)."""
+    watchdog(30)
+    lg = _HeadRemovedLog.open(str(tmp_path / "t-0"), {"segment.bytes": 400})
+    for i in range(60):
+        lg.append([(None, b"%d" % i, NOW)])
+    bases = [s.base_offset for s in lg.segments]
+    assert len(bases) > 3 and bases[0] == 0
+    cut = bases[2]                                   # removes the first two segments
+    lg.hook = lambda: lg.delete_records(cut)
+    with pytest.raises(OffsetOutOfRangeError) as ei:
+        if how == "read":
+            lg.read(1, max_records=5)
+        elif how == "read_batches":
+            lg.read_batches(1)
+        else:
+            lg.read_columns(1, 10, _core.Columns())
+    assert lg.log_start_offset == cut and lg.segments[0].base_offset == cut
+    assert "1" in str(ei.value)
+    # the log goes on: a read at the new start returns the records from there
+    assert [r.offset for r in lg.read(cut, max_records=3)] == [cut, cut + 1, cut + 2]
+    lg.close()
