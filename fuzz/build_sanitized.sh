@@ -19,7 +19,7 @@ if [ "${ATHERIS:-0}" = 1 ]; then
   export CC=clang CFLAGS="-fsanitize=fuzzer-no-link"
   pip install --quiet --no-binary atheris atheris       # built from source: sees the core's coverage
 fi
-rm -rf build kstore/_core.c kstore/_core*.so
+rm -rf build kstore/_*.c kstore/_*.so
 python setup.py -q build_ext --inplace
 ASAN_LIB=$(${CC:-gcc} -print-file-name=libasan.so)
 export PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
@@ -31,5 +31,5 @@ if [ "${ATHERIS:-0}" = 1 ]; then
   LD_PRELOAD="$ASAN_LIB" python -X faulthandler fuzz/fuzz_decode.py -max_len=4096 -runs="${RUNS:-1000000}"
 fi
 # leave no sanitized build behind for the normal venv
-rm -rf build kstore/_core.c kstore/_core*.so
+rm -rf build kstore/_*.c kstore/_*.so
 echo "sanitized fuzz run finished; rebuild normally with: python setup.py build_ext --inplace"

@@ -171,11 +171,6 @@ cdef class Columns:
                 _put_i32(&self.b[COL_HVOFF], 0) < 0):
             raise MemoryError()
 
-    @property
-    def data_bytes(self):
-        """Bytes of key, value and header data held."""
-        return self._data_bytes()
-
     cdef inline Py_ssize_t _data_bytes(self) noexcept nogil:
         return self.b[COL_KDAT].n + self.b[COL_VDAT].n + self.b[COL_HKDAT].n + self.b[COL_HVDAT].n
 
@@ -300,8 +295,8 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
 
 
 def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
-                   int64_t stop_offset, Columns cols, Py_ssize_t max_records=1 << 62,
-                   Py_ssize_t max_data=1 << 62, bint verify_crc=True):
+                   int64_t stop_offset, Columns cols, Py_ssize_t max_records=NO_LIMIT,
+                   Py_ssize_t max_data=NO_LIMIT, bint verify_crc=True):
     """Decode the records with min_offset <= offset < stop_offset of the batches in m[pos:end)
     into cols, until cols holds max_records records or about max_data bytes of key/value/header
     data (at least one record). Control batches are skipped, as consumers do.

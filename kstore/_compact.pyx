@@ -113,10 +113,6 @@ cdef class OffsetMap:
     def full(self):
         return self.size >= self.capacity
 
-    @property
-    def utilization(self):
-        return self.size / self.slots
-
 
 cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
                                 int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:

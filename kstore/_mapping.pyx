@@ -64,11 +64,6 @@ cdef class Mapping:
     def closed(self):
         return self.closing
 
-    @property
-    def in_use(self):
-        """True while views or scans still hold the memory."""
-        return self.exports > 0 or self.pins > 0
-
     def close(self):
         """Unmap now, or as soon as the last view is released."""
         self.closing = True
@@ -137,15 +132,4 @@ cdef class Mapping:
         if pos < 0 or n < 0 or pos + n > self.length:
             raise ValueError(f"read of {n} bytes at {pos} outside mapping of {self.length}")
         return PyBytes_FromStringAndSize(<const char*>(self.ptr() + pos), n)
-
-    def is_zero(self, Py_ssize_t start, Py_ssize_t end):
-        """True if every byte in [start, end) is zero."""
-        cdef const uint8_t* p = self.ptr()
-        cdef Py_ssize_t i
-        if start < 0 or end > self.length:
-            raise ValueError("range outside mapping")
-        for i in range(start, end):
-            if p[i] != 0:
-                return False
-        return True
 

@@ -408,10 +408,8 @@ class Log(LocalLog):
             segs.active.raise_corrupt()
 
     def _head_removed(self, offset: int, segs: LogSegments) -> None:
-        """A read found offset below its segment list's first base: retention or DeleteRecords
-        removed the segment holding it after the read's range check. Waits for that change to
-        publish, then raises OffsetOutOfRangeError (the offset is gone), or SegmentGoneError
-        when the list changed some other way (the caller reads again)."""
+        """Offset lies below the read's first segment (retention removed it after the range
+        check): wait for the change, then OffsetOutOfRangeError, or SegmentGoneError (read again)."""
         self._segment_gone(segs.segs[0])
         self._check_range(offset)
         if self._segments.bases and offset < self._segments.bases[0]:
@@ -524,7 +522,12 @@ class Log(LocalLog):
         while offset < self._leo:
             if offset < self._log_start_offset:
                 offset = self._log_start_offset
-            chunk = self.read(offset, max_bytes=max_bytes)
+            try:
+                chunk = self.read(offset, max_bytes=max_bytes)
+            except OffsetOutOfRangeError:
+                if offset < self._log_start_offset:
+                    continue        # retention moved the start under the read: clamp again
+                raise
             if not chunk:
                 # nothing at or after offset in this segment (a gap): skip to the next one
                 nxt = self._segments.higher(offset)

@@ -324,7 +324,7 @@ class LogSegment(SegmentReader):
         max_index = self._config.max_index_size
         res = _core.recover_scan(m, end, self.base_offset, self._config.index_interval_bytes,
                                  max_index // 8, max_index // 12 - 1)
-        if res["status"] == "overflow":
+        if res.status == "overflow":
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
@@ -349,7 +349,7 @@ class LogSegment(SegmentReader):
                                              upper_bound=-1 if upper_bound is None else upper_bound)
                 finally:
                     m.close()
-                if res["status"] == "overflow":
+                if res.status == "overflow":
                     raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
                 valid = res["valid_bytes"]
                 if flen > valid:
@@ -365,7 +365,7 @@ class LogSegment(SegmentReader):
             if was_active:
                 self.make_active()
             return SegmentRecovery(
-                segment=self.log_path, status=res["status"], reason=res["reason"],
+                segment=self.log_path, status=res.status, reason=res.reason,
                 valid_bytes=valid, truncated_bytes=flen - valid, tail_zero=res["tail_zero"],
                 batches=res["batches"], next_offset=res["next_offset"],
                 max_timestamp=res["max_timestamp"],

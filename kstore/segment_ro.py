@@ -153,7 +153,7 @@ class ReadOnlySegment(LogSegment):
         """Why the batch at the start of bad fails validation, in words."""
         diag = _core.recover_scan(_core.Mapping.from_bytes(bad), len(bad), self.base_offset,
                                   NO_LIMIT, 0, 0, prev_last_offset=last)
-        return _INVALID.get(diag["status"], "invalid batch")
+        return _INVALID.get(diag.status, "invalid batch")
 
     def _invalid_at_end(self, fd: int, flen: int, pos: int, last: int, bad: bytes) -> Optional[str]:
         """Why the invalid batch at pos of the last segment (`bad` its window) is corruption, or

@@ -24,7 +24,7 @@ log = logging.getLogger("kstore.topics")
 
 TOPIC_CONFIG_FILE = "kstore-topic-config.json"
 PARTITION_METADATA_FILE = "partition.metadata"
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")     # fullmatch: "$" would accept a final newline
 
 
 def validate_topic_name(name: str) -> None:
@@ -35,7 +35,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(f"Topic name cannot be \"{name}\"")
     if len(name) > 249:
         raise InvalidTopicError(f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}")
-    if not _TOPIC_RE.match(name):
+    if not _TOPIC_RE.fullmatch(name):
         raise InvalidTopicError(
             f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
             f"alphanumerics, '.', '_' and '-'")
@@ -105,7 +105,7 @@ class TopicConfigs:
     """A store's topic config file, kept in memory and written to every online log dir on each
     change (a dir whose write fails is reported offline through the failure channel).
 
-    Changes are made under the owner's registry lock (LogManager._lock); `overrides` and
+    Changes are made under the owner's registry lock (LogRegistry.lock); `overrides` and
     `deleting` may be read without it.
     """
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import kstore
 from kstore import _core
-from kstore.cleaner import group_segments
+from kstore.cleaner import CleanerStats, group_segments
 from kstore.clock import MockTime
 from kstore.manager import LogManager
 from kstore.scheduler import MockScheduler
@@ -460,3 +460,9 @@ def test_cleaner_racing_deletion_aborts_the_clean_and_keeps_the_dir_online(tmp_p
             assert m.offline_dirs == {}
 
 
+
+
+def test_cleaner_stats_rate():
+    """A clean's read rate in MB/s (Kafka's cleaner log line); 0 for a clean that took no time."""
+    assert CleanerStats(bytes_read=3_000_000, duration_ms=1500).mb_per_s == 2.0
+    assert CleanerStats(bytes_read=10).mb_per_s == 0.0

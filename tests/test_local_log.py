@@ -362,3 +362,14 @@ def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path
         assert synced == [True] and lg.recovery_point == 10
     finally:
         lg.close()
+
+
+def test_unflushed_messages_count_from_the_recovery_point(tmp_path):
+    """Kafka's unflushedMessages: log end minus recovery point; a flush brings it to 0."""
+    log = kstore.Log.open(str(tmp_path / "t-0"))
+    log.append([(None, b"a", NOW), (None, b"b", NOW)])
+    log.append([(None, b"c", NOW)])
+    assert log.unflushed_messages == 3
+    log.flush()
+    assert log.unflushed_messages == 0 and log.recovery_point == 3
+    log.close()

@@ -166,6 +166,26 @@ def test_split_on_offset_overflow(tmp_path):
     assert files(str(d)) == sorted(f"{o:020d}.{s}" for o in (0, far) for s in ("index", "log", "timeindex"))
 
 
+def test_split_whose_first_batch_is_above_the_base_sets_the_log_start_after_it(tmp_path):
+    """The split names each piece after its first batch: a segment 0 whose batches start at 5
+    loads as [5, far] with log start 5 (Kafka computes it after recovery), and reads from 5."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    far = (1 << 31) + 10
+    b = _core.BatchBuilder()
+    raw = b""
+    for base in (5, far):
+        b.build([(None, b"o%d" % base, NOW)], 2, base, NOW, False, 0, 1 << 62, False, 0)
+        raw += b.getvalue()
+    (d / "00000000000000000000.log").write_bytes(raw)
+    log = kstore.Log.open(str(d))
+    assert [s.base_offset for s in log.segments] == [5, far]
+    assert log.log_start_offset == 5
+    assert [(r.offset, r.value) for r in log] == [(5, b"o5"), (far, b"o%d" % far)]
+    assert log.read(5, 1)[0].value == b"o5"
+    log.close()
+
+
 def test_crash_during_split_swap_recovers(tmp_path):
     """A .swap left by a split whose old segment is still there: the swap wins."""
     d = tmp_path / "t-0"

@@ -122,11 +122,18 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
             _data_loss(opts, f"offset {start} of {part.topic}-{part.partition} is past its end "
                              f"{lg.log_end_offset}")
             return
-        try:
-            yield from iter_batches(lg, part.topic, part.partition, start, part.end,
-                                    include_headers=opts.include_headers, schema=schema)
-        except OffsetOutOfRangeError as e:
-            _data_loss(opts, str(e))
+        while True:
+            try:
+                yield from iter_batches(lg, part.topic, part.partition, start, part.end,
+                                        include_headers=opts.include_headers, schema=schema)
+                return
+            except OffsetOutOfRangeError as e:
+                # retention removed offsets under the read: everything yielded lies below the
+                # offset that failed, which lies below the new log start; go on from there
+                _data_loss(opts, str(e))
+                if lg.log_start_offset <= start or lg.log_start_offset >= part.end:
+                    return      # not a removal at the head (a truncation past the end, say)
+                start = lg.log_start_offset
 
 
 class KStoreBatchReader(DataSourceReader):

@@ -365,3 +365,18 @@ def test_a_read_whose_segment_retention_removed_after_its_range_check_is_out_of_
     # the log goes on: a read at the new start returns the records from there
     assert [r.offset for r in lg.read(cut, max_records=3)] == [cut, cut + 1, cut + 2]
     lg.close()
+
+
+def test_iteration_goes_on_from_the_new_start_when_retention_races_a_chunk_read(tmp_path, watchdog):
+    """Iteration reads from the log start as of each chunk: a DeleteRecords between a chunk's
+    range check and its read moves it on to the new start (no OffsetOutOfRangeError, no skip
+    of what remains)."""
+    watchdog(30)
+    lg = _HeadRemovedLog.open(str(tmp_path / "t-0"), {"segment.bytes": 400})
+    for i in range(60):
+        lg.append([(None, b"%d" % i, NOW)])
+    cut = lg.segments[2].base_offset
+    lg.hook = lambda: lg.delete_records(cut)
+    got = [r.offset for chunk in lg.iter_chunks(1) for r in chunk]
+    assert got == list(range(cut, 60))
+    lg.close()
