@@ -67,7 +67,9 @@ def test_crc32_matches_crcmod(n):
     assert kstore.crc32(data) == CRC32(data) == zlib.crc32(data)
 
 
-def test_kstore_imports_without_crcmod():
+def test_kstore_imports_without_crcmod(tmp_path):
     code = "import sys, kstore; kstore.crc32c(b'x'); sys.exit('crcmod' in sys.modules)"
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
-                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    # cwd outside the checkout: `python -c` puts the cwd first on sys.path, and the source tree
+    # (no compiled modules in CI) would shadow the installed package
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=str(tmp_path),
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
