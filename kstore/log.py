@@ -295,14 +295,8 @@ class Log(LocalLog):
              max_bytes: int = DEFAULT_MAX_BYTES, *, verify_crc: bool = True) -> list[_core.Record]:
         """Records from `offset` on: at most max_records, from batches totalling at most
         max_bytes (but always at least one batch). Empty at the log end."""
-        if offset >= self._leo or offset < self._log_start_offset:
-            if self.read_only:
-                self.refresh()
-            if offset == self._leo:
-                self._check_corrupt_end()
-                return []
-            if offset > self._leo or offset < self._log_start_offset:
-                self._check_range(offset)
+        if (offset >= self._leo or offset < self._log_start_offset) and self._at_end(offset):
+            return []
         limit = NO_LIMIT if max_records is None else max_records
         out: list[_core.Record] = []
         used = 0
@@ -339,13 +333,8 @@ class Log(LocalLog):
             if attempt == 3:
                 self._lock.acquire()
             try:
-                if offset >= self._leo or offset < self._log_start_offset:
-                    if self.read_only:
-                        self.refresh()
-                    if offset == self._leo:
-                        self._check_corrupt_end()
-                        return []
-                    self._check_range(offset)
+                if (offset >= self._leo or offset < self._log_start_offset) and self._at_end(offset):
+                    return []
                 out = self._read_run(offset, limit, max_bytes, verify_crc)
                 if out is not None:
                     return out
@@ -353,6 +342,17 @@ class Log(LocalLog):
                 if attempt == 3:
                     self._lock.release()
         raise SegmentGoneError(f"the segments of {self.dir} kept changing during a read; try again")
+
+    def _at_end(self, offset: int) -> bool:
+        """read()'s range check, for an offset outside [log start, log end) as last seen: True
+        at the log end (a read-only log refreshes first), OffsetOutOfRangeError outside it."""
+        if self.read_only:
+            self.refresh()
+        if offset == self._leo:
+            self._check_corrupt_end()
+            return True
+        self._check_range(offset)
+        return False
 
     def _read_run(self, offset: int, limit: int, max_bytes: int,
                   verify_crc: bool) -> Optional[list[_core.Record]]:
