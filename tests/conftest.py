@@ -58,6 +58,15 @@ def open_log(log_dir):
 
 
 @pytest.fixture
+def mock():
+    """A MockTime and a MockScheduler driven by it, for managers and logs on a hand-run clock."""
+    from kstore.clock import MockTime
+    from kstore.scheduler import MockScheduler
+    t = MockTime(1_700_000_000_000)
+    return t, MockScheduler(t)
+
+
+@pytest.fixture
 def watchdog():
     """watchdog(seconds): bound a test; on expiry every thread's stack is dumped and the run fails
     (see tests/thread_watchdog.py). Concurrency tests wrap their whole body in it."""

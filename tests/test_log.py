@@ -284,6 +284,13 @@ def test_append_columns_to_a_legacy_format_topic_writes_v1(open_log):
     assert bytes(lg.read_batches(0, 1 << 20))[16] == 1          # magic byte of a v1 message
 
 
+def _append_tagged_until(lg, done):
+    """Append batches of 5 records, each value naming its offset, until done() holds."""
+    while not done():
+        leo = lg.log_end_offset
+        lg.append([(None, tagged_value(leo + j), NOW + leo + j) for j in range(5)])
+
+
 def test_read_columns_of_a_partition_deleted_under_it_is_a_kstore_error(tmp_path, monkeypatch):
     """A columnar read that took a segment just before the partition was closed and its
     directory moved (what LogManager.delete_topic does) opened the segment's lazy index at the
@@ -317,9 +324,7 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
     75', about every other run). A read is one contiguous run of offsets, always."""
     import kstore.log as log_module
     lg = open_log({"segment.bytes": 2000})
-    while len(lg.segments) < 3:
-        leo = lg.log_end_offset
-        lg.append([(None, tagged_value(leo + j), NOW + leo + j) for j in range(5)])
+    _append_tagged_until(lg, lambda: len(lg.segments) >= 3)
     b1 = lg.segments[1].base_offset
     cut = b1 - 10
     real_read, real_prepare = log_module._log_read, log_module.Log._prepare_for_read
@@ -334,9 +339,7 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
     def prepare_after_appends(self, offset, segs, start):
         if steps == ["truncate"]:  # ... and appends past the dropped segment's base
             steps.append("append")
-            while lg.log_end_offset <= b1 + 10:
-                leo = lg.log_end_offset
-                lg.append([(None, tagged_value(leo + j), NOW + leo + j) for j in range(5)])
+            _append_tagged_until(lg, lambda: lg.log_end_offset > b1 + 10)
         return real_prepare(self, offset, segs, start)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
     monkeypatch.setattr(log_module.Log, "_prepare_for_read", prepare_after_appends)
@@ -354,9 +357,7 @@ def test_read_racing_a_truncation_never_reports_its_own_offset_gone(open_log, mo
     truncated log: the records from the offset to the cut."""
     import kstore.log as log_module
     lg = open_log({"segment.bytes": 2000})
-    while len(lg.segments) < 3:
-        leo = lg.log_end_offset
-        lg.append([(None, tagged_value(leo + j), NOW + leo + j) for j in range(5)])
+    _append_tagged_until(lg, lambda: len(lg.segments) >= 3)
     b1 = lg.segments[1].base_offset
     cut = b1 - 10
     real_read = log_module._log_read

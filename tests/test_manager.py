@@ -12,28 +12,14 @@ import pytest
 
 import kstore
 from kstore.checkpoint import OffsetCheckpointFile
-from kstore.clock import MockTime
 from kstore.errors import (InvalidConfigError, InvalidTopicError, LogDirLockedError,
                            LogDirOfflineError, TopicExistsError, UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.manager import LogManager
 from kstore.partitioner import partition_for_key
-from kstore.scheduler import MockScheduler
 
-NOW = 1_700_000_000_000
+from manager_helpers import NOW, manager
 
-
-@pytest.fixture
-def mock():
-    t = MockTime(NOW)
-    return t, MockScheduler(t)
-
-
-def manager(dirs, config=None, mock=None, **kw):
-    if mock is not None:
-        kw.setdefault("time", mock[0])
-        kw.setdefault("scheduler", mock[1])
-    return LogManager(dirs, config, **kw)
 
 
 # -- topics and appends ---------------------------------------------------------------------------

@@ -19,22 +19,10 @@ from kstore.fileio import FileOps
 from kstore.manager import LogManager
 from kstore.partitioner import partition_for_key
 from kstore.scheduler import MockScheduler
+
+from manager_helpers import NOW, manager
 from thread_watchdog import run_threads
 
-NOW = 1_700_000_000_000
-
-
-@pytest.fixture
-def mock():
-    t = MockTime(NOW)
-    return t, MockScheduler(t)
-
-
-def manager(dirs, config=None, mock=None, **kw):
-    if mock is not None:
-        kw.setdefault("time", mock[0])
-        kw.setdefault("scheduler", mock[1])
-    return LogManager(dirs, config, **kw)
 
 
 # -- processes killed ------------------------------------------------------------------------------
