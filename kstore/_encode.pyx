@@ -42,6 +42,24 @@ cdef inline int _bytes_arg(object o, const uint8_t** p, Py_ssize_t* n, list keep
     return 0
 
 
+cdef inline int _key_value(Py_ssize_t i, object key, object value, bint require_key,
+                           const uint8_t** kp, Py_ssize_t* klen, const uint8_t** vp,
+                           Py_ssize_t* vlen, list keep) except -1:
+    """Record i's key and value as pointers and lengths (-1 for None), checked as every message
+    format requires: bytes-like or None, and a key on compacted topics."""
+    try:
+        _bytes_arg(key, kp, klen, keep)
+    except TypeError:
+        raise InvalidRecordError(f"record {i}: key must be bytes-like or None, not {type(key).__name__}")
+    try:
+        _bytes_arg(value, vp, vlen, keep)
+    except TypeError:
+        raise InvalidRecordError(f"record {i}: value must be bytes-like or None, not {type(value).__name__}")
+    if require_key and klen[0] < 0:
+        raise InvalidRecordError(f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+    return 0
+
+
 cdef inline int _check_window(Py_ssize_t i, int64_t ts, int64_t ts_min, int64_t ts_max) except -1:
     """A CreateTime timestamp must lie in [ts_min, ts_max] (the window the topic's
     message.timestamp.before.max.ms / message.timestamp.after.max.ms allow around now)."""
@@ -246,17 +264,7 @@ cdef class BatchBuilder:
                 headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
             else:
                 key, value, ts_obj, headers = self._unpack_slow(item, i)
-            try:
-                _bytes_arg(key, &kp, &klen, keep)
-            except TypeError:
-                raise InvalidRecordError(f"record {i}: key must be bytes-like or None, not {type(key).__name__}")
-            try:
-                _bytes_arg(value, &vp, &vlen, keep)
-            except TypeError:
-                raise InvalidRecordError(f"record {i}: value must be bytes-like or None, not {type(value).__name__}")
-            if require_key and klen < 0:
-                raise InvalidRecordError(
-                    f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+            _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
             ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
             if i == 0:
                 base_ts = ts
@@ -491,17 +499,7 @@ cdef class BatchBuilder:
             if headers is not None and len(headers) != 0:
                 raise InvalidRecordError(
                     f"record {i}: headers need message format v2 (this topic writes v{magic})")
-            try:
-                _bytes_arg(key, &kp, &klen, keep)
-            except TypeError:
-                raise InvalidRecordError(f"record {i}: key must be bytes-like or None, not {type(key).__name__}")
-            try:
-                _bytes_arg(value, &vp, &vlen, keep)
-            except TypeError:
-                raise InvalidRecordError(f"record {i}: value must be bytes-like or None, not {type(value).__name__}")
-            if require_key and klen < 0:
-                raise InvalidRecordError(
-                    f"record {i}: compacted topics (cleanup.policy=compact) require a key")
+            _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
             if magic == 1:
                 ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
             else:
