@@ -308,3 +308,32 @@ def test_read_while_another_process_appends(spark, tmp_path):
         open(stop, "w").close()
         p.wait(30)
     assert p.returncode == 0
+
+
+def test_a_task_with_fail_on_data_loss_false_reads_on_past_offsets_retention_removed(tmp_path, monkeypatch):
+    """DeleteRecords lands while a task reads its range (after its start was resolved): with
+    failOnDataLoss=false the task goes on from the new log start to the end of its range,
+    never dropping records that still exist (no Spark session: the task function itself)."""
+    import kstore.spark.read as read_mod
+    from kstore.spark.options import ReadOptions
+    d = str(tmp_path)
+    with kstore.LogManager(d, {"log.segment.bytes": "400"}) as m:
+        m.create_topic("t", 1)
+        for i in range(60):
+            m.append("t", None, b"%d" % i, partition=0)
+        cut = m.log("t", 0).segments[2].base_offset
+    real = read_mod.iter_batches
+    calls = []
+
+    def deleted_first(lg, topic, partition, start, stop, **kw):
+        if not calls:                     # retention moves the start before the task's first read
+            with kstore.LogManager(d) as w:
+                w.log("t", 0).delete_records(cut)
+        calls.append(start)
+        return real(lg, topic, partition, start, stop, **kw)
+    monkeypatch.setattr(read_mod, "iter_batches", deleted_first)
+    opts = ReadOptions.parse({"path": d, "subscribe": "t", "failOnDataLoss": "false"}, streaming=False)
+    got = [o for b in read_mod.read_range(opts, read_mod.KStoreRange("t", 0, 0, 50))
+           for o in b.column("offset").to_pylist()]
+    assert calls == [0, cut]
+    assert got == list(range(cut, 50))
