@@ -148,12 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     d = _sub(sub, "dump-log", "print the batches, records or index entries of segment files",
              DUMP_EPILOG, "Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
                           "and index entries checked against their .log.")
-    d.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex files")
+    d.add_argument("--files", required=True,
+                   help="comma-separated .log/.index/.timeindex files (and KRaft .checkpoint snapshots)")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batch headers")
     d.add_argument("--verify-index-only", action="store_true", help="check index entries against the .log; print only mismatches")
     d.add_argument("--index-sanity-check", action="store_true", help="check that the index files are well formed")
-    d.add_argument("--max-bytes", type=int, default=-1, help="read at most this many bytes of each .log")
+    d.add_argument("--max-bytes", type=int, default=-1,
+                   help="read at most this many bytes of each .log; a batch cut there is not reported")
+    d.add_argument("--skip-record-metadata", action="store_true",
+                   help="print only the records' keys and values, not their offsets and sizes")
     d.add_argument("--json", action="store_true", help="one JSON object per batch or entry")
 
     p = _sub(sub, "produce", "append lines from stdin to a topic (kafka-console-producer)", """examples:
