@@ -177,3 +177,32 @@ def test_usage_errors_exit_2_with_help(capsys):
 def test_missing_log_dirs_is_a_clear_error(capsys):
     rc, _, err = run(capsys, "topics", "list")
     assert (rc, err) == (1, "kstore: error: --log-dirs is required (a comma-separated list of log dirs)\n")
+
+
+def test_garbage_log_is_reported_not_shown_as_empty(store, capsys):
+    """Issue 16 item 11: a .log of garbage, read-only, must not pass as an empty partition
+    without a word: describe and log-dirs name the file, the position and what is wrong, as
+    Kafka's dump does; a live owner's zero-filled runway and sound logs raise no warning."""
+    with kstore.LogManager(store, {"log.cleaner.enable": False}) as m:
+        m.append("clicks", None, b"late", partition=0, timestamp=9000)     # runway behind it
+        for argv in (("topics", "describe"), ("log-dirs",)):
+            rc, _out, err = run(capsys, *argv, "--log-dirs", store)
+            assert (rc, err) == (0, "")
+    bad = os.path.join(store, "users-0", "00000000000000000000.log")
+    sound = os.path.getsize(bad)
+    with open(bad, "ab") as f:
+        f.write(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\xee" * 20)            # size 5 < 14
+    warning = (f"kstore: warning: {bad}: position {sound}: 32 bytes that are not a valid batch "
+               f"(record size 5 is smaller than the minimum record overhead (14)); the log's data "
+               f"ends there\n")
+    rc, out, err = run(capsys, "topics", "describe", "--log-dirs", store, "--topic", "users")
+    assert (rc, err) == (0, warning)
+    assert f"LogEndOffset: 1\tSize: {sound}\t" in out
+    assert run(capsys, "log-dirs", "--log-dirs", store, "--topic-list", "users")[2] == warning
+    with open(bad, "wb") as f:                                              # all garbage
+        f.write(bytes(range(7, 107)))
+    rc, out, err = run(capsys, "topics", "describe", "--log-dirs", store, "--topic", "users")
+    assert "Size: 0\t" in out
+    assert err == (f"kstore: warning: {bad}: position 0: 100 bytes that are not a valid batch "
+                   f"(unknown magic byte 23); the "
+                   f"log's data ends there\n")

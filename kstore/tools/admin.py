@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Optional
 
 from kstore.assignment import assign_replicas
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.manager import LogManager
+from kstore.tools.dump import tail_problem
 from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
 from kstore.topics import read_topic_config_file
@@ -189,6 +191,7 @@ def _describe(args, out: IO) -> int:
             parts = []
             for _t, p in store.partitions(t):
                 lg = store.log(t, p)
+                warn_unreadable(lg)
                 parts.append({"partition": p, "logDir": os.path.dirname(lg.dir),
                               "logStartOffset": lg.log_start_offset, "logEndOffset": lg.log_end_offset,
                               "size": lg.size, "segments": len(lg.segments)})
@@ -208,6 +211,19 @@ def _describe(args, out: IO) -> int:
                       f"\tLogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}"
                       f"\tSize: {p['size']}\tSegments: {p['segments']}\n")
     return 0
+
+
+def warn_unreadable(lg: Any, err: Optional[IO[str]] = None) -> int:
+    """Say on stderr (file, position, what) when a segment holds bytes past what the read-only
+    view could validate, so that a garbage .log is not shown as an empty partition without a
+    word (Kafka's dump reports such bytes); returns how many segments did."""
+    n = 0
+    for seg in lg.segments:
+        problem = tail_problem(seg.log_path, seg.size)
+        if problem is not None:
+            n += 1
+            print(f"kstore: warning: {problem}", file=err or sys.stderr)
+    return n
 
 
 def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
@@ -254,6 +270,7 @@ def log_dirs(args: argparse.Namespace, out: IO[str]) -> int:
             for t, p in store.partitions():
                 if topics_wanted is not None and t not in topics_wanted:
                     continue
+                warn_unreadable(store.log(t, p))
                 parts.append({"partition": f"{t}-{p}", "size": store.log(t, p).size,
                               "offsetLag": 0, "isFuture": False})
         entries.append({"logDir": d, "error": None, "partitions": parts})
