@@ -350,3 +350,30 @@ def test_skip_record_metadata_keeps_kafkas_prefixes(tmp_path):
     log = _segment(tmp_path, _kp_v2([(b"k", b"v", 1, []), (None, b"w", 2, []), (None, None, 3, [])]))
     rc, out, _err = _dump("--files", log, "--print-data-log", "--skip-record-metadata")
     assert out.splitlines()[3:] == ["| key: k payload: v", " payload: w", ""]
+
+
+def test_hostile_bytes_never_escape_as_other_exceptions(tmp_path):
+    """Bit flips and cuts in gzip v2 batches, gzip v0/v1 wrappers and KRaft control records:
+    the dump exits 0 or 2 (corruption shown with file and position), never with IndexError,
+    struct.error, zlib.error or a traceback. 300 seeded mutations."""
+    import random
+    import struct
+    recs = [(b"k0", b"v0" * 20, 1000), (None, b"v1", 1001), (b"k2", None, 1002)]
+    base = (_kp_v2([(b"a", b"x" * 50, 1, []), (None, b"y", 2, [])], codec=1)
+            + _kp_legacy(0, 1, recs, base=2) + _kp_legacy(1, 1, recs, base=5)
+            + b"".join(_kp_v2([(struct.pack(">hh", 0, t), bytes.fromhex(v), 5, [])], base=8 + i, control=True)
+                       for i, (t, v) in enumerate(KRAFT_VALUES)))
+    rng = random.Random(16)
+    codes = set()
+    for _ in range(300):
+        d = bytearray(base)
+        for _ in range(rng.randint(1, 4)):
+            d[rng.randrange(len(d))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            d = d[:rng.randrange(len(d))]
+        rc, out, err = _dump("--files", _segment(tmp_path, bytes(d)), "--print-data-log")
+        assert rc in (0, 2) and "Traceback" not in err
+        if rc == 2:         # shown: a batch's CRC on its line, or file and position on stderr
+            assert "isvalid: false" in out or ("kstore dump-log: " in err and "position" in err)
+        codes.add(rc)
+    assert codes == {0, 2}

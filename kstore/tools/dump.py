@@ -236,10 +236,13 @@ def _legacy_entries(data: bytes, b: dict, what: str) -> list[_Entry]:
     if value is None:
         raise CorruptRecordError(f"{what}: Found invalid compressed record set with null value (magic = {magic})")
     try:
-        inner = _legacy_messages(decompress(codec, value, magic), what)
-    except (ValueError, OSError) as e:      # a codec's own error on hostile bytes
+        payload = decompress(codec, value, magic)
+    except KStoreError:
+        raise                               # a codec this installation lacks
+    except Exception as e:  # noqa: BLE001  (zlib.error, cramjam's errors: hostile bytes)
         raise CorruptRecordError(f"{what}: the {CODEC_NAMES.get(codec, codec)} payload does not "
                                  f"decompress: {e}") from None
+    inner = _legacy_messages(payload, what)
     if not inner:
         raise CorruptRecordError(f"{what}: Found invalid compressed record set with no inner records")
     base = -1
