@@ -377,3 +377,21 @@ def test_hostile_bytes_never_escape_as_other_exceptions(tmp_path):
             assert "isvalid: false" in out or ("kstore dump-log: " in err and "position" in err)
         codes.add(rc)
     assert codes == {0, 2}
+
+
+def test_txnindex_entries_as_kafka_prints_them(tmp_path):
+    """DumpLogSegments.dumpTxnIndex: one line per 34-byte AbortedTxn entry; a partial entry is
+    reported with its position."""
+    import struct
+    path = tmp_path / "00000000000000000000.txnindex"
+    entries = [(98323, 0, 6, 7), (7, 10, 12, 10)]
+    path.write_bytes(b"".join(struct.pack(">hqqqq", 0, *e) for e in entries))
+    assert _dump("--files", str(path)) == (0, (
+        f"Dumping {path}\n"
+        "version: 0 producerId: 98323 firstOffset: 0 lastOffset: 6 lastStableOffset: 7\n"
+        "version: 0 producerId: 7 firstOffset: 10 lastOffset: 12 lastStableOffset: 10\n"), "")
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 5)
+    rc, out, err = _dump("--files", str(path))
+    assert (rc, len(out.splitlines())) == (2, 3)
+    assert err == f"kstore dump-log: {path}: position 68: 5 bytes, not a whole 34-byte aborted transaction entry\n"

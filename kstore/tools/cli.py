@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
              DUMP_EPILOG, "Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
                           "and index entries checked against their .log.")
     d.add_argument("--files", required=True,
-                   help="comma-separated .log/.index/.timeindex files (and KRaft .checkpoint snapshots)")
+                   help="comma-separated .log/.index/.timeindex/.txnindex files (and KRaft .checkpoint snapshots)")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batch headers")
     d.add_argument("--verify-index-only", action="store_true", help="check index entries against the .log; print only mismatches")

@@ -22,7 +22,7 @@ from kstore import _core
 from kstore.compression import CODEC_NAMES, decompress
 from kstore.errors import CorruptRecordError, KStoreError
 from kstore.fileio import get_file_ops
-from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_name
+from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_name
 from kstore.index import OFFSET_DTYPE, TIME_DTYPE
 from kstore.tools.control_records import control_fields, control_text
 from kstore.tools.progress import Progress
@@ -498,6 +498,32 @@ def dump_index(path: str, out: IO, *, verify_only: bool, sanity_check: bool, as_
     return len(problems)
 
 
+def dump_txn_index(path: str, out: IO, err: IO, as_json: bool) -> int:
+    """A .txnindex's aborted transactions as DumpLogSegments.dumpTxnIndex prints them:
+    34-byte AbortedTxn entries (version int16 -- printed, as Kafka's version() reads it, as the
+    entry's first byte --, producerId, firstOffset, lastOffset, lastStableOffset as int64s)."""
+    raw = _read(path)
+    problems = 0
+    for pos in range(0, len(raw) - len(raw) % 34, 34):
+        version = struct.unpack_from(">b", raw, pos)[0]
+        if version > 0:
+            err.write(f"kstore dump-log: {path}: position {pos}: unexpected aborted transaction "
+                      f"version {version} (current version is 0)\n")
+            return problems + 1
+        pid, first, last, lso = struct.unpack_from(">qqqq", raw, pos + 2)
+        if as_json:
+            out.write(json.dumps({"version": version, "producerId": pid, "firstOffset": first,
+                                  "lastOffset": last, "lastStableOffset": lso}) + "\n")
+        else:
+            out.write(f"version: {version} producerId: {pid} firstOffset: {first} "
+                      f"lastOffset: {last} lastStableOffset: {lso}\n")
+    if len(raw) % 34:
+        problems += 1
+        err.write(f"kstore dump-log: {path}: position {len(raw) - len(raw) % 34}: "
+                  f"{len(raw) % 34} bytes, not a whole 34-byte aborted transaction entry\n")
+    return problems
+
+
 def main(args: argparse.Namespace, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """kstore dump-log: 0 when every file is sound, 2 when something is corrupt, 1 when a
     file is missing."""
@@ -532,5 +558,7 @@ def _dump_one(path: str, args, out: IO, err: IO, bar: Progress) -> int:
         return dump_index(path, out, verify_only=args.verify_index_only,
                           sanity_check=args.index_sanity_check, as_json=args.json,
                           log_path=path.rsplit(".", 1)[0] + LOG_SUFFIX)
+    if path.endswith(TXN_INDEX_SUFFIX):
+        return dump_txn_index(path, out, err, args.json)
     print(f"Ignoring unknown file {path}", file=err)
     return 0
