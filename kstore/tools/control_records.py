@@ -6,9 +6,9 @@ A COMMIT/ABORT value is `int16 version, int32 coordinatorEpoch` (EndTransactionM
 values are Kafka protocol messages (LeaderChangeMessage, SnapshotHeaderRecord, ...) in their
 flexible encoding, read at version 0 as Kafka's ControlRecordUtils reads them, and printed as
 their generated JsonConverter writes them (Jackson's compact JSON, fields in schema order,
-camelCase names, tagged fields left out). The text forms are DumpLogSegments.printControlRecord's
-(core/src/main/scala/kafka/tools/DumpLogSegments.scala, Kafka 4.1; LEADER_CHANGE gained its JSON
-form there, earlier versions print `controlType: LEADER_CHANGE(2)`).
+camelCase names, tagged fields left out). The text forms are DumpLogSegments' (core/src/main/
+scala/kafka/tools/DumpLogSegments.scala); LEADER_CHANGE's `LeaderChange: {json}` is later trunk's
+printControlRecord (Kafka 3.x, e.g. 3.9.0, printed `controlType: LEADER_CHANGE(2)`).
 
 Values come from disk: every length is checked and a malformed value raises CorruptRecordError,
 never IndexError or struct.error.
