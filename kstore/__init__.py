@@ -7,7 +7,12 @@
 """
 from __future__ import annotations
 
-from kstore import compression as _compression  # noqa: F401  (registers the codecs)
+import logging
+
+# one logger hierarchy, `kstore.*`: silent unless the application configures logging
+logging.getLogger("kstore").addHandler(logging.NullHandler())
+
+from kstore import compression as _compression  # noqa: F401,E402  (registers the codecs)
 from kstore._core import AppendInfo, Record, crc32, crc32c  # noqa: E402
 from kstore.config import LogConfig  # noqa: E402
 from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflowError,  # noqa: E402

@@ -2,13 +2,13 @@
 
 Topic-level defaults come from their broker synonyms with Kafka's precedence (log.roll.ms over
 log.roll.hours; log.retention.ms over .minutes over .hours). Keys that only make sense for a
-networked, replicated broker are accepted and reported once as ignored; unknown keys warn.
+networked, replicated broker are accepted and reported once as ignored; unknown keys are
+logged as warnings (Kafka's AbstractConfig logs unused settings), on the `kstore.config` logger.
 """
 from __future__ import annotations
 
 import logging
 import re
-import warnings
 from typing import Any, Mapping, Optional
 
 from kstore.config import (LONG_MAX, TOPIC_CONFIG_KEYS, LogConfig, Parser, double_parser,
@@ -107,8 +107,16 @@ class BrokerConfig:
             log.info("kstore ignores settings that apply only to a networked broker: %s",
                      ", ".join(self.ignored))
         if warn and self.unknown:
-            warnings.warn(f"kstore: unknown broker settings ignored: {', '.join(self.unknown)}",
-                          stacklevel=3)
+            log.warning("unknown broker settings ignored: %s", ", ".join(self.unknown))
+
+
+    def default_log_dir_note(self) -> Optional[str]:
+        """When the settings name no log dir (an empty server.properties): where the data goes,
+        Kafka's default log.dir, said so that it does not land in /tmp/kafka-logs unannounced."""
+        if "log.dirs" in self.raw or "log.dir" in self.raw:
+            return None
+        return (f"neither log.dirs nor log.dir is set: the data goes to {self.values['log.dir']} "
+                f"(Kafka's default log.dir)")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -377,6 +377,8 @@ class LocalLog:
     def delete_records(self, offset: int) -> int:
         """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
         are deleted. Returns the new log start offset."""
+        if offset < 0:        # Kafka's ReplicaManager: "The offset -3 for partition ... is not valid"
+            raise OffsetOutOfRangeError(f"The offset {offset} for {self.dir} is not valid (an offset >= 0)")
         with self._lock:
             self._check_writable()
             if offset > self._leo:

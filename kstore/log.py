@@ -17,7 +17,7 @@ import numpy as np
 
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
-from kstore.config import NO_LIMIT, LogConfig
+from kstore.config import NO_LIMIT, LogConfig, bad_max_records
 from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
@@ -297,7 +297,7 @@ class Log(LocalLog):
         max_bytes (but always at least one batch). Empty at the log end."""
         if (offset >= self._leo or offset < self._log_start_offset) and self._at_end(offset):
             return []
-        limit = NO_LIMIT if max_records is None else max_records
+        limit = NO_LIMIT if max_records is None else max_records if max_records >= 0 else bad_max_records(max_records)
         out: list[_core.Record] = []
         used = 0
         start = offset

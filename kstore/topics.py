@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from kstore.config import TOPIC_CONFIG_KEYS
 from kstore.errors import InvalidTopicError, UnusableFileError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.log_dir_failure import LogDirFailureChannel
@@ -136,8 +137,18 @@ class TopicConfigs:
                 self._failures.mark_offline(d, e)
 
     def overrides(self, topic: str) -> Optional[dict[str, Any]]:
-        """The topic's overrides as stored (strings for lists), None for a topic with none."""
-        return self._file.topics.get(topic)
+        """The topic's overrides as stored (strings for lists), None for a topic with none. A
+        key that is not a topic config (a hand edit, a newer version's key) is logged and
+        left out: stored configs load as Kafka loads them; only create and alter reject."""
+        stored = self._file.topics.get(topic)
+        if stored is None:
+            return None
+        unknown = [k for k in stored if k not in TOPIC_CONFIG_KEYS]
+        if unknown:
+            log.warning("topic %s: unknown topic config names in %s ignored: %s", topic,
+                        TOPIC_CONFIG_FILE, ", ".join(unknown))
+            return {k: v for k, v in stored.items() if k in TOPIC_CONFIG_KEYS}
+        return stored
 
     def set_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
         """Keep the topic's parsed overrides (LogConfig.overrides); not persisted yet."""

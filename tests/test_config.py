@@ -51,9 +51,36 @@ def test_min_lag_above_max_lag_rejected():
         LogConfig({"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5})
 
 
-def test_unknown_key_warns():
-    with pytest.warns(UserWarning, match="unknown topic configuration 'segment.bites'"):
-        LogConfig({"segment.bites": 5})
+def test_unknown_key_is_rejected_as_kafka_rejects_it():
+    """Kafka's LogConfig.validateNames: "Unknown topic config name: K", here with the key meant."""
+    with pytest.raises(InvalidConfigError) as ei:
+        LogConfig({"segmnt.bytes": 5})
+    assert str(ei.value) == "Unknown topic config name: segmnt.bytes (did you mean segment.bytes?)"
+    with pytest.raises(InvalidConfigError) as ei:
+        LogConfig({"log.segment.bytes": 4096})
+    assert str(ei.value) == ("Unknown topic config name: log.segment.bytes (log.segment.bytes is a broker "
+                             "setting; the topic config is segment.bytes)")
+    with pytest.raises(InvalidConfigError) as ei:
+        LogConfig({"progress": True})
+    assert str(ei.value) == "Unknown topic config name: progress"
+    # every topic config Kafka 3.9/4.0 defines is accepted
+    c = LogConfig({"remote.log.copy.disable": "true", "remote.log.delete.on.disable": False})
+    assert c.get("remote.log.copy.disable") is True
+
+
+def test_stored_unknown_keys_are_logged_not_warned(caplog):
+    """strict=False (overrides an earlier version stored): ignored and logged on kstore.config,
+    never through warnings.warn."""
+    import logging
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with caplog.at_level(logging.WARNING, logger="kstore.config"):
+            c = LogConfig({"segment.bites": 5, "segment.bytes": 4096}, strict=False)
+    assert c.segment_bytes == 4096 and c.overrides == {"segment.bytes": 4096}
+    assert [(r.name, r.getMessage()) for r in caplog.records] == \
+        [("kstore.config", "unknown topic config name segment.bites ignored")]
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("kstore").handlers)
 
 
 def test_timestamp_difference_fallback():

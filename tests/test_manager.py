@@ -293,8 +293,10 @@ def test_from_properties(tmp_path, mock, caplog):
         m.create_topic("t")
         cfg = m.log("t", 2).config
         assert cfg.retention_ms == 30 * 60000 and cfg.segment_bytes == 4096
-    with pytest.warns(UserWarning, match="unknown broker settings ignored: made.up"):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kstore.config"):
         LogManager(str(tmp_path / "x"), {"made.up": 1}, time=mock[0], scheduler=mock[1]).close()
+    assert [r.getMessage() for r in caplog.records] == ["unknown broker settings ignored: made.up"]
     with pytest.raises(InvalidConfigError, match="segment.bytes.*value must be at least 14"):
         LogManager(str(tmp_path / "y"), {"log.segment.bytes": "3"}, time=mock[0], scheduler=mock[1])
 

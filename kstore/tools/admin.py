@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Optional
 
 from kstore.assignment import assign_replicas
+from kstore.broker_config import BrokerConfig
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.manager import LogManager
+from kstore.properties import load_properties
+from kstore.tools.dump import tail_problem
 from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
 from kstore.topics import read_topic_config_file
@@ -26,6 +31,11 @@ from kstore.topics import read_topic_config_file
 CLI_BROKER_SETTINGS = {"log.initial.task.delay.ms": 365 * 86_400_000, "log.cleaner.enable": False}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class UsageError(InvalidConfigError):
+    """Options that do not make a command (missing, contradictory or malformed): the CLI prints
+    the subcommand's usage and exits with status 2, as for argparse's own usage errors."""
 SPECIAL_TIMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 
 
@@ -46,15 +56,21 @@ class _LoadProgress:
 
 
 def open_manager(args: argparse.Namespace) -> LogManager:
-    """The store for a command that writes: takes the directory lock, recovers if needed."""
-    settings = dict(CLI_BROKER_SETTINGS)
+    """The store for a command that writes: takes the directory lock, recovers if needed.
+    With --broker-config, the file's settings (its log.dirs unless --log-dirs is given); an
+    empty one writes to Kafka's default /tmp/kafka-logs, which is said on stderr."""
+    settings: dict[str, Any] = dict(CLI_BROKER_SETTINGS)
     progress = _LoadProgress()
     try:
         if getattr(args, "broker_config", None):
-            overrides: dict[str, Any] = {k.replace(".", "_"): v for k, v in settings.items()}
+            props: dict[str, Any] = dict(load_properties(args.broker_config))
+            props.update(settings)
             if args.log_dirs:
-                overrides["log_dirs"] = ",".join(split_log_dirs(args.log_dirs))
-            return LogManager.from_properties(args.broker_config, progress=progress, **overrides)
+                props["log.dirs"] = ",".join(split_log_dirs(args.log_dirs))
+            note = BrokerConfig(props, warn=False).default_log_dir_note()
+            if note:
+                logging.getLogger("kstore.config").warning("%s: %s", args.broker_config, note)
+            return LogManager(None, props, progress=progress)
         return LogManager(split_log_dirs(_need_log_dirs(args)), settings, progress=progress)
     finally:
         progress.close()
@@ -67,7 +83,7 @@ def open_reader(args: argparse.Namespace) -> StoreReader:
 
 def _need_log_dirs(args) -> str:
     if not args.log_dirs:
-        raise InvalidConfigError("--log-dirs is required (a comma-separated list of log dirs)")
+        raise UsageError("--log-dirs is required (a comma-separated list of log dirs)")
     return args.log_dirs
 
 
@@ -83,14 +99,14 @@ def parse_time(text: str) -> int:
         try:
             dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidConfigError(
+            raise UsageError(
                 f"--time {text!r}: expected earliest, latest, max-timestamp, epoch milliseconds "
                 f"or an ISO-8601 time") from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=timezone.utc)
         return (dt - _EPOCH) // timedelta(milliseconds=1)      # exact, no float rounding
     if v < -3:
-        raise InvalidConfigError(f"--time {v}: negative values other than -1, -2, -3 are not times")
+        raise UsageError(f"--time {v}: negative values other than -1, -2, -3 are not times")
     return v
 
 
@@ -101,7 +117,7 @@ def parse_config_pairs(pairs: Optional[list[str]]) -> dict[str, Optional[str]]:
     for kv in pairs or []:
         k, eq, v = kv.partition("=")
         if not eq or not k.strip():
-            raise InvalidConfigError(f"--config {kv!r}: expected key=value")
+            raise UsageError(f"--config {kv!r}: expected key=value")
         out[k.strip()] = v.strip()
     return out
 
@@ -112,7 +128,7 @@ def _partition_list(text: Optional[str]) -> Optional[list[int]]:
     try:
         return sorted({int(p) for p in text.split(",") if p.strip()})
     except ValueError:
-        raise InvalidConfigError(f"--partitions {text!r}: expected a comma-separated list of numbers") from None
+        raise UsageError(f"--partitions {text!r}: expected a comma-separated list of numbers") from None
 
 
 def _topics_of(store: StoreReader, topic: Optional[str]) -> list[str]:
@@ -136,7 +152,7 @@ def topics(args: argparse.Namespace, out: IO[str]) -> int:
     if action == "describe":
         return _describe(args, out)
     if not args.topic:
-        raise InvalidConfigError(f"kstore topics {action} needs --topic")
+        raise UsageError(f"kstore topics {action} needs --topic")
     if action == "create":
         config = parse_config_pairs(args.config)
         with open_manager(args) as m:
@@ -161,7 +177,7 @@ def topics(args: argparse.Namespace, out: IO[str]) -> int:
         for k in args.delete_config or []:
             config[k.strip()] = None
         if not config and args.partitions is None:
-            raise InvalidConfigError("kstore topics alter needs --config, --delete-config or --partitions")
+            raise UsageError("kstore topics alter needs --config, --delete-config or --partitions")
         with open_manager(args) as m:
             if args.topic not in m.topics():
                 raise UnknownTopicError(f"Topic '{args.topic}' does not exist")
@@ -189,6 +205,7 @@ def _describe(args, out: IO) -> int:
             parts = []
             for _t, p in store.partitions(t):
                 lg = store.log(t, p)
+                warn_unreadable(lg)
                 parts.append({"partition": p, "logDir": os.path.dirname(lg.dir),
                               "logStartOffset": lg.log_start_offset, "logEndOffset": lg.log_end_offset,
                               "size": lg.size, "segments": len(lg.segments)})
@@ -210,6 +227,19 @@ def _describe(args, out: IO) -> int:
     return 0
 
 
+def warn_unreadable(lg: Any, err: Optional[IO[str]] = None) -> int:
+    """Say on stderr (file, position, what) when a segment holds bytes past what the read-only
+    view could validate, so that a garbage .log is not shown as an empty partition without a
+    word (Kafka's dump reports such bytes); returns how many segments did."""
+    n = 0
+    for seg in lg.segments:
+        problem = tail_problem(seg.log_path, seg.size)
+        if problem is not None:
+            n += 1
+            print(f"kstore: warning: {problem}", file=err or sys.stderr)
+    return n
+
+
 def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
     tid = conf.get("topic_ids", {}).get(topic)
     if tid:
@@ -227,15 +257,29 @@ def _topic_id(store: StoreReader, topic: str, conf: dict) -> str:
 
 # -- kstore get-offsets ------------------------------------------------------------------------
 def get_offsets(args: argparse.Namespace, out: IO[str]) -> int:
+    """GetOffsetShell: topic:partition:offset lines. A partition asked for by number that the
+    topic does not have is an error, and so is a filter that matches nothing (Kafka's "Could
+    not match any topic-partitions with the specified filters")."""
     ts = parse_time(args.time)
     wanted = _partition_list(args.partitions)
+    lines = []
     with open_reader(args) as store:
         for t in _topics_of(store, args.topic):
-            for _t, p in store.partitions(t):
+            have = [p for _t, p in store.partitions(t)]
+            if args.topic is not None and wanted is not None:
+                missing = [p for p in wanted if p not in have]
+                if missing:
+                    raise UnknownTopicError(
+                        f"Topic '{t}' has no partition {', '.join(map(str, missing))} (its partitions: "
+                        f"{', '.join(map(str, have)) or 'none'})")
+            for p in have:
                 if wanted is not None and p not in wanted:
                     continue
                 off = store.log(t, p, refresh=True).offset_for_timestamp(ts)
-                out.write(f"{t}:{p}:{'' if off is None else off}\n")
+                lines.append(f"{t}:{p}:{'' if off is None else off}\n")
+    if not lines and (wanted is not None or args.topic is None):
+        raise UnknownTopicError("Could not match any topic-partitions with the specified filters")
+    out.write("".join(lines))
     return 0
 
 
@@ -254,6 +298,7 @@ def log_dirs(args: argparse.Namespace, out: IO[str]) -> int:
             for t, p in store.partitions():
                 if topics_wanted is not None and t not in topics_wanted:
                     continue
+                warn_unreadable(store.log(t, p))
                 parts.append({"partition": f"{t}-{p}", "size": store.log(t, p).size,
                               "offsetLag": 0, "isFuture": False})
         entries.append({"logDir": d, "error": None, "partitions": parts})
@@ -280,7 +325,11 @@ def delete_records(args: argparse.Namespace, out: IO[str]) -> int:
         chosen: list[Optional[int]] = list(given) if given else [None]
         wanted = [(args.topic, p, args.offset) for p in chosen]
     else:
-        raise InvalidConfigError("give --offset-json-file, or --topic and --offset (and optionally --partition)")
+        raise UsageError("give --offset-json-file, or --topic and --offset (and optionally --partition)")
+    for t, p, off in wanted:
+        if off < -1:
+            raise UsageError(f"offset {off} for {t}{'' if p is None else f'-{p}'}: an offset to delete "
+                             f"records before is >= 0, or -1 for the high watermark")
     out.write("Executing records delete operation\n")
     failures = 0
     lines = []
@@ -311,13 +360,13 @@ def assign(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         brokers = [int(b) for b in args.broker_list.split(",") if b.strip()]
     except ValueError:
-        raise InvalidConfigError(f"--broker-list {args.broker_list!r}: expected broker ids like 0,1,2") from None
+        raise UsageError(f"--broker-list {args.broker_list!r}: expected broker ids like 0,1,2") from None
     if len(set(brokers)) != len(brokers):
-        raise InvalidConfigError(f"--broker-list {args.broker_list!r} repeats a broker id")
+        raise UsageError(f"--broker-list {args.broker_list!r} repeats a broker id")
     counts: dict[str, int] = {}
     if args.partitions is not None:
         if not args.topic or len(args.topic) != 1:
-            raise InvalidConfigError("--partitions needs exactly one --topic")
+            raise UsageError("--partitions needs exactly one --topic")
         counts[args.topic[0]] = args.partitions
     else:
         names = list(args.topic or [])
@@ -329,7 +378,7 @@ def assign(args: argparse.Namespace, out: IO[str]) -> int:
                 raise InvalidConfigError(f"--topics-to-move-json-file {args.topics_to_move_json_file}: "
                                          f'{e} (expected {{"topics": [{{"topic": T}}], "version": 1}})') from None
         if not names:
-            raise InvalidConfigError("give --topic (repeatable) or --topics-to-move-json-file")
+            raise UsageError("give --topic (repeatable) or --topics-to-move-json-file")
         with open_reader(args) as store:
             for t in names:
                 counts[t] = len(store.partitions(_topics_of(store, t)[0]))
@@ -341,8 +390,10 @@ def assign(args: argparse.Namespace, out: IO[str]) -> int:
             current.append({"topic": t, "partition": p, "replicas": [args.broker_id], "log_dirs": ["any"]})
             proposed.append({"topic": t, "partition": p, "replicas": plan[p],
                              "log_dirs": ["any"] * len(plan[p])})
-    if args.json:
-        out.write(json.dumps({"version": 1, "partitions": proposed}) + "\n")
+    if args.json:        # the plain output's two documents, under the names its headings give
+        out.write(json.dumps({"current": {"version": 1, "partitions": current},
+                              "proposed": {"version": 1, "partitions": proposed}},
+                             separators=(",", ":")) + "\n")
         return 0
     out.write("Current partition replica assignment\n")
     out.write(json.dumps({"version": 1, "partitions": current}, separators=(",", ":")) + "\n\n")

@@ -6,6 +6,7 @@ dump-log, corruption found; 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -119,8 +120,10 @@ class _Fmt(argparse.RawDescriptionHelpFormatter):
 
 
 def _sub(sub, name: str, help: str, epilog: str, description: Optional[str] = None):
-    return sub.add_parser(name, help=help, description=description or help, epilog=epilog,
-                          formatter_class=_Fmt)
+    p = sub.add_parser(name, help=help, description=description or help, epilog=epilog,
+                       formatter_class=_Fmt)
+    p.set_defaults(subparser=p)          # usage errors print this command's usage
+    return p
 
 
 def _log_dirs(p, write: bool) -> None:
@@ -148,12 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     d = _sub(sub, "dump-log", "print the batches, records or index entries of segment files",
              DUMP_EPILOG, "Kafka's kafka-dump-log: batch headers (CRCs verified), records, "
                           "and index entries checked against their .log.")
-    d.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex files")
+    d.add_argument("--files", required=True,
+                   help="comma-separated .log/.index/.timeindex/.txnindex files (and KRaft .checkpoint snapshots)")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batch headers")
     d.add_argument("--verify-index-only", action="store_true", help="check index entries against the .log; print only mismatches")
     d.add_argument("--index-sanity-check", action="store_true", help="check that the index files are well formed")
-    d.add_argument("--max-bytes", type=int, default=-1, help="read at most this many bytes of each .log")
+    d.add_argument("--max-bytes", type=int, default=-1,
+                   help="read at most this many bytes of each .log; a batch cut there is not reported")
+    d.add_argument("--skip-record-metadata", action="store_true",
+                   help="print only the records' keys and values, not their offsets and sizes")
     d.add_argument("--json", action="store_true", help="one JSON object per batch or entry")
 
     p = _sub(sub, "produce", "append lines from stdin to a topic (kafka-console-producer)", """examples:
@@ -273,11 +280,35 @@ unless given, as Kafka's.""")
     return ap
 
 
+class _StderrHandler(logging.Handler):
+    """Configuration warnings (the `kstore.config` logger) as one stderr line each while a
+    command runs: "kstore: warning: ..."; written to the sys.stderr of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"kstore: warning: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001  (logging's contract: never raise from emit)
+            self.handleError(record)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    handler = _StderrHandler(logging.WARNING)
+    config_log = logging.getLogger("kstore.config")
+    config_log.addHandler(handler)
+    try:
+        return _main(argv)
+    finally:
+        config_log.removeHandler(handler)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
+    usage = getattr(args, "subparser", None) or ap
     if rest and args.command != "bench":
-        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+        usage.error(f"unrecognized arguments: {' '.join(rest)}")
+    if getattr(args, "broker_config", None) and not os.path.isfile(args.broker_config):
+        usage.error(f"--broker-config {args.broker_config}: no such file")
     try:
         cmd = args.command
         if cmd == "dump-log":
@@ -288,14 +319,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if cmd == "bench":
             from kstore.tools import bench
             return bench.main(rest)
-        if cmd in ("produce", "consume"):
-            from kstore.tools import console
-            return console.produce(args) if cmd == "produce" else console.consume(args)
         if cmd is not None:
             from kstore.tools import admin
-            run = {"topics": admin.topics, "get-offsets": admin.get_offsets, "log-dirs": admin.log_dirs,
-                   "delete-records": admin.delete_records, "assign-replicas": admin.assign}[cmd]
-            return run(args, sys.stdout)
+            try:
+                if cmd in ("produce", "consume"):
+                    from kstore.tools import console
+                    return console.produce(args) if cmd == "produce" else console.consume(args)
+                run = {"topics": admin.topics, "get-offsets": admin.get_offsets,
+                       "log-dirs": admin.log_dirs, "delete-records": admin.delete_records,
+                       "assign-replicas": admin.assign}[cmd]
+                return run(args, sys.stdout)
+            except admin.UsageError as e:       # options that do not make a command: exit 2
+                usage.error(str(e))
         ap.print_help()
         return 2
     except kstore.KStoreError as e:
