@@ -28,6 +28,12 @@ _INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "of
             "below_base": "an offset below the segment's base offset", "end": "incomplete batch"}
 
 
+#: a refresh's first read past the valid end (one page: all it reads when nothing is new), and
+#: the largest window it reads small batches in
+_PROBE = 4096
+_MAX_WINDOW = 256 << 10
+
+
 class ReadOnlySegment(LogSegment):
     """A segment of a read-only Log: validated before it is mapped, the last one on every
     refresh, the others on first use."""
@@ -142,7 +148,7 @@ class ReadOnlySegment(LogSegment):
         The first window is one page (what a refresh with nothing new reads: zeros), doubling
         while whole windows validate (a reader catching up); one that ends inside a batch is
         followed by one that holds that batch whole (its length from its header)."""
-        window = 4096
+        window, big = _PROBE, False
         while pos < flen:
             want = min(window, flen - pos)
             data = self._io.pread(fd, want, pos)
@@ -153,17 +159,19 @@ class ReadOnlySegment(LogSegment):
                 best = (mts, moff)
             pos += valid
             if valid == len(data):
-                window = min(window * 2, 256 << 10)
+                # small batches read whole: read on in larger windows (catching up); after one
+                # big batch read whole, probe again
+                window, big = (_PROBE if big else min(window * 2, _MAX_WINDOW)), False
                 continue
             if complete:
                 return pos, last, best, data[valid:]      # an invalid batch (torn, corrupt) or zeros
             if len(data) < want or pos + len(data) - valid >= flen:
                 return pos, last, best, None             # the file ends inside it: being written
-            # the window ended inside a batch: read on from it, the whole batch at once (a
-            # hostile length is capped by the file's length)
+            # the window ended inside a batch: read that batch whole next (its length from its
+            # header; a hostile one is capped by the file's length)
             need = int.from_bytes(data[valid + 8:valid + 12], "big", signed=True) + 12 \
                 if len(data) - valid >= 12 else 0
-            window = max(window, need, 2 * (len(data) - valid))
+            window, big = max(need, 2 * (len(data) - valid)), True
         return pos, last, best, None
 
     def _invalid_in_rolled(self, fd: int, pos: int, last: int) -> Optional[str]:
@@ -200,8 +208,9 @@ class ReadOnlySegment(LogSegment):
         """Why the invalid batch at pos of the last segment (`bad` its window) is corruption, or
         None while it may be a batch still being written: one followed by nothing but zeros, or
         a torn one the writer completes (read again once)."""
-        if len(bad) < 12 or bad.count(0) == len(bad):
-            return None                                  # zeros: the preallocated runway
+        if len(bad) < 12:
+            return None
+        # zeros (the preallocated runway) give a size below 26 and end here too
         size = int.from_bytes(bad[8:12], "big", signed=True) + 12
         if size < 26 or pos + size >= flen:
             return None
@@ -244,7 +253,7 @@ class ReadOnlySegment(LogSegment):
         except FileNotFoundError:
             return n > 0, b""
         try:
-            out = []
+            out: list[bytes] = []
             cap = self.size // 26 + 1 - n
             pos, window = n * esize, 64
             while cap > 0:
