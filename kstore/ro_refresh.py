@@ -24,6 +24,7 @@ trust (a change after a step back could repeat a time).
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable, Optional
 
@@ -77,18 +78,23 @@ class DirWatch:
         stamp = self.stamp()
         return stamp, time.time_ns()
 
-    def listed(self, before: tuple[Stamp, int]) -> None:
-        """A listing started after before_listing returned `before` was published: trust it
-        while the stamp stays the same, if no change can share the stamp's times (see the
-        module docstring) and the stamp did not change meanwhile."""
+    def settled(self, before: tuple[Stamp, int]) -> bool:
+        """Whether the directory cannot have changed since before_listing returned `before`:
+        its stamp is the same and no change can share the stamp's times (the module
+        docstring)."""
         stamp, now = before
-        self._trusted = None
         mtime, ctime = stamp[2], stamp[3]
         coarse = mtime % 1_000_000_000 == 0 and ctime % 1_000_000_000 == 0
         slack = self.COARSE_SLACK_NS if coarse else self.SLACK_NS
-        if now - max(mtime, ctime) > slack and self.stamp() == stamp:
-            self._trusted = stamp
-            self._since = now
+        return now - max(mtime, ctime) > slack and self.stamp() == stamp
+
+    def listed(self, before: tuple[Stamp, int]) -> None:
+        """A listing started after before_listing returned `before` was published: trust it
+        while the stamp stays the same, if the directory was settled (see settled)."""
+        self._trusted = None
+        if self.settled(before):
+            self._trusted = before[0]
+            self._since = before[1]
 
     def forget(self) -> None:
         """List again at the next refresh."""
@@ -117,7 +123,7 @@ class ReadOnlyRefresh:
         loader = make_loader()
         for _attempt in range(SCAN_ATTEMPTS):
             before = self.watch.before_listing()
-            segs = loader.scan_read_only(old)
+            segs = loader.scan_read_only(old, functools.partial(self.watch.settled, before))
             if segs is not None:
                 self.watch.listed(before)
                 return LogSegments(segs)

@@ -49,6 +49,12 @@ class ReadOnlySegment(LogSegment):
         self._ro_last_offset = -1
         self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
         self.ro_next_base: Optional[int] = None   # the next segment when the log listed it
+        # the position of the last offset index entry copied: the writer makes an entry at a
+        # batch only after more than index.interval.bytes since the previous one (Kafka's
+        # rule), so the index files are not read while the valid data ends before that (a
+        # writer with a smaller interval only has its newest entries copied later: entries save
+        # scans, reads never need them)
+        self._ro_indexed = 0
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -118,7 +124,7 @@ class ReadOnlySegment(LogSegment):
             self.size = pos
             self.view.corrupt = corrupt
             self._max_ts = best
-            if grew:
+            if grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
                 self._load_index_prefix()
             return True
 
@@ -238,6 +244,8 @@ class ReadOnlySegment(LogSegment):
             return
         for idx, (extend, raw) in zip(idxs, news):
             idx.load_copy(raw, extend=extend)
+        oidx = self.offset_index
+        self._ro_indexed = oidx.entry(oidx.entries - 1)[1] if oidx.entries else 0
 
     def _new_entries(self, idx: AbstractIndex, last_rel: int) -> tuple[bool, bytes]:
         """(extend, raw): the valid entries of idx's file after the n already copied (extend
