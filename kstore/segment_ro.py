@@ -280,7 +280,7 @@ class ReadOnlySegment(LogSegment):
                     break
                 pos += k * esize
                 cap -= k
-                window *= 4
+                window *= 2
         finally:
             self._io.close(fd)
         return n > 0, b"".join(out)
