@@ -51,9 +51,9 @@ class ReadOnlySegment(LogSegment):
         self.ro_next_base: Optional[int] = None   # the next segment when the log listed it
         # the position of the last offset index entry copied: the writer makes an entry at a
         # batch only after more than index.interval.bytes since the previous one (Kafka's
-        # rule), so the index files are not read while the valid data ends before that (a
-        # writer with a smaller interval only has its newest entries copied later: entries save
-        # scans, reads never need them)
+        # rule), so after the first validation the index files are not read while the valid
+        # data ends before that (a writer with a smaller interval only has its newest entries
+        # copied later: entries save scans, reads never need them)
         self._ro_indexed = 0
 
     def mapping(self) -> _core.Mapping:
@@ -113,7 +113,7 @@ class ReadOnlySegment(LogSegment):
                         if pos < flen and bad is not None else None
                 else:
                     corrupt = self._invalid_in_rolled(fd, pos, last)
-                grew = not self.ro_scanned or pos > self.size
+                first, grew = not self.ro_scanned, pos > self.size
                 if self._map is None or self._map.length < pos:
                     self._remap(fd, pos, flen)
             finally:
@@ -124,7 +124,7 @@ class ReadOnlySegment(LogSegment):
             self.size = pos
             self.view.corrupt = corrupt
             self._max_ts = best
-            if grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
+            if first or grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
                 self._load_index_prefix()
             return True
 
