@@ -179,6 +179,12 @@ class FileOps:
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
+    def stat_path(self, path: str, follow_symlinks: bool = False) -> os.stat_result:
+        """stat of a path without opening it: a read-only view's cheap look at a file it
+        validated (not following a symlink: one put there is a different file) or at its
+        partition directory (followed, as listdir follows it)."""
+        return os.stat(path, follow_symlinks=follow_symlinks)
+
     def getsize(self, path: str) -> int:
         return os.path.getsize(path)
 

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from kstore import _core
+from kstore._scan import IndexCopy, extend_index_copy
 from kstore.errors import (IndexOffsetOverflowError, InvalidOffsetError, KStoreStateError,
                            CorruptRecordError)
 from kstore.fileio import FileOps, get_file_ops
@@ -290,18 +291,37 @@ class AbstractIndex:
     def _after_truncate(self) -> None:
         pass
 
-    def load_copy(self, data: bytes) -> None:
-        """Replace the entries with a private in-memory copy of whole entries, never mapped from
-        the file (a read-only view of an index another process writes; ReadOnlySegment). The
-        old copy is not closed: a reader thread may still use it. A smaller count is published
-        before the smaller copy, a larger one after."""
+    def load_copy(self, data: bytes, extend: bool = False) -> None:
+        """Replace the entries with a private in-memory copy of the whole entries of data, never
+        mapped from the file (a read-only view of an index another process writes;
+        ReadOnlySegment), or with extend=True append them after the entries already copied, so
+        a refresh copies only what is new. Old copies are never closed (a reader thread may
+        still use one) nor written below their published count; the count and the copy are
+        read apart, so a larger count is published after the copy holding its entries, a
+        smaller one before the smaller copy (see _scan.extend_index_copy)."""
         n = len(data) // self.ENTRY_SIZE
-        if n < self._entries:
-            self._entries = n
-        self._map = _core.Mapping.from_bytes(data[: n * self.ENTRY_SIZE])
+        nbytes = n * self.ENTRY_SIZE
+        old = self._entries
+        if extend and old and n == 0:
+            return
+        if extend and old:
+            cur = self._map
+            if not isinstance(cur, IndexCopy):
+                raise KStoreStateError(f"index {self.path} is not a read-only copy")
+            self._map = extend_index_copy(cur, old * self.ENTRY_SIZE, data, nbytes)
+            n += old
+        else:
+            if n < old:
+                self._entries = n
+            self._map = extend_index_copy(None, 0, data, nbytes)
         self._length = n * self.ENTRY_SIZE
         self._entries = n
         self._after_truncate()
+
+    def copy_entry(self, n: int) -> bytes:
+        """The raw bytes of entry n of a read-only view's copy (what the next entries must
+        follow)."""
+        return self._mapping().read(n * self.ENTRY_SIZE, self.ENTRY_SIZE)
 
     def flush(self) -> None:
         if self._map is not None and self._writable:

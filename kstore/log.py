@@ -27,6 +27,7 @@ from kstore.fileio import FileOps, get_file_ops
 from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error, storage_op
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
+from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_reader import ColumnsEnd
 
@@ -116,6 +117,7 @@ class Log(LocalLog):
         if not self._io.exists(self.dir):
             raise KStoreError(f"partition directory {self.dir} does not exist (read-only open)")
         self._set_segments([])
+        self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
         self.refresh(log_start_offset)
 
     def refresh(self, log_start_offset: Optional[int] = None) -> None:
@@ -126,14 +128,10 @@ class Log(LocalLog):
         if not self.read_only:
             return
         with self._lock:
-            loader = LogLoader(self.dir, self._config, io=self._io, time=self._time, rng=self._rng)
-            for _attempt in range(50):
-                segs = loader.scan_read_only(self._segments)
-                if segs is not None:
-                    break
-            else:
-                raise SegmentGoneError(f"the segments of {self.dir} keep changing; try again")
-            self._set_segments(segs)
+            segs = self._ro_refresh.scan(self._segments, lambda: LogLoader(
+                self.dir, self._config, io=self._io, time=self._time, rng=self._rng))
+            if segs is not self._segments:
+                self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
             self._log_start_offset = min(start, self._leo)

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import random
-from typing import Optional
+from typing import Callable, Optional
 
 from kstore import _core, swap
 from kstore.config import LogConfig
@@ -26,6 +26,8 @@ from kstore.segment_ro import ReadOnlySegment
 log = logging.getLogger("kstore.log")
 
 INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+_PLAIN = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
@@ -255,7 +257,8 @@ class LogLoader:
         return res
 
     # -- read-only logs ----------------------------------------------------------------------
-    def scan_read_only(self, old: LogSegments) -> Optional[list[ReadOnlySegment]]:
+    def scan_read_only(self, old: LogSegments,
+                       settled: Optional[Callable[[], bool]] = None) -> Optional[list[ReadOnlySegment]]:
         """The directory's segments for a read-only log, reusing those of old: the last one
         (and every one validated before) validated now; None if one vanished meanwhile (the
         caller lists again). Segments dropped from the list are not closed: a reader thread may
@@ -275,15 +278,20 @@ class LogLoader:
         and segments it added above the first listing's last one (rolls). A writer that keeps
         rolling makes no two listings equal; this rule lets the reader progress beside it.
         A head segment that vanished during the validations is one retention took: the second
-        listing must confirm it (it is in the removed head), else the scan is retried."""
+        listing must confirm it (it is in the removed head), else the scan is retried.
+
+        settled, if given, tells after the validations whether the directory cannot have
+        changed since before the first listing (ro_refresh.DirWatch): then the second listing
+        would equal the first and is not made."""
         present = self.list_segment_bases()
         bases, swaps = present
         # reused only under the same file name: a swap's segment is not the final name's
-        by_path = {s.log_path: s for s in old if isinstance(s, ReadOnlySegment) and not s.closed}
+        by_name = {(s.base_offset, s.ro_suffix): s for s in old
+                   if isinstance(s, ReadOnlySegment) and not s.closed}
         try:
             swapped: list[tuple[int, int, ReadOnlySegment]] = []
             for base in swaps:
-                s = by_path.get(segment_file(self.dir, base, LOG_SUFFIX, SWAP_SUFFIX))
+                s = by_name.get((base, SWAP_SUFFIX))
                 if s is None:
                     s = self._ro_segment(base, SWAP_SUFFIX)
                 s.ro_next_base = None
@@ -296,9 +304,9 @@ class LogLoader:
                 swapped.append((base, max(s.read_next_offset(), base + 1), s))
             segs = [s for _b, _e, s in swapped]
             for base in bases:
-                if any(b <= base < e for b, e, _s in swapped):
+                if swapped and any(b <= base < e for b, e, _s in swapped):
                     continue           # replaced by the swap (the writer deletes it next)
-                s = by_path.get(segment_file(self.dir, base, LOG_SUFFIX))
+                s = by_name.get((base, ""))
                 segs.append(s if s is not None else self._ro_segment(base))
             segs.sort(key=lambda seg: seg.base_offset)
             gone = 0               # segs[:gone] hold one that vanished: retention's, if confirmed
@@ -321,7 +329,8 @@ class LogLoader:
                     gone = i + 1
         except (SegmentGoneError, FileNotFoundError):
             return None
-        head = stable_run(present, self.list_segment_bases())
+        head = stable_run(present, present if settled is not None and settled()
+                          else self.list_segment_bases())
         if head is None or head < gone:
             return None
         return segs[head:]
@@ -337,7 +346,16 @@ class LogLoader:
         logs: list[int] = []
         swaps: list[tuple[int]] = []
         cleaned: list[int] = []
-        for p in (parse_name(n, self.dir) for n in names):
+        for n in names:
+            # the common names without the regex: a live .log or index (20 ASCII digits, an
+            # offset up to 2^63-1); parse_name for the rest (and to refuse a bad offset)
+            digits = n[:20]
+            if digits.isdigit() and digits.isascii() and (n[20:] in _PLAIN) \
+                    and int(digits) <= INT64_MAX:
+                if len(n) == 24:
+                    logs.append(int(digits))
+                continue
+            p = parse_name(n, self.dir)
             if not p:
                 continue
             if not p[2]:

@@ -58,7 +58,11 @@ log = logging.getLogger("kstore.manager")
 #                                 (Log._after_write). Exceptions: close(), the trim fsync of a roll
 #                                 of a fully flushed log, truncate_fully_and_start_at's and the
 #                                 cleaner swap's first directory fsync
-#   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it)
+#                                 A read-only log's refresh holds it too (its DirWatch state,
+#                                 ro_refresh.py, is touched only there)
+#   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);
+#                                 a read-only segment's validation and private index copies
+#                                 (extended past their published count; readers take no lock)
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
 #           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs)

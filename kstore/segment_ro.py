@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-import numpy as np
-
 from kstore import _core
+from kstore._scan import index_valid_prefix
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import SegmentGoneError
 from kstore.fileio import FileOps
@@ -27,6 +26,12 @@ from kstore.segment import LogSegment
 _INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "offset overflow",
             "offset_order": "offsets that do not follow the previous batch",
             "below_base": "an offset below the segment's base offset", "end": "incomplete batch"}
+
+
+#: a refresh's first read past the valid end (one page: all it reads when nothing is new), and
+#: the largest window it reads small batches in
+_PROBE = 4096
+_MAX_WINDOW = 256 << 10
 
 
 class ReadOnlySegment(LogSegment):
@@ -44,6 +49,12 @@ class ReadOnlySegment(LogSegment):
         self._ro_last_offset = -1
         self._ro_ident: Optional[tuple[int, int]] = None   # (st_dev, st_ino) validated
         self.ro_next_base: Optional[int] = None   # the next segment when the log listed it
+        # the position of the last offset index entry copied: the writer makes an entry at a
+        # batch only after more than index.interval.bytes since the previous one (Kafka's
+        # rule), so after the first validation the index files are not read while the valid
+        # data ends before that (a writer with a smaller interval only has its newest entries
+        # copied later: entries save scans, reads never need them)
+        self._ro_indexed = 0
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -53,12 +64,19 @@ class ReadOnlySegment(LogSegment):
 
     def refresh_read_only(self, is_last: bool) -> bool:
         """Read-only view of a segment another process may append to, replace or delete: extend
-        the valid size by validating pread copies of the new bytes, then load the indexes' valid
-        prefix the same way. Mapped reads never go past the validated size, and the writer never
-        shrinks or rewrites a file below it (a truncation replaces the file), so no page past an
-        end of file is touched. Returns False, changing nothing, when the file at the path is no
-        longer the one validated (replaced by compaction or truncation: the log reads it through
-        a new segment); raises SegmentGoneError when it was deleted.
+        the valid size by validating pread copies of the new bytes, then extend the indexes'
+        valid prefix the same way. Mapped reads never go past the validated size, and the writer
+        never shrinks or rewrites a file below it (a truncation replaces the file), so no page
+        past an end of file is touched. Returns False, changing nothing, when the file at the
+        path is no longer the one validated (replaced by compaction or truncation: the log reads
+        it through a new segment); raises SegmentGoneError when it was deleted.
+
+        What a refresh costs is what changed: a stat of the path when the file is no longer
+        than validated, else one small pread past the valid end when nothing new was written
+        (the active segment's zero runway), the new batches and the new index entries only
+        (never the preallocated zeros of the index files) when something was; the mapping is
+        made over the file's whole length or more (see _remap), so it is not made again for
+        every new batch.
 
         An invalid batch at the end of the last segment may be one still being written (invisible
         until whole); before the end of a rolled segment, or followed by a valid batch, it is
@@ -66,6 +84,15 @@ class ReadOnlySegment(LogSegment):
         the writer's reads do. The log validates its last segment at open and refresh, the others
         on first use (mapping()), so opening costs the same whatever the partition's size."""
         with self._lock:
+            if self.ro_scanned:
+                try:
+                    st = self._io.stat_path(self.log_path)
+                except FileNotFoundError:
+                    raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
+                if (st.st_dev, st.st_ino) != self._ro_ident or st.st_size < self.size:
+                    return False
+                if st.st_size == self.size:
+                    return True
             try:
                 fd = self._io.open(self.log_path, os.O_RDONLY)
             except FileNotFoundError:
@@ -86,11 +113,9 @@ class ReadOnlySegment(LogSegment):
                         if pos < flen and bad is not None else None
                 else:
                     corrupt = self._invalid_in_rolled(fd, pos, last)
+                first, grew = not self.ro_scanned, pos > self.size
                 if self._map is None or self._map.length < pos:
-                    old = self._map
-                    self._map = self._io.map(fd, max(pos, 0), False) if pos > 0 else _core.Mapping.from_bytes(b"")
-                    if old is not None:
-                        old.close()
+                    self._remap(fd, pos, flen)
             finally:
                 self._io.close(fd)
             self.ro_scanned = True
@@ -99,15 +124,40 @@ class ReadOnlySegment(LogSegment):
             self.size = pos
             self.view.corrupt = corrupt
             self._max_ts = best
-            self._load_index_prefix()
+            if first or grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
+                self._load_index_prefix()
             return True
+
+    def _remap(self, fd: int, pos: int, flen: int) -> None:
+        """Map at least the pos validated bytes: the file's length (a kstore writer's active
+        segment runs a runway of preallocated zeros past its data, so the mapping is made again
+        only when the data passes it) and at least twice pos (a writer without a runway). Only
+        [0, pos) is ever touched (reads stop at the published size), so pages past the end of
+        the file (the length at this fstat, or a later trim of the runway at roll or close,
+        which never cuts below the writer's size, at least pos) are never faulted in."""
+        old = self._map
+        self._map = self._io.map(fd, max(flen, 2 * pos), False) if pos > 0 \
+            else _core.Mapping.from_bytes(b"")
+        if old is not None:
+            old.close()
+
+    def read_next_offset(self) -> int:
+        """One past the last offset validated (no scan), or the base offset if none."""
+        if not self.ro_scanned:
+            return super().read_next_offset()
+        last = self._ro_last_offset
+        return last + 1 if last >= 0 else self.base_offset
 
     def _validate(self, fd: int, flen: int, pos: int, last: int, best: tuple[int, int]):
         """Validate batches from pos in pread windows: (valid end, last offset, (max ts, its
-        offset), the window holding the first invalid batch or None if the data simply ended)."""
-        window = 64 << 10
+        offset), the window holding the first invalid batch or None if the data simply ended).
+        The first window is one page (what a refresh with nothing new reads: zeros), doubling
+        while whole windows validate (a reader catching up); one that ends inside a batch is
+        followed by one that holds that batch whole (its length from its header)."""
+        window, big = _PROBE, False
         while pos < flen:
-            data = self._io.pread(fd, min(window, flen - pos), pos)
+            want = min(window, flen - pos)
+            data = self._io.pread(fd, want, pos)
             if not data:
                 break
             valid, last, mts, moff, complete = _core.validate_batches(data, self.base_offset, last)
@@ -115,14 +165,19 @@ class ReadOnlySegment(LogSegment):
                 best = (mts, moff)
             pos += valid
             if valid == len(data):
+                # small batches read whole: read on in larger windows (catching up); after one
+                # big batch read whole, probe again
+                window, big = (_PROBE if big else min(window * 2, _MAX_WINDOW)), False
                 continue
             if complete:
                 return pos, last, best, data[valid:]      # an invalid batch (torn, corrupt) or zeros
-            # the window ended inside a batch: read on from it
-            if valid == 0:
-                if len(data) < window:
-                    return pos, last, best, None         # the file ends inside it: being written
-                window *= 4                              # a batch larger than the window
+            if len(data) < want or pos + len(data) - valid >= flen:
+                return pos, last, best, None             # the file ends inside it: being written
+            # the window ended inside a batch: read that batch whole next (its length from its
+            # header; a hostile one is capped by the file's length)
+            need = int.from_bytes(data[valid + 8:valid + 12], "big", signed=True) + 12 \
+                if len(data) - valid >= 12 else 0
+            window, big = max(need, 2 * (len(data) - valid)), True
         return pos, last, best, None
 
     def _invalid_in_rolled(self, fd: int, pos: int, last: int) -> Optional[str]:
@@ -159,8 +214,9 @@ class ReadOnlySegment(LogSegment):
         """Why the invalid batch at pos of the last segment (`bad` its window) is corruption, or
         None while it may be a batch still being written: one followed by nothing but zeros, or
         a torn one the writer completes (read again once)."""
-        if len(bad) < 12 or bad.count(0) == len(bad):
-            return None                                  # zeros: the preallocated runway
+        if len(bad) < 12:
+            return None
+        # zeros (the preallocated runway) give a size below 26 and end here too
         size = int.from_bytes(bad[8:12], "big", signed=True) + 12
         if size < 26 or pos + size >= flen:
             return None
@@ -173,53 +229,66 @@ class ReadOnlySegment(LogSegment):
         return f"{self._reason(again, last)}, followed by valid batches"
 
     def _load_index_prefix(self) -> None:
-        """Copy the well-ordered prefix of both index files into private memory (entries past it
-        are zero padding or point at data not yet visible). Entries read after the .log was
-        replaced (they may point into the new file) are dropped: reads scan from the start."""
+        """Extend the private copies of both indexes with the entries the file holds past those
+        already copied, as far as they stay well-ordered and point at validated data (entries
+        past them are zero padding or point at data not yet visible; the next refresh that finds
+        new batches reads on from there). Only the new entries are read and checked (against
+        the last one kept), never the preallocated zeros past them. Entries read after the .log
+        was replaced (they may point into the new file) are dropped. An index file rewritten
+        under the view (the writer's recovery rebuilt it: its next entry does not follow the
+        last one copied) is copied again from its start."""
         last_rel = (self._ro_last_offset - self.base_offset) if self._ro_last_offset >= 0 else -1
-        raws = []
-        idx: AbstractIndex
-        for idx in (self.offset_index, self.time_index):
-            raw = b""
-            try:
-                fd = self._io.open(idx.path, os.O_RDONLY)
-                try:
-                    # no more entries than batches (26 bytes at least): a huge sparse index
-                    # (damaged or hostile) is not read past what the .log could index
-                    cap = (self.size // 26 + 1) * idx.ENTRY_SIZE
-                    raw = self._io.pread(fd, min(self._io.size(fd), cap), 0)
-                finally:
-                    self._io.close(fd)
-            except FileNotFoundError:
-                pass
-            raws.append(raw)
+        idxs: tuple[AbstractIndex, AbstractIndex] = (self.offset_index, self.time_index)
+        news = [self._new_entries(idx, last_rel) for idx in idxs]
         if not self._same_file():
-            raws = [b"", b""]
-        for idx, raw in zip((self.offset_index, self.time_index), raws):
-            arr = np.frombuffer(raw[: len(raw) // idx.ENTRY_SIZE * idx.ENTRY_SIZE], dtype=idx.DTYPE)
-            n = len(arr)
-            if n:
-                if idx.ENTRY_SIZE == 8:
-                    k = arr["relative_offset"].astype(np.int64)
-                    pos = arr["position"].astype(np.int64)
-                    bad = (pos <= 0) | (pos >= self.size) | (k > last_rel)
-                    bad[1:] |= k[1:] <= k[:-1]
-                else:
-                    k = arr["timestamp"].astype(np.int64)
-                    rel = arr["relative_offset"].astype(np.int64)
-                    bad = (k <= 0) | (rel > last_rel) | (rel < 0)
-                    bad[1:] |= (k[1:] < k[:-1]) | (rel[1:] < rel[:-1])
-                n = int(np.argmax(bad)) if bad.any() else n
-            idx.load_copy(raw[: n * idx.ENTRY_SIZE])
+            return
+        for idx, (extend, raw) in zip(idxs, news):
+            idx.load_copy(raw, extend=extend)
+        oidx = self.offset_index
+        self._ro_indexed = oidx.entry(oidx.entries - 1)[1] if oidx.entries else 0
+
+    def _new_entries(self, idx: AbstractIndex, last_rel: int) -> tuple[bool, bytes]:
+        """(extend, raw): the valid entries of idx's file after the n already copied (extend
+        True), or from its start (False: none copied yet, or the file no longer continues the
+        copy). Read in windows that grow while they validate whole; no more entries than the
+        .log could index (26 bytes a batch at least): a huge sparse index (damaged or hostile)
+        is not read past that."""
+        esize = idx.ENTRY_SIZE
+        n = idx.entries
+        prev = idx.copy_entry(n - 1) if n else None
+        try:
+            fd = self._io.open(idx.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return n > 0, b""
+        try:
+            out: list[bytes] = []
+            cap = self.size // 26 + 1 - n
+            pos, window = n * esize, 64
+            while cap > 0:
+                want = min(window, cap)
+                data = self._io.pread(fd, want * esize, pos)
+                k = index_valid_prefix(data, esize, self.size, last_rel, prev)
+                if k == 0 and prev is not None and pos == n * esize and data[:esize].strip(b"\0") \
+                        and index_valid_prefix(data[:esize], esize, self.size, last_rel) == 1:
+                    # a valid entry that does not follow the last copied one: rewritten
+                    n, prev, pos, cap, out = 0, None, 0, self.size // 26 + 1, []
+                    continue
+                if k:
+                    out.append(data[: k * esize])
+                    prev = data[(k - 1) * esize: k * esize]
+                if k < want:
+                    break
+                pos += k * esize
+                cap -= k
+                window *= 2
+        finally:
+            self._io.close(fd)
+        return n > 0, b"".join(out)
 
     def _same_file(self) -> bool:
         """The .log at the path is still the file validated (not replaced, not deleted)."""
         try:
-            fd = self._io.open(self.log_path, os.O_RDONLY)
+            st = self._io.stat_path(self.log_path)
         except FileNotFoundError:
             return False
-        try:
-            st = self._io.stat(fd)
-        finally:
-            self._io.close(fd)
         return (st.st_dev, st.st_ino) == self._ro_ident

@@ -17,7 +17,7 @@ from kstore.fileio import FileOps
 
 class ListingHookOps(FileOps):
     """The reader's I/O: before each listing of the partition directory (when armed), the
-    writer's step runs."""
+    writer's step runs; before each look at a file (open, or stat), on_open."""
 
     def __init__(self, dir_, step):
         self.dir = dir_
@@ -36,6 +36,12 @@ class ListingHookOps(FileOps):
         if self.armed and self.on_open is not None:
             self.on_open(path)
         return super().open(path, flags, mode)
+
+    def stat_path(self, path, follow_symlinks=False):
+        # a refresh's cheap look at a file it validated (no open when it has not grown)
+        if self.armed and self.on_open is not None and os.path.abspath(path) != self.dir:
+            self.on_open(path)
+        return super().stat_path(path, follow_symlinks)
 
 
 def _append_and_roll(writer, n=3):

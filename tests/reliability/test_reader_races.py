@@ -89,3 +89,43 @@ def test_store_readers_in_other_processes_beside_truncate_roll_and_retention(tmp
         assert (r.returncode, err) == (0, ""), (r.returncode, err[-2000:])
         reads, records = map(int, out.split())
         assert reads > 20 and records > 100, out
+
+
+def test_store_readers_beside_a_writer_with_quiet_spells(tmp_path, watchdog):
+    """The same readers beside a writer with quiet spells longer than DirWatch's slack, so that their refreshes take the fast path (no listing, only the last
+    segment validated on) between the truncations, rolls and retention that change the
+    directory: every record they return is exact, no reader dies."""
+    from kstore.ro_refresh import DirWatch
+    watchdog(90)
+    d = tmp_path / "s"
+    cfg = {"segment.bytes": 8000, "index.interval.bytes": 500, "retention.bytes": 40000}
+    lg = kstore.Log.open(str(d / "t-0"), cfg)
+    for o in range(0, 100, 5):
+        lg.append([(None, b"%d;" % (o + j) * 30, NOW) for j in range(5)])
+    readers = [subprocess.Popen([sys.executable, "-c", READER, str(d), "4"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+               for _ in range(2)]
+    deadline = time.monotonic() + 4.5
+    i = 0
+    try:
+        while time.monotonic() < deadline:
+            leo = lg.log_end_offset
+            lg.append([(None, b"%d;" % (leo + j) * 30, NOW) for j in range(5)])
+            i += 1
+            if i % 10 == 0:
+                time.sleep(DirWatch.SLACK_NS / 1e9 * 2)
+            if i % 23 == 0:
+                lg.truncate_to(max(lg.log_start_offset, (lg.log_end_offset - 15) // 5 * 5))
+            if i % 70 == 0:
+                lg.truncate_to(max(lg.log_start_offset, lg.active_segment.base_offset - 20) // 5 * 5)
+            if i % 20 == 0:
+                lg.roll()
+            if i % 30 == 0:
+                lg.delete_old_segments()
+    finally:
+        lg.close()
+        results = [r.communicate(timeout=60) for r in readers]
+    for r, (out, err) in zip(readers, results):
+        assert (r.returncode, err) == (0, ""), (r.returncode, err[-2000:])
+        reads, records = map(int, out.split())
+        assert reads > 20 and records > 100, out

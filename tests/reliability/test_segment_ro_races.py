@@ -128,3 +128,66 @@ def test_read_only_reader_raises_at_a_bad_batch_followed_by_valid_ones(tmp_path,
         assert [(r.offset, r.value) for r in ro.read(12)] == [(12, b"new" * 30)]
     finally:
         assert w.close() == 0
+
+
+def test_reader_threads_beside_refreshes_that_grow_the_index_copies(tmp_path, watchdog):
+    """Reader threads (read at random offsets, offset_for_timestamp) use a read-only log's
+    index copies while a refresher thread extends them in place and moves them to larger ones
+    (index.interval.bytes 60: an entry on almost every append) and an appender thread on a
+    writable log appends batches of 1-40 records: every read returns exactly the records
+    appended at its offset, every time lookup the first record at or after its timestamp."""
+    import random
+    import threading
+    from race_harness import Race
+    watchdog(90)
+    path = str(tmp_path / "t-0")
+    cfg = {"segment.bytes": 8 << 20, "index.interval.bytes": 60}
+    lg = kstore.Log.open(path, cfg)
+    ro = kstore.Log.open(path, cfg, read_only=True)
+    race = Race()
+    lock = threading.Lock()
+    next_off = [0]
+
+    def value(o):
+        return b"%d;" % o * 10
+
+    def append():
+        with lock:
+            o = next_off[0]
+            n = random.randint(1, 40)
+            lg.append([(None, value(o + j), NOW + o + j) for j in range(n)])
+            next_off[0] = o + n
+        if o > 60000:
+            race.stop.set()
+
+    def refresh():
+        ro.refresh()
+
+    def reader(seed):
+        rng = random.Random(seed)
+
+        def step():
+            end = ro.log_end_offset
+            if end < 2:
+                return
+            o = rng.randrange(end)
+            got = [(r.offset, r.value, r.timestamp) for r in ro.read(o, max_records=3)]
+            assert got and got[0][0] == o, (o, got[:1])
+            assert all(g == (x, value(x), NOW + x) for g, x in zip(got, range(o, o + 3))), got
+            assert ro.offset_for_timestamp(NOW + o) == o
+        return step
+
+    race.spawn("appender", append)
+    race.spawn("refresher", refresh)
+    for i in range(3):
+        race.spawn(f"reader{i}", reader(i))
+    try:
+        race.run(6)
+        race.check()
+        ro.refresh()
+        w, r = lg.segments[-1], ro.segments[-1]
+        assert r.offset_index.entries == w.offset_index.entries > 1000
+        assert r.offset_index.entries_array().tobytes() == w.offset_index.entries_array().tobytes()
+    finally:
+        ro.close()
+        lg.close()

@@ -1,0 +1,130 @@
+"""A read-only log's refresh (Log.refresh): the partition directory is listed again only when
+its entries may have changed, so a refresh costs what changed, not how many segments exist.
+
+Listing a directory of 10,000 segments (30,000 names) and looking at every segment costs
+~100 ms; a refresh that finds only new batches in the last segment needs neither. Every entry
+created, removed or renamed in a directory marks its modification and status-change times for
+update (POSIX: open(O_CREAT), unlink, rename, mkdir, rmdir), and every change the writer makes
+to the segment list is one of those (a roll creates files; retention, DeleteRecords and
+truncation remove or rename them; a compaction swap renames; a topic deletion renames the
+directory itself). So while the directory's stamp (device, inode, both times, size, link count)
+is the one a listing was trusted under, the listing still holds and only the last segment can
+have changed (new batches: the writer's one append path).
+
+A stamp equal to an earlier one proves nothing if the change came in the same clock tick as
+the previous one: file systems take times from a coarse clock (one kernel tick, <= 10 ms, behind
+the wall clock) truncated to their granularity (whole seconds on some). A listing is trusted
+only if the wall clock read after taking the stamp, before the listing, is further past the
+stamp's times than that lag (DirWatch.SLACK_NS, or COARSE_SLACK_NS for whole-second times):
+any change made after the clock was read then gets a later time, and any made before is in
+the listing (readdir waits for a change in progress: both hold the directory's lock). A
+listing taken right after a change is not trusted: the next refresh lists again, until the
+directory has been quiet for longer than the slack. A wall clock seen going back voids the
+trust (a change after a step back could repeat a time).
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, Optional
+
+from kstore.errors import SegmentGoneError, UnknownTopicError
+from kstore.fileio import FileOps
+from kstore.log_loader import LogLoader
+from kstore.log_segments import LogSegments
+from kstore.segment_ro import ReadOnlySegment
+
+Stamp = tuple[int, int, int, int, int, int]
+
+#: scans of a directory changing under every one before the refresh gives up
+SCAN_ATTEMPTS = 50
+
+
+class DirWatch:
+    """Whether a directory's entries can have changed since a trusted listing of it."""
+
+    #: the most a file system's sub-second times may run behind time.time_ns(): a tick of the
+    #: kernel's coarse clock (10 ms at HZ=100), with a margin
+    SLACK_NS = 20_000_000
+    #: the same for whole-second times (FAT's modification times have a 2 s granularity)
+    COARSE_SLACK_NS = 2_100_000_000
+
+    def __init__(self, io: FileOps, path: str) -> None:
+        self._io = io
+        self.path = path
+        self._trusted: Optional[Stamp] = None
+        self._since = 0             # the wall clock when the trusted listing was started
+
+    def stamp(self) -> Stamp:
+        """The directory's stamp now; UnknownTopicError if it is gone (topic deleted)."""
+        try:
+            st = self._io.stat_path(self.path, follow_symlinks=True)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"partition directory {self.path} was deleted") from None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
+
+    def unchanged(self) -> bool:
+        """True if the trusted listing still holds (one stat)."""
+        trusted = self._trusted
+        if trusted is None:
+            return False
+        if self.stamp() == trusted and time.time_ns() >= self._since:
+            return True
+        self._trusted = None
+        return False
+
+    def before_listing(self) -> tuple[Stamp, int]:
+        """Taken before a listing: the stamp, then the wall clock."""
+        stamp = self.stamp()
+        return stamp, time.time_ns()
+
+    def settled(self, before: tuple[Stamp, int]) -> bool:
+        """Whether the directory cannot have changed since before_listing returned `before`:
+        its stamp is the same and no change can share the stamp's times (the module
+        docstring)."""
+        stamp, now = before
+        mtime, ctime = stamp[2], stamp[3]
+        coarse = mtime % 1_000_000_000 == 0 and ctime % 1_000_000_000 == 0
+        slack = self.COARSE_SLACK_NS if coarse else self.SLACK_NS
+        return now - max(mtime, ctime) > slack and self.stamp() == stamp
+
+    def listed(self, before: tuple[Stamp, int]) -> None:
+        """A listing started after before_listing returned `before` was published: trust it
+        while the stamp stays the same, if the directory was settled (see settled)."""
+        self._trusted = None
+        if self.settled(before):
+            self._trusted = before[0]
+            self._since = before[1]
+
+    def forget(self) -> None:
+        """List again at the next refresh."""
+        self._trusted = None
+
+
+class ReadOnlyRefresh:
+    """What a read-only Log keeps between refreshes: the watch on its directory."""
+
+    def __init__(self, io: FileOps, path: str) -> None:
+        self.watch = DirWatch(io, path)
+
+    def scan(self, old: LogSegments, make_loader: Callable[[], LogLoader]) -> LogSegments:
+        """The log's segments now: old itself when the directory cannot have changed and its
+        last segment is still the file validated (validated on, for new batches), else a full
+        scan (LogLoader.scan_read_only, retried while the directory changes under it)."""
+        if len(old) and self.watch.unchanged():
+            last = old.segs[-1]
+            try:
+                if isinstance(last, ReadOnlySegment) and not last.closed \
+                        and last.refresh_read_only(True):
+                    return old
+            except SegmentGoneError:
+                pass
+            self.watch.forget()
+        loader = make_loader()
+        for _attempt in range(SCAN_ATTEMPTS):
+            before = self.watch.before_listing()
+            segs = loader.scan_read_only(old, functools.partial(self.watch.settled, before))
+            if segs is not None:
+                self.watch.listed(before)
+                return LogSegments(segs)
+        raise SegmentGoneError(f"the segments of {self.watch.path} keep changing; try again")

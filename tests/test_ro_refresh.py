@@ -1,0 +1,164 @@
+"""A read-only log's refresh (kstore/ro_refresh.py): the partition directory listed again only
+when its stamp says it may have changed, and every change the writer makes still seen by the
+next refresh, exactly as a fresh read-only open sees it."""
+import os
+import shutil
+import time
+
+import pytest
+
+import kstore
+from kstore import ro_refresh
+from kstore.errors import UnknownTopicError
+from kstore.fileio import FileOps
+from kstore.clock import MockTime
+from kstore.manager import LogManager
+from kstore.ro_refresh import DirWatch
+from kstore.scheduler import MockScheduler
+
+NOW = 1_700_000_000_000
+
+
+class ListingOps(FileOps):
+    def __init__(self):
+        self.listings = 0
+
+    def listdir(self, path):
+        self.listings += 1
+        return super().listdir(path)
+
+
+def _settle():
+    time.sleep(DirWatch.SLACK_NS / 1e9 * 2)
+
+
+def _view(lg):
+    """What a read-only log shows: its segments' bases, start, end and every record."""
+    recs = [(r.offset, r.key, r.value) for c in lg.iter_chunks(lg.log_start_offset) for r in c]
+    return [s.base_offset for s in lg.segments], lg.log_start_offset, lg.log_end_offset, recs
+
+
+def test_a_listing_is_trusted_only_once_the_directory_settled(tmp_path, monkeypatch):
+    d = str(tmp_path)
+    w = DirWatch(FileOps(), d)
+    assert not w.unchanged()                          # nothing trusted yet
+    st = os.stat(d)
+    newest = max(st.st_mtime_ns, st.st_ctime_ns)
+    clock = [newest + DirWatch.SLACK_NS]              # not past the slack: a change could share the times
+    real_ns = time.time_ns
+    monkeypatch.setattr(ro_refresh.time, "time_ns", lambda: clock[0])
+    before = w.before_listing()
+    w.listed(before)
+    assert not w.settled(before) and not w.unchanged()
+    clock[0] = newest + DirWatch.SLACK_NS + 1
+    before = w.before_listing()
+    w.listed(before)
+    assert w.settled(before) and w.unchanged()
+    clock[0] -= 2                                     # the wall clock went back: no trust
+    assert not w.unchanged()
+    clock[0] += 2
+    w.listed(w.before_listing())
+    assert w.unchanged()
+    open(os.path.join(d, "x"), "wb").close()          # any entry created, renamed or removed
+    assert not w.unchanged()
+    clock[0] = real_ns() + DirWatch.SLACK_NS + 1
+    w.listed(w.before_listing())
+    assert w.unchanged()
+    os.rename(os.path.join(d, "x"), os.path.join(d, "y"))
+    assert not w.unchanged()
+    shutil.rmtree(d)
+    with pytest.raises(UnknownTopicError, match="was deleted"):
+        w.before_listing()
+    # whole-second times (a coarse file system) need the coarse slack
+    monkeypatch.setattr(w, "stamp", lambda: (1, 2, 10**18, 10**18, 4096, 2))
+    clock[0] = 10**18 + DirWatch.SLACK_NS + 1
+    assert not w.settled(w.before_listing())
+    clock[0] = 10**18 + DirWatch.COARSE_SLACK_NS + 1
+    assert w.settled(w.before_listing())
+
+
+def _writer_log(path):
+    return kstore.Log.open(path, {"segment.bytes": 2000, "index.interval.bytes": 300})
+
+
+def _append(lg, n):
+    for _ in range(n):
+        o = lg.log_end_offset
+        lg.append([(b"k%d" % (o % 5), b"%d;" % o * 20, NOW)])
+
+
+@pytest.mark.parametrize("change", ["append", "roll", "retention", "truncate", "truncate_back",
+                                    "reopen"])
+def test_every_change_is_seen_by_the_refresh_after_a_trusted_listing(tmp_path, change):
+    # the refresh that follows a trusted listing takes the fast path (no listing) while the
+    # writer only appends; after any change to the segment list it lists, and shows exactly
+    # what a fresh read-only open shows
+    path = str(tmp_path / "t-0")
+    lg = _writer_log(path)
+    _append(lg, 60)
+    ops = ListingOps()
+    ro = kstore.Log.open(path, read_only=True, io=ops)
+    list(ro.iter_chunks())                                    # every segment validated
+    _settle()
+    ro.refresh()
+    ops.listings = 0
+    ro.refresh()
+    assert ops.listings == 0
+    if change == "append":
+        _append(lg, 1)
+    elif change == "roll":
+        lg.roll()
+        _append(lg, 2)
+    elif change == "retention":
+        lg.delete_records(lg.segments[2].base_offset + 1)
+        lg.delete_old_segments()
+    elif change == "truncate":
+        lg.truncate_to(lg.log_end_offset - 2)                 # inside the active segment: replaced
+    elif change == "truncate_back":
+        lg.truncate_to(lg.segments[-3].base_offset + 1)       # back into a rolled segment
+        _append(lg, 4)
+    else:
+        lg.close()
+        lg = _writer_log(path)
+        _append(lg, 3)
+    ro.refresh()
+    assert (ops.listings == 0) == (change == "append")
+    fresh = kstore.Log.open(path, read_only=True)
+    assert _view(ro) == _view(fresh)
+    assert ro.log_end_offset == lg.log_end_offset
+    lg.close()
+
+
+def test_compaction_and_topic_deletion_seen_after_a_trusted_listing(tmp_path):
+    d = str(tmp_path)
+    t = MockTime(NOW)
+    m = LogManager(d, {"log.segment.bytes": "1200", "log.segment.delete.delay.ms": "0",
+                       "log.retention.check.interval.ms": "1000000000"},
+                   time=t, scheduler=MockScheduler(t))
+    try:
+        m.create_topic("c", 1, {"cleanup.policy": "compact"})
+        lg = m.log("c", 0)
+        for i in range(120):
+            lg.append([(b"k%d" % (i % 7), b"v%d" % i, NOW)])
+        ops = ListingOps()
+        ro = kstore.Log.open(os.path.join(d, "c-0"), read_only=True, io=ops)
+        before = _view(ro)
+        _settle()
+        ro.refresh()
+        ops.listings = 0
+        ro.refresh()
+        assert ops.listings == 0
+        m.clean_now()
+        ro.refresh()
+        assert ops.listings > 0
+        after = _view(ro)
+        assert after == _view(kstore.Log.open(os.path.join(d, "c-0"), read_only=True))
+        assert len(after[3]) < len(before[3]) and after[2] == before[2] == 120
+        _settle()
+        ro.refresh()
+        ro.refresh()
+        m.delete_topic("c")
+        with pytest.raises(UnknownTopicError, match="was deleted"):
+            ro.refresh()
+    finally:
+        m.close()
