@@ -18,7 +18,7 @@ from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record
-from kstore._decode cimport decode_batch, read_range
+from kstore._decode cimport batch_offset_for_timestamp, decode_batch_in, read_range
 from kstore._scan cimport floor_slot
 
 from kstore.errors import CorruptRecordError
@@ -30,7 +30,8 @@ from kstore._record import AppendInfo, empty_append_info, _make_record
 from kstore._format import (CODEC_NAMES, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES, RECORD_BATCH_OVERHEAD, TIME_DTYPE,
                             TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs)
-from kstore._decode import decode_batches
+from kstore._decode import decode_batches, set_remember_min_bytes
+from kstore._mapping import batch_memory, set_batch_memory_limit
 from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,
                           RecoverResult, ScanStatus,
@@ -100,7 +101,8 @@ cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t 
     pos = _index_position(index, index_entries, base_offset, offset, p, end)
     m.pin()
     try:
-        return read_range(p, pos, end, offset, max_records, max_bytes, verify_crc, out, False, min_one)
+        return read_range(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out, False,
+                          min_one)
     finally:
         m.unpin()
 
@@ -253,7 +255,8 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
     cdef BatchHeader h
     cdef const char* why
     cdef Py_ssize_t pos = start
-    cdef int hs
+    cdef int hs, found
+    cdef int64_t found_offset, found_ts
     cdef list tmp = []
     cdef Record r
     m.pin()
@@ -265,12 +268,19 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
             if hs == H_CORRUPT:
                 raise corrupt(why.decode("ascii"), pos)
             if h.max_timestamp >= ts and h.last_offset >= start_offset:
-                del tmp[:]
-                decode_batch(p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, False)
-                for o in tmp:
-                    r = <Record>o
-                    if r.timestamp >= ts and r.offset >= start_offset:
-                        return (r.offset, r.timestamp)
+                # v2 data batches: timestamp deltas walked in place (a record table's groups
+                # for a large batch); anything else is decoded as records
+                found = batch_offset_for_timestamp(m, p, pos, &h, ts, start_offset, verify_crc,
+                                                   &found_offset, &found_ts)
+                if found == 1:
+                    return (found_offset, found_ts)
+                if found < 0:
+                    del tmp[:]
+                    decode_batch_in(m, p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, False)
+                    for o in tmp:
+                        r = <Record>o
+                        if r.timestamp >= ts and r.offset >= start_offset:
+                            return (r.offset, r.timestamp)
             pos += h.size
     finally:
         m.unpin()

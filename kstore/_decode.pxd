@@ -1,8 +1,29 @@
 # cython: language_level=3
 """Record decoding for the other extension modules (kstore/_decode.pyx)."""
-from libc.stdint cimport uint8_t, int64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t
 
 from kstore._format cimport BatchHeader
+from kstore._mapping cimport Mapping
+
+cdef enum:
+    GROUP_SHIFT = 4
+    GROUP_SIZE = 16          # records per group of a record table
+
+# A record table (see _decode.pyx, "Record tables"): per group of GROUP_SIZE records, the first
+# one's position (from the batch's start) and offset delta and the group's largest timestamp.
+cdef struct RecordGroup:
+    int32_t rpos
+    int32_t off_delta
+    int64_t max_ts
+
+cdef struct BatchRecords:
+    int64_t base_offset      # the batch it describes: base offset and size, as checked again
+    int32_t size             # against the header at each use
+    int32_t count
+    int32_t ngroups
+    bint crc_ok              # the CRC was verified (a table built with verify_crc=False is not)
+    bint dense               # offset delta == index for every record (no compaction gaps)
+    RecordGroup* groups      # ngroups entries, in the same allocation
 
 # Decode the records of the batch at p[pos:] (header parsed into h) with offset >= min_offset
 # into out, at most max_records; CRC first if verify_crc; control batches only with
@@ -10,6 +31,16 @@ from kstore._format cimport BatchHeader
 cdef Py_ssize_t decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, int64_t min_offset,
                              Py_ssize_t max_records, list out, bint verify_crc,
                              bint include_control) except -1
+# decode_batch of a batch in m's memory (p = m's bytes): uses and builds m's record tables.
+cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
+                                int64_t min_offset, Py_ssize_t max_records, list out,
+                                bint verify_crc, bint include_control) except -1
+# The first record of the batch at pos in m's memory with offset >= start_offset and timestamp
+# >= ts, found without decoding: 1 (found_offset, found_ts set), 0 none, -1 when the caller must
+# decode instead (v0/v1, compressed, control, malformed). CRC verified once per mapping.
+cdef int batch_offset_for_timestamp(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
+                                    int64_t ts, int64_t start_offset, bint verify_crc,
+                                    int64_t* found_offset, int64_t* found_ts) except -2
 # One v0/v1 message (a compressed wrapper recursively) into out; errors at err_pos.
 cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
                               int64_t min_offset, Py_ssize_t max_records, list out,
@@ -20,6 +51,7 @@ cdef object decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize
                              int magic=*)
 # Decode batches from pos until end / max_records / max_bytes: (next_position,
 # next_offset_hint, bytes_used); see _decode.pyx.
-cdef tuple read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
-                      Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
-                      bint strict, bint min_one, bint include_control=*)
+cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                      bint verify_crc, list out, bint strict, bint min_one,
+                      bint include_control=*)
