@@ -1,20 +1,21 @@
 # cython: language_level=3
 """Record decoding for the other extension modules (kstore/_decode.pyx)."""
-from libc.stdint cimport uint8_t, int32_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t
 
 from kstore._format cimport BatchHeader
 from kstore._mapping cimport Mapping
 
 cdef enum:
-    GROUP_SHIFT = 4
-    GROUP_SIZE = 16          # records per group of a record table
+    GROUP_SHIFT = 2
+    GROUP_SIZE = 4          # records per group of a record table
 
 # A record table (see _decode.pyx, "Record tables"): per group of GROUP_SIZE records, the first
-# one's position (from the batch's start) and offset delta and the group's largest timestamp.
+# one's position (from the batch's start) and offset delta, and the running maximum of the
+# timestamps up to the group's end.
 cdef struct RecordGroup:
-    int32_t rpos
+    int64_t run_max_ts
+    uint32_t rpos
     int32_t off_delta
-    int64_t max_ts
 
 cdef struct BatchRecords:
     int64_t base_offset      # the batch it describes: base offset and size, as checked again
