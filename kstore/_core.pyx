@@ -18,7 +18,8 @@ from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record
-from kstore._decode cimport batch_offset_for_timestamp, decode_batch_in, read_range
+from kstore._decode cimport (BatchRecords, RangeResult, batch_offset_for_timestamp,
+                             decode_batch_in, read_range_c)
 from kstore._scan cimport floor_slot
 
 from kstore.errors import CorruptRecordError
@@ -90,9 +91,9 @@ def index_position(Mapping index, Py_ssize_t entries, int64_t base_offset, int64
     return _index_position(index, entries, base_offset, offset, m.ptr(), end)
 
 
-cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
-                    Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
-                    bint verify_crc, list out, bint min_one):
+cdef int _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
+                  Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                  bint verify_crc, list out, bint min_one, RangeResult* res) except -1:
     cdef Py_ssize_t pos
     cdef const uint8_t* p
     if end < 0 or end > m.length:
@@ -101,8 +102,8 @@ cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t 
     pos = _index_position(index, index_entries, base_offset, offset, p, end)
     m.pin()
     try:
-        return read_range(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out, False,
-                          min_one)
+        return read_range_c(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out,
+                            False, min_one, False, res)
     finally:
         m.unpin()
 
@@ -112,8 +113,10 @@ def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_off
             bint verify_crc, list out, bint min_one=True):
     """Segment read in one call: offset-index floor, scan to the batch, decode (see _read_range).
     A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
-    return _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
-                    verify_crc, out, min_one)
+    cdef RangeResult r
+    _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
+             verify_crc, out, min_one, &r)
+    return (r.next_position, r.next_offset, r.used)
 
 
 cdef class IndexState:
@@ -159,26 +162,27 @@ cdef class SegmentView:
         """Mapped with its index loaded: the read fast path can use it."""
         return self.ready()
 
-    cdef tuple _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
-                     bint verify_crc, list out, bint min_one):
+    cdef int _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                   bint verify_crc, list out, bint min_one, RangeResult* res) except -1:
         cdef Py_ssize_t end = self.size, before = len(out)
-        cdef tuple res
         if end > self.log_map.length:
             end = self.log_map.length
-        res = _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
-                       offset, max_records, max_bytes, verify_crc, out, min_one)
-        if self.corrupt is not None and <Py_ssize_t>res[0] >= end and \
-                len(out) - before < max_records and <Py_ssize_t>res[2] < max_bytes:
+        _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
+                 offset, max_records, max_bytes, verify_crc, out, min_one, res)
+        if self.corrupt is not None and res.next_position >= end and \
+                len(out) - before < max_records and res.used < max_bytes:
             # the read wants the bytes a read-only refresh found invalid: fail as the writer would
             raise corrupt(self.corrupt, end)
-        return res
+        return 0
 
     def read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc,
              list out, bint min_one=True):
         """read_at over this segment; the caller guarantees readiness (see log_read)."""
+        cdef RangeResult r
         if not self.ready():
             raise ValueError("segment view is not mapped")
-        return self._read(offset, max_records, max_bytes, verify_crc, out, min_one)
+        self._read(offset, max_records, max_bytes, verify_crc, out, min_one, &r)
+        return (r.next_position, r.next_offset, r.used)
 
 
 def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
@@ -200,7 +204,7 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     """
     cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, end
     cdef SegmentView v
-    cdef tuple res
+    cdef RangeResult res
     cdef int64_t base
     if n == 0 or PyList_GET_SIZE(views) != n:
         return (0, offset, used)
@@ -229,15 +233,15 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
         if end > v.log_map.length:
             end = v.log_map.length
         try:
-            res = v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out,
-                          used == 0)
+            v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out,
+                    used == 0, &res)
         except CorruptRecordError as e:
             e.segment = i
             raise
-        used += <Py_ssize_t>res[2]
+        used += res.used
         if len(out) >= max_records or used >= max_bytes:
             break
-        if <Py_ssize_t>res[0] < end:
+        if res.next_position < end:
             break              # the next batch of this segment did not fit: stop here
         if len(out):
             offset = (<Record>out[len(out) - 1]).offset + 1
@@ -259,14 +263,19 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
     cdef int64_t found_offset, found_ts
     cdef list tmp = []
     cdef Record r
+    cdef BatchRecords* t
     m.pin()
     try:
         while True:
-            hs = parse_header(p, pos, end, &h, &why)
-            if hs == H_END:
-                return None
-            if hs == H_CORRUPT:
-                raise corrupt(why.decode("ascii"), pos)
+            t = <BatchRecords*>m.remembered(pos)
+            if t != NULL and t.header.size <= end - pos:
+                h = t.header     # a remembered batch: its header without touching its bytes
+            else:
+                hs = parse_header(p, pos, end, &h, &why)
+                if hs == H_END:
+                    return None
+                if hs == H_CORRUPT:
+                    raise corrupt(why.decode("ascii"), pos)
             if h.max_timestamp >= ts and h.last_offset >= start_offset:
                 # v2 data batches: timestamp deltas walked in place (a record table's groups
                 # for a large batch); anything else is decoded as records

@@ -18,9 +18,8 @@ cdef struct RecordGroup:
     int32_t off_delta
 
 cdef struct BatchRecords:
-    int64_t base_offset      # the batch it describes: base offset and size, as checked again
-    int32_t size             # against the header at each use
-    int32_t count
+    BatchHeader header       # the batch's header, parsed when the table was built: a read
+                             # takes it from here instead of the batch's first cache lines
     int32_t ngroups
     bint crc_ok              # the CRC was verified (a table built with verify_crc=False is not)
     bint dense               # offset delta == index for every record (no compaction gaps)
@@ -50,8 +49,19 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
 # The decompressed bytes of p[0:n) (codec errors become CorruptRecordError at err_pos).
 cdef object decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize_t err_pos,
                              int magic=*)
+# Where read_range stopped: the position and offset to go on from, and the bytes of the batches
+# it decoded.
+cdef struct RangeResult:
+    Py_ssize_t next_position
+    int64_t next_offset
+    Py_ssize_t used
+
 # Decode batches from pos until end / max_records / max_bytes: (next_position,
-# next_offset_hint, bytes_used); see _decode.pyx.
+# next_offset_hint, bytes_used); see _decode.pyx. read_range_c: the same into res.
+cdef int read_range_c(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                      bint verify_crc, list out, bint strict, bint min_one,
+                      bint include_control, RangeResult* res) except -1
 cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                       int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
                       bint verify_crc, list out, bint strict, bint min_one,

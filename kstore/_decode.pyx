@@ -69,9 +69,7 @@ cdef BatchRecords* _new_table(BatchHeader* h, Py_ssize_t* nbytes) noexcept:
     t = <BatchRecords*>malloc(nbytes[0])
     if t == NULL:
         return NULL
-    t.base_offset = h.base_offset
-    t.size = h.size
-    t.count = h.count
+    t.header = h[0]
     t.ngroups = <int32_t>ngroups
     t.crc_ok = False
     t.dense = True
@@ -124,7 +122,7 @@ cdef BatchRecords* batch_records(Mapping m, const uint8_t* p, Py_ssize_t pos, Ba
     cdef BatchRecords* t = <BatchRecords*>m.remembered(pos)
     cdef Py_ssize_t nbytes
     owned[0] = False
-    if t != NULL and t.size == h.size and t.base_offset == h.base_offset:
+    if t != NULL and t.header.size == h.size and t.header.base_offset == h.base_offset:
         if verify_crc and not t.crc_ok:
             require_crc(p, pos, h)
             t.crc_ok = True
@@ -157,7 +155,7 @@ cdef Py_ssize_t record_at(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, Batc
         index[0] = 0
         return pos + V2_OVERHEAD
     if t.dense:
-        if delta >= t.count:
+        if delta >= t.header.count:
             return -1
         g = <int32_t>(delta >> GROUP_SHIFT)
         q = pos + t.groups[g].rpos
@@ -181,7 +179,7 @@ cdef Py_ssize_t record_at(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, Batc
             hi = g
     q = pos + t.groups[lo].rpos
     i = lo << GROUP_SHIFT
-    while i < t.count:
+    while i < t.header.count:
         if record_fields(p, q, end, &f) < 0:
             return -2
         if f.off_delta >= delta:
@@ -446,7 +444,7 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
     cdef Py_ssize_t nbytes, n, q
     cdef int32_t i = 0, count
     cdef bint owned
-    if (t == NULL or t.size != h.size or t.base_offset != h.base_offset) and \
+    if (t == NULL or t.header.size != h.size or t.header.base_offset != h.base_offset) and \
             min_offset <= h.base_offset and max_records >= h.count:
         if verify_crc:
             require_crc(p, pos, h)
@@ -469,7 +467,7 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
     if t == NULL:
         return -1
     q = record_at(p, pos, h, t, min_offset - h.base_offset, &i)
-    count = t.count
+    count = t.header.count
     if owned:
         free(t)
     # the table is not touched below: decoding allocates objects, which may run any code
@@ -533,19 +531,35 @@ cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t en
     min_one); control batches' records only with include_control (dump tools). Returns
     (next_position, next_offset_hint, bytes_used). A malformed header raises if strict. p is m's
     memory when m is not None (its record tables are used), else any buffer."""
+    cdef RangeResult r
+    read_range_c(m, p, pos, end, min_offset, max_records, max_bytes, verify_crc, out, strict,
+                 min_one, include_control, &r)
+    return (r.next_position, r.next_offset, r.used)
+
+
+cdef int read_range_c(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                      bint verify_crc, list out, bint strict, bint min_one,
+                      bint include_control, RangeResult* res) except -1:
+    """read_range with its result in res (no tuple on the point-read path)."""
     cdef BatchHeader h
     cdef const char* why
     cdef Py_ssize_t used = 0, start_len = len(out), added = 0
     cdef int hs
     cdef int64_t next_offset = -1
+    cdef BatchRecords* t
     while added < max_records:
-        hs = parse_header(p, pos, end, &h, &why)
-        if hs == H_END:
-            if strict and pos < end:
-                raise corrupt(f"incomplete batch: {why.decode('ascii')}", pos)
-            break
-        if hs == H_CORRUPT:
-            raise corrupt(why.decode("ascii"), pos)
+        t = <BatchRecords*>m.remembered(pos) if m is not None else NULL
+        if t != NULL and t.header.size <= end - pos:
+            h = t.header         # a remembered batch: its header without touching its bytes
+        else:
+            hs = parse_header(p, pos, end, &h, &why)
+            if hs == H_END:
+                if strict and pos < end:
+                    raise corrupt(f"incomplete batch: {why.decode('ascii')}", pos)
+                break
+            if hs == H_CORRUPT:
+                raise corrupt(why.decode("ascii"), pos)
         if h.last_offset < min_offset:
             pos += h.size
             continue
@@ -559,10 +573,16 @@ cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t en
             next_offset = (<Record>out[len(out) - 1]).offset + 1
             if next_offset > h.last_offset:
                 pos += h.size
-            return (pos, next_offset, used)
+            res.next_position = pos
+            res.next_offset = next_offset
+            res.used = used
+            return 0
         pos += h.size
         next_offset = h.last_offset + 1
-    return (pos, next_offset, used)
+    res.next_position = pos
+    res.next_offset = next_offset
+    res.used = used
+    return 0
 
 
 def decode_batches(data, int64_t min_offset=-1, bint verify_crc=True, bint include_control=False):

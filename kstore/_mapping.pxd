@@ -7,9 +7,12 @@ from posix.mman cimport munmap
 # What a Mapping remembers about the batches read from it (see _mapping.pyx, "remembered
 # batches"): an open-addressing table from a batch's position to a block the reader built
 # (malloc'd, opaque here; freed with the table). Touched only with the GIL held.
+cdef struct TableSlot:
+    Py_ssize_t key          # batch position + 1; 0 = empty slot
+    void* val
+
 cdef struct BatchTable:
-    Py_ssize_t* keys        # batch position + 1; 0 = empty slot
-    void** vals
+    TableSlot* slots
     Py_ssize_t cap          # slots, a power of two
     Py_ssize_t used
     Py_ssize_t nbytes       # memory held: blocks, slots and this struct
@@ -40,9 +43,9 @@ cdef class Mapping:
         if t == NULL:
             return NULL
         i = <Py_ssize_t>((<uint64_t>pos * <uint64_t>0x9E3779B97F4A7C15ULL) >> 40) & (t.cap - 1)
-        while t.keys[i] != 0:
-            if t.keys[i] == pos + 1:
-                return t.vals[i]
+        while t.slots[i].key != 0:
+            if t.slots[i].key == pos + 1:
+                return t.slots[i].val
             i = (i + 1) & (t.cap - 1)
         return NULL
 

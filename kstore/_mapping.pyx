@@ -56,25 +56,22 @@ cdef BatchTable* _new_table(Py_ssize_t cap) noexcept:
     cdef BatchTable* t = <BatchTable*>calloc(1, sizeof(BatchTable))
     if t == NULL:
         return NULL
-    t.keys = <Py_ssize_t*>calloc(cap, sizeof(Py_ssize_t))
-    t.vals = <void**>calloc(cap, sizeof(void*))
-    if t.keys == NULL or t.vals == NULL:
-        free(t.keys)
-        free(t.vals)
+    t.slots = <TableSlot*>calloc(cap, sizeof(TableSlot))
+    if t.slots == NULL:
         free(t)
         return NULL
     t.cap = cap
-    t.nbytes = sizeof(BatchTable) + cap * (sizeof(Py_ssize_t) + sizeof(void*))
+    t.nbytes = sizeof(BatchTable) + cap * sizeof(TableSlot)
     return t
 
 
 cdef void _put(BatchTable* t, Py_ssize_t pos, void* block) noexcept:
     """Insert into a table with a free slot (the caller keeps the load at most one half)."""
     cdef Py_ssize_t i = _slot(pos, t.cap)
-    while t.keys[i] != 0:
+    while t.slots[i].key != 0:
         i = (i + 1) & (t.cap - 1)
-    t.keys[i] = pos + 1
-    t.vals[i] = block
+    t.slots[i].key = pos + 1
+    t.slots[i].val = block
     t.used += 1
 
 cdef class Mapping:
@@ -143,13 +140,13 @@ cdef class Mapping:
         if self.closing or pos < 0 or self.remembered(pos) != NULL:
             return False
         if t == NULL:
-            extra += sizeof(BatchTable) + 16 * (sizeof(Py_ssize_t) + sizeof(void*))
+            extra += sizeof(BatchTable) + 16 * sizeof(TableSlot)
         elif 2 * (t.used + 1) > t.cap:
-            extra += t.cap * (sizeof(Py_ssize_t) + sizeof(void*))
+            extra += t.cap * sizeof(TableSlot)
         if _table_bytes + extra > _table_limit:
             self.forget_batches()        # evict this mapping's batches: the new one may be hotter
             t = NULL
-            extra = nbytes + sizeof(BatchTable) + 16 * (sizeof(Py_ssize_t) + sizeof(void*))
+            extra = nbytes + sizeof(BatchTable) + 16 * sizeof(TableSlot)
             if _table_bytes + extra > _table_limit:
                 return False
         if t == NULL:
@@ -163,12 +160,11 @@ cdef class Mapping:
             if bigger == NULL:
                 return False
             for i in range(t.cap):
-                if t.keys[i] != 0:
-                    _put(bigger, t.keys[i] - 1, t.vals[i])
-            bigger.nbytes += t.nbytes - sizeof(BatchTable) - t.cap * (sizeof(Py_ssize_t) + sizeof(void*))
+                if t.slots[i].key != 0:
+                    _put(bigger, t.slots[i].key - 1, t.slots[i].val)
+            bigger.nbytes += t.nbytes - sizeof(BatchTable) - t.cap * sizeof(TableSlot)
             _table_bytes += bigger.nbytes - t.nbytes
-            free(t.keys)
-            free(t.vals)
+            free(t.slots)
             free(t)
             self.table = t = bigger
         _put(t, pos, block)
@@ -184,11 +180,10 @@ cdef class Mapping:
             return
         self.table = NULL
         for i in range(t.cap):
-            if t.keys[i] != 0:
-                free(t.vals[i])
+            if t.slots[i].key != 0:
+                free(t.slots[i].val)
         _table_bytes -= t.nbytes
-        free(t.keys)
-        free(t.vals)
+        free(t.slots)
         free(t)
 
     @property
