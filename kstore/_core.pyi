@@ -1,7 +1,7 @@
 """Type stubs for kstore/_core.pyx: the read fast path, and every concept module's public names
 (re-exported, so kstore._core.X keeps working)."""
 from typing_extensions import disjoint_base
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from kstore._column_input import ColumnInput as ColumnInput
 from kstore._columnar import (Columns as Columns, ColumnsStatus as ColumnsStatus,
@@ -69,6 +69,8 @@ class SegmentView:
 def log_read(bases: list[int], views: list[SegmentView], offset: int, max_records: int,
              max_bytes: int, verify_crc: bool, out: list[Record],
              used: int = 0) -> Optional[tuple[int, int, int]]: ...
+def read_records(log: Any, offset: int, max_records: Optional[int] = None,
+                 max_bytes: int = 1 << 20, *, verify_crc: bool = True) -> list[Record]: ...
 def find_offset_by_timestamp(m: Mapping, start: int, end: int, ts: int, start_offset: int,
                              verify_crc: bool = True) -> Optional[tuple[int, int]]: ...
 def log_offset_for_timestamp(views: list[SegmentView], ts: int, start_offset: int,

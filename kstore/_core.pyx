@@ -14,6 +14,7 @@ Kafka's (docs/format.md); all integers on disk are big-endian.
 """
 from libc.stdint cimport uint8_t, int64_t
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
+from cpython.long cimport PyLong_CheckExact
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
@@ -55,7 +56,8 @@ cdef inline bint _index_usable(Mapping m, Py_ssize_t n, Py_ssize_t esize):
 
 
 cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_offset,
-                                int64_t offset, const uint8_t* p, Py_ssize_t end) except -1:
+                                int64_t offset, Mapping m, const uint8_t* p,
+                                Py_ssize_t end) except -1:
     """Position to start scanning for `offset`: the offset index's floor entry, or 0 when the
     index has nothing below offset or its entry is not trustworthy (a position outside the data,
     or a batch there that starts after the indexed offset: a stale or damaged index never makes a
@@ -65,6 +67,7 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     cdef int64_t idx_off
     cdef BatchHeader h
     cdef const char* why
+    cdef BatchRecords* t
     if entries <= 0 or offset <= base_offset or not _index_usable(index, entries, 8):
         return 0
     ip = index.ptr()
@@ -75,7 +78,10 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     idx_off = base_offset + ld32(ip + 8 * slot)
     if pos <= 0 or pos >= end:
         return 0
-    if parse_header(p, pos, end, &h, &why) != H_OK:
+    t = <BatchRecords*>m.remembered(pos)
+    if t != NULL and t.header.size <= end - pos:
+        h = t.header             # a remembered batch: its header without touching its bytes
+    elif parse_header(p, pos, end, &h, &why) != H_OK:
         return 0
     if h.base_offset > idx_off and not (h.magic < 2 and (h.attrs & CODEC_MASK) != 0):
         return 0
@@ -88,7 +94,7 @@ def index_position(Mapping index, Py_ssize_t entries, int64_t base_offset, int64
     floor entry, or 0 when the index has nothing trustworthy below offset."""
     if end < 0 or end > m.length:
         raise ValueError("scan end outside mapping")
-    return _index_position(index, entries, base_offset, offset, m.ptr(), end)
+    return _index_position(index, entries, base_offset, offset, m, m.ptr(), end)
 
 
 cdef int _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
@@ -99,7 +105,7 @@ cdef int _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t ba
     if end < 0 or end > m.length:
         raise ValueError("read range outside mapping")
     p = m.ptr()
-    pos = _index_position(index, index_entries, base_offset, offset, p, end)
+    pos = _index_position(index, index_entries, base_offset, offset, m, p, end)
     m.pin()
     try:
         return read_range_c(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out,
@@ -202,12 +208,31 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     batch whatever max_bytes) holds only while nothing was read. CorruptRecordError carries
     .segment, the index of the segment at fault.
     """
+    cdef ReadStop stop
+    if _log_read(bases, views, offset, max_records, max_bytes, verify_crc, out, used, &stop):
+        return None
+    return (stop.segment, stop.offset, stop.used)
+
+
+cdef struct ReadStop:
+    Py_ssize_t segment       # the segment to prepare; -1: offset lies below the first one
+    int64_t offset           # where to go on
+    Py_ssize_t used          # bytes used so far
+
+
+cdef int _log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
+                   Py_ssize_t max_bytes, bint verify_crc, list out, Py_ssize_t used,
+                   ReadStop* stop) except -1:
+    """log_read: 1 when done, 0 when stopped (see log_read) with stop set."""
     cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, end
     cdef SegmentView v
     cdef RangeResult res
     cdef int64_t base
+    stop.offset = offset
+    stop.used = used
     if n == 0 or PyList_GET_SIZE(views) != n:
-        return (0, offset, used)
+        stop.segment = 0
+        return 0
     hi = n
     while lo < hi:             # bisect_right
         mid = (lo + hi) >> 1
@@ -218,14 +243,18 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     i = lo - 1
     if i < 0:
         # below the first segment: retention or DeleteRecords removed the segment holding it
-        # after the caller's range check; (-1, ...) sends the caller back to that check
-        return (-1, offset, used)
+        # after the caller's range check; -1 sends the caller back to that check
+        stop.segment = -1
+        return 0
     while i < n:
         v = <SegmentView>PyList_GET_ITEM(views, i)
         if not v.ready():
             # offset stays where the records stopped: the caller's lists may be stale (a
             # truncation closed this segment), so it resumes by offset, never at this base
-            return (i, offset, used)
+            stop.segment = i
+            stop.offset = offset
+            stop.used = used
+            return 0
         base = v.base_offset
         if offset < base:
             offset = base      # nothing lies between one segment's end and the next's base
@@ -246,8 +275,44 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
         if len(out):
             offset = (<Record>out[len(out) - 1]).offset + 1
         i += 1
-    return None
+    return 1
 
+
+def read_records(log, offset, max_records=None, Py_ssize_t max_bytes=1 << 20, *,
+                 bint verify_crc=True):
+    """Records from `offset` on: at most max_records, from batches totalling at most max_bytes
+    (but always at least one batch). Empty at the log end.
+
+    Log.read, compiled: the usual read (offset inside the range last published, segments
+    mapped, the segment list unchanged during the read) is this one call. Everything else (the
+    log end, an offset out of range, a read-only log to refresh, a segment to map, a segment
+    list changed under the read, a corrupt batch to name) is Log._read_slow's, which starts
+    the read again and handles it. It reads the Log's published `_leo`, `_log_start_offset`
+    and `_segments` as Log.read did.
+    """
+    cdef int64_t off
+    cdef Py_ssize_t limit
+    cdef list out
+    cdef ReadStop stop
+    cdef int done
+    if not PyLong_CheckExact(offset) or not (max_records is None or PyLong_CheckExact(max_records)):
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    try:
+        off = offset
+        limit = NO_LIMIT if max_records is None else max_records
+    except OverflowError:
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    if off >= <int64_t>log._leo or off < <int64_t>log._log_start_offset:
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    ss = log._segments
+    out = []
+    try:
+        done = _log_read(ss.bases, ss.views, off, limit, max_bytes, verify_crc, out, 0, &stop)
+    except CorruptRecordError:
+        done = 0               # the slow path reads again and names the file
+    if done and log._segments is ss:
+        return out
+    return log._read_slow(offset, max_records, max_bytes, verify_crc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +398,7 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
         end = v.size
         if end > v.log_map.length:
             end = v.log_map.length
-        pos = _index_position(v.index.map, v.index.entries, v.base_offset, off,
+        pos = _index_position(v.index.map, v.index.entries, v.base_offset, off, v.log_map,
                               v.log_map.ptr(), end)
         try:
             r = _find_ts(v.log_map, pos, end, ts, start_offset, verify_crc)

@@ -316,6 +316,16 @@ def test_read_columns_of_a_partition_deleted_under_it_is_a_kstore_error(tmp_path
     assert sorted(os.listdir(tmp_path)) == [".lock", "t-0.0123456789abcdef0123456789abcdef-delete"]
 
 
+def _slow_reads_only(monkeypatch):
+    """Log.read through its Python path (Log._read_slow), whose core calls a test can intercept
+    (log._log_read): the compiled fast path (_core.read_records) holds the GIL from its range
+    check to its last record, so no other thread changes the segments inside it; a change
+    between calls, or from a finalizer run by an allocation, sends it to this path (test_core)."""
+    from kstore.log import Log
+    monkeypatch.setattr(Log, "read", lambda self, offset, max_records=None, max_bytes=1 << 20,
+                        *, verify_crc=True: self._read_slow(offset, max_records, max_bytes, verify_crc))
+
+
 def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkeypatch):
     """A read that took the segment list just before a truncation into an earlier segment
     read that segment as cut, jumped to the base of the next (dropped) segment, and, the
@@ -343,6 +353,7 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
         return real_prepare(self, offset, segs, start)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
     monkeypatch.setattr(log_module.Log, "_prepare_for_read", prepare_after_appends)
+    _slow_reads_only(monkeypatch)
     got = [(r.offset, r.value) for r in lg.read(0, max_records=b1 + 5, max_bytes=1 << 30)]
     assert steps == ["truncate", "append"]
     assert [o for o, big_value in got] == list(range(b1 + 5))
@@ -369,6 +380,7 @@ def test_read_racing_a_truncation_never_reports_its_own_offset_gone(open_log, mo
             lg.truncate_to(cut)
         return real_read(*args)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
+    _slow_reads_only(monkeypatch)
     got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 30)]
     assert steps == ["truncate"] and lg.log_end_offset == cut
     assert [o for o, big_value in got] == list(range(cut))
