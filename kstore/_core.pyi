@@ -1,7 +1,7 @@
 """Type stubs for kstore/_core.pyx: the read fast path, and every concept module's public names
 (re-exported, so kstore._core.X keeps working)."""
 from typing_extensions import disjoint_base
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from kstore._column_input import ColumnInput as ColumnInput
 from kstore._columnar import (Columns as Columns, ColumnsStatus as ColumnsStatus,
@@ -11,7 +11,8 @@ from kstore._compact import (CleanStats as CleanStats, OffsetMap as OffsetMap,
 from kstore._crc import (_force_table_crc as _force_table_crc, crc32 as crc32, crc32c as crc32c,
                          crc32c_hw as crc32c_hw, crc32c_implementation as crc32c_implementation,
                          crc32c_table as crc32c_table)
-from kstore._decode import decode_batches as decode_batches
+from kstore._decode import (decode_batches as decode_batches,
+                            set_remember_min_bytes as set_remember_min_bytes)
 from kstore._encode import BatchBuilder as BatchBuilder
 from kstore._format import (CODEC_NAMES as CODEC_NAMES,
                             OFFSET_DTYPE as OFFSET_DTYPE, OFFSET_ENTRY_SIZE as OFFSET_ENTRY_SIZE,
@@ -21,7 +22,8 @@ from kstore._format import (CODEC_NAMES as CODEC_NAMES,
                             TIME_WARM_ENTRIES as TIME_WARM_ENTRIES, StrStatus as StrStatus,
                             set_codecs as set_codecs)
 from kstore._lines import murmur2 as murmur2, split_lines as split_lines
-from kstore._mapping import Mapping as Mapping
+from kstore._mapping import (Mapping as Mapping, batch_memory as batch_memory,
+                             set_batch_memory_limit as set_batch_memory_limit)
 from kstore._record import (AppendInfo as AppendInfo, Record as Record, _make_record as _make_record,
                             empty_append_info as empty_append_info)
 from kstore._scan import (batch_headers as batch_headers, find_batch as find_batch,
@@ -69,6 +71,8 @@ class SegmentView:
 def log_read(bases: list[int], views: list[SegmentView], offset: int, max_records: int,
              max_bytes: int, verify_crc: bool, out: list[Record],
              used: int = 0) -> Optional[tuple[int, int, int]]: ...
+def read_records(log: Any, offset: int, max_records: Optional[int] = None,
+                 max_bytes: int = 1 << 20, *, verify_crc: bool = True) -> list[Record]: ...
 def find_offset_by_timestamp(m: Mapping, start: int, end: int, ts: int, start_offset: int,
                              verify_crc: bool = True) -> Optional[tuple[int, int]]: ...
 def log_offset_for_timestamp(views: list[SegmentView], ts: int, start_offset: int,

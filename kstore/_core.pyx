@@ -14,11 +14,13 @@ Kafka's (docs/format.md); all integers on disk are big-endian.
 """
 from libc.stdint cimport uint8_t, int64_t
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
+from cpython.long cimport PyLong_CheckExact
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record
-from kstore._decode cimport decode_batch, read_range
+from kstore._decode cimport (BatchRecords, RangeResult, batch_offset_for_timestamp,
+                             decode_batch_in, read_range_c)
 from kstore._scan cimport floor_slot
 
 from kstore.errors import CorruptRecordError
@@ -30,7 +32,8 @@ from kstore._record import AppendInfo, empty_append_info, _make_record
 from kstore._format import (CODEC_NAMES, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             OFFSET_WARM_ENTRIES, RECORD_BATCH_OVERHEAD, TIME_DTYPE,
                             TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs)
-from kstore._decode import decode_batches
+from kstore._decode import decode_batches, set_remember_min_bytes
+from kstore._mapping import batch_memory, set_batch_memory_limit
 from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,
                           RecoverResult, ScanStatus,
@@ -55,7 +58,8 @@ cdef inline bint _index_usable(Mapping m, Py_ssize_t n, Py_ssize_t esize):
 
 
 cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_offset,
-                                int64_t offset, const uint8_t* p, Py_ssize_t end) except -1:
+                                int64_t offset, Mapping m, const uint8_t* p,
+                                Py_ssize_t end) except -1:
     """Position to start scanning for `offset`: the offset index's floor entry, or 0 when the
     index has nothing below offset or its entry is not trustworthy (a position outside the data,
     or a batch there that starts after the indexed offset: a stale or damaged index never makes a
@@ -65,6 +69,7 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     cdef int64_t idx_off
     cdef BatchHeader h
     cdef const char* why
+    cdef BatchRecords* t
     if entries <= 0 or offset <= base_offset or not _index_usable(index, entries, 8):
         return 0
     ip = index.ptr()
@@ -75,7 +80,10 @@ cdef Py_ssize_t _index_position(Mapping index, Py_ssize_t entries, int64_t base_
     idx_off = base_offset + ld32(ip + 8 * slot)
     if pos <= 0 or pos >= end:
         return 0
-    if parse_header(p, pos, end, &h, &why) != H_OK:
+    t = <BatchRecords*>m.remembered(pos)
+    if t != NULL and t.header.size <= end - pos:
+        h = t.header             # a remembered batch: its header without touching its bytes
+    elif parse_header(p, pos, end, &h, &why) != H_OK:
         return 0
     if h.base_offset > idx_off and not (h.magic < 2 and (h.attrs & CODEC_MASK) != 0):
         return 0
@@ -88,21 +96,22 @@ def index_position(Mapping index, Py_ssize_t entries, int64_t base_offset, int64
     floor entry, or 0 when the index has nothing trustworthy below offset."""
     if end < 0 or end > m.length:
         raise ValueError("scan end outside mapping")
-    return _index_position(index, entries, base_offset, offset, m.ptr(), end)
+    return _index_position(index, entries, base_offset, offset, m, m.ptr(), end)
 
 
-cdef tuple _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
-                    Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
-                    bint verify_crc, list out, bint min_one):
+cdef int _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
+                  Py_ssize_t end, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                  bint verify_crc, list out, bint min_one, RangeResult* res) except -1:
     cdef Py_ssize_t pos
     cdef const uint8_t* p
     if end < 0 or end > m.length:
         raise ValueError("read range outside mapping")
     p = m.ptr()
-    pos = _index_position(index, index_entries, base_offset, offset, p, end)
+    pos = _index_position(index, index_entries, base_offset, offset, m, p, end)
     m.pin()
     try:
-        return read_range(p, pos, end, offset, max_records, max_bytes, verify_crc, out, False, min_one)
+        return read_range_c(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out,
+                            False, min_one, False, res)
     finally:
         m.unpin()
 
@@ -112,8 +121,10 @@ def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_off
             bint verify_crc, list out, bint min_one=True):
     """Segment read in one call: offset-index floor, scan to the batch, decode (see _read_range).
     A floor position outside [0, end] (a damaged index) falls back to a scan from 0."""
-    return _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
-                    verify_crc, out, min_one)
+    cdef RangeResult r
+    _read_at(m, index, index_entries, base_offset, end, offset, max_records, max_bytes,
+             verify_crc, out, min_one, &r)
+    return (r.next_position, r.next_offset, r.used)
 
 
 cdef class IndexState:
@@ -159,26 +170,27 @@ cdef class SegmentView:
         """Mapped with its index loaded: the read fast path can use it."""
         return self.ready()
 
-    cdef tuple _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
-                     bint verify_crc, list out, bint min_one):
+    cdef int _read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                   bint verify_crc, list out, bint min_one, RangeResult* res) except -1:
         cdef Py_ssize_t end = self.size, before = len(out)
-        cdef tuple res
         if end > self.log_map.length:
             end = self.log_map.length
-        res = _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
-                       offset, max_records, max_bytes, verify_crc, out, min_one)
-        if self.corrupt is not None and <Py_ssize_t>res[0] >= end and \
-                len(out) - before < max_records and <Py_ssize_t>res[2] < max_bytes:
+        _read_at(self.log_map, self.index.map, self.index.entries, self.base_offset, end,
+                 offset, max_records, max_bytes, verify_crc, out, min_one, res)
+        if self.corrupt is not None and res.next_position >= end and \
+                len(out) - before < max_records and res.used < max_bytes:
             # the read wants the bytes a read-only refresh found invalid: fail as the writer would
             raise corrupt(self.corrupt, end)
-        return res
+        return 0
 
     def read(self, int64_t offset, Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc,
              list out, bint min_one=True):
         """read_at over this segment; the caller guarantees readiness (see log_read)."""
+        cdef RangeResult r
         if not self.ready():
             raise ValueError("segment view is not mapped")
-        return self._read(offset, max_records, max_bytes, verify_crc, out, min_one)
+        self._read(offset, max_records, max_bytes, verify_crc, out, min_one, &r)
+        return (r.next_position, r.next_offset, r.used)
 
 
 def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
@@ -198,12 +210,31 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     batch whatever max_bytes) holds only while nothing was read. CorruptRecordError carries
     .segment, the index of the segment at fault.
     """
+    cdef ReadStop stop
+    if _log_read(bases, views, offset, max_records, max_bytes, verify_crc, out, used, &stop):
+        return None
+    return (stop.segment, stop.offset, stop.used)
+
+
+cdef struct ReadStop:
+    Py_ssize_t segment       # the segment to prepare; -1: offset lies below the first one
+    int64_t offset           # where to go on
+    Py_ssize_t used          # bytes used so far
+
+
+cdef int _log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
+                   Py_ssize_t max_bytes, bint verify_crc, list out, Py_ssize_t used,
+                   ReadStop* stop) except -1:
+    """log_read: 1 when done, 0 when stopped (see log_read) with stop set."""
     cdef Py_ssize_t n = PyList_GET_SIZE(bases), lo = 0, hi, mid, i, end
     cdef SegmentView v
-    cdef tuple res
+    cdef RangeResult res
     cdef int64_t base
+    stop.offset = offset
+    stop.used = used
     if n == 0 or PyList_GET_SIZE(views) != n:
-        return (0, offset, used)
+        stop.segment = 0
+        return 0
     hi = n
     while lo < hi:             # bisect_right
         mid = (lo + hi) >> 1
@@ -214,14 +245,18 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
     i = lo - 1
     if i < 0:
         # below the first segment: retention or DeleteRecords removed the segment holding it
-        # after the caller's range check; (-1, ...) sends the caller back to that check
-        return (-1, offset, used)
+        # after the caller's range check; -1 sends the caller back to that check
+        stop.segment = -1
+        return 0
     while i < n:
         v = <SegmentView>PyList_GET_ITEM(views, i)
         if not v.ready():
             # offset stays where the records stopped: the caller's lists may be stale (a
             # truncation closed this segment), so it resumes by offset, never at this base
-            return (i, offset, used)
+            stop.segment = i
+            stop.offset = offset
+            stop.used = used
+            return 0
         base = v.base_offset
         if offset < base:
             offset = base      # nothing lies between one segment's end and the next's base
@@ -229,21 +264,57 @@ def log_read(list bases, list views, int64_t offset, Py_ssize_t max_records,
         if end > v.log_map.length:
             end = v.log_map.length
         try:
-            res = v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out,
-                          used == 0)
+            v._read(offset, max_records - len(out), max_bytes - used, verify_crc, out,
+                    used == 0, &res)
         except CorruptRecordError as e:
             e.segment = i
             raise
-        used += <Py_ssize_t>res[2]
+        used += res.used
         if len(out) >= max_records or used >= max_bytes:
             break
-        if <Py_ssize_t>res[0] < end:
+        if res.next_position < end:
             break              # the next batch of this segment did not fit: stop here
         if len(out):
             offset = (<Record>out[len(out) - 1]).offset + 1
         i += 1
-    return None
+    return 1
 
+
+def read_records(log, offset, max_records=None, Py_ssize_t max_bytes=1 << 20, *,
+                 bint verify_crc=True):
+    """Records from `offset` on: at most max_records, from batches totalling at most max_bytes
+    (but always at least one batch). Empty at the log end.
+
+    Log.read, compiled: the usual read (offset inside the range last published, segments
+    mapped, the segment list unchanged during the read) is this one call. Everything else (the
+    log end, an offset out of range, a read-only log to refresh, a segment to map, a segment
+    list changed under the read, a corrupt batch to name) is Log._read_slow's, which starts
+    the read again and handles it. It reads the Log's published `_leo`, `_log_start_offset`
+    and `_segments` as Log.read did.
+    """
+    cdef int64_t off
+    cdef Py_ssize_t limit
+    cdef list out
+    cdef ReadStop stop
+    cdef int done
+    if not PyLong_CheckExact(offset) or not (max_records is None or PyLong_CheckExact(max_records)):
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    try:
+        off = offset
+        limit = NO_LIMIT if max_records is None else max_records
+    except OverflowError:
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    if off >= <int64_t>log._leo or off < <int64_t>log._log_start_offset:
+        return log._read_slow(offset, max_records, max_bytes, verify_crc)
+    ss = log._segments
+    out = []
+    try:
+        done = _log_read(ss.bases, ss.views, off, limit, max_bytes, verify_crc, out, 0, &stop)
+    except CorruptRecordError:
+        done = 0               # the slow path reads again and names the file
+    if done and log._segments is ss:
+        return out
+    return log._read_slow(offset, max_records, max_bytes, verify_crc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,24 +326,37 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
     cdef BatchHeader h
     cdef const char* why
     cdef Py_ssize_t pos = start
-    cdef int hs
+    cdef int hs, found
+    cdef int64_t found_offset, found_ts
     cdef list tmp = []
     cdef Record r
+    cdef BatchRecords* t
     m.pin()
     try:
         while True:
-            hs = parse_header(p, pos, end, &h, &why)
-            if hs == H_END:
-                return None
-            if hs == H_CORRUPT:
-                raise corrupt(why.decode("ascii"), pos)
+            t = <BatchRecords*>m.remembered(pos)
+            if t != NULL and t.header.size <= end - pos:
+                h = t.header     # a remembered batch: its header without touching its bytes
+            else:
+                hs = parse_header(p, pos, end, &h, &why)
+                if hs == H_END:
+                    return None
+                if hs == H_CORRUPT:
+                    raise corrupt(why.decode("ascii"), pos)
             if h.max_timestamp >= ts and h.last_offset >= start_offset:
-                del tmp[:]
-                decode_batch(p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, False)
-                for o in tmp:
-                    r = <Record>o
-                    if r.timestamp >= ts and r.offset >= start_offset:
-                        return (r.offset, r.timestamp)
+                # v2 data batches: timestamp deltas walked in place (a record table's groups
+                # for a large batch); anything else is decoded as records
+                found = batch_offset_for_timestamp(m, p, pos, &h, ts, start_offset, verify_crc,
+                                                   &found_offset, &found_ts)
+                if found == 1:
+                    return (found_offset, found_ts)
+                if found < 0:
+                    del tmp[:]
+                    decode_batch_in(m, p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, False)
+                    for o in tmp:
+                        r = <Record>o
+                        if r.timestamp >= ts and r.offset >= start_offset:
+                            return (r.offset, r.timestamp)
             pos += h.size
     finally:
         m.unpin()
@@ -316,7 +400,7 @@ def log_offset_for_timestamp(list views, int64_t ts, int64_t start_offset, bint 
         end = v.size
         if end > v.log_map.length:
             end = v.log_map.length
-        pos = _index_position(v.index.map, v.index.entries, v.base_offset, off,
+        pos = _index_position(v.index.map, v.index.entries, v.base_offset, off, v.log_map,
                               v.log_map.ptr(), end)
         try:
             r = _find_ts(v.log_map, pos, end, ts, start_offset, verify_crc)

@@ -1,8 +1,29 @@
 # cython: language_level=3
 """Record decoding for the other extension modules (kstore/_decode.pyx)."""
-from libc.stdint cimport uint8_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t
 
 from kstore._format cimport BatchHeader
+from kstore._mapping cimport Mapping
+
+cdef enum:
+    GROUP_SHIFT = 2
+    GROUP_SIZE = 4          # records per group of a record table
+
+# A record table (see _decode.pyx, "Record tables"): per group of GROUP_SIZE records, the first
+# one's position (from the batch's start) and offset delta, and the running maximum of the
+# timestamps up to the group's end.
+cdef struct RecordGroup:
+    int64_t run_max_ts
+    uint32_t rpos
+    int32_t off_delta
+
+cdef struct BatchRecords:
+    BatchHeader header       # the batch's header, parsed when the table was built: a read
+                             # takes it from here instead of the batch's first cache lines
+    int32_t ngroups
+    bint crc_ok              # the CRC was verified (a table built with verify_crc=False is not)
+    bint dense               # offset delta == index for every record (no compaction gaps)
+    RecordGroup* groups      # ngroups entries, in the same allocation
 
 # Decode the records of the batch at p[pos:] (header parsed into h) with offset >= min_offset
 # into out, at most max_records; CRC first if verify_crc; control batches only with
@@ -10,6 +31,16 @@ from kstore._format cimport BatchHeader
 cdef Py_ssize_t decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, int64_t min_offset,
                              Py_ssize_t max_records, list out, bint verify_crc,
                              bint include_control) except -1
+# decode_batch of a batch in m's memory (p = m's bytes): uses and builds m's record tables.
+cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
+                                int64_t min_offset, Py_ssize_t max_records, list out,
+                                bint verify_crc, bint include_control) except -1
+# The first record of the batch at pos in m's memory with offset >= start_offset and timestamp
+# >= ts, found without decoding: 1 (found_offset, found_ts set), 0 none, -1 when the caller must
+# decode instead (v0/v1, compressed, control, malformed). CRC verified once per mapping.
+cdef int batch_offset_for_timestamp(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
+                                    int64_t ts, int64_t start_offset, bint verify_crc,
+                                    int64_t* found_offset, int64_t* found_ts) except -2
 # One v0/v1 message (a compressed wrapper recursively) into out; errors at err_pos.
 cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
                               int64_t min_offset, Py_ssize_t max_records, list out,
@@ -18,8 +49,20 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
 # The decompressed bytes of p[0:n) (codec errors become CorruptRecordError at err_pos).
 cdef object decompress_value(int codec, const uint8_t* p, Py_ssize_t n, Py_ssize_t err_pos,
                              int magic=*)
+# Where read_range stopped: the position and offset to go on from, and the bytes of the batches
+# it decoded.
+cdef struct RangeResult:
+    Py_ssize_t next_position
+    int64_t next_offset
+    Py_ssize_t used
+
 # Decode batches from pos until end / max_records / max_bytes: (next_position,
-# next_offset_hint, bytes_used); see _decode.pyx.
-cdef tuple read_range(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
-                      Py_ssize_t max_records, Py_ssize_t max_bytes, bint verify_crc, list out,
-                      bint strict, bint min_one, bint include_control=*)
+# next_offset_hint, bytes_used); see _decode.pyx. read_range_c: the same into res.
+cdef int read_range_c(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                      bint verify_crc, list out, bint strict, bint min_one,
+                      bint include_control, RangeResult* res) except -1
+cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,
+                      bint verify_crc, list out, bint strict, bint min_one,
+                      bint include_control=*)

@@ -1,7 +1,21 @@
 # cython: language_level=3
 """Mapping's C-level interface for the other extension modules (kstore/_mapping.pyx)."""
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 from posix.mman cimport munmap
+
+
+# What a Mapping remembers about the batches read from it (see _mapping.pyx, "remembered
+# batches"): an open-addressing table from a batch's position to a block the reader built
+# (malloc'd, opaque here; freed with the table). Touched only with the GIL held.
+cdef struct TableSlot:
+    Py_ssize_t key          # batch position + 1; 0 = empty slot
+    void* val
+
+cdef struct BatchTable:
+    TableSlot* slots
+    Py_ssize_t cap          # slots, a power of two
+    Py_ssize_t used
+    Py_ssize_t nbytes       # memory held: blocks, slots and this struct
 
 
 cdef class Mapping:
@@ -11,11 +25,36 @@ cdef class Mapping:
     cdef int exports
     cdef int pins
     cdef bint closing
+    cdef BatchTable* table
 
     cdef inline void _unmap(self) noexcept:
+        if self.table != NULL:
+            self.forget_batches()
         if self.addr != NULL:
             munmap(self.addr, <size_t>self.length)
             self.addr = NULL
+
+    # The block remembered for the batch at pos, or NULL. Valid until the caller runs Python
+    # code (an object allocation may run a finalizer that reads this mapping and evicts it):
+    # copy what is needed out first.
+    cdef inline void* remembered(self, Py_ssize_t pos) noexcept:
+        cdef BatchTable* t = self.table
+        cdef Py_ssize_t i
+        if t == NULL:
+            return NULL
+        i = <Py_ssize_t>((<uint64_t>pos * <uint64_t>0x9E3779B97F4A7C15ULL) >> 40) & (t.cap - 1)
+        while t.slots[i].key != 0:
+            if t.slots[i].key == pos + 1:
+                return t.slots[i].val
+            i = (i + 1) & (t.cap - 1)
+        return NULL
+
+    # Remember block (nbytes, malloc'd) for the batch at pos: True when the table took it
+    # (and frees it later), False when it did not (closing mapping, memory cap, no memory):
+    # the caller keeps and frees it.
+    cdef bint remember(self, Py_ssize_t pos, void* block, Py_ssize_t nbytes) noexcept
+    # Free every remembered block (at unmap, or to make room under the cap).
+    cdef void forget_batches(self) noexcept
 
     # pin() / unpin() bracket a scan that reads the memory (with or without the GIL): close()
     # defers the unmap until the last pin and buffer export are gone.

@@ -1,8 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 # cython: embedsignature=True
 """Mapping: a shared mmap of a file whose buffer exports and scans are counted, so close() never
-unmaps memory that a view, a numpy array or a running nogil scan still uses."""
-from libc.stdint cimport uint8_t
+unmaps memory that a view, a numpy array or a running nogil scan still uses; and what readers
+remember about the batches they verified in it (see "remembered batches" below)."""
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
 from libc.errno cimport errno
 from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED, MS_SYNC
@@ -14,6 +16,63 @@ import os
 
 cdef uint8_t _empty_byte = 0
 cdef Py_ssize_t PAGE = sysconf(_SC_PAGESIZE)
+
+# ---------------------------------------------------------------------------------------------
+# Remembered batches. A mapping's bytes below a segment's valid size never change while it is
+# mapped (the writer appends past the size, truncation and compaction replace the file, which
+# gets a new Mapping), so what a reader learned about a batch at a position (its CRC verified,
+# where its records start: kstore._decode builds the block) stays true for the mapping's life.
+# The table is freed with the mapping. Memory: the blocks of every live mapping count against
+# one process-wide cap; a mapping that would pass it forgets its own batches first and, still
+# over, does not remember the new one (its reads verify and walk the batch as if new).
+# Every table operation runs with the GIL held and without releasing it: threads never see one
+# half done.
+# ---------------------------------------------------------------------------------------------
+cdef Py_ssize_t _table_bytes = 0                 # held by all live mappings of the process
+cdef Py_ssize_t _table_limit = 64 << 20          # the cap (set_batch_memory_limit)
+
+
+def set_batch_memory_limit(Py_ssize_t nbytes):
+    """Cap the memory all mappings of the process may hold for remembered batches (default
+    64 MiB); 0 turns remembering off. Returns the previous cap."""
+    global _table_limit
+    if nbytes < 0:
+        raise ValueError("negative memory limit")
+    old = _table_limit
+    _table_limit = nbytes
+    return old
+
+
+def batch_memory():
+    """(bytes held for remembered batches by all live mappings, the cap)."""
+    return _table_bytes, _table_limit
+
+
+cdef inline Py_ssize_t _slot(Py_ssize_t pos, Py_ssize_t cap) noexcept:
+    return <Py_ssize_t>((<uint64_t>pos * <uint64_t>0x9E3779B97F4A7C15ULL) >> 40) & (cap - 1)
+
+
+cdef BatchTable* _new_table(Py_ssize_t cap) noexcept:
+    cdef BatchTable* t = <BatchTable*>calloc(1, sizeof(BatchTable))
+    if t == NULL:
+        return NULL
+    t.slots = <TableSlot*>calloc(cap, sizeof(TableSlot))
+    if t.slots == NULL:
+        free(t)
+        return NULL
+    t.cap = cap
+    t.nbytes = sizeof(BatchTable) + cap * sizeof(TableSlot)
+    return t
+
+
+cdef void _put(BatchTable* t, Py_ssize_t pos, void* block) noexcept:
+    """Insert into a table with a free slot (the caller keeps the load at most one half)."""
+    cdef Py_ssize_t i = _slot(pos, t.cap)
+    while t.slots[i].key != 0:
+        i = (i + 1) & (t.cap - 1)
+    t.slots[i].key = pos + 1
+    t.slots[i].val = block
+    t.used += 1
 
 cdef class Mapping:
     """A MAP_SHARED mapping of the first `length` bytes of a file descriptor.
@@ -65,12 +124,75 @@ cdef class Mapping:
         return self.closing
 
     def close(self):
-        """Unmap now, or as soon as the last view is released."""
+        """Unmap now, or as soon as the last view is released. The remembered batches go as
+        soon as no scan is running (views do not use them)."""
         self.closing = True
+        if self.pins == 0:
+            self.forget_batches()
         if self.exports == 0 and self.pins == 0:
             self._unmap()
 
+    cdef bint remember(self, Py_ssize_t pos, void* block, Py_ssize_t nbytes) noexcept:
+        global _table_bytes
+        cdef BatchTable* t = self.table
+        cdef BatchTable* bigger
+        cdef Py_ssize_t i, extra = nbytes
+        if self.closing or pos < 0 or self.remembered(pos) != NULL:
+            return False
+        if t == NULL:
+            extra += sizeof(BatchTable) + 16 * sizeof(TableSlot)
+        elif 2 * (t.used + 1) > t.cap:
+            extra += t.cap * sizeof(TableSlot)
+        if _table_bytes + extra > _table_limit:
+            self.forget_batches()        # evict this mapping's batches: the new one may be hotter
+            t = NULL
+            extra = nbytes + sizeof(BatchTable) + 16 * sizeof(TableSlot)
+            if _table_bytes + extra > _table_limit:
+                return False
+        if t == NULL:
+            t = _new_table(16)
+            if t == NULL:
+                return False
+            self.table = t
+            _table_bytes += t.nbytes
+        elif 2 * (t.used + 1) > t.cap:
+            bigger = _new_table(2 * t.cap)
+            if bigger == NULL:
+                return False
+            for i in range(t.cap):
+                if t.slots[i].key != 0:
+                    _put(bigger, t.slots[i].key - 1, t.slots[i].val)
+            bigger.nbytes += t.nbytes - sizeof(BatchTable) - t.cap * sizeof(TableSlot)
+            _table_bytes += bigger.nbytes - t.nbytes
+            free(t.slots)
+            free(t)
+            self.table = t = bigger
+        _put(t, pos, block)
+        t.nbytes += nbytes
+        _table_bytes += nbytes
+        return True
+
+    cdef void forget_batches(self) noexcept:
+        global _table_bytes
+        cdef BatchTable* t = self.table
+        cdef Py_ssize_t i
+        if t == NULL:
+            return
+        self.table = NULL
+        for i in range(t.cap):
+            if t.slots[i].key != 0:
+                free(t.slots[i].val)
+        _table_bytes -= t.nbytes
+        free(t.slots)
+        free(t)
+
+    @property
+    def remembered_batches(self):
+        """How many batches this mapping remembers (tests, diagnostics)."""
+        return self.table.used if self.table != NULL else 0
+
     def __dealloc__(self):
+        self.forget_batches()
         if self.addr != NULL:
             munmap(self.addr, <size_t>self.length)
             self.addr = NULL

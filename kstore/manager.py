@@ -66,6 +66,8 @@ log = logging.getLogger("kstore.manager")
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
 #           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs)
+#   no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked
+#           up, evicted and freed under the GIL, never released in between; freed at unmap
 #
 # Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 # for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock

@@ -13,3 +13,42 @@ def build(records, magic=2, base=0, now=NOW, lat=False, codec=0, require_key=Fal
     b = _core.BatchBuilder()
     b.build(records, magic, base, now, lat, ts[0], ts[1], require_key, codec)
     return b
+
+
+def _varint(v: int) -> bytes:
+    u = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _blob(b) -> bytes:
+    return _varint(-1) if b is None else _varint(len(b)) + b
+
+
+def craft_v2(records, base_offset=0, base_ts=NOW, attrs=0, last_delta=None, max_ts=None):
+    """A v2 batch built by hand, for what BatchBuilder never writes (compaction gaps in the
+    offset deltas, control batches, any lastOffsetDelta): records are (offset delta, timestamp
+    delta, key, value); CRC-32C correct."""
+    import struct
+    body = b""
+    for off_delta, ts_delta, k, v in records:
+        rec = b"\x00" + _varint(ts_delta) + _varint(off_delta) + _blob(k) + _blob(v) + _varint(0)
+        body += _varint(len(rec)) + rec
+    if last_delta is None:
+        last_delta = records[-1][0] if records else 0
+    if max_ts is None:
+        max_ts = base_ts + max((r[1] for r in records), default=0)
+    tail = struct.pack(">hiqqqhii", attrs, last_delta, base_ts, max_ts, -1, -1, -1, len(records)) + body
+    head = struct.pack(">qiib", base_offset, 4 + 1 + 4 + len(tail), 0, 2)
+    return head + struct.pack(">I", CRC32C(tail)) + tail
+
+
+def recrc(raw: bytearray, pos: int = 0) -> None:
+    """Rewrite the CRC of the v2 batch at pos after its bytes were changed."""
+    import struct
+    size = struct.unpack_from(">i", raw, pos + 8)[0] + 12
+    struct.pack_into(">I", raw, pos + 17, CRC32C(bytes(raw[pos + 21:pos + size])))

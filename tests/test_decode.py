@@ -6,7 +6,9 @@ from hypothesis import given, settings, strategies as st
 import kstore
 from kstore import _core
 from kstore.errors import CorruptRecordError
-from batch_helpers import NOW, build
+import os
+
+from batch_helpers import NOW, build, craft_v2, recrc
 
 
 # -- hostile input ---------------------------------------------------------------------------
@@ -105,3 +107,259 @@ def test_recover_scan_result_is_typed_and_still_a_dict():
     assert res.next_offset == 8 and res.batches == 1 and res.tail_zero
     assert res.status is _core.ScanStatus.CORRUPT and res["status"] == "corrupt"
     assert {"corrupt": 1}.get(res.status) == 1 and f"{res.status}" == "corrupt"
+
+
+# -- record tables: CRC verified once per mapping, reads start at their record ---------------------
+NO_LIMIT = 1 << 62
+
+
+@pytest.fixture(params=["tables", "default", "never"])
+def remember(request):
+    """Reads with a record table for every batch (threshold 0), with the default threshold
+    (2 KiB: the small batches here are verified on every read), and with none: the answers
+    must not depend on it."""
+    n = {"tables": 0, "default": 2048, "never": 1 << 40}[request.param]
+    old = _core.set_remember_min_bytes(n)
+    yield request.param
+    _core.set_remember_min_bytes(old)
+
+
+def _file_mapping(tmp_path, raw, name="seg.log", writable=False):
+    path = tmp_path / name
+    path.write_bytes(raw)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return _core.Mapping(fd, len(raw), writable), str(path)
+    finally:
+        os.close(fd)
+
+
+def _fields(recs):
+    return [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers) for r in recs]
+
+
+def _read(m, base, offset, max_records=NO_LIMIT, max_bytes=NO_LIMIT, verify_crc=True):
+    out = []
+    _core.read_at(m, None, 0, base, m.length, offset, max_records, max_bytes, verify_crc, out)
+    return out
+
+
+def _segment(sizes, base=100, value=b"v" * 20):
+    """Batches of the given record counts back to back from base, every record tagged by its
+    offset, non-monotonic timestamps inside each batch; (raw, records by decode_batches)."""
+    raw = b""
+    off = base
+    for n in sizes:
+        recs = [(b"k%d" % (off + i), value + b"%d" % (off + i), NOW + (off + i) * 10 + (7 if i % 3 == 1 else 0) - (5 if i % 5 == 2 else 0),
+                 [("h", b"%d" % i)] if i % 4 == 3 else [])
+                for i in range(n)]
+        raw += build(recs, base=off).getvalue()
+        off += n
+    return raw, _core.decode_batches(raw)
+
+
+SIZES = [1, 3, 4, 5, 17, 64, 1, 130]
+
+
+def test_point_reads_return_exact_records_at_every_offset(tmp_path, remember):
+    """Every offset (first, middle, last record of each batch, batch boundaries) with record
+    limits 1, 2, 3, 5, all: exactly the records a whole decode gives, cold (first read of
+    each batch in the mapping) and warm (its table remembered)."""
+    raw, want = _segment(SIZES)
+    m, _ = _file_mapping(tmp_path, raw)
+    for attempt in ("cold", "warm"):
+        for o in range(100 - 2, 100 + sum(SIZES)):
+            for k in (1, 2, 3, 5) if o % 11 else (1, NO_LIMIT):
+                exp = [r for r in want if r.offset >= o][:k]
+                assert _fields(_read(m, 100, o, k)) == _fields(exp), (attempt, o, k)
+        if remember == "tables":
+            assert m.remembered_batches == len(SIZES)
+        elif remember == "default":
+            assert m.remembered_batches == 2          # the 64- and 130-record batches
+        else:
+            assert m.remembered_batches == 0
+    m.close()
+
+
+def test_point_reads_within_max_bytes_stop_at_a_batch_boundary(tmp_path, remember):
+    raw, want = _segment(SIZES)
+    heads = _core.batch_headers(_core.Mapping.from_bytes(raw), 0, len(raw))
+    m, _ = _file_mapping(tmp_path, raw)
+    for o in range(100, 100 + sum(SIZES), 3):
+        i = next(j for j, h in enumerate(heads) if h[2] >= o)
+        size = heads[i][3]
+        for budget, nb in ((1, 1), (size, 1), (size + heads[i + 1][3] if i + 1 < len(heads) else size, 2)):
+            last = heads[min(i + nb, len(heads)) - 1][2]
+            exp = [r for r in want if o <= r.offset <= last]
+            assert _fields(_read(m, 100, o, NO_LIMIT, budget)) == _fields(exp), (o, budget)
+    m.close()
+
+
+def test_compaction_gaps_and_a_last_offset_delta_past_the_last_record(tmp_path, remember):
+    """Offset deltas with gaps (a compacted batch): a read of a missing offset starts at the next
+    record; past the last record (lastOffsetDelta beyond it) the batch yields nothing and the
+    read goes on in the next batch."""
+    deltas = [0, 2, 3, 7, 8, 9, 15, 40, 41, 60]
+    raw = craft_v2([(d, d % 7, b"k%d" % d, b"x" * 300) for d in deltas], base_offset=10, last_delta=70)
+    raw += build([(b"n", b"next")], base=81).getvalue()
+    want = _core.decode_batches(raw)
+    assert [r.offset for r in want] == [10 + d for d in deltas] + [81]
+    m, _ = _file_mapping(tmp_path, raw)
+    for _ in range(2):
+        for o in range(8, 83):
+            for k in (1, 2, NO_LIMIT):
+                assert _fields(_read(m, 10, o, k)) == _fields([r for r in want if r.offset >= o][:k]), (o, k)
+    m.close()
+
+
+def test_a_batch_crc_is_verified_once_per_mapping(tmp_path, remember):
+    """A byte flipped in a batch not yet verified in this mapping: CorruptRecordError at the
+    batch's position. Flipped after the batch was verified and remembered: this mapping returns
+    the bytes as they now are (the CRC is not computed again: a mapping's bytes below the valid
+    size never change under kstore's writers); a new mapping of the file verifies it again."""
+    raw, want = _segment([200, 200])
+    second = _core.batch_headers(_core.Mapping.from_bytes(raw), 0, len(raw))[1][0]
+    m, path = _file_mapping(tmp_path, raw, writable=True)
+    assert _fields(_read(m, 100, 150, 1)) == _fields([want[50]])          # batch 1 verified
+    v = want[60].value
+    at = raw.index(v, 0)                                                   # record 60's value
+    m.write(at, bytes([v[0] ^ 1]))
+    later = raw.index(want[250].value, second)                             # batch 2 not read yet
+    m.write(later, bytes([raw[later] ^ 1]))
+    if remember == "never":                                               # verified on every read
+        with pytest.raises(CorruptRecordError) as e:
+            _read(m, 100, 160, 1)
+        assert e.value.position == 0
+    else:                                                                 # remembered: not re-hashed
+        assert _read(m, 100, 160, 1)[0].value == bytes([v[0] ^ 1]) + v[1:]
+    with pytest.raises(CorruptRecordError) as e:
+        _read(m, 100, 350, 1)
+    assert e.value.position == second and "CRC mismatch" in str(e.value)
+    m.close()
+    fresh, _ = _file_mapping(tmp_path, open(path, "rb").read(), name="copy.log")
+    with pytest.raises(CorruptRecordError) as e:
+        _read(fresh, 100, 160, 1)
+    assert e.value.position == 0
+    fresh.close()
+
+
+def test_verify_crc_false_is_honoured_and_a_later_verifying_read_checks(tmp_path, remember):
+    """A batch with a wrong CRC reads with verify_crc=False (its table, if any, is marked not
+    verified); a later read with verify_crc=True verifies it and raises."""
+    raw = bytearray(_segment([200])[0])
+    raw[17] ^= 0xFF                                         # the stored CRC
+    m, _ = _file_mapping(tmp_path, bytes(raw))
+    assert [r.offset for r in _read(m, 100, 150, 2, verify_crc=False)] == [150, 151]
+    with pytest.raises(CorruptRecordError) as e:
+        _read(m, 100, 150, 2)
+    assert e.value.position == 0 and "CRC mismatch" in str(e.value)
+    m.close()
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None)
+def test_hostile_record_lengths_raise_corrupt_record_error_as_a_decode_does(data):
+    """Record length varints (and the bytes around them) of a CRC-valid batch rewritten: a point
+    read raises CorruptRecordError or returns what the decoding path (no table) returns, for
+    reads before and after the table would be built; never a crash, never other records."""
+    raw = bytearray(_segment([60], value=b"w" * 40)[0])
+    starts = []
+    q = 61
+    while q < len(raw):                      # record positions, by their one-byte lengths here
+        starts.append(q)
+        q += 1 + raw[q] // 2
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.sampled_from(starts))
+        raw[i + data.draw(st.integers(0, 3))] = data.draw(st.integers(0, 255))
+    recrc(raw)
+    offsets = data.draw(st.lists(st.integers(100, 160), min_size=1, max_size=4))
+    m = _core.Mapping.from_bytes(bytes(raw))
+    oracle = _core.Mapping.from_bytes(bytes(raw))
+    old = _core.set_remember_min_bytes(0)
+    try:
+        for o in offsets:
+            k = data.draw(st.sampled_from([1, 3, NO_LIMIT]))
+            try:
+                got = _fields(_read(m, 100, o, k))
+            except CorruptRecordError:
+                got = "corrupt"
+            _core.set_remember_min_bytes(1 << 40)
+            try:
+                want = _fields(_read(oracle, 100, o, k))
+            except CorruptRecordError:
+                want = "corrupt"
+            finally:
+                _core.set_remember_min_bytes(0)
+            assert got == want, (o, k)
+    finally:
+        _core.set_remember_min_bytes(old)
+
+
+def _ts_oracle(raw, ts, start):
+    for r in _core.decode_batches(raw):
+        if r.timestamp >= ts and r.offset >= start:
+            return (r.offset, r.timestamp)
+    return None
+
+
+def test_time_lookups_give_kafkas_answers_on_non_monotonic_timestamps(tmp_path, remember):
+    """The first record with timestamp >= target and offset >= start, in offset order (Kafka's
+    fetchOffsetByTimestamp after its index lookups), over batches whose timestamps go up and
+    down, with every start offset."""
+    import random
+    rnd = random.Random(5)
+    raw = b""
+    off = 0
+    for n in (1, 7, 90, 3, 200):
+        recs = [(b"k", b"v" * 30, NOW + rnd.randrange(0, 400)) for _ in range(n)]
+        raw += build(recs, base=off).getvalue()
+        off += n
+    m, _ = _file_mapping(tmp_path, raw)
+    for start in (0, 1, 5, 8, 50, 97, 98, 150, 300):
+        for ts in list(range(NOW - 1, NOW + 402, 7)) + [NOW + 399, NOW + 400]:
+            assert _core.find_offset_by_timestamp(m, 0, len(raw), ts, start) == _ts_oracle(raw, ts, start), (start, ts)
+    m.close()
+
+
+def test_time_lookups_on_log_append_time_control_legacy_and_compressed_batches(tmp_path, remember):
+    """LogAppendTime: every record has the batch's max timestamp; a control batch is skipped
+    (its marker is not a record); v0/v1 messages and compressed batches are decoded as before."""
+    lat = build([(b"a", b"x" * 300, NOW)] * 20, base=0, lat=True, now=NOW + 50).getvalue()
+    control = bytearray(craft_v2([(0, 0, b"\x00\x00\x00\x00", b"\x00" * 300)], base_offset=20, base_ts=NOW + 60, attrs=32))
+    v1 = b"".join(build([(b"k", b"v", NOW + 70 + i)], magic=1, base=21 + i).getvalue() for i in range(3))
+    v0 = build([(b"k", b"v")], magic=0, base=24).getvalue()
+    comp = build([(b"c", b"y" * 300, NOW + 80 + i % 3) for i in range(30)], base=25, codec=1).getvalue()
+    tail = build([(b"t", b"z" * 300, NOW + 200)] * 10, base=55).getvalue()
+    raw = lat + bytes(control) + v1 + v0 + comp + tail
+    m, _ = _file_mapping(tmp_path, raw)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW, 0) == (0, NOW + 50)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 50, 7) == (7, NOW + 50)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 51, 0) == (21, NOW + 70)   # control skipped
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 72, 0) == (23, NOW + 72)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 81, 0) == _ts_oracle(raw, NOW + 81, 0)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 81, 40) == _ts_oracle(raw, NOW + 81, 40)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 83, 0) == (55, NOW + 200)
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 201, 0) is None
+    m.close()
+
+
+def test_record_tables_free_with_the_mapping_and_stay_under_the_cap(tmp_path):
+    raw, want = _segment([200] * 6)
+    before = _core.batch_memory()[0]
+    m, _ = _file_mapping(tmp_path, raw)
+    _read(m, 100, 100)
+    assert m.remembered_batches == 6 and _core.batch_memory()[0] > before
+    one = (_core.batch_memory()[0] - before)
+    m.close()
+    assert _core.batch_memory()[0] == before
+    old = _core.set_batch_memory_limit(before + one // 3)
+    try:
+        m, _ = _file_mapping(tmp_path, raw, name="b.log")
+        for o in range(100, 1300, 37):
+            assert _fields(_read(m, 100, o, 2)) == _fields(want[o - 100:o - 98])
+            assert _core.batch_memory()[0] <= before + one // 3
+        assert 0 < m.remembered_batches < 6
+        m.close()
+        assert _core.batch_memory()[0] == before
+    finally:
+        _core.set_batch_memory_limit(old)

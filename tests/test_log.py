@@ -316,6 +316,16 @@ def test_read_columns_of_a_partition_deleted_under_it_is_a_kstore_error(tmp_path
     assert sorted(os.listdir(tmp_path)) == [".lock", "t-0.0123456789abcdef0123456789abcdef-delete"]
 
 
+def _slow_reads_only(monkeypatch):
+    """Log.read through its Python path (Log._read_slow), whose core calls a test can intercept
+    (log._log_read): the compiled fast path (_core.read_records) holds the GIL from its range
+    check to its last record, so no other thread changes the segments inside it; a change
+    between calls, or from a finalizer run by an allocation, sends it to this path (test_core)."""
+    from kstore.log import Log
+    monkeypatch.setattr(Log, "read", lambda self, offset, max_records=None, max_bytes=1 << 20,
+                        *, verify_crc=True: self._read_slow(offset, max_records, max_bytes, verify_crc))
+
+
 def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkeypatch):
     """A read that took the segment list just before a truncation into an earlier segment
     read that segment as cut, jumped to the base of the next (dropped) segment, and, the
@@ -343,6 +353,7 @@ def test_read_racing_a_truncation_and_new_appends_skips_nothing(open_log, monkey
         return real_prepare(self, offset, segs, start)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
     monkeypatch.setattr(log_module.Log, "_prepare_for_read", prepare_after_appends)
+    _slow_reads_only(monkeypatch)
     got = [(r.offset, r.value) for r in lg.read(0, max_records=b1 + 5, max_bytes=1 << 30)]
     assert steps == ["truncate", "append"]
     assert [o for o, big_value in got] == list(range(b1 + 5))
@@ -369,7 +380,85 @@ def test_read_racing_a_truncation_never_reports_its_own_offset_gone(open_log, mo
             lg.truncate_to(cut)
         return real_read(*args)
     monkeypatch.setattr(log_module, "_log_read", read_then_truncated)
+    _slow_reads_only(monkeypatch)
     got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 30)]
     assert steps == ["truncate"] and lg.log_end_offset == cut
     assert [o for o, big_value in got] == list(range(cut))
     assert all(v == tagged_value(o) for o, v in got)
+
+
+# -- the compiled read (issue 14) ------------------------------------------------------------------
+def test_compiled_read_keeps_read_s_signature_and_defaults(open_log):
+    import inspect
+    from kstore.log import DEFAULT_MAX_BYTES, Log
+    sig = inspect.signature(Log.read)
+    assert list(sig.parameters) == ["log", "offset", "max_records", "max_bytes", "verify_crc"]
+    assert sig.parameters["max_bytes"].default == DEFAULT_MAX_BYTES
+    assert sig.parameters["verify_crc"].kind is inspect.Parameter.KEYWORD_ONLY
+    lg = open_log()
+    lg.append([(b"k%d" % i, b"v" * 3000, NOW + i) for i in range(10)])
+    assert [r.offset for r in lg.read(3, 2)] == [3, 4]
+    assert [r.offset for r in lg.read(3, max_bytes=1)] == list(range(3, 10))   # at least one batch
+    assert lg.read(10) == []
+    with pytest.raises(kstore.OffsetOutOfRangeError):
+        lg.read(11)
+    with pytest.raises(kstore.OffsetOutOfRangeError):
+        lg.read(1 << 70)                 # outside int64: the Python path's range check
+    assert [r.offset for r in lg.read(np.int64(8))] == [8, 9]
+
+
+def test_a_truncation_during_the_compiled_read_sends_it_to_the_slow_path(open_log):
+    """The compiled read holds the GIL, but an allocation inside it may run a finalizer, which
+    may change the log: here a truncation into the segment being read, after the read took its
+    segment list. The read notices the new list and reads again: the records of the log as cut,
+    nothing from the dropped segment."""
+    import gc
+    lg = open_log({"segment.bytes": 2000})
+    _append_tagged_until(lg, lambda: len(lg.segments) >= 3)
+    b1 = lg.segments[1].base_offset
+    cut = b1 - 10
+    done = []
+
+    class Truncator:
+        def __init__(self):
+            self.me = self       # a cycle: freed by the collector, inside the read's allocations
+
+        def __del__(self):
+            if not done:
+                done.append(lg.truncate_to(cut))
+
+    lg.read(0, max_bytes=1 << 30)            # every segment mapped: the read stays compiled
+    old = gc.get_threshold()
+    gc.collect()
+    Truncator()
+    gc.set_threshold(1)
+    try:
+        got = [(r.offset, r.value) for r in lg.read(0, max_bytes=1 << 30)]
+    finally:
+        gc.set_threshold(*old)
+    assert done and lg.log_end_offset == cut
+    assert [o for o, _v in got] == list(range(cut))
+    assert all(v == tagged_value(o) for o, v in got)
+
+
+def test_a_corrupt_batch_not_yet_verified_names_file_and_position_after_others_were(open_log, log_dir):
+    """Batches large enough to be remembered: one read and verified, then a byte of another one
+    flipped on disk (the shared mapping sees it): a read of the second raises naming the file
+    and the batch's position; the first still reads (its CRC was verified in this mapping)."""
+    lg = open_log()
+    for b in range(3):
+        lg.append([(b"k", b"%d." % (b * 40 + i) * 30, NOW + b * 40 + i) for i in range(40)])
+    assert [r.offset for r in lg.read(5, 1)] == [5]
+    seg = lg.segments[0]
+    pos = seg.translate_offset(80)
+    path = os.path.join(log_dir, "00000000000000000000.log")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        c = os.pread(fd, 1, pos + 200)
+        os.pwrite(fd, bytes([c[0] ^ 0x20]), pos + 200)
+    finally:
+        os.close(fd)
+    with pytest.raises(kstore.CorruptRecordError) as e:
+        lg.read(85, 1)
+    assert e.value.path == path and e.value.position == pos
+    assert [r.offset for r in lg.read(6, 2)] == [6, 7]

@@ -380,3 +380,73 @@ def test_iteration_goes_on_from_the_new_start_when_retention_races_a_chunk_read(
     got = [r.offset for chunk in lg.iter_chunks(1) for r in chunk]
     assert got == list(range(cut, 60))
     lg.close()
+
+
+def test_point_reads_and_time_lookups_in_remembered_batches_beside_truncate_roll_and_retention(
+        open_log, watchdog):
+    """Issue 14's record tables under races: reader threads make point reads (1-3 records at
+    any offset, inside 50-record batches large enough to be remembered) and time lookups while
+    the writer appends, truncates (files replaced: new mappings, new tables), rolls (the active
+    segment remapped read-only) and deletes segments. Every read is exact (offset, value,
+    contiguous from the offset asked); a time lookup finds the offset whose timestamp it asked
+    for, or the log start if retention removed it, or nothing if a truncation removed it."""
+    import random
+    from thread_watchdog import join_all
+    watchdog(90)
+    lg = open_log({"segment.bytes": 60000, "index.interval.bytes": 4096, "retention.bytes": 300000})
+    stop = threading.Event()
+    errors, counts = [], {"read": 0, "time": 0}
+    per = 50
+    remembered = [0]
+
+    def reader(kind, seed):
+        rnd = random.Random(seed)
+        try:
+            while not stop.is_set():
+                lo, hi = lg.log_start_offset, lg.log_end_offset
+                if hi - lo < per:
+                    continue
+                x = rnd.randrange(lo, hi)
+                try:
+                    if kind == "read":
+                        got = [(r.offset, r.value) for r in lg.read(x, max_records=rnd.randint(1, 3))]
+                        if got:
+                            assert [o for o, _v in got] == list(range(x, x + len(got))), (x, got)
+                            assert all(v == tagged_value(o) for o, v in got), x
+                    else:
+                        found = lg.offset_for_timestamp(NOW + x)
+                        assert found is None or found == x or x < found <= lg.log_start_offset, (x, found)
+                except OffsetOutOfRangeError:
+                    continue
+                counts[kind] += 1
+                remembered[0] = max(remembered[0], _core.batch_memory()[0])
+        except BaseException as e:          # surfaced below, with where it came from
+            import traceback
+            errors.append((kind, "".join(traceback.format_exception(e))))
+            stop.set()
+
+    threads = [threading.Thread(target=reader, args=(k, n), name=f"{k}{n}")
+               for n, k in enumerate(("read", "read", "time"))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 4
+    i = 0
+    try:
+        while time.monotonic() < deadline and not stop.is_set():
+            leo = lg.log_end_offset
+            lg.append([(None, tagged_value(leo + j), NOW + leo + j) for j in range(per)])
+            i += 1
+            if i % 7 == 0:       # at a batch boundary (else offsets up to the cut are a gap)
+                lg.truncate_to(max(lg.log_start_offset, (lg.log_end_offset - per - 17) // per * per))
+            if i % 11 == 0:
+                lg.roll()
+            if i % 13 == 0:
+                lg.delete_old_segments()
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        join_all(threads, 30)
+    assert not errors, errors
+    assert min(counts.values()) > 0, counts
+    assert lg.log_start_offset > 0
+    assert remembered[0] > 0                 # the readers' batches were remembered
