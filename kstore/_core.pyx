@@ -304,7 +304,7 @@ def read_records(log, offset, max_records=None, Py_ssize_t max_bytes=1 << 20, *,
         limit = NO_LIMIT if max_records is None else max_records
     except OverflowError:
         return log._read_slow(offset, max_records, max_bytes, verify_crc)
-    if off >= <int64_t>log._leo or off < <int64_t>log._log_start_offset:
+    if limit < 0 or off >= <int64_t>log._leo or off < <int64_t>log._log_start_offset:
         return log._read_slow(offset, max_records, max_bytes, verify_crc)
     ss = log._segments
     out = []
