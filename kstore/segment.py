@@ -41,6 +41,9 @@ PREALLOCATE_CHUNK = 4 << 20
 #: load removes a leftover one)
 TRUNCATE_TEMP_SUFFIX = ".tmp"
 COPY_CHUNK = 8 << 20
+#: cores a recovery scan hashes on (recover_scan's parallel CRC pass, for segments of 8 MiB
+#: and more): the CRC of a large unflushed tail is what bounds a reopen after a crash
+RECOVERY_CRC_THREADS = min(2, os.cpu_count() or 1)
 
 
 def _page_round_up(n: int) -> int:
@@ -346,7 +349,8 @@ class LogSegment(SegmentReader):
                     max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
                                              max_index // 8, max_index // 12 - 1,
-                                             upper_bound=-1 if upper_bound is None else upper_bound)
+                                             upper_bound=-1 if upper_bound is None else upper_bound,
+                                             threads=RECOVERY_CRC_THREADS)
                 finally:
                     m.close()
                 if res.status == "overflow":
