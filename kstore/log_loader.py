@@ -26,6 +26,7 @@ from kstore.segment_ro import ReadOnlySegment
 log = logging.getLogger("kstore.log")
 
 INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
@@ -92,8 +93,8 @@ class LogLoader:
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
                 io.unlink(marker)
                 io.fsync_dir(self.dir)
-        swap.complete_swaps(io, self.dir, self._swap_end)
-        segs = self._load_segment_files()
+        names = swap.complete_swaps(io, self.dir, self._swap_end)
+        segs = self._load_segment_files(names)
         # Kafka: logStart = max(checkpoint, first base)
         start = log_start_offset or 0
         if segs:
@@ -134,19 +135,14 @@ class LogLoader:
         finally:
             swap_seg.close_handlers()
 
-    def _load_segment_files(self) -> list[LogSegment]:
+    def _load_segment_files(self, names: Optional[list[str]] = None) -> list[LogSegment]:
+        """A segment per live .log (names: the directory's listing, if the caller has it);
+        orphaned indexes deleted; a segment missing an index is marked for recovery."""
         io = self._io
-        names = sorted(io.listdir(self.dir))
-        logs, indexes = set(), []
-        for name in names:
-            p = parse_name(name, self.dir)
-            if not p or p[2]:
-                continue
-            if p[1] == LOG_SUFFIX:
-                logs.add(p[0])
-            elif p[1] in INDEX_SUFFIXES:
-                indexes.append((p[0], name))
-        for base, name in indexes:
+        if names is None:
+            names = io.listdir(self.dir)
+        logs, indexes = segment_names(names, self.dir)
+        for base, name in sorted(indexes):
             if base not in logs:
                 log.warning("deleting orphaned index file %s", os.path.join(self.dir, name))
                 io.unlink(os.path.join(self.dir, name))
@@ -353,6 +349,35 @@ class LogLoader:
     def _ro_segment(self, base: int, suffix: str = "") -> ReadOnlySegment:
         return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
                                rng=self._rng, suffix=suffix)
+
+
+#: the live segment file names by length: 20 digits + suffix (the names a load meets most)
+_PLAIN_SUFFIX_AT = {20 + len(s): s for s in (LOG_SUFFIX,) + INDEX_SUFFIXES}
+
+
+def segment_names(names: list[str], dir_: str) -> tuple[set[int], list[tuple[int, str]]]:
+    """The base offsets of the live `.log` files among names, and (base, name) of the live
+    index files. The plain names are parsed by their shape (20 ASCII digits and a suffix), in
+    one pass with no regular expression; anything else goes through files.parse_name, which
+    also refuses an impossible base offset."""
+    logs: set[int] = set()
+    indexes: list[tuple[int, str]] = []
+    for name in names:
+        suffix = _PLAIN_SUFFIX_AT.get(len(name))
+        base = -1
+        if suffix is not None and name.endswith(suffix) and name[:20].isdigit() \
+                and name.isascii():
+            base = int(name[:20])
+        if not 0 <= base <= INT64_MAX:       # not plain, or an impossible offset (refused)
+            p = parse_name(name, dir_)
+            if not p or p[2]:
+                continue
+            base, suffix = p[0], p[1]
+        if suffix == LOG_SUFFIX:
+            logs.add(base)
+        elif suffix in INDEX_SUFFIXES:
+            indexes.append((base, name))
+    return logs, indexes
 
 
 def stable_run(first: tuple[list[int], list[int]],
