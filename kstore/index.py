@@ -345,6 +345,33 @@ class AbstractIndex:
         """Why entries arr (non-empty) cannot be trusted against a .log of log_size bytes."""
         raise NotImplementedError
 
+    def sound_entries_before_zero_tail(self, log_size: int) -> Optional[int]:
+        """n if the entries are n sound ones followed by all-zero entries (at least one), else
+        None. An all-zero entry is never one kstore or Kafka writes after another (offsets and
+        positions increase, the first append gets no entry), so a zero tail is the untrimmed
+        preallocation of an index whose segment was active when its writer was killed: the
+        sound entries before it are the index (Kafka counts the padding as entries, and
+        trims it at roll and close)."""
+        if self.load_problem is not None or self._entries == 0 or self._map is None:
+            return None
+        raw = np.frombuffer(self._map, dtype=np.uint8,  # type: ignore[call-overload]
+                            count=self._entries * self.ENTRY_SIZE)
+        if raw[-self.ENTRY_SIZE:].any():
+            return None
+        nonzero = np.flatnonzero(raw)
+        n = 0 if not len(nonzero) else int(nonzero[-1]) // self.ENTRY_SIZE + 1
+        if n and self._entries_problem(self.entries_array()[:n], log_size) is not None:
+            return None
+        return n
+
+    def trim_entries(self, n: int) -> None:
+        """Keep the first n entries and cut the file to them (a zero tail found at load):
+        the smaller count is published before the shorter mapping."""
+        with self._lock:
+            self._entries = min(n, self._entries)
+            self._after_truncate()
+            self.resize(self._entries * self.ENTRY_SIZE)
+
     def _load_bulk(self, raw: np.ndarray) -> None:
         """Replace every entry with raw (a structured array in the on-disk layout)."""
         n = len(raw)

@@ -117,6 +117,14 @@ class LogSegment(SegmentReader):
         problem = idx.entries_problem(self.size)
         if problem is None:
             return
+        sound = idx.sound_entries_before_zero_tail(self.size)
+        if sound is not None:
+            # a sound index followed by its untrimmed preallocation (the segment was active
+            # when its writer was killed): trimmed, never rebuilt
+            log.info("trimming %d zero entries after the %d of %s", idx.entries - sound,
+                     sound, idx.path)
+            idx.trim_entries(sound)
+            return
         log.warning("rebuilding the indexes of %s: %s is corrupt (%s)", self.log_path, idx.path, problem)
         self._rebuilding = True
         try:
