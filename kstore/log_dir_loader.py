@@ -22,6 +22,7 @@ from kstore.fileio import FileOps
 from kstore.files import is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
+from kstore.marker_gate import remove_marker
 from kstore.topics import TopicConfigs
 
 log = logging.getLogger("kstore.manager")
@@ -104,8 +105,9 @@ class LogDirLoader:
             clean = res.clean = io.exists(marker)
             if clean and not self._read_only:
                 # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
-                io.unlink(marker)
-                io.fsync_dir(d)
+                # durably gone before any file changes: in the background when io is the
+                # manager's MarkerGate (every changing operation waits for it)
+                remove_marker(io, marker, d)
             recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT, res)
             starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, res)
             if not self._read_only:

@@ -20,6 +20,7 @@ from kstore.fileio import FileOps
 from kstore.files import (CLEANED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX,
                           TIME_INDEX_SUFFIX, parse_name, segment_file)
 from kstore.log_segments import LogSegments
+from kstore.marker_gate import gate_for, remove_marker
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 
@@ -62,6 +63,13 @@ class LogLoader:
         self._made.append(seg)
         return seg
 
+    @staticmethod
+    def file_ops(io: FileOps, standalone: bool, read_only: bool) -> FileOps:
+        """The FileOps a log opened with io uses: a writable standalone log's goes behind a
+        MarkerGate, through which its load removes the clean-shutdown marker in the
+        background (a LogManager gates its own)."""
+        return gate_for(io, standalone=standalone, read_only=read_only)
+
     # -- writable logs -----------------------------------------------------------------------
     def load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
              clean_shutdown: Optional[bool]) -> LoadedLogOffsets:
@@ -91,8 +99,8 @@ class LogLoader:
                     clean_shutdown = True
                 except (ValueError, OSError, AttributeError):
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
-                io.unlink(marker)
-                io.fsync_dir(self.dir)
+                # durably gone before any file changes: in the background (marker_gate)
+                remove_marker(io, marker, self.dir)
         names = swap.complete_swaps(io, self.dir, self._swap_end)
         segs = self._load_segment_files(names)
         # Kafka: logStart = max(checkpoint, first base)

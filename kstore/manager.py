@@ -28,6 +28,7 @@ from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
 from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
+from kstore.marker_gate import MarkerGate
 from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -117,7 +118,11 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in dirs]
         self.read_only = read_only
         self._time = time or SYSTEM_TIME
+        # a writable manager's FileOps removes the clean-shutdown markers in the background
+        # and holds every change to a file until they are durably gone (marker_gate.py)
         self._io = io or get_file_ops()
+        if not read_only:
+            self._io = MarkerGate(self._io)
         # the topic registry: replaced whole under its lock (publish), never changed in place, so
         # appends, the scheduled tasks and the cleaner read it without a lock
         self._reg = LogRegistry()
