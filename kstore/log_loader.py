@@ -180,7 +180,8 @@ class LogLoader:
                 seg.delete()
                 continue
             try:
-                res = self._recover_segment(seg, todo[0].base_offset if todo else None)
+                res = self._recover_segment(seg, todo[0].base_offset if todo else None,
+                                            next_active=not todo)
             except LogSegmentOffsetOverflowError:
                 todo[:0] = self._split_overflowed_segment(seg)
                 continue
@@ -250,8 +251,9 @@ class LogLoader:
             pieces.append(piece)
         return pieces
 
-    def _recover_segment(self, seg: LogSegment, upper_bound: Optional[int] = None) -> SegmentRecovery:
-        res = seg.recover(upper_bound)
+    def _recover_segment(self, seg: LogSegment, upper_bound: Optional[int] = None,
+                         next_active: bool = False) -> SegmentRecovery:
+        res = seg.recover(upper_bound, next_active)
         if res.truncated_bytes and not res.tail_zero:
             log.warning("recovered %s: truncated %d invalid bytes (%s)", seg.log_path,
                         res.truncated_bytes, res.reason)

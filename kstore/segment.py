@@ -301,9 +301,10 @@ class LogSegment(SegmentReader):
 
 
     # -- recovery --------------------------------------------------------------------------
-    def _install_indexes(self, res: dict) -> None:
+    def _install_indexes(self, res: dict, next_active: bool = False) -> None:
         """Replace both indexes with the entries of a recover_scan result (plus Kafka's final
-        time entry for the max timestamp)."""
+        time entry for the max timestamp). next_active: the segment becomes the active one
+        next, so an index file still at its preallocated length keeps it."""
         times = res["time_entries"]
         mts, moff = (res["max_timestamp"], res["offset_of_max_timestamp"])
         if mts >= 0 and (len(times) == 0 or mts > int(times["timestamp"][-1])):
@@ -323,8 +324,8 @@ class LogSegment(SegmentReader):
             tidx = self._tidx = TimeIndex(self.time_index_path, self.base_offset,
                                           self._config.max_index_size, io=self._io, load=False)
             self.view.tindex = tidx.state
-        oidx.rewrite(res["offset_entries"])
-        tidx.rewrite(times)
+        oidx.rewrite(res["offset_entries"], next_active)
+        tidx.rewrite(times, next_active)
         self._update_indexes_full()
 
     def _rebuild_indexes(self) -> None:
@@ -339,12 +340,13 @@ class LogSegment(SegmentReader):
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def recover(self, upper_bound: Optional[int] = None) -> SegmentRecovery:
+    def recover(self, upper_bound: Optional[int] = None, next_active: bool = False) -> SegmentRecovery:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
         segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
-        batch's offset does not fit.
+        batch's offset does not fit. next_active: the log's last segment (made active next):
+        index files left at their preallocated length are rewritten in place, not cut.
         """
         with self._lock:
             was_active = self._map_writable
@@ -373,7 +375,7 @@ class LogSegment(SegmentReader):
                 if res["max_timestamp"] >= 0 else (-1, -1)
             self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
             self._bytes_since_last_index_entry = 0
-            self._install_indexes(res)
+            self._install_indexes(res, next_active or was_active)
             if was_active:
                 self.make_active()
             return SegmentRecovery(

@@ -296,3 +296,42 @@ def test_kill_9_of_a_writer_that_read_rolled_segments_rebuilds_no_index(tmp_path
                 for path in (s.offset_index_path, s.time_index_path):
                     assert open(path, "rb").read() == before[path], path
         assert rebuilds == []
+
+
+def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
+    """A writer killed with its active segment's indexes at their preallocated 10 MiB: the
+    reopen rebuilds their entries in place (no truncation, the length kept, zeros after the
+    entries), the entries are those a one-thread recovery computes, and the clean close
+    trims them to the entries."""
+    import signal
+    import subprocess
+    import sys
+    d = str(tmp_path / "t-0")
+    code = ("import os, signal, sys, kstore\n"
+            "lg = kstore.Log.open(sys.argv[1], {'segment.bytes': 1 << 20})\n"
+            "for b in range(40):\n"
+            "    lg.append([(b'k%d' % i, b'v' * 100, 1_700_000_000_000 + b) for i in range(100)])\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kstore.__file__))}
+    p = subprocess.run([sys.executable, "-c", code, d], env=env, timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    idx, tidx = (os.path.join(d, "00000000000000000000" + s) for s in (".index", ".timeindex"))
+    assert os.path.getsize(idx) == 10485760 and os.path.getsize(tidx) == 10485760 // 12 * 12
+    with kstore.Log.open(d, {"segment.bytes": 1 << 20}) as lg:
+        assert lg.log_end_offset == 4000
+        [rep] = lg.recovery_report
+        seg = lg.active_segment
+        m = _core.Mapping.from_bytes(open(seg.log_path, "rb").read(seg.size))
+        want = _core.recover_scan(m, seg.size, 0, 4096, 10485760 // 8, 10485760 // 12 - 1)
+        assert seg.offset_index.entries == len(want.offset_entries) > 0
+        assert os.path.getsize(idx) == 10485760 and os.path.getsize(tidx) == 10485760 // 12 * 12
+        raw = open(idx, "rb").read()
+        n = len(want.offset_entries) * 8
+        assert raw[:n] == want.offset_entries.tobytes() and not any(raw[n:])
+        assert [r.offset for r in lg.read(2345, max_records=2)] == [2345, 2346]
+        assert lg.offset_for_timestamp(1_700_000_000_000 + 17) == 1700
+        lg.append([(b"k", b"after", 1_700_000_000_100)])
+    assert os.path.getsize(idx) == n                  # trimmed to its entries at the close
+    with kstore.Log.open(d, {"segment.bytes": 1 << 20}) as lg:
+        assert lg.recovery_report == [] and lg.log_end_offset == 4001
+        assert os.path.getsize(idx) == 8 * lg.active_segment.offset_index.entries
