@@ -62,7 +62,15 @@ log = logging.getLogger("kstore.manager")
 #   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it)
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
-#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs)
+#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs),
+#           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
+#           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
+#           the crash harness's, while a removal runs)
+#
+# The first change to a file after a clean open (MarkerGate) waits for the clean-shutdown
+# marker's unlink and directory fsync begun at the open, under whatever locks its caller holds
+# (Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
+# The removal's thread takes no kstore lock.
 #
 # Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 # for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
