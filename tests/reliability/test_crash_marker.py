@@ -192,3 +192,65 @@ def test_changes_wait_for_the_markers_directory_fsync(tmp_path, watchdog):
 def _file_counts(reliability_counts):
     yield
     reliability_counts.update({k: v.__dict__ for k, v in TALLY.items()})
+
+
+def test_threads_changing_a_log_during_the_markers_removal_all_wait_for_it(tmp_path, watchdog):
+    """Right after a clean open whose marker fsync is slow, threads append, roll, truncate,
+    delete records and read at once: no file changes before the fsync ends (every change call
+    comes after the marker's unlink and fsync in the order the FileOps saw them), readers read
+    meanwhile, and the log the threads leave reopens with contiguous offsets and the values
+    appended."""
+    import threading
+    from kstore.fileio import FileOps
+    from thread_watchdog import run_threads
+    watchdog(60)
+    part = _clean_standalone(str(tmp_path))
+    calls = []
+    order = threading.Lock()
+    synced = threading.Event()
+
+    class Recording(FileOps):
+        def fsync_dir(self, path):
+            if not synced.is_set():
+                synced.wait(0.3)          # the marker's fsync, slow
+            super().fsync_dir(path)
+            with order:
+                calls.append("fsync_dir")
+            synced.set()
+
+    for name in ("pwrite", "truncate", "allocate", "zero_fill", "rename", "unlink"):
+        def change(self, *a, _name=name, **kw):
+            with order:
+                calls.append(_name)
+            return getattr(FileOps, _name)(self, *a, **kw)
+        setattr(Recording, name, change)
+
+    lg = kstore.Log.open(part, CFG, io=Recording(), time=MockTime(NOW))
+    reads = []
+
+    def appender(stop):
+        for _ in range(30):
+            n = lg.log_end_offset
+            lg.append([(None, value(n), NOW + n)])
+
+    def roller(stop):
+        lg.roll()
+
+    def truncater(stop):
+        lg.truncate_to(8)
+
+    def deleter(stop):
+        lg.delete_records(2)
+
+    def reader(stop):
+        while not stop.is_set() and not synced.is_set():
+            reads.append(len(lg.read(lg.log_start_offset, 5)))
+
+    run_threads(2.0, appender, roller, truncater, deleter, reader)
+    assert calls[:2] == ["unlink", "fsync_dir"], calls[:5]      # the marker, then its fsync
+    assert reads and all(n > 0 for n in reads)
+    lg.close()
+    with kstore.Log.open(part, CFG) as again:
+        recs = [(r.offset, r.value) for r in again]
+        assert [o for o, _ in recs] == list(range(again.log_start_offset, again.log_end_offset))
+        assert all(v == value(o) for o, v in recs)
