@@ -84,6 +84,7 @@ class LogSegment(SegmentReader):
         self._rebuilding = False
         #: set by the loader: an index file is missing, so the segment is recovered at load
         self.needs_recovery = False
+        self._zero_runway = 0    # recover(): file length whose bytes past size are all zero
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -147,10 +148,11 @@ class LogSegment(SegmentReader):
             fd = self._io.open(self.log_path, os.O_RDWR)
             try:
                 flen = self._io.size(fd)
-                if flen > self.size:
+                if flen > self.size and flen != self._zero_runway:
                     # stale bytes past the logical end (only after an external change): wipe them
                     self._io.truncate(fd, self.size)
                     flen = self.size
+                self._zero_runway = 0
                 self._alloc = flen
                 map_len = _page_round_up(max(self._config.segment_bytes, flen, 1))
                 old = self._map
@@ -346,7 +348,8 @@ class LogSegment(SegmentReader):
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
         segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
         batch's offset does not fit. next_active: the log's last segment (made active next):
-        index files left at their preallocated length are rewritten in place, not cut.
+        index files left at their preallocated length are rewritten in place, not cut, and a
+        zero tail is kept as the runway of the appends to come.
         """
         with self._lock:
             was_active = self._map_writable
@@ -366,7 +369,12 @@ class LogSegment(SegmentReader):
                 if res.status == "overflow":
                     raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
                 valid = res["valid_bytes"]
-                if flen > valid:
+                # the zero tail of the segment made active next is its runway: kept (as a live
+                # writer's, no reader takes a zero header for a batch; the first appends need
+                # no zero_fill), else cut in place (the bytes past the valid ones are none a
+                # read-only reader validated, so none it maps)
+                self._zero_runway = flen if next_active and res["tail_zero"] else 0
+                if flen > valid and not self._zero_runway:
                     self._io.truncate(fd, valid)
             finally:
                 self._io.close(fd)

@@ -301,8 +301,8 @@ def test_kill_9_of_a_writer_that_read_rolled_segments_rebuilds_no_index(tmp_path
 def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
     """A writer killed with its active segment's indexes at their preallocated 10 MiB: the
     reopen rebuilds their entries in place (no truncation, the length kept, zeros after the
-    entries), the entries are those a one-thread recovery computes, and the clean close
-    trims them to the entries."""
+    entries), the entries are those a one-thread recovery computes, the .log keeps its zero
+    runway, and the clean close trims them all."""
     import signal
     import subprocess
     import sys
@@ -328,6 +328,10 @@ def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
         raw = open(idx, "rb").read()
         n = len(want.offset_entries) * 8
         assert raw[:n] == want.offset_entries.tobytes() and not any(raw[n:])
+        # the .log's zero tail is kept as the runway of the next appends (not cut)
+        with open(seg.log_path, "rb") as f:
+            tail = f.read()[seg.size:]
+        assert len(tail) > 0 and not any(tail)
         assert [r.offset for r in lg.read(2345, max_records=2)] == [2345, 2346]
         assert lg.offset_for_timestamp(1_700_000_000_000 + 17) == 1700
         lg.append([(b"k", b"after", 1_700_000_000_100)])
