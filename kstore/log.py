@@ -90,7 +90,7 @@ class Log(LocalLog):
         still writing is never returned; refresh() (or a read at the end) picks up new data.
         """
         cfg = config if isinstance(config, LogConfig) else LogConfig(config)
-        io = io or get_file_ops()
+        io = LogLoader.file_ops(io or get_file_ops(), clean_shutdown is None, read_only)
         time = time or SYSTEM_TIME
         path = os.fspath(path)
         managed = clean_shutdown is not None

@@ -7,6 +7,7 @@ reasons is isolated; an error of the disk fails the whole dir. The result says w
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from kstore.fileio import FileOps
 from kstore.files import is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
+from kstore.marker_gate import remove_marker
 from kstore.topics import TopicConfigs
 
 log = logging.getLogger("kstore.manager")
@@ -103,8 +105,9 @@ class LogDirLoader:
             clean = res.clean = io.exists(marker)
             if clean and not self._read_only:
                 # deleted before loading, so a crash during loading is recovered next time (KAFKA-10471)
-                io.unlink(marker)
-                io.fsync_dir(d)
+                # durably gone before any file changes: in the background when io is the
+                # manager's MarkerGate (every changing operation waits for it)
+                remove_marker(io, marker, d)
             recovery = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT, res)
             starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT, res)
             if not self._read_only:
@@ -116,12 +119,16 @@ class LogDirLoader:
                         res.to_delete.append((os.path.join(d, name), self._time.milliseconds()))
             jobs = self.partitions(d)
             threads = self._cfg["num.recovery.threads.per.data.dir"]
+            # one LogConfig per topic, shared by its partitions (immutable; an alter replaces it)
+            configs: dict[str, Any] = {}
 
             def load(job: tuple[TopicPartition, str]) -> None:
                 tp, path = job
                 try:
                     io.check_dir(path)       # a symlinked or special partition dir is refused
-                    cfg = self._cfg.log_config(self._topics.overrides(tp[0]))
+                    cfg = configs.get(tp[0])
+                    if cfg is None:
+                        cfg = configs[tp[0]] = self._cfg.log_config(self._topics.overrides(tp[0]))
                     lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
                                   log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
                                   time=self._time, scheduler=self._scheduler,
@@ -145,8 +152,9 @@ class LogDirLoader:
             big: list[tuple[TopicPartition, str]] = []
             small: list[tuple[TopicPartition, str]] = []
             for job in jobs:
-                (big if not clean and bytes_to_recover(job[1], recovery.get(job[0], 0))
-                 >= PARALLEL_RECOVERY_BYTES else small).append(job)
+                (big if threads > 1 and not clean and bytes_to_recover(
+                    job[1], recovery.get(job[0], 0)) >= PARALLEL_RECOVERY_BYTES
+                 else small).append(job)
             for job in small:
                 load(job)
             if big:
@@ -173,19 +181,19 @@ def _isolate(d: str, tp: TopicPartition, path: str, e: BaseException,
 
 
 def bytes_to_recover(path: str, recovery_point: int) -> int:
-    """Size of the .log files at or above the segment holding the recovery point."""
-    sizes = []
+    """Size of the .log files at or above the segment holding the recovery point (only those
+    are stat'ed: usually the last one or two of a partition's segments)."""
     try:
-        with os.scandir(path) as it:
-            for e in it:
-                if e.name.endswith(".log") and len(e.name) == 24 and e.name[:20].isascii() \
-                        and e.name[:20].isdigit():
-                    sizes.append((int(e.name[:20]), e.stat().st_size))
+        names = os.listdir(path)
     except OSError:
         return 0
-    sizes.sort()
-    floor = 0
-    for base, _ in sizes:
-        if base <= recovery_point:
-            floor = base
-    return sum(size for base, size in sizes if base >= floor)
+    bases = sorted(int(n[:20]) for n in names
+                   if len(n) == 24 and n.endswith(".log") and n[:20].isascii() and n[:20].isdigit())
+    i = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+    total = 0
+    for base in bases[i:]:
+        try:
+            total += os.stat(os.path.join(path, f"{base:020d}.log")).st_size
+        except OSError:
+            pass
+    return total

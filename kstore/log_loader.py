@@ -20,6 +20,7 @@ from kstore.fileio import FileOps
 from kstore.files import (CLEANED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX,
                           TIME_INDEX_SUFFIX, parse_name, segment_file)
 from kstore.log_segments import LogSegments
+from kstore.marker_gate import gate_for, remove_marker
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 
@@ -63,6 +64,13 @@ class LogLoader:
         self._made.append(seg)
         return seg
 
+    @staticmethod
+    def file_ops(io: FileOps, standalone: bool, read_only: bool) -> FileOps:
+        """The FileOps a log opened with io uses: a writable standalone log's goes behind a
+        MarkerGate, through which its load removes the clean-shutdown marker in the
+        background (a LogManager gates its own)."""
+        return gate_for(io, standalone=standalone, read_only=read_only)
+
     # -- writable logs -----------------------------------------------------------------------
     def load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
              clean_shutdown: Optional[bool]) -> LoadedLogOffsets:
@@ -92,10 +100,10 @@ class LogLoader:
                     clean_shutdown = True
                 except (ValueError, OSError, AttributeError):
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
-                io.unlink(marker)
-                io.fsync_dir(self.dir)
-        swap.complete_swaps(io, self.dir, self._swap_end)
-        segs = self._load_segment_files()
+                # durably gone before any file changes: in the background (marker_gate)
+                remove_marker(io, marker, self.dir)
+        names = swap.complete_swaps(io, self.dir, self._swap_end)
+        segs = self._load_segment_files(names)
         # Kafka: logStart = max(checkpoint, first base)
         start = log_start_offset or 0
         if segs:
@@ -136,19 +144,14 @@ class LogLoader:
         finally:
             swap_seg.close_handlers()
 
-    def _load_segment_files(self) -> list[LogSegment]:
+    def _load_segment_files(self, names: Optional[list[str]] = None) -> list[LogSegment]:
+        """A segment per live .log (names: the directory's listing, if the caller has it);
+        orphaned indexes deleted; a segment missing an index is marked for recovery."""
         io = self._io
-        names = sorted(io.listdir(self.dir))
-        logs, indexes = set(), []
-        for name in names:
-            p = parse_name(name, self.dir)
-            if not p or p[2]:
-                continue
-            if p[1] == LOG_SUFFIX:
-                logs.add(p[0])
-            elif p[1] in INDEX_SUFFIXES:
-                indexes.append((p[0], name))
-        for base, name in indexes:
+        if names is None:
+            names = io.listdir(self.dir)
+        logs, indexes = segment_names(names, self.dir)
+        for base, name in sorted(indexes):
             if base not in logs:
                 log.warning("deleting orphaned index file %s", os.path.join(self.dir, name))
                 io.unlink(os.path.join(self.dir, name))
@@ -178,7 +181,8 @@ class LogLoader:
                 seg.delete()
                 continue
             try:
-                res = self._recover_segment(seg, todo[0].base_offset if todo else None)
+                res = self._recover_segment(seg, todo[0].base_offset if todo else None,
+                                            next_active=not todo)
             except LogSegmentOffsetOverflowError:
                 todo[:0] = self._split_overflowed_segment(seg)
                 continue
@@ -248,8 +252,9 @@ class LogLoader:
             pieces.append(piece)
         return pieces
 
-    def _recover_segment(self, seg: LogSegment, upper_bound: Optional[int] = None) -> SegmentRecovery:
-        res = seg.recover(upper_bound)
+    def _recover_segment(self, seg: LogSegment, upper_bound: Optional[int] = None,
+                         next_active: bool = False) -> SegmentRecovery:
+        res = seg.recover(upper_bound, next_active)
         if res.truncated_bytes and not res.tail_zero:
             log.warning("recovered %s: truncated %d invalid bytes (%s)", seg.log_path,
                         res.truncated_bytes, res.reason)
@@ -371,6 +376,35 @@ class LogLoader:
     def _ro_segment(self, base: int, suffix: str = "") -> ReadOnlySegment:
         return ReadOnlySegment(self.dir, base, self._config, io=self._io, time=self._time,
                                rng=self._rng, suffix=suffix)
+
+
+#: the live segment file names by length: 20 digits + suffix (the names a load meets most)
+_PLAIN_SUFFIX_AT = {20 + len(s): s for s in (LOG_SUFFIX,) + INDEX_SUFFIXES}
+
+
+def segment_names(names: list[str], dir_: str) -> tuple[set[int], list[tuple[int, str]]]:
+    """The base offsets of the live `.log` files among names, and (base, name) of the live
+    index files. The plain names are parsed by their shape (20 ASCII digits and a suffix), in
+    one pass with no regular expression; anything else goes through files.parse_name, which
+    also refuses an impossible base offset."""
+    logs: set[int] = set()
+    indexes: list[tuple[int, str]] = []
+    for name in names:
+        suffix = _PLAIN_SUFFIX_AT.get(len(name))
+        base = -1
+        if suffix is not None and name.endswith(suffix) and name[:20].isdigit() \
+                and name.isascii():
+            base = int(name[:20])
+        if not 0 <= base <= INT64_MAX:       # not plain, or an impossible offset (refused)
+            p = parse_name(name, dir_)
+            if not p or p[2]:
+                continue
+            base, suffix = p[0], p[1]
+        if suffix == LOG_SUFFIX:
+            logs.add(base)
+        elif suffix in INDEX_SUFFIXES:
+            indexes.append((base, name))
+    return logs, indexes
 
 
 def stable_run(first: tuple[list[int], list[int]],

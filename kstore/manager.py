@@ -28,6 +28,7 @@ from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
 from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
+from kstore.marker_gate import MarkerGate
 from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -65,9 +66,17 @@ log = logging.getLogger("kstore.manager")
 #                                 (extended past their published count; readers take no lock)
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
-#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs)
+#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs),
+#           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
+#           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
+#           the crash harness's, while a removal runs)
 #   no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked
 #           up, evicted and freed under the GIL, never released in between; freed at unmap
+#
+# The first change to a file after a clean open (MarkerGate) waits for the clean-shutdown
+# marker's unlink and directory fsync begun at the open, under whatever locks its caller holds
+# (Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
+# The removal's thread takes no kstore lock.
 #
 # Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 # for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
@@ -123,7 +132,11 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in dirs]
         self.read_only = read_only
         self._time = time or SYSTEM_TIME
+        # a writable manager's FileOps removes the clean-shutdown markers in the background
+        # and holds every change to a file until they are durably gone (marker_gate.py)
         self._io = io or get_file_ops()
+        if not read_only:
+            self._io = MarkerGate(self._io)
         # the topic registry: replaced whole under its lock (publish), never changed in place, so
         # appends, the scheduled tasks and the cleaner read it without a lock
         self._reg = LogRegistry()

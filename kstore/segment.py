@@ -41,6 +41,9 @@ PREALLOCATE_CHUNK = 4 << 20
 #: load removes a leftover one)
 TRUNCATE_TEMP_SUFFIX = ".tmp"
 COPY_CHUNK = 8 << 20
+#: cores a recovery scan hashes on (recover_scan's parallel CRC pass, for segments of 8 MiB
+#: and more): the CRC of a large unflushed tail is what bounds a reopen after a crash
+RECOVERY_CRC_THREADS = min(2, os.cpu_count() or 1)
 
 
 def _page_round_up(n: int) -> int:
@@ -81,6 +84,7 @@ class LogSegment(SegmentReader):
         self._rebuilding = False
         #: set by the loader: an index file is missing, so the segment is recovered at load
         self.needs_recovery = False
+        self._zero_runway = 0    # recover(): file length whose bytes past size are all zero
         if file_already_exists:
             self.size = io.getsize(self.log_path)
             if self.size > INT32_MAX:
@@ -114,6 +118,14 @@ class LogSegment(SegmentReader):
         problem = idx.entries_problem(self.size)
         if problem is None:
             return
+        sound = idx.sound_entries_before_zero_tail(self.size)
+        if sound is not None:
+            # a sound index followed by its untrimmed preallocation (the segment was active
+            # when its writer was killed): trimmed, never rebuilt
+            log.info("trimming %d zero entries after the %d of %s", idx.entries - sound,
+                     sound, idx.path)
+            idx.trim_entries(sound)
+            return
         log.warning("rebuilding the indexes of %s: %s is corrupt (%s)", self.log_path, idx.path, problem)
         self._rebuilding = True
         try:
@@ -136,10 +148,11 @@ class LogSegment(SegmentReader):
             fd = self._io.open(self.log_path, os.O_RDWR)
             try:
                 flen = self._io.size(fd)
-                if flen > self.size:
+                if flen > self.size and flen != self._zero_runway:
                     # stale bytes past the logical end (only after an external change): wipe them
                     self._io.truncate(fd, self.size)
                     flen = self.size
+                self._zero_runway = 0
                 self._alloc = flen
                 map_len = _page_round_up(max(self._config.segment_bytes, flen, 1))
                 old = self._map
@@ -290,9 +303,10 @@ class LogSegment(SegmentReader):
 
 
     # -- recovery --------------------------------------------------------------------------
-    def _install_indexes(self, res: dict) -> None:
+    def _install_indexes(self, res: dict, next_active: bool = False) -> None:
         """Replace both indexes with the entries of a recover_scan result (plus Kafka's final
-        time entry for the max timestamp)."""
+        time entry for the max timestamp). next_active: the segment becomes the active one
+        next, so an index file still at its preallocated length keeps it."""
         times = res["time_entries"]
         mts, moff = (res["max_timestamp"], res["offset_of_max_timestamp"])
         if mts >= 0 and (len(times) == 0 or mts > int(times["timestamp"][-1])):
@@ -312,8 +326,8 @@ class LogSegment(SegmentReader):
             tidx = self._tidx = TimeIndex(self.time_index_path, self.base_offset,
                                           self._config.max_index_size, io=self._io, load=False)
             self.view.tindex = tidx.state
-        oidx.rewrite(res["offset_entries"])
-        tidx.rewrite(times)
+        oidx.rewrite(res["offset_entries"], next_active)
+        tidx.rewrite(times, next_active)
         self._update_indexes_full()
 
     def _rebuild_indexes(self) -> None:
@@ -328,12 +342,14 @@ class LogSegment(SegmentReader):
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def recover(self, upper_bound: Optional[int] = None) -> SegmentRecovery:
+    def recover(self, upper_bound: Optional[int] = None, next_active: bool = False) -> SegmentRecovery:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
         segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
-        batch's offset does not fit.
+        batch's offset does not fit. next_active: the log's last segment (made active next):
+        index files left at their preallocated length are rewritten in place, not cut, and a
+        zero tail is kept as the runway of the appends to come.
         """
         with self._lock:
             was_active = self._map_writable
@@ -346,13 +362,19 @@ class LogSegment(SegmentReader):
                     max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
                                              max_index // 8, max_index // 12 - 1,
-                                             upper_bound=-1 if upper_bound is None else upper_bound)
+                                             upper_bound=-1 if upper_bound is None else upper_bound,
+                                             threads=RECOVERY_CRC_THREADS)
                 finally:
                     m.close()
                 if res.status == "overflow":
                     raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
                 valid = res["valid_bytes"]
-                if flen > valid:
+                # the zero tail of the segment made active next is its runway: kept (as a live
+                # writer's, no reader takes a zero header for a batch; the first appends need
+                # no zero_fill), else cut in place (the bytes past the valid ones are none a
+                # read-only reader validated, so none it maps)
+                self._zero_runway = flen if next_active and res["tail_zero"] else 0
+                if flen > valid and not self._zero_runway:
                     self._io.truncate(fd, valid)
             finally:
                 self._io.close(fd)
@@ -361,7 +383,7 @@ class LogSegment(SegmentReader):
                 if res["max_timestamp"] >= 0 else (-1, -1)
             self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
             self._bytes_since_last_index_entry = 0
-            self._install_indexes(res)
+            self._install_indexes(res, next_active or was_active)
             if was_active:
                 self.make_active()
             return SegmentRecovery(

@@ -12,7 +12,7 @@ dropped. So a crash at any step leaves the old segments or the new ones, never b
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar
 
 from kstore.fileio import FileOps
 from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
@@ -95,26 +95,37 @@ def swap_in(io: FileOps, dir_: str, new_bases: Iterable[int], old: Iterable[LogS
                     io.unlink(stale)
 
 
-def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> None:
+def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> Optional[list[str]]:
     """Kafka's LogLoader steps 1-2: drop `.deleted`, `.cleaned` and temporary files, discard
     the swaps that did not finish their promotion, complete the others. swap_end(base) is one
-    past the last offset in the `.log.swap` at base: the segments in [base, end) are replaced."""
+    past the last offset in the `.log.swap` at base: the segments in [base, end) are replaced.
+
+    Returns the directory's names after it when it only removed files (the usual load: the
+    loader parses this listing instead of making another), None when it completed a swap."""
     names = io.listdir(dir_)
     swaps, cleaned_offsets, cleaned_paths = [], [], []
+    removed = set()
     for name in names:
-        p = parse_name(name, dir_)
-        path = os.path.join(dir_, name)
+        # most names are a live segment's or an index's: only the suffixed ones are parsed
         if name.endswith((DELETED_SUFFIX, ".tmp")):
-            io.unlink(path)          # .tmp: an atomic write (marker, metadata) cut short
+            io.unlink(os.path.join(dir_, name))    # .tmp: an atomic write cut short
+            removed.add(name)
         elif name.endswith(CLEANED_SUFFIX):
+            p = parse_name(name, dir_)
             if p:
                 cleaned_offsets.append(p[0])
-            cleaned_paths.append(path)
-        elif name.endswith(SWAP_SUFFIX) and p:
-            swaps.append((p[0], p[1], path))
+            cleaned_paths.append(os.path.join(dir_, name))
+            removed.add(name)
+        elif name.endswith(SWAP_SUFFIX):
+            p = parse_name(name, dir_)
+            if p:
+                swaps.append((p[0], p[1], os.path.join(dir_, name)))
+    if not swaps and not cleaned_paths and not removed:
+        return names
     live_swaps, void_swaps = split_swaps(swaps, cleaned_offsets)
     for _base, _suffix, path in void_swaps:
         io.unlink(path)         # a clean that did not finish swapping: discard it
+        removed.add(os.path.basename(path))
     # the .cleaned files last: while one is left, the swaps above it stay void (for a crash
     # here, and for read-only readers listing meanwhile, see LogLoader.list_segment_bases)
     for path in cleaned_paths:
@@ -133,3 +144,5 @@ def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> No
             io.rename(path, path[: -len(SWAP_SUFFIX)])
     if live_swaps:
         io.fsync_dir(dir_)
+        return None
+    return [n for n in names if n not in removed]

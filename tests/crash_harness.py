@@ -70,6 +70,9 @@ class NoSyncOps(FileOps):
 class TracingOps(NoSyncOps):
     """Runs operations for real and records, before each one, a Snapshot of the model."""
 
+    #: its model is not guarded: kstore.marker_gate calls it from one thread at a time
+    thread_safe = False
+
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         self._next = 0

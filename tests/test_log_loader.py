@@ -198,3 +198,144 @@ def test_crash_during_split_swap_recovers(tmp_path):
     log = kstore.Log.open(str(d))
     assert values(log) == [b"new"]
     log.close()
+
+
+# -- index zero tails: trimmed, never rebuilt (issue 14) ---------------------------------------------
+def _count_rebuilds(monkeypatch):
+    from kstore.segment import LogSegment
+    calls = []
+    orig = LogSegment._rebuild_indexes
+
+    def counting(self):
+        calls.append(self.log_path)
+        return orig(self)
+    monkeypatch.setattr(LogSegment, "_rebuild_indexes", counting)
+    return calls
+
+
+def _three_segments(open_log):
+    log = open_log({"segment.bytes": 2000, "index.interval.bytes": 100})
+    for i in range(60):
+        log.append([(b"k%d" % i, b"v" * 80, NOW + i)])
+    assert len(log.segments) >= 3
+    log.close()
+
+
+def test_a_sound_index_padded_with_zeros_is_trimmed_not_rebuilt(open_log, log_dir, monkeypatch):
+    """A rolled segment's .index and .timeindex left at their preallocated length (zeros after
+    the entries, as a writer killed while the segment was active leaves them) are trimmed to
+    the sound entries on first use: no rebuild, the same bytes as before, exact lookups."""
+    _three_segments(open_log)
+    first = os.path.join(log_dir, "00000000000000000000")
+    good = {suf: open(first + suf, "rb").read() for suf in (".index", ".timeindex")}
+    assert len(good[".index"]) >= 16 and len(good[".timeindex"]) >= 24
+    for suf in good:
+        os.truncate(first + suf, 10485760 // (8 if suf == ".index" else 12) * (8 if suf == ".index" else 12))
+    rebuilds = _count_rebuilds(monkeypatch)
+    log = open_log({"segment.bytes": 2000, "index.interval.bytes": 100}, clean_shutdown=True,
+                   recovery_point=10 ** 6)
+    seg = log.segments[0]
+    assert seg.offset_index.entries == len(good[".index"]) // 8
+    assert seg.time_index.entries == len(good[".timeindex"]) // 12
+    assert rebuilds == []
+    for suf in good:
+        assert open(first + suf, "rb").read() == good[suf]
+    assert [r.offset for r in log.read(5, max_records=3)] == [5, 6, 7]
+    assert log.offset_for_timestamp(NOW + 7) == 7
+
+
+def test_entries_after_a_sound_prefix_that_are_not_zero_are_rebuilt(open_log, log_dir, monkeypatch):
+    """Only an all-zero tail is padding: a non-zero entry after it is corruption (rebuilt)."""
+    _three_segments(open_log)
+    idx = os.path.join(log_dir, "00000000000000000000.index")
+    good = open(idx, "rb").read()
+    with open(idx, "ab") as f:
+        f.write(bytes(800) + b"\x00\x00\x00\x01\x00\x00\x00\x02" + bytes(8))
+    rebuilds = _count_rebuilds(monkeypatch)
+    log = open_log({"segment.bytes": 2000, "index.interval.bytes": 100}, clean_shutdown=True,
+                   recovery_point=10 ** 6)
+    log.segments[0].load_offset_index()
+    assert rebuilds == [os.path.join(log_dir, "00000000000000000000.log")]
+    assert open(idx, "rb").read() == good          # the rebuild writes what the appends did
+    assert [r.offset for r in log.read(5, max_records=1)] == [5]
+
+
+def test_kill_9_of_a_writer_that_read_rolled_segments_rebuilds_no_index(tmp_path, monkeypatch, watchdog):
+    """A LogManager in another process reads every partition (loading its rolled segments'
+    indexes) and is killed with SIGKILL: the next (unclean) open rebuilds no index, and every
+    rolled segment's index file holds exactly the bytes the writer left."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 2)",
+              "for i in range(120): m.append('t', b'k%d' % i, b'v' * 90, partition=i % 2, timestamp=NOW + i)")
+        w.close()
+        w = WriterProcess(str(tmp_path), str(tmp_path))
+        w.run("lgs = [m.log('t', p) for p in (0, 1)]",
+              "assert all(len(lg.segments) >= 5 for lg in lgs)",
+              "assert [len(lg.read(0, 1000)) for lg in lgs] == [60, 60]",
+              "[(s.offset_index.entries, s.time_index.entries) for lg in lgs for s in lg.segments]")
+        before = {p: open(p, "rb").read() for p in
+                  (os.path.join(tmp_path, d, f) for d in ("t-0", "t-1")
+                   for f in os.listdir(os.path.join(tmp_path, d)) if f.endswith("index"))}
+    finally:
+        w.p.kill()
+        w.p.wait(timeout=30)
+    assert not os.path.exists(tmp_path / ".kafka_cleanshutdown")
+    rebuilds = _count_rebuilds(monkeypatch)
+    with kstore.LogManager(str(tmp_path), {"log.segment.bytes": "1200"}) as m:
+        for p in (0, 1):
+            lg = m.log("t", p)
+            assert [r.offset for r in lg.read(0, 1000)] == list(range(60))
+            for s in lg.segments:
+                s.load_indexes()
+            rolled = [s for s in lg.segments[:-1]]
+            assert len(rolled) >= 4
+            for s in rolled:
+                for path in (s.offset_index_path, s.time_index_path):
+                    assert open(path, "rb").read() == before[path], path
+        assert rebuilds == []
+
+
+def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
+    """A writer killed with its active segment's indexes at their preallocated 10 MiB: the
+    reopen rebuilds their entries in place (no truncation, the length kept, zeros after the
+    entries), the entries are those a one-thread recovery computes, the .log keeps its zero
+    runway, and the clean close trims them all."""
+    import signal
+    import subprocess
+    import sys
+    d = str(tmp_path / "t-0")
+    code = ("import os, signal, sys, kstore\n"
+            "lg = kstore.Log.open(sys.argv[1], {'segment.bytes': 1 << 20})\n"
+            "for b in range(40):\n"
+            "    lg.append([(b'k%d' % i, b'v' * 100, 1_700_000_000_000 + b) for i in range(100)])\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kstore.__file__))}
+    p = subprocess.run([sys.executable, "-c", code, d], env=env, timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    idx, tidx = (os.path.join(d, "00000000000000000000" + s) for s in (".index", ".timeindex"))
+    assert os.path.getsize(idx) == 10485760 and os.path.getsize(tidx) == 10485760 // 12 * 12
+    with kstore.Log.open(d, {"segment.bytes": 1 << 20}) as lg:
+        assert lg.log_end_offset == 4000
+        [rep] = lg.recovery_report
+        seg = lg.active_segment
+        m = _core.Mapping.from_bytes(open(seg.log_path, "rb").read(seg.size))
+        want = _core.recover_scan(m, seg.size, 0, 4096, 10485760 // 8, 10485760 // 12 - 1)
+        assert seg.offset_index.entries == len(want.offset_entries) > 0
+        assert os.path.getsize(idx) == 10485760 and os.path.getsize(tidx) == 10485760 // 12 * 12
+        raw = open(idx, "rb").read()
+        n = len(want.offset_entries) * 8
+        assert raw[:n] == want.offset_entries.tobytes() and not any(raw[n:])
+        # the .log's zero tail is kept as the runway of the next appends (not cut)
+        with open(seg.log_path, "rb") as f:
+            tail = f.read()[seg.size:]
+        assert len(tail) > 0 and not any(tail)
+        assert [r.offset for r in lg.read(2345, max_records=2)] == [2345, 2346]
+        assert lg.offset_for_timestamp(1_700_000_000_000 + 17) == 1700
+        lg.append([(b"k", b"after", 1_700_000_000_100)])
+    assert os.path.getsize(idx) == n                  # trimmed to its entries at the close
+    with kstore.Log.open(d, {"segment.bytes": 1 << 20}) as lg:
+        assert lg.recovery_report == [] and lg.log_end_offset == 4001
+        assert os.path.getsize(idx) == 8 * lg.active_segment.offset_index.entries

@@ -183,3 +183,72 @@ def test_recovered_indexes_are_big_endian_on_disk(tmp_path):
     assert offs and all(0 < rel < 20 and pos > 0 for rel, pos in offs)
 
 
+
+
+# -- recover_scan's parallel CRC pass (issue 14) -------------------------------------------------
+def _batches_bytes(n_batches, per=400, base=0):
+    """n_batches v2 batches of `per` 100-byte records back to back (~48 KB each)."""
+    out = bytearray()
+    off = base
+    for i in range(n_batches):
+        b = _core.BatchBuilder()
+        b.build([(b"k%015d" % j, bytes(100), NOW + i) for j in range(per)], 2, off, NOW, False,
+                -(1 << 62), 1 << 62, False, 0)
+        out += b.getvalue()
+        off = b.last_offset + 1
+    return out
+
+
+def _scan(data, threads, **kw):
+    m = _core.Mapping.from_bytes(bytes(data))
+    try:
+        return _core.recover_scan(m, len(data), 0, 4096, 1 << 17, (1 << 17) - 1, threads=threads, **kw)
+    finally:
+        m.close()
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if k in ("offset_entries", "time_entries"):
+            assert a[k].tobytes() == b[k].tobytes(), k
+        else:
+            assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize("damage", ["none", "zero_tail", "torn_tail", "crc_first_half",
+                                    "crc_second_half", "crc_last", "garbage_tail",
+                                    "offset_order_last", "upper_bound"])
+def test_parallel_crc_scan_returns_the_one_thread_result(damage):
+    """threads=2 (two halves hashed at once after a pass without CRCs) gives exactly the
+    one-thread scan's result, every field and both indexes' bytes, whatever stops the scan."""
+    data = _batches_bytes(200)                # ~9.7 MB: above PARALLEL_CRC_BYTES
+    assert len(data) >= 8 << 20            # recover_scan hashes on two threads from 8 MiB
+    batch = len(data) // 200
+    kw = {}
+    if damage == "zero_tail":
+        data += bytes(3 << 20)
+    elif damage == "torn_tail":
+        data += _batches_bytes(1, base=80_000)[:5000]
+    elif damage == "crc_first_half":
+        data[batch * 10 + 100] ^= 1
+    elif damage == "crc_second_half":
+        data[batch * 150 + 100] ^= 1
+    elif damage == "crc_last":
+        data[-10] ^= 0x40
+    elif damage == "garbage_tail":
+        data += os.urandom(100_000)
+    elif damage == "offset_order_last":
+        data += _batches_bytes(1, base=5)          # offsets go back: stops there
+    elif damage == "upper_bound":
+        kw["upper_bound"] = 400 * 190
+    one, two = _scan(data, 1, **kw), _scan(data, 2, **kw)
+    _same(one, two)
+    if damage in ("none", "zero_tail", "torn_tail", "garbage_tail", "offset_order_last"):
+        assert one.valid_bytes == 200 * batch and one.next_offset == 80_000
+    if damage == "crc_second_half":
+        assert one.status == "crc" and one.valid_bytes == 150 * batch
+    if damage == "crc_last":
+        assert one.status == "crc" and one.valid_bytes == 199 * batch
+    if damage == "upper_bound":
+        assert one.status == "past_next" and one.valid_bytes == 190 * batch
