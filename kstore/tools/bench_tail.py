@@ -116,7 +116,7 @@ def _reader(mode: str, store: str, n: int, batch: int, spin: float, conn, ready,
                 break
             recs = lg.read(nxt, max_bytes=1 << 22)
             now = _now()
-            lat.extend(now - int.from_bytes(r.value[:8], "little") for r in recs)
+            lat.extend(now - int.from_bytes((r.value or b"")[:8], "little") for r in recs)
             nxt = recs[-1].offset + 1 if recs else nxt
         cpu, wall = _cpu() - cpu0, time.monotonic() - t0
         c0 = _cpu()
