@@ -206,7 +206,7 @@ class LogNotifier:
         start = time.monotonic()
         deadline = None if timeout is None else start + max(0.0, timeout)
         spin_until = start + spin if spin > 0 else start
-        force = lg.read_only          # a read-only log's end may be stale: look first
+        force = False        # a stale read-only log catches up on the word and hints below
         while True:
             self._check_open()
             now = time.monotonic()
@@ -249,7 +249,7 @@ def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
     notifiers = [lg.notifier for lg in logs]
     start = time.monotonic()
     deadline = None if timeout is None else start + max(0.0, timeout)
-    force = True
+    force = False
     while True:
         now = time.monotonic()
         left = SLICE_S if deadline is None else deadline - now
