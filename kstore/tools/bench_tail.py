@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 _CLOCK = time.CLOCK_MONOTONIC
 KEY = b"k" * 16
 IDLE_S = 1.0
+POLL_S = 0.1          # mode "poll": what `consume --follow` slept between polls before wait_for
 
 
 def _now() -> int:
@@ -111,16 +112,29 @@ def _reader(mode: str, store: str, n: int, batch: int, spin: float, conn, ready,
         ready.set()
         nxt = 0
         cpu0, t0 = _cpu(), time.monotonic()
-        while nxt < total:
-            if not lg.wait_for(nxt, timeout=30, spin=spin if mode == "spin" else 0.0):
+        deadline = time.monotonic() + 30 + total / 1000
+        while nxt < total and time.monotonic() < deadline:
+            if mode == "poll":           # before wait_for: read (refreshing at the end), sleep
+                recs = lg.read(nxt, max_bytes=1 << 22)
+                if not recs:
+                    time.sleep(POLL_S)
+                    continue
+            elif not lg.wait_for(nxt, timeout=30, spin=spin if mode == "spin" else 0.0):
                 break
-            recs = lg.read(nxt, max_bytes=1 << 22)
+            else:
+                recs = lg.read(nxt, max_bytes=1 << 22)
             now = _now()
             lat.extend(now - int.from_bytes((r.value or b"")[:8], "little") for r in recs)
             nxt = recs[-1].offset + 1 if recs else nxt
         cpu, wall = _cpu() - cpu0, time.monotonic() - t0
         c0 = _cpu()
-        lg.wait_for(nxt, timeout=IDLE_S)       # nothing comes: ~0 CPU
+        if mode == "poll":
+            end = time.monotonic() + IDLE_S
+            while time.monotonic() < end:
+                lg.read(nxt)
+                time.sleep(POLL_S)
+        else:
+            lg.wait_for(nxt, timeout=IDLE_S)       # nothing comes: ~0 CPU
         idle = _cpu() - c0
     out.put({"lat": lat, "cpu": cpu, "wall": wall, "idle_cpu": idle, "refresh": refresh_ns})
 
@@ -180,7 +194,7 @@ def run(n: int = 2000, rate: float = 1000.0, batches: int = 200, batch_rate: flo
         spin: float = 0.005, dir_: Optional[str] = None) -> list[dict[str, Any]]:
     """Every mode, interleaved in one run: single records, then 1000-record batches."""
     out = []
-    for mode in ("pipe", "bell", "wait", "spin"):
+    for mode in ("pipe", "bell", "wait", "spin", "poll"):
         out.append(run_mode(mode, n, 1, rate, spin, dir_))
     for mode in ("pipe", "wait", "spin"):
         out.append(run_mode(mode, batches, 1000, batch_rate, spin, dir_))
@@ -197,7 +211,8 @@ def print_report(rows: Sequence[dict[str, Any]]) -> None:
         print(f"{r['mode']:<6} {r['batch']:>5} {r['rate']:>7.0f} {r['records']:>8} {r['p50_us']:>9.1f} "
               f"{r['p99_us']:>9.1f} {r['p999_us']:>9.1f} {r['reader_cpu_per_s']:>6.3f} {idle:>6} {ref:>20}")
     print("pipe: the same two processes passing the timestamp over a pipe (the reference); bell: "
-          "the notification word alone (futex wake, no log); spin: wait_for(spin=...) busy-waits first")
+          "the notification word alone (futex wake, no log); spin: wait_for(spin=...) busy-waits first; "
+          "poll: read + 100 ms sleeps (consume --follow before wait_for)")
 
 
 def main(records: Optional[int] = None, as_json: bool = False, dir_: Optional[str] = None) -> int:
