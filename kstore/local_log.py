@@ -474,11 +474,11 @@ class LocalLog:
         new_start = remaining[0].base_offset
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
-        self._ring()
         for seg in doomed:
             log.info("deleting segment %s (%s)", seg.log_path, reason)
             seg.close_handlers()
             seg.change_file_suffixes("", DELETED_SUFFIX)
+        self._ring()
         # after the lock, before the caller returns: one directory fsync makes every .deleted
         # rename durable, so deleted segments never come back after a power loss (a
         # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
