@@ -9,8 +9,9 @@ its condition (a read-only log refreshes first if the hints say it can learn som
 sleeps on the armed value with FUTEX_WAIT, GIL released: no polling, ~0 CPU while idle.
 
 Nothing here is trusted for correctness: the hints only let a reader skip a refresh that cannot
-find anything, and every sleep is a bounded slice (SLICE_S) after which a read-only waiter
-refreshes anyway and re-opens the file if it was replaced (a writer restart keeps the file; a
+find anything, every sleep is a bounded slice (SLICE_S) after which a read-only waiter re-opens
+the file if it was replaced and compares the hints again, and it refreshes at least every
+RECHECK_S whatever they say (a writer restart keeps the file; a
 topic deleted and re-created brings a new one). A notification file that is missing, too
 small, not a regular file, unwritable or not a notification file is ignored: the wait then polls
 every POLL_S. Outside Linux (no futex) waits poll the same way.
@@ -32,14 +33,17 @@ from kstore import _notify
 from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 
-__all__ = ["NOTIFY_FILE", "SLICE_S", "POLL_S", "LogNotifier", "wait_any", "writer_bell"]
+__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "LogNotifier", "wait_any", "writer_bell"]
 
 log = logging.getLogger("kstore.notify")
 
 #: The notification file of a partition directory.
 NOTIFY_FILE = ".kstore-notify"
-#: Longest single sleep: a read-only waiter then refreshes and re-checks the file.
+#: Longest single sleep: a read-only waiter then re-checks the file and the hints.
 SLICE_S = 1.0
+#: A read-only waiter refreshes at least this often even when the word and hints say nothing
+#: changed (they are not trusted for correctness); a refresh costs ~0.5-30 ms today.
+RECHECK_S = 5.0
 #: The sleep between looks when no notification word can be used.
 POLL_S = 0.05
 
@@ -87,7 +91,7 @@ def writer_bell(io: FileOps, dir_: str) -> _notify.Bell:
             io.close(fd)
         bell.init_header(os.getpid())
         return bell
-    except (OSError, KStoreError, ValueError) as e:
+    except (OSError, KStoreError, ValueError, TypeError) as e:
         log.warning("no notification file for %s (%s): readers in other processes will poll", dir_, e)
         return _Bell.private()
 
@@ -141,6 +145,7 @@ class LogNotifier:
         self._ident: Optional[tuple[int, int]] = None
         self._checked = float("-inf")       # when the reader last looked at the file
         self._seen = -1                     # the word's counter at the last catch-up
+        self._refreshed = time.monotonic()  # about when the log last refreshed (its open)
         self._lock = threading.Lock()
         self.attached = False
 
@@ -174,21 +179,25 @@ class LogNotifier:
             self._reader, self._ident = bell, ident
             return bell
 
-    def catch_up(self, bell: Optional[_notify.Bell], word: int, force: bool) -> None:
+    def catch_up(self, bell: Optional[_notify.Bell], word: int, quiet: bool = False) -> None:
         """A read-only log: refresh unless the word is unchanged since the last catch-up or the
-        hints show nothing new (force: refresh anyway). Writable logs: nothing to do."""
+        hints show nothing new; after a quiet slice (quiet) the hints are compared whatever the
+        word, and a refresh made anyway if the last is RECHECK_S old; with no Bell, always.
+        Writable logs: nothing to do."""
         lg = self._log
         if not lg.read_only:
             return
         counter = word >> 1
         with self._lock:
-            if not force and bell is not None:
-                if counter == self._seen:
+            now = time.monotonic()
+            if bell is not None and (not quiet or now - self._refreshed < RECHECK_S):
+                if counter == self._seen and not quiet:
                     return
                 if tuple(bell.hints()) == _state(lg):
                     self._seen = counter
                     return
             self._seen = counter
+            self._refreshed = now
             lg.refresh()
 
     def _check_open(self) -> None:
@@ -206,14 +215,14 @@ class LogNotifier:
         start = time.monotonic()
         deadline = None if timeout is None else start + max(0.0, timeout)
         spin_until = start + spin if spin > 0 else start
-        force = False        # a stale read-only log catches up on the word and hints below
+        quiet = False        # a stale read-only log catches up on the word and hints below
         while True:
             self._check_open()
             now = time.monotonic()
             left = SLICE_S if deadline is None else deadline - now
             bell = self.current_bell(now)
             if bell is None:
-                self.catch_up(None, 0, True)
+                self.catch_up(None, 0)
                 if lg.log_end_offset > offset:
                     return True
                 if left <= 0:
@@ -222,8 +231,8 @@ class LogNotifier:
                 continue
             spinning = now < spin_until
             word = bell.load() if spinning else bell.arm()
-            self.catch_up(bell, word, force)
-            force = False
+            self.catch_up(bell, word, quiet)
+            quiet = False
             if lg.log_end_offset > offset:
                 return True
             if left <= 0:
@@ -233,10 +242,10 @@ class LogNotifier:
                 continue
             r = bell.sleep(word, min(left, SLICE_S))
             if r == errno.ETIMEDOUT:
-                force = True           # a quiet slice: refresh anyway, as if woken
+                quiet = True           # a quiet slice: look at the hints whatever the word
             elif r == errno.ENOSYS:
                 time.sleep(min(left, POLL_S))
-                force = True
+                quiet = True
 
 
 def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
@@ -249,7 +258,7 @@ def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
     notifiers = [lg.notifier for lg in logs]
     start = time.monotonic()
     deadline = None if timeout is None else start + max(0.0, timeout)
-    force = False
+    quiet = False
     while True:
         now = time.monotonic()
         left = SLICE_S if deadline is None else deadline - now
@@ -260,10 +269,10 @@ def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
                 raise KStoreStateError(f"log {lg.dir} is closed")
             bell = n.current_bell(now)
             word = bell.arm() if bell is not None else 0
-            n.catch_up(bell, word, force or bell is None)
+            n.catch_up(bell, word, quiet)
             bells.append(bell)
             words.append(word)
-        force = False
+        quiet = False
         ready = [i for i, lg in enumerate(logs) if lg.log_end_offset > offsets[i]]
         if ready or left <= 0 or not logs:
             return ready
@@ -271,7 +280,7 @@ def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
         if None not in bells and len(bells) <= _notify.WAIT_ANY_MAX:
             r = _notify.wait_any(bells, words, min(left, SLICE_S))
         if r == errno.ETIMEDOUT:
-            force = True
+            quiet = True
         elif r == errno.ENOSYS:
             time.sleep(min(left, POLL_S))
-            force = True
+            quiet = True

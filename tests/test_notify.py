@@ -212,9 +212,11 @@ def test_a_hostile_notification_file_is_refused_or_repaired(tmp_path, watchdog, 
 def test_a_notification_file_spoiled_under_the_reader_is_outwaited_by_slicing(
         tmp_path, watchdog, monkeypatch, kind):
     """After the writer opened: the file replaced by garbage (the writer bumps the old one), or
-    hints that always match the reader: the wait still returns when data arrives."""
+    hints that always match the reader and a word that never moves: the wait still returns
+    when data arrives (a poll, or the refresh every RECHECK_S)."""
     watchdog(60)
     monkeypatch.setattr(notify, "SLICE_S", 0.2)
+    monkeypatch.setattr(notify, "RECHECK_S", 0.5)
     path = str(tmp_path / "t-0")
     outside = str(tmp_path / "outside")
     with open(outside, "wb") as fh:
@@ -327,3 +329,26 @@ def test_wait_any_returns_the_logs_with_news(tmp_path, watchdog):
     finally:
         a.close()
         b.close()
+
+
+def test_a_read_only_waiter_refreshes_only_when_the_hints_show_news(tmp_path, watchdog, monkeypatch):
+    """Idle slices compare the hints and refresh nothing; a close (which rings) changes no hint;
+    one append is one refresh; RECHECK_S bounds how long a refresh can be skipped."""
+    watchdog(60)
+    monkeypatch.setattr(notify, "SLICE_S", 0.05)
+    monkeypatch.setattr(notify, "RECHECK_S", 3600)
+    path = str(tmp_path / "t-0")
+    lg = kstore.Log.open(path)
+    lg.append([(b"k", b"a")])
+    with kstore.Log.open(path, read_only=True) as ro:
+        calls: list = []
+        plain = ro.refresh
+        ro.refresh = lambda *a: (calls.append(a), plain(*a))[1]
+        assert ro.wait_for(1, timeout=0.3) is False and calls == []
+        t = later(0.05, lambda: lg.append([(b"k", b"b")]))
+        assert ro.wait_for(1, timeout=20) is True and len(calls) == 1
+        join_all([t], 20)
+        lg.close()                                 # rings; nothing new to learn
+        assert ro.wait_for(2, timeout=0.2) is False and len(calls) == 1
+        monkeypatch.setattr(notify, "RECHECK_S", 0.0)
+        assert ro.wait_for(2, timeout=0.2) is False and len(calls) >= 2
