@@ -16,7 +16,8 @@ The page starts with a header (native byte order; the page is never shared betwe
 The writer bumps the word after every change of the log end, in one atomic step that also
 clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). A waiter
 arms (sets the bit), checks its condition, then sleeps with FUTEX_WAIT on the armed value, in
-bounded slices, with the GIL released.
+bounded slices, with the GIL released and the mapping pinned (close() unmaps after the last
+sleeper leaves).
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp, memcpy
@@ -67,6 +68,7 @@ cdef class Bell:
     cdef uint8_t* base
     cdef uint32_t* word
     cdef readonly bint shared
+    cdef readonly bint closed
 
     def __cinit__(self, Mapping mapping, bint shared=True):
         if mapping.length < SIZE:
@@ -78,7 +80,17 @@ cdef class Bell:
         self.shared = shared
 
     def __dealloc__(self):
-        if self.mapping is not None:
+        if self.mapping is not None and not self.closed:
+            self.mapping.unpin()
+
+    def close(self):
+        """Unmap the page (a closing log: a writable shared mapping would count as a file open
+        for writing, e.g. against a read-only remount). A thread sleeping on the word keeps it
+        mapped until it wakes; afterwards every method is a no-op: load/arm 0, hints -1,
+        sleep and spin return at once."""
+        if not self.closed:
+            self.closed = True
+            self.mapping.close()
             self.mapping.unpin()
 
     @staticmethod
@@ -92,6 +104,8 @@ cdef class Bell:
     def valid(self) -> bool:
         """Whether the header is a notification file's (magic and version)."""
         cdef uint32_t version
+        if self.closed:
+            return False
         memcpy(&version, self.base + 8, 4)
         return memcmp(self.base, _MAGIC, 8) == 0 and version == VERSION
 
@@ -99,6 +113,8 @@ cdef class Bell:
         """The writer's: magic, version and pid (the word and hints are kept: waiters may be
         sleeping on the word)."""
         cdef uint32_t version = VERSION
+        if self.closed:
+            return
         memcpy(self.base, _MAGIC, 8)
         memcpy(self.base + 8, &version, 4)
         kn_store64(<int64_t*>(self.base + 40), pid)
@@ -106,6 +122,8 @@ cdef class Bell:
     cpdef void bump_end(self, int64_t log_end, int64_t active_base) noexcept:
         """After an append (the hot path): store the end and active base hints, bump, and wake
         only if a waiter is armed."""
+        if self.closed:
+            return
         kn_store64(<int64_t*>(self.base + 16), log_end)
         kn_store64(<int64_t*>(self.base + 24), active_base)
         if kn_bump(self.word):
@@ -113,6 +131,8 @@ cdef class Bell:
 
     cpdef void ring(self, int64_t log_end, int64_t active_base, int64_t log_start) noexcept:
         """After any other change of the log (roll, truncation, a new log start, close)."""
+        if self.closed:
+            return
         kn_store64(<int64_t*>(self.base + 16), log_end)
         kn_store64(<int64_t*>(self.base + 24), active_base)
         kn_store64(<int64_t*>(self.base + 32), log_start)
@@ -121,14 +141,16 @@ cdef class Bell:
 
     def load(self) -> int:
         """The word now."""
-        return kn_load(self.word)
+        return 0 if self.closed else kn_load(self.word)
 
     def arm(self) -> int:
         """Set the waiter bit; the word as armed (check the condition, then sleep on it)."""
-        return kn_arm(self.word)
+        return 0 if self.closed else kn_arm(self.word)
 
     def hints(self) -> tuple:
         """(log end offset, active segment base, log start offset) as the writer last stored."""
+        if self.closed:
+            return (-1, -1, -1)
         return (kn_load64(<int64_t*>(self.base + 16)), kn_load64(<int64_t*>(self.base + 24)),
                 kn_load64(<int64_t*>(self.base + 32)))
 
@@ -137,16 +159,24 @@ cdef class Bell:
         EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system)."""
         cdef int r
         cdef int64_t ns = _ns(timeout)
+        if self.closed:
+            return 0
+        self.mapping.pin()
         with nogil:
             r = kn_wait(self.word, armed, ns)
+        self.mapping.unpin()
         return r
 
     def spin(self, uint32_t value, double seconds) -> bool:
         """Busy-wait (GIL released) at most seconds for the word to differ from value."""
         cdef int r
         cdef int64_t ns = _ns(seconds)
+        if self.closed:
+            return True
+        self.mapping.pin()
         with nogil:
             r = kn_spin(self.word, value, ns)
+        self.mapping.unpin()
         return r != 0
 
 
@@ -163,16 +193,23 @@ def wait_any(list bells, list values, double timeout) -> int:
         raise ValueError("one value per bell")
     if n == 0 or n > WAIT_ANY_MAX:
         raise ValueError(f"wait_any takes 1 to {WAIT_ANY_MAX} bells, not {n}")
+    held = [<Bell?>x for x in bells]
+    for b in held:
+        if b.closed:
+            return 0
     v = <kn_waitv*>malloc(n * sizeof(kn_waitv))
     if v == NULL:
         raise MemoryError()
+    for i in range(n):
+        b = held[i]
+        v[i].val = <uint32_t>values[i]
+        v[i].uaddr = <uint64_t><size_t>b.word
+        b.mapping.pin()
     try:
-        for i in range(n):
-            b = <Bell?>bells[i]
-            v[i].val = <uint32_t>values[i]
-            v[i].uaddr = <uint64_t><size_t>b.word
         with nogil:
             r = kn_wait_any(v, <unsigned>n, ns)
     finally:
         free(v)
+        for b in held:
+            b.mapping.unpin()
     return r

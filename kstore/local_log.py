@@ -546,7 +546,7 @@ class LocalLog:
                 self.close_handlers()
                 raise storage_error(self.dir, e) from e
             self._closed = True
-            self.notifier.wake_all()
+            self.notifier.close()
             try:
                 if not self._managed:
                     marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
@@ -562,7 +562,7 @@ class LocalLog:
                 for s in self._segments:
                     s.close_handlers()
                 self._closed = True
-                self.notifier.wake_all()
+                self.notifier.close()
             finally:
                 self._release_locks()
 
@@ -573,7 +573,7 @@ class LocalLog:
                 for s in self._segments:
                     s.delete()
                 self._closed = True
-                self.notifier.wake_all()
+                self.notifier.close()
                 for name in self._io.listdir(self.dir):
                     self._io.unlink(os.path.join(self.dir, name))
                 self._io.rmdir(self.dir)

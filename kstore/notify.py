@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Optional, Protocol, Sequence
 
 from kstore import _notify
@@ -136,7 +137,7 @@ class LogNotifier:
     Log._lock below it) and the re-opening of its file; it is never taken under Log._lock."""
 
     def __init__(self, lg: WaitableLog, io: FileOps, dir_: str):
-        self._log = lg
+        self._log: WaitableLog = weakref.proxy(lg)     # the log owns this: no cycle
         self._io = io
         self._path = os.path.join(dir_, NOTIFY_FILE)
         #: a writable log's Bell (private until attach_writer), and every log's in-process one
@@ -156,13 +157,17 @@ class LogNotifier:
             self.bell = writer_bell(self._io, os.path.dirname(self._path))
         return self.bell
 
-    def wake_all(self) -> None:
-        """A closing log: wake its in-process waiters (and, read-only, the file's: they check
-        the hints and sleep again)."""
+    def close(self) -> None:
+        """A closing log (lock held): wake its in-process waiters (and, read-only, the file's:
+        they check the hints and sleep again), then unmap its pages (a writable shared mapping
+        holds the file open for writing; a sleeper keeps it mapped until it wakes)."""
         self.bell.ring(*_state(self._log))
         reader = self._reader
         if reader is not None:
             reader.bump_end(*reader.hints()[:2])
+            reader.close()
+        if self.bell is not _NOBODY:
+            self.bell.close()
 
     def current_bell(self, now: float) -> Optional[_notify.Bell]:
         """The Bell to wait on: the writer's own, or a read-only log's file Bell (re-checked
@@ -173,10 +178,15 @@ class LogNotifier:
             return self._reader
         with self._lock:
             self._checked = now
-            bell, ident = _reader_bell(self._io, self._path, self._ident, self._reader)
+            if self._log.closed:
+                return self._reader
+            old = self._reader
+            bell, ident = _reader_bell(self._io, self._path, self._ident, old)
             if ident != self._ident:
                 self._seen = -1          # a new file: its counter says nothing yet
             self._reader, self._ident = bell, ident
+            if old is not None and old is not bell:
+                old.close()              # a sleeper on it keeps it mapped until it wakes
             return bell
 
     def catch_up(self, bell: Optional[_notify.Bell], word: int, quiet: bool = False) -> None:
@@ -189,6 +199,7 @@ class LogNotifier:
             return
         counter = word >> 1
         with self._lock:
+            self._check_open()            # never a refresh of a closed log
             now = time.monotonic()
             if bell is not None and (not quiet or now - self._refreshed < RECHECK_S):
                 if counter == self._seen and not quiet:

@@ -352,3 +352,29 @@ def test_a_read_only_waiter_refreshes_only_when_the_hints_show_news(tmp_path, wa
         assert ro.wait_for(2, timeout=0.2) is False and len(calls) == 1
         monkeypatch.setattr(notify, "RECHECK_S", 0.0)
         assert ro.wait_for(2, timeout=0.2) is False and len(calls) >= 2
+
+
+def _mapped(path: str) -> bool:
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().endswith(path) for line in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")
+def test_a_closed_log_unmaps_its_notification_file_and_is_freed_without_a_cycle(tmp_path, watchdog):
+    """A writable shared mapping holds the file open for writing (a read-only remount fails
+    with EBUSY while it lasts): close unmaps it, in writers and in readers that waited."""
+    import weakref
+    watchdog(60)
+    path = str(tmp_path / "t-0")
+    f = os.path.join(path, NOTIFY_FILE)
+    lg = kstore.Log.open(path)
+    lg.append([(b"k", b"v")])
+    ro = kstore.Log.open(path, read_only=True)
+    assert ro.wait_for(0, timeout=0) is True and ro.wait_for(1, timeout=0.01) is False
+    assert _mapped(f)
+    ro.close()
+    lg.close()
+    assert not _mapped(f)
+    gone = weakref.ref(lg)
+    del lg
+    assert gone() is None                  # freed at once: the notifier holds no cycle
