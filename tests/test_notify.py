@@ -378,3 +378,20 @@ def test_a_closed_log_unmaps_its_notification_file_and_is_freed_without_a_cycle(
     gone = weakref.ref(lg)
     del lg
     assert gone() is None                  # freed at once: the notifier holds no cycle
+
+
+def test_a_read_only_log_manager_waits_on_the_writers_appends(tmp_path, watchdog):
+    watchdog(60)
+    d = str(tmp_path)
+    w = WriterProcess(d, d)
+    try:
+        w.run("m.create_topic('t', 2)", "m.log('t', 1).append([(b'k', b'a')])")
+        with kstore.LogManager(d, read_only=True) as ro:
+            lg = ro.log("t", 1)
+            assert lg.read_only and lg.wait_for(0, timeout=0) is True
+            t = later(0.1, lambda: w.run("m.log('t', 1).append([(b'k', b'b')])"))
+            assert lg.wait_for(1, timeout=30) is True
+            join_all([t], 30)
+            assert [r.value for r in lg.read(1)] == [b"b"]
+    finally:
+        assert w.close() == 0
