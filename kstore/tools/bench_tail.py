@@ -48,8 +48,8 @@ def _writer(mode: str, path: str, n: int, batch: int, rate: float, conn, ready, 
     """Appends (or, mode "pipe", sends) n batches at rate per second."""
     from kstore.log import Log
     pad = b"v" * 92
-    lg = None if mode in ("pipe", "bell") else Log.open(path)
-    bell = _bell(path) if mode == "bell" else None
+    lg = None if mode in ("pipe", "bell", "bellspin") else Log.open(path)
+    bell = _bell(path) if mode in ("bell", "bellspin") else None
     ready.set()
     go.wait(60)
     start = time.monotonic()
@@ -80,7 +80,7 @@ def _reader(mode: str, store: str, n: int, batch: int, spin: float, conn, ready,
         cpu, wall = _cpu() - cpu0, time.monotonic() - t0
         out.put({"lat": lat, "cpu": cpu, "wall": wall, "idle_cpu": None, "refresh": []})
         return
-    if mode == "bell":
+    if mode in ("bell", "bellspin"):
         bell = _bell(os.path.join(store, "t-0"))
         ready.set()
         cpu0, t0 = _cpu(), time.monotonic()
@@ -91,6 +91,8 @@ def _reader(mode: str, store: str, n: int, batch: int, spin: float, conn, ready,
             if end != seen:
                 lat.append(_now() - end)
                 seen = end
+                continue
+            if mode == "bellspin" and bell.spin(armed, spin):
                 continue
             if bell.sleep(armed, 1.0) == errno.ETIMEDOUT and lat:
                 break                   # the writer is done (rings that came together count once)
@@ -162,7 +164,7 @@ def run_mode(mode: str, n: int, batch: int, rate: float, spin: float = 0.0,
     root = tempfile.mkdtemp(prefix="kstore-tail-", dir=dir_)
     path = os.path.join(root, "t-0")
     try:
-        if mode not in ("pipe", "bell"):
+        if mode not in ("pipe", "bell", "bellspin"):
             from kstore.log import Log
             Log.open(path).close()
         rconn, wconn = ctx.Pipe(duplex=False)
@@ -194,7 +196,7 @@ def run(n: int = 2000, rate: float = 1000.0, batches: int = 200, batch_rate: flo
         spin: float = 0.005, dir_: Optional[str] = None) -> list[dict[str, Any]]:
     """Every mode, interleaved in one run: single records, then 1000-record batches."""
     out = []
-    for mode in ("pipe", "bell", "wait", "spin", "poll"):
+    for mode in ("pipe", "bell", "bellspin", "wait", "spin", "poll"):
         out.append(run_mode(mode, n, 1, rate, spin, dir_))
     for mode in ("pipe", "wait", "spin"):
         out.append(run_mode(mode, batches, 1000, batch_rate, spin, dir_))
@@ -211,7 +213,7 @@ def print_report(rows: Sequence[dict[str, Any]]) -> None:
         print(f"{r['mode']:<6} {r['batch']:>5} {r['rate']:>7.0f} {r['records']:>8} {r['p50_us']:>9.1f} "
               f"{r['p99_us']:>9.1f} {r['p999_us']:>9.1f} {r['reader_cpu_per_s']:>6.3f} {idle:>6} {ref:>20}")
     print("pipe: the same two processes passing the timestamp over a pipe (the reference); bell: "
-          "the notification word alone (futex wake, no log); spin: wait_for(spin=...) busy-waits first; "
+          "the notification word alone (futex wake, no log; bellspin: spinning on it first); spin: wait_for(spin=...) busy-waits first; "
           "poll: read + 100 ms sleeps (consume --follow before wait_for)")
 
 
