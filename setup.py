@@ -27,6 +27,7 @@ MODULES = {
     "_encode": [],
     "_compact": ["kstore/_murmur3.h"],
     "_columnar": [],
+    "_notify": ["kstore/_notify.h"],
     "_core": [],
 }
 

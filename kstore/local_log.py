@@ -24,6 +24,7 @@ from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from kstore.log_loader import STANDALONE_CLEAN_MARKER
 from kstore.log_segments import LogSegments
+from kstore.notify import LogNotifier
 from kstore.segment import LogSegment
 
 log = logging.getLogger("kstore.log")
@@ -92,6 +93,9 @@ class LocalLog:
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._last_flush_ms = time.milliseconds()
+        #: wait_for's machinery; _bell is bumped after every change of the log end (notify.py)
+        self.notifier = LogNotifier(self, io, dir_)  # type: ignore[arg-type]  # a Log: it refreshes
+        self._bell = self.notifier.bell
 
     def _take_locks(self) -> None:
         """A standalone writable open excludes every other writer of the partition: the
@@ -131,6 +135,21 @@ class LocalLog:
     def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:
         """Publish a new segment list (lock held): readers take it whole, without the lock."""
         self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
+        if not self.notifier.attached and not self.read_only:
+            self._bell = self.notifier.attach_writer()     # a writable log, loaded
+
+    def _ring(self) -> None:
+        """Wake wait_for's waiters after a change other than an append (lock held)."""
+        bases = self._segments.bases
+        self._bell.ring(self._leo, bases[-1] if bases else -1, self._log_start_offset)
+
+    def wait_for(self, offset: int, timeout: Optional[float] = None, *, spin: float = 0.0) -> bool:
+        """Block until the log end is above offset (True) or timeout seconds pass (False; None
+        waits on), as threading.Event.wait. Works on writable logs (other threads append) and
+        read-only ones (another process appends: the log refreshes itself), with no polling
+        (notify.py). spin: busy-wait up to that many seconds first, for the lowest latency.
+        KStoreStateError once the log is closed; UnknownTopicError if its directory is deleted."""
+        return self.notifier.wait(offset, timeout, spin)
 
     @property
     def config(self) -> LogConfig:
@@ -260,6 +279,7 @@ class LocalLog:
         seg = LogSegment(self.dir, new_offset, self._config, io=io, time=self._time, rng=self._rng)
         seg.make_active()
         self._set_segments(self._segments.segs + [seg])
+        self._ring()
         # Kafka flushes everything below the new segment asynchronously on the scheduler; both
         # the fsyncs and the hand-off happen after the log lock is released (_after_write)
         if self._scheduler is not None:
@@ -357,6 +377,7 @@ class LocalLog:
             self._leo = target_offset
             self._log_start_offset = min(target_offset, self._log_start_offset)
             self._recovery_point = min(target_offset, self._recovery_point)
+            self._ring()
             return True
 
     @storage_op
@@ -372,6 +393,7 @@ class LocalLog:
             self._truncations += 1
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
+            self._ring()
 
     @storage_op
     def delete_records(self, offset: int) -> int:
@@ -392,6 +414,7 @@ class LocalLog:
             finally:
                 deferred = self._take_deferred()
             start = self._log_start_offset
+            self._ring()
         self._after_write(deferred)
         return start
 
@@ -457,6 +480,7 @@ class LocalLog:
             log.info("deleting segment %s (%s)", seg.log_path, reason)
             seg.close_handlers()
             seg.change_file_suffixes("", DELETED_SUFFIX)
+        self._ring()
         # after the lock, before the caller returns: one directory fsync makes every .deleted
         # rename durable, so deleted segments never come back after a power loss (a
         # crash-harness finding; Kafka leaves this to its checkpoint); then the unlinks
@@ -497,6 +521,7 @@ class LocalLog:
             new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
                              rng=self._rng, file_already_exists=True)
             self._set_segments(self._segments.replaced(old, [new]))
+            self._ring()
         # the final renames' fsync and the unlinks need no lock (a crash before the fsync is
         # finished by the next load, as above)
         io.fsync_dir(self.dir)
@@ -523,6 +548,7 @@ class LocalLog:
                 self.close_handlers()
                 raise storage_error(self.dir, e) from e
             self._closed = True
+            self.notifier.close()
             try:
                 if not self._managed:
                     marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
@@ -538,6 +564,7 @@ class LocalLog:
                 for s in self._segments:
                     s.close_handlers()
                 self._closed = True
+                self.notifier.close()
             finally:
                 self._release_locks()
 
@@ -548,6 +575,7 @@ class LocalLog:
                 for s in self._segments:
                     s.delete()
                 self._closed = True
+                self.notifier.close()
                 for name in self._io.listdir(self.dir):
                     self._io.unlink(os.path.join(self.dir, name))
                 self._io.rmdir(self.dir)

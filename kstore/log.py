@@ -252,8 +252,7 @@ class Log(LocalLog):
         return first, count
 
     def _append_built(self, b: _core.BatchBuilder, cfg: LogConfig, now: int) -> None:
-        """Write the batch the builder holds at the log end (lock held): size limits, roll if
-        any roll condition holds, segment append, log end offset."""
+        """The builder's batch at the log end (lock held): size limits, roll, append, wake."""
         size = b.size
         if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
             self._too_large(b)
@@ -263,6 +262,7 @@ class Log(LocalLog):
             seg = self._roll_locked(b.base_offset)
         seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
         self._leo = last + 1
+        self._bell.bump_end(self._leo, seg.base_offset)     # wait_for's waiters (notify.py)
 
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config

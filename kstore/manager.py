@@ -51,6 +51,8 @@ log = logging.getLogger("kstore.manager")
 #   LogRegistry.lock              the manager's registry lock (log_registry.py): registry changes
 #                                 (create/delete/add/alter topics, start-up's publishing); appends,
 #                                 the scheduled tasks and the cleaner read the registry without it
+#   LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
+#                                 takes Log._lock) and re-opening its notification file (notify.py)
 #   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
 #   Log._lock                     the append lock: in-memory state, the segment list, the bytes
 #                                 of an append. No fsync/msync waits and no scheduler hand-off
@@ -78,6 +80,8 @@ log = logging.getLogger("kstore.manager")
 # (Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
 # The removal's thread takes no kstore lock.
 #
+# The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
+# and at most one FUTEX_WAKE), waiters sleep on it holding no lock.
 # Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 # for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
 # (delete_topic closes logs under it, so Log code never calls into the manager).

@@ -229,3 +229,33 @@ def test_consume_past_the_log_end_resumes_at_the_end_not_the_start(tmp_path):
     assert err.splitlines() == [
         "kstore consume: offset 50 of t-0 is past the log end 30 (truncated); resuming there",
         "Processed a total of 0 messages"]
+
+
+def test_consume_follow_prints_a_record_appended_after_it_started(tmp_path, watchdog):
+    """--follow waits on the partitions' notification words (no sleeping between polls): a
+    record appended by another process after the consumer printed the first one shows up."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    d = str(tmp_path)
+    w = WriterProcess(d, d)
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    try:
+        w.run("m.create_topic('t', 3)", "m.append('t', None, b'first', partition=2)")
+        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                              "--from-beginning", "--follow", "--max-messages", "3",
+                              "--timeout-ms", "60000", "--print-partition"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            assert c.stdout.readline() == b"Partition:2\tfirst\n"
+            w.run("m.append('t', None, b'second', partition=0)")
+            assert c.stdout.readline() == b"Partition:0\tsecond\n"
+            w.run("m.append('t', None, b'third', partition=1)")
+            out, err = c.communicate(timeout=60)
+        finally:
+            if c.poll() is None:
+                c.kill()
+                c.wait(timeout=30)
+        assert (c.returncode, out) == (0, b"Partition:1\tthird\n")
+        assert err.decode().splitlines()[-1] == "Processed a total of 3 messages"
+    finally:
+        assert w.close() == 0

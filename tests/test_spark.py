@@ -337,3 +337,40 @@ def test_a_task_with_fail_on_data_loss_false_reads_on_past_offsets_retention_rem
            for o in b.column("offset").to_pylist()]
     assert calls == [0, cut]
     assert got == list(range(cut, 50))
+
+
+def test_stream_latest_offset_waits_for_new_data_instead_of_returning_at_once(tmp_path, watchdog):
+    """latestOffset with nothing new waits (up to waitForDataMs) on the partitions'
+    notification words: an append by another thread ends the wait with its offsets; with
+    nothing appended it returns the same offsets once the wait is over. No SparkSession needed."""
+    import threading
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreStreamReader
+    from thread_watchdog import join_all
+    watchdog(120)
+    d = make_store(str(tmp_path / "w"), partitions=2, n=3)
+    with kstore.LogManager(d) as m:
+        opts = ReadOptions.parse({"path": d, "subscribe": "t", "startingOffsets": "latest",
+                                  "waitForDataMs": "30000"}, streaming=True)
+        assert opts.wait_for_data_ms == 30000
+        r = KStoreStreamReader(opts)
+        try:
+            start = r.initialOffset()
+            assert start == {"t": {"0": 3, "1": 3}}
+            t = threading.Thread(target=lambda: (time.sleep(0.2), m.log("t", 1).append([(b"k", b"v")])))
+            t.start()
+            t0 = time.monotonic()
+            assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 3, "1": 4}}
+            assert time.monotonic() - t0 < 30
+            join_all([t], 30)
+            # no wait when there is news already; a short wait with none returns the same offsets
+            assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 3, "1": 4}}
+            r.opts.wait_for_data_ms = 50
+            end = {"t": {"0": 3, "1": 4}}
+            assert r.latestOffset(end, ReadAllAvailable()) == end
+        finally:
+            r.stop()
+    off = ReadOptions.parse({"path": d, "subscribe": "t", "waitForDataMs": "0"}, streaming=True)
+    assert off.wait_for_data_ms == 0
+    assert ReadOptions.parse({"path": d, "subscribe": "t"}, streaming=True).wait_for_data_ms == 500

@@ -133,6 +133,7 @@ class ReadOptions:
     max_records_per_partition: Optional[int] = None
     max_offsets_per_trigger: Optional[int] = None
     push_filters: bool = True
+    wait_for_data_ms: int = 500              # streaming: how long latestOffset waits for news
 
     @classmethod
     def parse(cls, opts: Options, streaming: bool) -> "ReadOptions":
@@ -184,6 +185,7 @@ class ReadOptions:
         o.max_records_per_partition = _int(opts, "maxrecordsperpartition")
         o.max_offsets_per_trigger = _int(opts, "maxoffsetspertrigger")
         o.push_filters = parse_bool(opts, "pushfilters", True)
+        o.wait_for_data_ms = _int(opts, "waitfordatams", 0) or (0 if "waitfordatams" in opts else 500)
         return o
 
     def topic_partitions(self, store: StoreReader) -> list[TopicPartition]:

@@ -13,8 +13,10 @@ from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, Fi
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
+from kstore import notify
 from kstore.arrow import iter_batches, kafka_schema
-from kstore.errors import DataLossError, InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from kstore.errors import (DataLossError, InvalidConfigError, OffsetOutOfRangeError,
+                           SegmentGoneError, UnknownTopicError)
 from kstore.reader import StoreReader
 from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicPartition
 from kstore.spark.pushdown import Pruning
@@ -251,6 +253,8 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._from_json(start)
         store = self._fresh_store()
         latest = self._latest(store)
+        if self._target is None and all(tp in begin and latest[tp] <= begin[tp] for tp in latest):
+            latest = self._wait_for_data(store, latest)
         if self._target is not None:
             target = self._from_json(self._target)
             latest = {tp: min(v, target[tp]) for tp, v in latest.items() if tp in target}
@@ -267,6 +271,23 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     take = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
                     ends[tp] = min(latest[tp], begin[tp] + take)
         return self._to_json(ends)
+
+    def _wait_for_data(self, store: StoreReader, latest: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, int]:
+        """Nothing new since the last batch: wait up to waitForDataMs on the partitions'
+        notification words (notify.wait_any) instead of returning at once to be polled again by
+        Spark's trigger loop, so a record appended meanwhile starts a batch within microseconds.
+        A partition that appears or goes away meanwhile is found by the next call."""
+        tps = sorted(latest)
+        if not self.opts.wait_for_data_ms or not tps:
+            return latest
+        try:
+            if notify.wait_any([store.log(*tp) for tp in tps], [latest[tp] for tp in tps],
+                               self.opts.wait_for_data_ms / 1000):
+                return self._latest(store)
+        except (UnknownTopicError, SegmentGoneError):
+            pass
+        return latest
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = self._from_json(start), self._from_json(end)

@@ -403,11 +403,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--no-peers", action="store_true", help="measure kstore only")
+    ap.add_argument("--tail", action="store_true", help="cross-process append-to-visible latency")
     ap.add_argument("--spark", action="store_true",
                     help="the Spark workload instead: read a topic vs the same rows in Parquet, "
                          "and the write rate (needs kstore[spark])")
     args = ap.parse_args(argv)
     n = args.records or (100_000 if args.quick else 1_000_000)
+    if args.tail:
+        return __import__("kstore.tools.bench_tail").tools.bench_tail.main(args.records, args.json, args.dir)
     if args.spark:
         from kstore.tools import bench_spark
         out = bench_spark.run(n, dir_=args.dir, quiet=args.json)

@@ -199,7 +199,8 @@ only --follow prints anything. The last line on stderr is "Processed a total of 
     c.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records")
     c.add_argument("--max-messages", type=int, help="stop after this many records")
     c.add_argument("--timeout-ms", type=int, help="with --follow, stop after this long without a record")
-    c.add_argument("--poll-ms", type=int, default=100, help="with --follow, how often to look (default 100)")
+    c.add_argument("--poll-ms", type=int, default=100,
+                   help="with --follow, how often to look while no partition can be waited on (default 100)")
     c.add_argument("--print-key", action="store_true")
     c.add_argument("--print-timestamp", action="store_true")
     c.add_argument("--print-partition", action="store_true")

@@ -13,12 +13,13 @@ import sys
 import time
 from typing import IO, Optional
 
-from kstore import _core
+from kstore import _core, notify
 from kstore.tools.admin import open_manager, open_reader, parse_time
-from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError
 from kstore.tools.progress import Progress
 
 READ_CHUNK = 1 << 20
+SCAN_S = 1.0          # --follow without --partition: how often to look for new partitions
 TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
@@ -157,12 +158,13 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         discover(first=True)
         last_data = time.monotonic()
         last_scan = last_data
+        rescanned = args.follow        # the log start checkpoints were (re)read: refresh with them
         try:
             while True:
                 got = 0
                 for p in sorted(positions):
                     try:
-                        lg = store.log(args.topic, p, refresh=args.follow)
+                        lg = store.log(args.topic, p, refresh=rescanned)
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
                     except UnknownTopicError:
                         if not args.follow:
@@ -189,6 +191,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         break
                 if limit is not None and count >= limit:
                     break
+                rescanned = False
                 now = time.monotonic()
                 if got:
                     last_data = now
@@ -198,11 +201,16 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 if timeout is not None and now - last_data >= timeout:
                     break
                 out.flush()
-                if args.partition is None and now - last_scan >= 1.0:
+                if args.partition is None and now - last_scan >= SCAN_S:
                     store.refresh()                 # new partitions (or the topic) appear
                     discover(first=False)
                     last_scan = now
-                time.sleep(args.poll_ms / 1000)
+                    rescanned = True
+                    continue
+                _wait(store, args.topic, positions, min(
+                    SCAN_S - (now - last_scan) if args.partition is None else notify.SLICE_S,
+                    timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
+                    args.poll_ms / 1000)
         except KeyboardInterrupt:
             pass
         finally:
@@ -212,6 +220,21 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 pass
     print(f"Processed a total of {count} messages", file=err)
     return 0
+
+
+def _wait(store, topic: str, positions: dict[int, int], timeout: float, poll_s: float) -> None:
+    """Until a followed partition has records past its position, or timeout: one futex_waitv
+    over their notification words (notify.wait_any; a poll when there are none to wait on). A
+    partition deleted meanwhile ends the wait: the read that follows reports it."""
+    if not positions:
+        time.sleep(max(0.0, min(timeout, poll_s)))
+        return
+    parts = sorted(positions)
+    try:
+        notify.wait_any([store.log(topic, p) for p in parts], [positions[p] for p in parts],
+                        max(0.0, timeout))
+    except (UnknownTopicError, SegmentGoneError):
+        pass
 
 
 def _resume_at(lg, pos: int, name: str, err) -> int:

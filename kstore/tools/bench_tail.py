@@ -1,0 +1,227 @@
+"""`kstore bench --tail`: append in one process, seen by a reader in another.
+
+A writer process appends at a steady rate, one record per batch (16-byte key, 100-byte value)
+or 1000-record batches; a reader process opens the partition read-only (StoreReader) and loops
+on `wait_for` + `read`. Each value starts with the writer's CLOCK_MONOTONIC time in ns (the one
+clock both processes share), so the reader measures append-to-visible latency per record. In
+the same run and at the same rate, the same two kinds of process pass the timestamps over a
+plain pipe (the reference: the cost of one cross-process wake-up), and the reader waits with
+spin (busy-waits first: lowest latency, a busy core). Reported: p50/p99/p99.9 latency, the
+reader's CPU time per second while data flows and while idle (getrusage), and the time its
+refreshes took (what a read-only log spends learning the new data).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import tempfile
+import time
+from typing import Any, Optional, Sequence
+
+_CLOCK = time.CLOCK_MONOTONIC
+KEY = b"k" * 16
+IDLE_S = 1.0
+POLL_S = 0.1          # mode "poll": what `consume --follow` slept between polls before wait_for
+
+
+def _now() -> int:
+    return time.clock_gettime_ns(_CLOCK)
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _pace(start: float, i: int, rate: float) -> None:
+    """Sleep until the i-th tick of a steady rate."""
+    delay = start + i / rate - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _writer(mode: str, path: str, n: int, batch: int, rate: float, conn, ready, go) -> None:
+    """Appends (or, mode "pipe", sends) n batches at rate per second."""
+    from kstore.log import Log
+    pad = b"v" * 92
+    lg = None if mode in ("pipe", "bell", "bellspin") else Log.open(path)
+    bell = _bell(path) if mode in ("bell", "bellspin") else None
+    ready.set()
+    go.wait(60)
+    start = time.monotonic()
+    for i in range(n):
+        _pace(start, i, rate)
+        ts = _now().to_bytes(8, "little")
+        if bell is not None:
+            bell.ring(int.from_bytes(ts, "little"), 0, 0)
+        elif lg is None:
+            conn.send_bytes(ts)
+        else:
+            lg.append([(KEY, ts + pad)] * batch)
+    if lg is not None:
+        time.sleep(IDLE_S + 0.5)        # the reader measures its idle CPU meanwhile
+        lg.close()
+
+
+def _reader(mode: str, store: str, n: int, batch: int, spin: float, conn, ready, out) -> None:
+    lat: list[int] = []
+    refresh_ns: list[int] = []
+    total = n * batch
+    if mode == "pipe":
+        ready.set()
+        cpu0, t0 = _cpu(), time.monotonic()
+        for _ in range(n):
+            ts = int.from_bytes(conn.recv_bytes(), "little")
+            lat.append(_now() - ts)
+        cpu, wall = _cpu() - cpu0, time.monotonic() - t0
+        out.put({"lat": lat, "cpu": cpu, "wall": wall, "idle_cpu": None, "refresh": []})
+        return
+    if mode in ("bell", "bellspin"):
+        bell = _bell(os.path.join(store, "t-0"))
+        ready.set()
+        cpu0, t0 = _cpu(), time.monotonic()
+        seen = 0
+        while len(lat) < n:
+            armed = bell.arm()
+            end = bell.hints()[0]
+            if end != seen:
+                lat.append(_now() - end)
+                seen = end
+                continue
+            if mode == "bellspin" and bell.spin(armed, spin):
+                continue
+            if bell.sleep(armed, 1.0) == errno.ETIMEDOUT and lat:
+                break                   # the writer is done (rings that came together count once)
+        cpu, wall = _cpu() - cpu0, time.monotonic() - t0
+        out.put({"lat": lat, "cpu": cpu, "wall": wall, "idle_cpu": None, "refresh": []})
+        return
+    from kstore.reader import StoreReader
+    with StoreReader(store) as s:
+        lg = s.log("t", 0)
+        plain = lg.refresh
+
+        def timed(*a, **kw):
+            t = _now()
+            try:
+                return plain(*a, **kw)
+            finally:
+                refresh_ns.append(_now() - t)
+        lg.refresh = timed                  # type: ignore[method-assign]  # measured
+        ready.set()
+        nxt = 0
+        cpu0, t0 = _cpu(), time.monotonic()
+        deadline = time.monotonic() + 30 + total / 1000
+        while nxt < total and time.monotonic() < deadline:
+            if mode == "poll":           # before wait_for: read (refreshing at the end), sleep
+                recs = lg.read(nxt, max_bytes=1 << 22)
+                if not recs:
+                    time.sleep(POLL_S)
+                    continue
+            elif not lg.wait_for(nxt, timeout=30, spin=spin if mode == "spin" else 0.0):
+                break
+            else:
+                recs = lg.read(nxt, max_bytes=1 << 22)
+            now = _now()
+            lat.extend(now - int.from_bytes((r.value or b"")[:8], "little") for r in recs)
+            nxt = recs[-1].offset + 1 if recs else nxt
+        cpu, wall = _cpu() - cpu0, time.monotonic() - t0
+        c0 = _cpu()
+        if mode == "poll":
+            end = time.monotonic() + IDLE_S
+            while time.monotonic() < end:
+                lg.read(nxt)
+                time.sleep(POLL_S)
+        else:
+            lg.wait_for(nxt, timeout=IDLE_S)       # nothing comes: ~0 CPU
+        idle = _cpu() - c0
+    out.put({"lat": lat, "cpu": cpu, "wall": wall, "idle_cpu": idle, "refresh": refresh_ns})
+
+
+def _bell(path: str):
+    """The notification word alone (mode "bell": the wake-up without a log): the writer's
+    timestamp travels as the end-offset hint."""
+    from kstore.fileio import get_file_ops
+    from kstore.notify import writer_bell
+    os.makedirs(path, exist_ok=True)
+    return writer_bell(get_file_ops(), path)
+
+
+def _pct(xs: list[int], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] / 1000.0
+
+
+def run_mode(mode: str, n: int, batch: int, rate: float, spin: float = 0.0,
+             dir_: Optional[str] = None) -> dict[str, Any]:
+    """One writer and one reader process; latencies in µs, CPU in seconds per second."""
+    ctx = mp.get_context("spawn")
+    root = tempfile.mkdtemp(prefix="kstore-tail-", dir=dir_)
+    path = os.path.join(root, "t-0")
+    try:
+        if mode not in ("pipe", "bell", "bellspin"):
+            from kstore.log import Log
+            Log.open(path).close()
+        rconn, wconn = ctx.Pipe(duplex=False)
+        w_ready, r_ready, go = ctx.Event(), ctx.Event(), ctx.Event()
+        out = ctx.Queue()
+        w = ctx.Process(target=_writer, args=(mode, path, n, batch, rate, wconn, w_ready, go))
+        w.start()
+        w_ready.wait(60)
+        r = ctx.Process(target=_reader, args=(mode, root, n, batch, spin, rconn, r_ready, out))
+        r.start()
+        r_ready.wait(60)
+        time.sleep(0.2)
+        go.set()
+        res = out.get(timeout=max(120.0, 3 * n / rate))
+        w.join(60)
+        r.join(60)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    lat, wall = res["lat"], res["wall"] or 1e-9
+    ref = res["refresh"]
+    return {"mode": mode, "batches": n, "batch": batch, "rate": rate, "records": len(lat),
+            "p50_us": _pct(lat, 0.5), "p99_us": _pct(lat, 0.99), "p999_us": _pct(lat, 0.999),
+            "reader_cpu_per_s": res["cpu"] / wall,
+            "idle_cpu_per_s": None if res["idle_cpu"] is None else res["idle_cpu"] / IDLE_S,
+            "refreshes": len(ref), "refresh_p50_us": _pct(ref, 0.5), "refresh_p99_us": _pct(ref, 0.99)}
+
+
+def run(n: int = 2000, rate: float = 1000.0, batches: int = 200, batch_rate: float = 100.0,
+        spin: float = 0.005, dir_: Optional[str] = None) -> list[dict[str, Any]]:
+    """Every mode, interleaved in one run: single records, then 1000-record batches."""
+    out = []
+    for mode in ("pipe", "bell", "bellspin", "wait", "spin", "poll"):
+        out.append(run_mode(mode, n, 1, rate, spin, dir_))
+    for mode in ("pipe", "wait", "spin"):
+        out.append(run_mode(mode, batches, 1000, batch_rate, spin, dir_))
+    return out
+
+
+def print_report(rows: Sequence[dict[str, Any]]) -> None:
+    print("append in process A -> visible to a reader in process B (CLOCK_MONOTONIC in the value)")
+    print(f"{'mode':<6} {'batch':>5} {'rate/s':>7} {'records':>8} {'p50 µs':>9} {'p99 µs':>9} "
+          f"{'p99.9 µs':>9} {'cpu/s':>6} {'idle':>6} {'refresh p50/p99 µs':>20}")
+    for r in rows:
+        idle = "-" if r["idle_cpu_per_s"] is None else f"{r['idle_cpu_per_s']:.3f}"
+        ref = "-" if not r["refreshes"] else f"{r['refresh_p50_us']:.0f}/{r['refresh_p99_us']:.0f}"
+        print(f"{r['mode']:<6} {r['batch']:>5} {r['rate']:>7.0f} {r['records']:>8} {r['p50_us']:>9.1f} "
+              f"{r['p99_us']:>9.1f} {r['p999_us']:>9.1f} {r['reader_cpu_per_s']:>6.3f} {idle:>6} {ref:>20}")
+    print("pipe: the same two processes passing the timestamp over a pipe (the reference); bell: "
+          "the notification word alone (futex wake, no log; bellspin: spinning on it first); spin: wait_for(spin=...) busy-waits first; "
+          "poll: read + 100 ms sleeps (consume --follow before wait_for)")
+
+
+def main(records: Optional[int] = None, as_json: bool = False, dir_: Optional[str] = None) -> int:
+    """The `kstore bench --tail` entry (records: single-record appends; default 2000 at 1000/s)."""
+    rows = run(n=records or 2000, dir_=dir_)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_report(rows)
+    return 0
