@@ -8,7 +8,10 @@ from libc.stdlib cimport malloc, realloc, free
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM, PyTuple_CheckExact
+from cpython.bytes cimport PyBytes_CheckExact
+from cpython.long cimport PyLong_CheckExact
+from cpython.object cimport PyObject
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
@@ -18,6 +21,10 @@ from kstore._column_input cimport ColumnInput
 from kstore.errors import InvalidRecordError, UnsupportedCodecError
 
 cdef uint8_t _empty_byte = 0
+
+cdef extern from "Python.h":
+    # on an exact int it cannot fail: out of range sets *overflow, raises nothing
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) noexcept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,55 +252,139 @@ cdef class BatchBuilder:
     cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
                        int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
                        int codec, int32_t leader_epoch, list keep) except -1:
-        cdef Py_ssize_t i, pos, body, klen, vlen, hcount, j, L, hbytes
-        cdef const uint8_t* kp
-        cdef const uint8_t* vp
-        cdef object item, key, value, ts_obj, headers
-        cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
-        cdef list hdrs
-        cdef bytes hk, hv
+        """Encode the records after the 61-byte header. Records of the common shape (a tuple of
+        exact bytes or None key and value, an exact int or None timestamp inside the window, no
+        headers) take the fast path: borrowed references, no Python call, one capacity test;
+        any other record, and every record that fails a check, goes through _put_v2_slow,
+        which validates and raises exactly as before. Both write the same bytes."""
+        cdef Py_ssize_t i, pos, body, klen, vlen, L
+        cdef PyObject* item
+        cdef PyObject* k
+        cdef PyObject* v
+        cdef PyObject* t
+        cdef PyObject* h
+        cdef int64_t ts, delta, base_ts = 0, max_ts = NO_TIMESTAMP
+        cdef uint8_t* b
+        cdef bint fast
+        cdef int overflow
         self._ensure(V2_OVERHEAD + 64)
         pos = V2_OVERHEAD
         for i in range(n):
-            item = <object>(PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i))
-            if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
-                L = PyTuple_GET_SIZE(item)
-                key = <object>PyTuple_GET_ITEM(item, 0)
-                value = <object>PyTuple_GET_ITEM(item, 1)
-                ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
-                headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
-            else:
-                key, value, ts_obj, headers = self._unpack_slow(item, i)
-            _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
-            ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+            item = PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i)
+            fast = False
+            if PyTuple_CheckExact(<object>item):
+                L = PyTuple_GET_SIZE(<object>item)
+                if 2 <= L <= 4:
+                    k = PyTuple_GET_ITEM(<object>item, 0)
+                    v = PyTuple_GET_ITEM(<object>item, 1)
+                    fast = True
+                    if k == <PyObject*>None:
+                        klen = -1
+                        fast = not require_key
+                    elif PyBytes_CheckExact(<object>k):
+                        klen = PyBytes_GET_SIZE(<object>k)
+                    else:
+                        fast = False
+                    if v == <PyObject*>None:
+                        vlen = -1
+                    elif PyBytes_CheckExact(<object>v):
+                        vlen = PyBytes_GET_SIZE(<object>v)
+                    else:
+                        fast = False
+                    ts = now
+                    if fast and L > 2 and not lat:
+                        t = PyTuple_GET_ITEM(<object>item, 2)
+                        if t != <PyObject*>None:
+                            if PyLong_CheckExact(<object>t):
+                                ts = PyLong_AsLongLongAndOverflow(<object>t, &overflow)
+                                if overflow or ts < 0 or ts < ts_min or ts > ts_max:
+                                    fast = False
+                            else:
+                                fast = False
+                    if fast and L > 3:
+                        h = PyTuple_GET_ITEM(<object>item, 3)
+                        if h != <PyObject*>None and not (PyTuple_CheckExact(<object>h) and
+                                                         PyTuple_GET_SIZE(<object>h) == 0):
+                            fast = False
+            if not fast:
+                pos = self._put_v2_slow(<object>item, i, pos, now, lat, ts_min, ts_max,
+                                        require_key, &base_ts, &max_ts, keep)
+                continue
             if i == 0:
                 base_ts = ts
             if ts > max_ts:
                 max_ts = ts
-            hcount = 0
-            hdrs = None
-            if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
-                hdrs = self._headers(headers, i)
-                hcount = len(hdrs)
-            hbytes = 0
-            for j in range(hcount):
-                hk = hdrs[j][0]
-                hv = hdrs[j][1]
-                hbytes += blob_size(len(hk)) + blob_size(-1 if hv is None else len(hv))
-            body = record_body_size(ts - base_ts, i, klen, vlen, hcount, hbytes)
-            self._ensure(pos + body + 10)
-            pos = put_record_head(self.buf, pos, body, ts - base_ts, i, kp, klen, vp, vlen, hcount)
-            for j in range(hcount):
-                hk = hdrs[j][0]
-                hv = hdrs[j][1]
-                pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hk), len(hk))
-                if hv is None:
-                    pos = put_varint(self.buf, pos, -1)
-                else:
-                    pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hv), len(hv))
-            if len(keep) > 64:
-                del keep[:]
+            delta = ts - base_ts
+            body = record_body_size(delta, i, klen, vlen, 0, 0)
+            if pos + body + 10 > self.cap:
+                self._ensure(pos + body + 10)
+            b = self.buf
+            pos = put_varint(b, pos, body)
+            b[pos] = 0                      # attributes
+            pos = put_varint(b, pos + 1, delta)
+            pos = put_varint(b, pos, i)
+            pos = put_varint(b, pos, klen)
+            if klen > 0:
+                memcpy(b + pos, PyBytes_AS_STRING(<object>k), klen)
+                pos += klen
+            pos = put_varint(b, pos, vlen)
+            if vlen > 0:
+                memcpy(b + pos, PyBytes_AS_STRING(<object>v), vlen)
+                pos += vlen
+            b[pos] = 0                      # header count
+            pos += 1
         return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
+
+    cdef Py_ssize_t _put_v2_slow(self, object item, Py_ssize_t i, Py_ssize_t pos, int64_t now,
+                                 bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
+                                 int64_t* base_ts, int64_t* max_ts, list keep) except -1:
+        """Record i of any accepted shape (Record, list, other bytes-likes, headers), with every
+        check and error message; returns the position after it."""
+        cdef Py_ssize_t klen, vlen, hcount, j, L, hbytes, body
+        cdef const uint8_t* kp
+        cdef const uint8_t* vp
+        cdef object key, value, ts_obj, headers
+        cdef int64_t ts
+        cdef list hdrs
+        cdef bytes hk, hv
+        if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
+            L = PyTuple_GET_SIZE(item)
+            key = <object>PyTuple_GET_ITEM(item, 0)
+            value = <object>PyTuple_GET_ITEM(item, 1)
+            ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
+            headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
+        else:
+            key, value, ts_obj, headers = self._unpack_slow(item, i)
+        _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
+        ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+        if i == 0:
+            base_ts[0] = ts
+        if ts > max_ts[0]:
+            max_ts[0] = ts
+        hcount = 0
+        hdrs = None
+        if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
+            hdrs = self._headers(headers, i)
+            hcount = len(hdrs)
+        hbytes = 0
+        for j in range(hcount):
+            hk = hdrs[j][0]
+            hv = hdrs[j][1]
+            hbytes += blob_size(len(hk)) + blob_size(-1 if hv is None else len(hv))
+        body = record_body_size(ts - base_ts[0], i, klen, vlen, hcount, hbytes)
+        self._ensure(pos + body + 10)
+        pos = put_record_head(self.buf, pos, body, ts - base_ts[0], i, kp, klen, vp, vlen, hcount)
+        for j in range(hcount):
+            hk = hdrs[j][0]
+            hv = hdrs[j][1]
+            pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hk), len(hk))
+            if hv is None:
+                pos = put_varint(self.buf, pos, -1)
+            else:
+                pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hv), len(hv))
+        if len(keep) > 64:
+            del keep[:]
+        return pos
 
     cdef int _finish_v2(self, Py_ssize_t pos, Py_ssize_t n, int64_t base_offset, int64_t base_ts,
                         int64_t max_ts, bint lat, int codec, int32_t leader_epoch) except -1:
