@@ -6,25 +6,20 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, realloc, free
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.buffer cimport PyObject_CheckBuffer, PyBuffer_FillInfo
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM, PyTuple_CheckExact
-from cpython.bytes cimport PyBytes_CheckExact
-from cpython.long cimport PyLong_CheckExact
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.object cimport PyObject
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record, AppendInfo
 from kstore._column_input cimport ColumnInput
+from kstore._record_input cimport PlainRecord, plain_record
 
 from kstore.errors import InvalidRecordError, UnsupportedCodecError
 
 cdef uint8_t _empty_byte = 0
-
-cdef extern from "Python.h":
-    # on an exact int it cannot fail: out of range sets *overflow, raises nothing
-    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) noexcept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +87,7 @@ cdef class BatchBuilder:
     cdef readonly Py_ssize_t max_entry_size
     cdef readonly int magic
     cdef public object compression_level    # None: the codec's Kafka default
+    cdef int exports                         # live buffer exports (memoryview(builder))
 
     def __cinit__(self):
         self.compression_level = None
@@ -108,6 +104,8 @@ cdef class BatchBuilder:
         cdef uint8_t* nb
         if need <= self.cap:
             return 0
+        if self.exports:
+            raise BufferError("the batch builder's buffer is exported: release the view first")
         c = self.cap
         while c < need:
             c *= 2
@@ -120,6 +118,15 @@ cdef class BatchBuilder:
 
     def getvalue(self):
         return PyBytes_FromStringAndSize(<char*>self.buf, self.size)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        """The encoded bytes without a copy (read-only; what the segment pwrites). Valid until
+        the next build: release it first (the buffer is never moved while exported)."""
+        PyBuffer_FillInfo(buffer, self, <void*>self.buf, self.size, 1, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self.exports -= 1
 
     def info(self, int64_t log_append_time):
         """The AppendInfo describing the last build()."""
@@ -252,87 +259,32 @@ cdef class BatchBuilder:
     cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
                        int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
                        int codec, int32_t leader_epoch, list keep) except -1:
-        """Encode the records after the 61-byte header. Records of the common shape (a tuple of
-        exact bytes or None key and value, an exact int or None timestamp inside the window, no
-        headers) take the fast path: borrowed references, no Python call, one capacity test;
-        any other record, and every record that fails a check, goes through _put_v2_slow,
-        which validates and raises exactly as before. Both write the same bytes."""
-        cdef Py_ssize_t i, pos, body, klen, vlen, L
+        """Encode the records after the 61-byte header. A record of the plain shape
+        (_record_input.plain_record: checked in C, no Python call, no reference count) is
+        written inline with one capacity test; any other record, and every record that fails
+        a check, goes through _put_v2_slow, which validates and raises exactly as before.
+        Both write the same bytes."""
+        cdef Py_ssize_t i, pos, body
         cdef PyObject* item
-        cdef PyObject* k
-        cdef PyObject* v
-        cdef PyObject* t
-        cdef PyObject* h
-        cdef int64_t ts, delta, base_ts = 0, max_ts = NO_TIMESTAMP
-        cdef uint8_t* b
-        cdef bint fast
-        cdef int overflow
+        cdef PlainRecord r
+        cdef int64_t delta, base_ts = 0, max_ts = NO_TIMESTAMP
         self._ensure(V2_OVERHEAD + 64)
         pos = V2_OVERHEAD
         for i in range(n):
             item = PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i)
-            fast = False
-            if PyTuple_CheckExact(<object>item):
-                L = PyTuple_GET_SIZE(<object>item)
-                if 2 <= L <= 4:
-                    k = PyTuple_GET_ITEM(<object>item, 0)
-                    v = PyTuple_GET_ITEM(<object>item, 1)
-                    fast = True
-                    if k == <PyObject*>None:
-                        klen = -1
-                        fast = not require_key
-                    elif PyBytes_CheckExact(<object>k):
-                        klen = PyBytes_GET_SIZE(<object>k)
-                    else:
-                        fast = False
-                    if v == <PyObject*>None:
-                        vlen = -1
-                    elif PyBytes_CheckExact(<object>v):
-                        vlen = PyBytes_GET_SIZE(<object>v)
-                    else:
-                        fast = False
-                    ts = now
-                    if fast and L > 2 and not lat:
-                        t = PyTuple_GET_ITEM(<object>item, 2)
-                        if t != <PyObject*>None:
-                            if PyLong_CheckExact(<object>t):
-                                ts = PyLong_AsLongLongAndOverflow(<object>t, &overflow)
-                                if overflow or ts < 0 or ts < ts_min or ts > ts_max:
-                                    fast = False
-                            else:
-                                fast = False
-                    if fast and L > 3:
-                        h = PyTuple_GET_ITEM(<object>item, 3)
-                        if h != <PyObject*>None and not (PyTuple_CheckExact(<object>h) and
-                                                         PyTuple_GET_SIZE(<object>h) == 0):
-                            fast = False
-            if not fast:
+            if not plain_record(item, require_key, lat, now, ts_min, ts_max, &r):
                 pos = self._put_v2_slow(<object>item, i, pos, now, lat, ts_min, ts_max,
                                         require_key, &base_ts, &max_ts, keep)
                 continue
             if i == 0:
-                base_ts = ts
-            if ts > max_ts:
-                max_ts = ts
-            delta = ts - base_ts
-            body = record_body_size(delta, i, klen, vlen, 0, 0)
+                base_ts = r.ts
+            if r.ts > max_ts:
+                max_ts = r.ts
+            delta = r.ts - base_ts
+            body = record_body_size(delta, i, r.klen, r.vlen, 0, 0)
             if pos + body + 10 > self.cap:
                 self._ensure(pos + body + 10)
-            b = self.buf
-            pos = put_varint(b, pos, body)
-            b[pos] = 0                      # attributes
-            pos = put_varint(b, pos + 1, delta)
-            pos = put_varint(b, pos, i)
-            pos = put_varint(b, pos, klen)
-            if klen > 0:
-                memcpy(b + pos, PyBytes_AS_STRING(<object>k), klen)
-                pos += klen
-            pos = put_varint(b, pos, vlen)
-            if vlen > 0:
-                memcpy(b + pos, PyBytes_AS_STRING(<object>v), vlen)
-                pos += vlen
-            b[pos] = 0                      # header count
-            pos += 1
+            pos = put_record_head(self.buf, pos, body, delta, i, r.key, r.klen, r.value, r.vlen, 0)
         return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
 
     cdef Py_ssize_t _put_v2_slow(self, object item, Py_ssize_t i, Py_ssize_t pos, int64_t now,
