@@ -82,6 +82,7 @@ class LogSegment(SegmentReader):
         self._rolling_ts: Optional[int] = None     # None: not loaded yet
         self._bytes_since_last_index_entry = 0
         self._indexes_full = False       # cached: changes only when index entries change
+        self._index_room = 0             # entries both indexes can still take (a lower bound)
         self._rebuilding = False
         #: set by the loader: an index file is missing, so the segment is recovered at load
         self.needs_recovery = False
@@ -243,7 +244,9 @@ class LogSegment(SegmentReader):
             self.offset_index.append(largest_offset, pos)
             self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
-            self._update_indexes_full()
+            self._index_room -= 1        # at most one entry each: recounted when it runs out
+            if self._index_room <= 0:
+                self._update_indexes_full()
         self._bytes_since_last_index_entry += n
         v.size = end
 
@@ -285,7 +288,11 @@ class LogSegment(SegmentReader):
         return rel < 0 or rel > INT32_MAX
 
     def _update_indexes_full(self) -> None:
-        self._indexes_full = self.offset_index.is_full() or self.time_index.is_full()
+        """Recount the room left in both indexes (their is_full() rules: the time index keeps
+        one slot for the final entry); append counts it down instead of asking per entry."""
+        oi, ti = self.offset_index, self.time_index
+        self._index_room = min(oi.max_entries - oi.entries, ti.max_entries - 1 - ti.entries)
+        self._indexes_full = self._index_room <= 0
 
     def on_become_inactive(self) -> None:
         """At roll: final time-index entry, trim both indexes and the .log, map read-only."""
