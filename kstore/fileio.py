@@ -4,9 +4,10 @@ Segments, indexes and checkpoints never call ``os`` directly: they call a ``File
 default implementation is thin; tests swap in a subclass (``set_file_ops`` or the ``io=``
 argument of ``Log.open``) to record operations, inject crashes, torn writes and ENOSPC.
 
-Writes into a mapped segment are memcpy's from the compiled core and are not individual calls
-here; a FileOps that sets ``intercept_map_writes = True`` makes segments route those writes
-through ``map_write`` instead, so a crash harness sees every byte written.
+A segment append of 16 KiB or more (segment.PWRITE_MIN_BYTES) is a ``pwrite`` here like any
+other. A smaller one is a memcpy from the compiled core into the segment's mapping and is not an
+individual call here; a FileOps that sets ``intercept_map_writes = True`` makes segments route
+those writes through ``map_write`` instead, so a crash harness sees every byte written.
 """
 from __future__ import annotations
 
