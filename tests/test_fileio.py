@@ -2,6 +2,7 @@
 operations and inject errors; durability steps happen in the right order."""
 import errno
 import os
+import sys
 
 import pytest
 
@@ -327,3 +328,56 @@ def test_a_hostile_lock_file_is_refused_and_nothing_created_outside(tmp_path, wa
     with pytest.raises(UnusableFileError, match=f"{lock}.*a {what}, not a regular file"):
         FileOps().try_lock(str(lock))
     assert os.listdir(outside) == []
+
+
+class AllocOps(InterceptingOps):
+    def __init__(self, memory):
+        super().__init__()
+        self.memory = memory
+
+    def allocate(self, fd, offset, length):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):     # not the indexes' blocks
+            self._rec("allocate", offset, length)
+        return super().allocate(fd, offset, length)
+
+    def memory_backed(self, fd):
+        return self.memory
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("memory", [False, True])
+def test_large_appends_grow_the_runway_by_fallocate_except_in_memory(tmp_path, memory):
+    """Ahead of a pwrite the runway is fallocated (a disk file system reserves blocks only);
+    on tmpfs/ramfs the pwrite grows the file itself (fallocate would zero pages it then fills)."""
+    ops = AllocOps(memory)
+    d = str(tmp_path / "t-0")
+    log = kstore.Log.open(d, io=ops)
+    recs = [(b"k%015d" % i, b"v" * 100, NOW_MS + i) for i in range(1000)]
+    log.append(recs)
+    size = log.active_segment.size
+    allocs = [o for o in ops.ops if o[0] == "allocate"]
+    path = os.path.join(d, "00000000000000000000.log")
+    if memory:
+        assert allocs == [] and os.path.getsize(path) == size
+    else:
+        assert allocs == [("allocate", 0, size)]        # the first runway: the batch itself
+        for _ in range(3):                               # then doubling: 1, 2, 4 batches ahead
+            log.append(recs)
+        allocs = [o for o in ops.ops if o[0] == "allocate"]
+        assert allocs == [("allocate", 0, size), ("allocate", size, size),
+                          ("allocate", 2 * size, 2 * size)]
+        assert os.path.getsize(path) == 4 * size        # no zeros left over: exact runways
+    got = log.read(0, max_bytes=1 << 30)
+    assert [(r.key, r.value, r.timestamp) for r in got[:1000]] == recs
+    log.close()
+    assert os.path.getsize(path) == (size if memory else 4 * size)    # trimmed at close
+
+
+def test_memory_backed_tells_tmpfs(tmp_path):
+    if not os.path.isdir("/dev/shm") or not sys.platform.startswith("linux"):
+        pytest.skip("no /dev/shm")
+    fd = os.open("/dev/shm", os.O_RDONLY)
+    try:
+        assert FileOps().memory_backed(fd) is True
+    finally:
+        os.close(fd)
