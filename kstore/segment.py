@@ -179,21 +179,19 @@ class LogSegment(SegmentReader):
 
     def _grow_mapping(self, need: int) -> None:
         """segment.bytes grew since the mapping was made: map a larger window (readers clamp
-        what they read to the mapping, so the data must lie inside it)."""
+        to the mapping)."""
         fd, m = self._active_file()
         new_len = _page_round_up(max(need, self._config.segment_bytes))
         self._map = self._io.map(fd, new_len, True)
         m.close()
 
-    def _ensure_capacity(self, n: int, pwrite: bool = False) -> int:
-        """Grow the runway ahead of the data: in proportion to the segment's size (64 KiB
-        doubling up to 4 MiB), so small partitions stay small on disk. For copies into the
-        mapping it is written zeros (a store into a fallocated, unwritten extent costs ~10x
-        more on ext4); ahead of a pwrite it is fallocated (ext4: the write then finds its
-        blocks reserved, 9-15% cheaper per 1000-record append than growing the file), except
-        on tmpfs, where the pwrite grows the file itself (fallocate there zeroes pages the
-        write then fills: 9-14% dearer). Either way a full disk fails here or in the pwrite,
-        never as SIGBUS. Returns the descriptor."""
+    def _ensure_capacity(self, n: int, pwrite: bool = False) -> None:
+        """Grow the runway ahead of the data in proportion to the segment's size (64 KiB
+        doubling up to 4 MiB: small partitions stay small). Under copies into the mapping it
+        is written zeros (a store into an unwritten extent costs ~10x more on ext4); ahead of
+        a pwrite it is fallocated (ext4: ~10% cheaper than growing the file), except on tmpfs,
+        where fallocate zeroes pages the write then fills, so the pwrite grows the file. A
+        full disk fails here or in the pwrite, never as SIGBUS."""
         need = self.size + n
         fd, m = self._active_file()
         if need > m.length:
@@ -211,21 +209,16 @@ class LogSegment(SegmentReader):
         else:
             self._io.zero_fill(fd, self._alloc, new_alloc - self._alloc)
         self._alloc = new_alloc
-        return fd
 
     # -- append ----------------------------------------------------------------------------
     def append(self, builder: _core.BatchBuilder, largest_offset: int, largest_timestamp: int,
                offset_of_max_timestamp: int) -> None:
-        """Write an encoded append at the end and maintain both indexes (Kafka's rules).
-
-        A batch of PWRITE_MIN_BYTES or more is written with pwrite from the builder's buffer
-        into the fallocated runway (no page faults through the mapping: half the cost of a
-        memcpy into fresh mapped pages on tmpfs, ~20% less on ext4); a smaller one is copied
-        into the mapping over the runway (no syscall). Either way the bytes
-        are in the page cache, which the mapping shares, before the size is published, so
-        in-process readers (through the mapping) see whole batches only, and other processes
-        validate what they pread (a batch still being written is incomplete or fails its CRC,
-        and is invisible until whole)."""
+        """Write an encoded append at the end and maintain both indexes (Kafka's rules). From
+        PWRITE_MIN_BYTES on, a pwrite from the builder's buffer (no page faults through the
+        mapping: half a fresh-page memcpy's cost on tmpfs, ~10-20% less on ext4); below, a copy
+        into the mapping (no syscall). The bytes are in the shared page cache before the size
+        is published: in-process readers see whole batches; other processes validate what
+        they pread (a batch being written is incomplete or fails its CRC, so invisible)."""
         v = self.view
         n = builder.size
         pos = v.size
@@ -235,8 +228,9 @@ class LogSegment(SegmentReader):
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
         if n >= PWRITE_MIN_BYTES:
-            fd = self._ensure_capacity(n, True) if end > self._alloc else self._fd
-            self._io.pwrite(fd, memoryview(builder), pos)  # type: ignore[arg-type]
+            if end > self._alloc:
+                self._ensure_capacity(n, True)
+            self._io.pwrite(self._fd, memoryview(builder), pos)  # type: ignore[arg-type]
         else:
             if end > self._alloc:
                 self._ensure_capacity(n)
