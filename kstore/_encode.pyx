@@ -88,9 +88,11 @@ cdef class BatchBuilder:
     cdef readonly int magic
     cdef public object compression_level    # None: the codec's Kafka default
     cdef int exports                         # live buffer exports (memoryview(builder))
+    cdef list retired                        # buffers replaced while exported (addresses)
 
     def __cinit__(self):
         self.compression_level = None
+        self.retired = []
         self.cap = 1 << 16
         self.buf = <uint8_t*>malloc(self.cap)
         if self.buf == NULL:
@@ -98,20 +100,30 @@ cdef class BatchBuilder:
 
     def __dealloc__(self):
         free(self.buf)
+        if self.retired:
+            for p in self.retired:
+                free(<void*><size_t>p)
 
     cdef int _ensure(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t c
         cdef uint8_t* nb
         if need <= self.cap:
             return 0
-        if self.exports:
-            raise BufferError("the batch builder's buffer is exported: release the view first")
         c = self.cap
         while c < need:
             c *= 2
-        nb = <uint8_t*>realloc(self.buf, c)
-        if nb == NULL:
-            raise MemoryError()
+        if self.exports:
+            # a view (e.g. one a traceback keeps) points into the buffer: move to a new one
+            # and free the old when the last view is released
+            nb = <uint8_t*>malloc(c)
+            if nb == NULL:
+                raise MemoryError()
+            memcpy(nb, self.buf, self.cap)
+            self.retired.append(<size_t>self.buf)
+        else:
+            nb = <uint8_t*>realloc(self.buf, c)
+            if nb == NULL:
+                raise MemoryError()
         self.buf = nb
         self.cap = c
         return 0
@@ -120,13 +132,18 @@ cdef class BatchBuilder:
         return PyBytes_FromStringAndSize(<char*>self.buf, self.size)
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
-        """The encoded bytes without a copy (read-only; what the segment pwrites). Valid until
-        the next build: release it first (the buffer is never moved while exported)."""
+        """The encoded bytes without a copy (read-only; what the segment pwrites), valid until
+        the next build. A build that must grow the buffer while a view lives moves to a new
+        one, so the view never dangles."""
         PyBuffer_FillInfo(buffer, self, <void*>self.buf, self.size, 1, flags)
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer* buffer):
         self.exports -= 1
+        if self.exports == 0 and self.retired:
+            for p in self.retired:
+                free(<void*><size_t>p)
+            self.retired = []
 
     def info(self, int64_t log_append_time):
         """The AppendInfo describing the last build()."""

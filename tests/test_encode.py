@@ -9,7 +9,7 @@ import pytest
 import kstore
 from kstore import _core
 from kstore.errors import CorruptRecordError, InvalidRecordError, UnsupportedCodecError
-from batch_helpers import CRC32C, NOW, build
+from batch_helpers import ANY_TS, CRC32C, NOW, build
 
 
 # -- v2 layout -------------------------------------------------------------------------------
@@ -207,3 +207,20 @@ def test_growing_buffer_keeps_earlier_records():
     recs = [(b"k%d" % i, b"x" * 5000, NOW + i) for i in range(300)]    # 1.5 MB: many reallocs
     out = _core.decode_batches(build(recs).getvalue())
     assert [(r.key, r.value, r.timestamp) for r in out] == recs
+
+
+def test_buffer_view_survives_a_build_that_grows_the_buffer():
+    """memoryview(builder) is the encoded batch without a copy (what a segment pwrites); a
+    view kept alive (e.g. by a traceback) across a build that must grow the buffer still reads
+    the bytes it was taken over, and the build succeeds."""
+    b = _core.BatchBuilder()
+    b.build([(b"k", b"v", NOW)], 2, 0, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    first = b.getvalue()
+    view = memoryview(b)
+    assert view.readonly and bytes(view) == first
+    b.build([(b"k", b"x" * 300_000, NOW)], 2, 1, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    assert bytes(view) == first
+    assert _core.decode_batches(b.getvalue())[0].value == b"x" * 300_000
+    view.release()
+    b.build([(b"k", b"y" * 900_000, NOW)], 2, 2, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    assert bytes(memoryview(b)) == b.getvalue()
