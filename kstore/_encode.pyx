@@ -6,14 +6,16 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int16_t, int32_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, realloc, free
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.buffer cimport PyObject_CheckBuffer, PyBuffer_FillInfo
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.object cimport PyObject
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record, AppendInfo
 from kstore._column_input cimport ColumnInput
+from kstore._record_input cimport PlainRecord, plain_record
 
 from kstore.errors import InvalidRecordError, UnsupportedCodecError
 
@@ -85,9 +87,12 @@ cdef class BatchBuilder:
     cdef readonly Py_ssize_t max_entry_size
     cdef readonly int magic
     cdef public object compression_level    # None: the codec's Kafka default
+    cdef int exports                         # live buffer exports (memoryview(builder))
+    cdef list retired                        # buffers replaced while exported (addresses)
 
     def __cinit__(self):
         self.compression_level = None
+        self.retired = []
         self.cap = 1 << 16
         self.buf = <uint8_t*>malloc(self.cap)
         if self.buf == NULL:
@@ -95,6 +100,9 @@ cdef class BatchBuilder:
 
     def __dealloc__(self):
         free(self.buf)
+        if self.retired:
+            for p in self.retired:
+                free(<void*><size_t>p)
 
     cdef int _ensure(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t c
@@ -104,15 +112,38 @@ cdef class BatchBuilder:
         c = self.cap
         while c < need:
             c *= 2
-        nb = <uint8_t*>realloc(self.buf, c)
-        if nb == NULL:
-            raise MemoryError()
+        if self.exports:
+            # a view (e.g. one a traceback keeps) points into the buffer: move to a new one
+            # and free the old when the last view is released
+            nb = <uint8_t*>malloc(c)
+            if nb == NULL:
+                raise MemoryError()
+            memcpy(nb, self.buf, self.cap)
+            self.retired.append(<size_t>self.buf)
+        else:
+            nb = <uint8_t*>realloc(self.buf, c)
+            if nb == NULL:
+                raise MemoryError()
         self.buf = nb
         self.cap = c
         return 0
 
     def getvalue(self):
         return PyBytes_FromStringAndSize(<char*>self.buf, self.size)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        """The encoded bytes without a copy (read-only; what the segment pwrites), valid until
+        the next build. A build that must grow the buffer while a view lives moves to a new
+        one, so the view never dangles."""
+        PyBuffer_FillInfo(buffer, self, <void*>self.buf, self.size, 1, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self.exports -= 1
+        if self.exports == 0 and self.retired:
+            for p in self.retired:
+                free(<void*><size_t>p)
+            self.retired = []
 
     def info(self, int64_t log_append_time):
         """The AppendInfo describing the last build()."""
@@ -245,55 +276,84 @@ cdef class BatchBuilder:
     cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
                        int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
                        int codec, int32_t leader_epoch, list keep) except -1:
-        cdef Py_ssize_t i, pos, body, klen, vlen, hcount, j, L, hbytes
-        cdef const uint8_t* kp
-        cdef const uint8_t* vp
-        cdef object item, key, value, ts_obj, headers
-        cdef int64_t ts, base_ts = 0, max_ts = NO_TIMESTAMP
-        cdef list hdrs
-        cdef bytes hk, hv
+        """Encode the records after the 61-byte header. A record of the plain shape
+        (_record_input.plain_record: checked in C, no Python call, no reference count) is
+        written inline with one capacity test; any other record, and every record that fails
+        a check, goes through _put_v2_slow, which validates and raises exactly as before.
+        Both write the same bytes."""
+        cdef Py_ssize_t i, pos, body
+        cdef PyObject* item
+        cdef PlainRecord r
+        cdef int64_t delta, base_ts = 0, max_ts = NO_TIMESTAMP
         self._ensure(V2_OVERHEAD + 64)
         pos = V2_OVERHEAD
         for i in range(n):
-            item = <object>(PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i))
-            if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
-                L = PyTuple_GET_SIZE(item)
-                key = <object>PyTuple_GET_ITEM(item, 0)
-                value = <object>PyTuple_GET_ITEM(item, 1)
-                ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
-                headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
-            else:
-                key, value, ts_obj, headers = self._unpack_slow(item, i)
-            _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
-            ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+            item = PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i)
+            if not plain_record(item, require_key, lat, now, ts_min, ts_max, &r):
+                pos = self._put_v2_slow(<object>item, i, pos, now, lat, ts_min, ts_max,
+                                        require_key, &base_ts, &max_ts, keep)
+                continue
             if i == 0:
-                base_ts = ts
-            if ts > max_ts:
-                max_ts = ts
-            hcount = 0
-            hdrs = None
-            if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
-                hdrs = self._headers(headers, i)
-                hcount = len(hdrs)
-            hbytes = 0
-            for j in range(hcount):
-                hk = hdrs[j][0]
-                hv = hdrs[j][1]
-                hbytes += blob_size(len(hk)) + blob_size(-1 if hv is None else len(hv))
-            body = record_body_size(ts - base_ts, i, klen, vlen, hcount, hbytes)
-            self._ensure(pos + body + 10)
-            pos = put_record_head(self.buf, pos, body, ts - base_ts, i, kp, klen, vp, vlen, hcount)
-            for j in range(hcount):
-                hk = hdrs[j][0]
-                hv = hdrs[j][1]
-                pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hk), len(hk))
-                if hv is None:
-                    pos = put_varint(self.buf, pos, -1)
-                else:
-                    pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hv), len(hv))
-            if len(keep) > 64:
-                del keep[:]
+                base_ts = r.ts
+            if r.ts > max_ts:
+                max_ts = r.ts
+            delta = r.ts - base_ts
+            body = record_body_size(delta, i, r.klen, r.vlen, 0, 0)
+            if pos + body + 10 > self.cap:
+                self._ensure(pos + body + 10)
+            pos = put_record_head(self.buf, pos, body, delta, i, r.key, r.klen, r.value, r.vlen, 0)
         return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
+
+    cdef Py_ssize_t _put_v2_slow(self, object item, Py_ssize_t i, Py_ssize_t pos, int64_t now,
+                                 bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
+                                 int64_t* base_ts, int64_t* max_ts, list keep) except -1:
+        """Record i of any accepted shape (Record, list, other bytes-likes, headers), with every
+        check and error message; returns the position after it."""
+        cdef Py_ssize_t klen, vlen, hcount, j, L, hbytes, body
+        cdef const uint8_t* kp
+        cdef const uint8_t* vp
+        cdef object key, value, ts_obj, headers
+        cdef int64_t ts
+        cdef list hdrs
+        cdef bytes hk, hv
+        if type(item) is tuple and 2 <= PyTuple_GET_SIZE(item) <= 4:
+            L = PyTuple_GET_SIZE(item)
+            key = <object>PyTuple_GET_ITEM(item, 0)
+            value = <object>PyTuple_GET_ITEM(item, 1)
+            ts_obj = <object>PyTuple_GET_ITEM(item, 2) if L > 2 else None
+            headers = <object>PyTuple_GET_ITEM(item, 3) if L > 3 else None
+        else:
+            key, value, ts_obj, headers = self._unpack_slow(item, i)
+        _key_value(i, key, value, require_key, &kp, &klen, &vp, &vlen, keep)
+        ts = self._timestamp(ts_obj, i, now, lat, ts_min, ts_max)
+        if i == 0:
+            base_ts[0] = ts
+        if ts > max_ts[0]:
+            max_ts[0] = ts
+        hcount = 0
+        hdrs = None
+        if headers is not None and (type(headers) is not tuple or PyTuple_GET_SIZE(headers) != 0):
+            hdrs = self._headers(headers, i)
+            hcount = len(hdrs)
+        hbytes = 0
+        for j in range(hcount):
+            hk = hdrs[j][0]
+            hv = hdrs[j][1]
+            hbytes += blob_size(len(hk)) + blob_size(-1 if hv is None else len(hv))
+        body = record_body_size(ts - base_ts[0], i, klen, vlen, hcount, hbytes)
+        self._ensure(pos + body + 10)
+        pos = put_record_head(self.buf, pos, body, ts - base_ts[0], i, kp, klen, vp, vlen, hcount)
+        for j in range(hcount):
+            hk = hdrs[j][0]
+            hv = hdrs[j][1]
+            pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hk), len(hk))
+            if hv is None:
+                pos = put_varint(self.buf, pos, -1)
+            else:
+                pos = put_blob(self.buf, pos, <const uint8_t*>PyBytes_AS_STRING(hv), len(hv))
+        if len(keep) > 64:
+            del keep[:]
+        return pos
 
     cdef int _finish_v2(self, Py_ssize_t pos, Py_ssize_t n, int64_t base_offset, int64_t base_ts,
                         int64_t max_ts, bint lat, int codec, int32_t leader_epoch) except -1:

@@ -4,9 +4,10 @@ Segments, indexes and checkpoints never call ``os`` directly: they call a ``File
 default implementation is thin; tests swap in a subclass (``set_file_ops`` or the ``io=``
 argument of ``Log.open``) to record operations, inject crashes, torn writes and ENOSPC.
 
-Writes into a mapped segment are memcpy's from the compiled core and are not individual calls
-here; a FileOps that sets ``intercept_map_writes = True`` makes segments route those writes
-through ``map_write`` instead, so a crash harness sees every byte written.
+A segment append of 16 KiB or more (segment.PWRITE_MIN_BYTES) is a ``pwrite`` here like any
+other. A smaller one is a memcpy from the compiled core into the segment's mapping and is not an
+individual call here; a FileOps that sets ``intercept_map_writes = True`` makes segments route
+those writes through ``map_write`` instead, so a crash harness sees every byte written.
 """
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ import fcntl
 import itertools
 import os
 import stat
-from typing import Optional
+import struct
+import sys
+from typing import Any, Optional
 
 from kstore._core import Mapping
 from kstore.errors import UnusableFileError
 
 
 _ZEROS = bytes(1 << 20)
+_MEMORY_FS = {0x01021994, 0x858458F6}      # TMPFS_MAGIC, RAMFS_MAGIC (linux/magic.h)
+_fstatfs: Any = None                         # libc's fstatfs through ctypes, loaded on first use
 # never follow a symlink at the last component, never block on a FIFO (or a device) at open
 _OPEN_FLAGS = (getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_NONBLOCK", 0))
@@ -138,6 +143,28 @@ class FileOps:
             self.pwrite(fd, chunk[:n] if n < len(chunk) else chunk, offset)
             offset += n
             length -= n
+
+    def memory_backed(self, fd: int) -> bool:
+        """Whether fd's file system keeps file data in memory only (tmpfs, ramfs: fstatfs).
+        There, fallocate allocates zeroed pages that a write then fills (two passes), so a
+        segment lets its pwrites grow the file instead; on disk file systems it reserves
+        blocks only and makes the writes cheaper. False where it cannot be told."""
+        global _fstatfs
+        if _fstatfs is None:
+            _fstatfs = False
+            if sys.platform.startswith("linux"):
+                import ctypes
+                try:
+                    _fstatfs = ctypes.CDLL(None, use_errno=True).fstatfs
+                except (OSError, AttributeError):
+                    pass
+        if not _fstatfs:
+            return False
+        import ctypes
+        buf = ctypes.create_string_buffer(256)      # struct statfs; f_type is its first word
+        if _fstatfs(fd, buf) != 0:
+            return False
+        return struct.unpack_from("l", buf.raw)[0] in _MEMORY_FS
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size

@@ -450,24 +450,27 @@ class OffsetIndex(AbstractIndex):
         return _core.offset_index_lookup(self._mapping(), self._entries, self.base_offset, target_offset)
 
     def append(self, offset: int, position: int) -> None:
+        # the entry count read once from the state (one per appended batch: no property calls)
         with self._lock:
-            if self.is_full():
-                raise KStoreStateError(f"Attempt to append to a full index (size = {self._entries}) {self.path}")
-            if self._entries == 0 or offset > self._last_offset:
+            st = self.state
+            n = st.entries
+            if n >= self.max_entries:
+                raise KStoreStateError(f"Attempt to append to a full index (size = {n}) {self.path}")
+            if n == 0 or offset > self._last_offset:
                 rel = offset - self.base_offset
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(
                         f"Integer overflow for offset: {offset} ({self.path})")
-                end = (self._entries + 1) * 8
+                end = (n + 1) * 8
                 if end > self._allocated:
                     self._apply_pending()
                     self._ensure_allocated(end)
-                _core.put_offset_entry(self._mapping(), self._entries, rel, position)
-                self._entries += 1
+                _core.put_offset_entry(self._mapping(), n, rel, position)
+                st.entries = n + 1
                 self._last_offset = offset
             else:
                 raise InvalidOffsetError(
-                    f"Attempt to append an offset ({offset}) to position {self._entries} no larger "
+                    f"Attempt to append an offset ({offset}) to position {n} no larger "
                     f"than the last offset appended ({self._last_offset}) to {self.path}")
 
     def truncate_to(self, offset: int) -> None:
@@ -549,29 +552,32 @@ class TimeIndex(AbstractIndex):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         with self._lock:
-            if not skip_full_check and self.is_full():
-                raise KStoreStateError(f"Attempt to append to a full time index (size = {self._entries}) {self.path}")
+            st = self.state
+            n = st.entries
+            max_entries = self.max_entries
+            if not skip_full_check and n >= max_entries - 1:      # is_full()
+                raise KStoreStateError(f"Attempt to append to a full time index (size = {n}) {self.path}")
             last_ts, last_off = self._last_entry
-            if self._entries != 0 and offset < last_off:
+            if n != 0 and offset < last_off:
                 raise InvalidOffsetError(
-                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than "
+                    f"Attempt to append an offset ({offset}) to slot {n} no larger than "
                     f"the last offset appended ({last_off}) to {self.path}")
-            if self._entries != 0 and timestamp < last_ts:
+            if n != 0 and timestamp < last_ts:
                 raise InvalidOffsetError(
-                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger "
+                    f"Attempt to append a timestamp ({timestamp}) to slot {n} no larger "
                     f"than the last timestamp appended ({last_ts}) to {self.path}")
             if timestamp > last_ts:
-                if self._entries >= self.max_entries:
+                if n >= max_entries:
                     raise KStoreStateError(f"time index {self.path} has no room for a final entry")
                 rel = offset - self.base_offset
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(f"Integer overflow for offset: {offset} ({self.path})")
-                end = (self._entries + 1) * 12
+                end = (n + 1) * 12
                 if end > self._allocated:
                     self._apply_pending()
                     self._ensure_allocated(end)
-                _core.put_time_entry(self._mapping(), self._entries, timestamp, rel)
-                self._entries += 1
+                _core.put_time_entry(self._mapping(), n, timestamp, rel)
+                st.entries = n + 1
                 self._last_entry = (timestamp, offset)
 
     def truncate_to(self, offset: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 import kstore
 from kstore import _core
 from kstore.errors import CorruptRecordError, InvalidRecordError, UnsupportedCodecError
-from batch_helpers import CRC32C, NOW, build
+from batch_helpers import ANY_TS, CRC32C, NOW, build
 
 
 # -- v2 layout -------------------------------------------------------------------------------
@@ -144,3 +144,83 @@ def test_missing_codec_names_codec_and_extra(monkeypatch):
     if comp.available(2):                 # with the codec: garbage is corruption, not a crash
         with pytest.raises(CorruptRecordError, match="cannot decompress snappy"):
             _core.decode_batches(bytes(raw))
+
+
+# -- the fast path (exact tuples of bytes/None and an int) against the general path ---------
+def _mixed_records(n=300):
+    out = []
+    for i in range(n):
+        k = None if i % 7 == 0 else b"k%05d" % i
+        v = None if i % 11 == 0 else bytes([i % 251]) * (i % 300)
+        ts = None if i % 13 == 0 else NOW + (i * 37) % 1000 - 500
+        out.append((k, v) if i % 5 == 0 else (k, v, ts) if i % 3 else (k, v, ts, None if i % 2 else ()))
+    return out
+
+
+def test_fast_path_writes_the_bytes_the_general_path_writes():
+    recs = _mixed_records()
+    fast = build(recs).getvalue()
+    # lists, Records and bytearrays take the general path: the batch must be byte-identical
+    assert build([list(r) for r in recs]).getvalue() == fast
+    assert build([tuple(bytearray(x) if isinstance(x, bytes) else x for x in r) for r in recs]).getvalue() == fast
+    assert build(tuple(recs)).getvalue() == fast
+    # shapes mixed record by record: every other record through the general path
+    mixed = [list(r) if i % 2 else r for i, r in enumerate(recs)]
+    assert build(mixed).getvalue() == fast
+    out = _core.decode_batches(fast)
+    assert [(r.key, r.value) for r in out] == [(r[0], r[1]) for r in recs]
+    assert [r.timestamp for r in out] == [NOW if len(r) < 3 or r[2] is None else r[2] for r in recs]
+    assert CRC32C(fast[21:]) == struct.unpack(">I", fast[17:21])[0]
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ((b"k", b"v", 1 << 70), "record 3: timestamp must be an int"),
+    ((b"k", b"v", -1), "record 3: timestamp -1 is negative"),
+    ((b"k", b"v", True), None),                       # a bool is an int (the general path)
+    ((b"k", bytearray(b"v"), NOW + 1), None),
+    ((b"k", b"v", NOW, [("h", b"x")]), None),
+    ((b"k", "str"), "record 3: value must be bytes-like or None, not str"),
+    ((1, b"v"), "record 3: key must be bytes-like or None, not int"),
+])
+def test_record_checks_in_the_middle_of_a_batch(bad, msg):
+    recs = [(b"a", b"1", NOW), (b"b", b"2", NOW), (None, b"3")] + [bad] + [(b"z", b"9", NOW)]
+    if msg is None:
+        b = build(recs)
+        assert b.count == 5 and len(_core.decode_batches(b.getvalue())) == 5
+    else:
+        with pytest.raises(InvalidRecordError, match=msg):
+            build(recs)
+
+
+def test_window_and_key_checks_name_the_record_in_a_batch():
+    recs = [(b"k", b"v", 150)] * 4 + [(b"k", b"v", 201)]
+    with pytest.raises(InvalidRecordError, match=r"record 4: timestamp 201 is outside the allowed range \[100, 200\]"):
+        build(recs, ts=(100, 200))
+    assert build(recs[:4] + [(b"k", b"v", None)], ts=(100, 200)).max_timestamp == NOW   # None is now, unchecked
+    with pytest.raises(InvalidRecordError, match="record 2: compacted topics"):
+        build([(b"k", b"v")] * 2 + [(None, b"v")], require_key=True)
+    lat = build([(b"k", b"v", 1 << 70), (b"k", b"v", "ignored")], lat=True)   # LogAppendTime: not read
+    assert lat.max_timestamp == NOW and lat.count == 2
+
+
+def test_growing_buffer_keeps_earlier_records():
+    recs = [(b"k%d" % i, b"x" * 5000, NOW + i) for i in range(300)]    # 1.5 MB: many reallocs
+    out = _core.decode_batches(build(recs).getvalue())
+    assert [(r.key, r.value, r.timestamp) for r in out] == recs
+
+
+def test_buffer_view_survives_a_build_that_grows_the_buffer():
+    """memoryview(builder) is the encoded batch without a copy (what a segment pwrites); a
+    view kept alive (e.g. by a traceback) across a build that must grow the buffer still reads
+    the bytes it was taken over, and the build succeeds."""
+    b = _core.BatchBuilder()
+    b.build([(b"k", b"v", NOW)], 2, 0, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    first = b.getvalue()
+    view = memoryview(b)
+    assert view.readonly and bytes(view) == first
+    b.build([(b"k", b"x" * 300_000, NOW)], 2, 1, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    assert bytes(view) == first
+    assert _core.decode_batches(b.getvalue())[0].value == b"x" * 300_000
+    view.release()
+    b.build([(b"k", b"y" * 900_000, NOW)], 2, 2, NOW, False, ANY_TS[0], ANY_TS[1], False, 0)
+    assert bytes(memoryview(b)) == b.getvalue()

@@ -2,11 +2,14 @@
 operations and inject errors; durability steps happen in the right order."""
 import errno
 import os
+import sys
 
 import pytest
 
 import kstore
 from kstore.fileio import FileOps
+
+NOW_MS = 1_700_000_000_000
 
 
 class RecordingOps(FileOps):
@@ -90,26 +93,89 @@ def test_map_writes_can_be_intercepted(tmp_path):
     log.close()
 
 
-def test_enospc_on_preallocation_fails_append_cleanly(tmp_path):
-    ops = RecordingOps()
+class TornWriteOps(RecordingOps):
+    """pwrite fails with ENOSPC or EIO after writing the first half (a short write, then the error)."""
+    def __init__(self):
+        super().__init__()
+        self.fail_errno = None
+
+    def pwrite(self, fd, data, offset):
+        if self.fail_errno is not None:
+            e, self.fail_errno = self.fail_errno, None
+            view = memoryview(data)
+            os.pwrite(fd, view[:len(view) // 2], offset)
+            raise OSError(e, os.strerror(e) + " (injected)")
+        return super().pwrite(fd, data, offset)
+
+
+@pytest.mark.parametrize("where", ["runway", "pwrite-enospc", "pwrite-eio"])
+def test_enospc_on_preallocation_fails_append_cleanly(tmp_path, where):
+    """A small append grows the zero-filled runway (zero_fill); a large one is pwritten (torn
+    here: half written, then the error). Either failure fails the append and the log (until
+    reopened), leaves the acknowledged records readable, and the reopen cuts the torn bytes."""
+    ops = TornWriteOps()
     d = str(tmp_path / "t-0")
     log = kstore.Log.open(d, {"max.message.bytes": 10 << 20}, io=ops)
     log.append([(None, b"first")])
-    ops.fail = {"zero_fill": 1}
-    big = [(None, os.urandom(200_000))] * 30     # forces the runway to grow
-    with pytest.raises(OSError) as ei:
-        log.append(big)
-    assert ei.value.errno == errno.ENOSPC and isinstance(ei.value, kstore.KStoreError)
+    small = [(None, os.urandom(4000))] * 3        # under PWRITE_MIN_BYTES: copied into the mapping
+    if where == "runway":
+        ops.fail = {"zero_fill": 1}
+        err = errno.ENOSPC
+        with pytest.raises(OSError) as ei:
+            for _ in range(20):                  # the first runway (64 KiB) fills up
+                log.append(small)
+        acked = log.log_end_offset
+    else:
+        log.append(small)
+        acked = log.log_end_offset
+        err = errno.ENOSPC if where == "pwrite-enospc" else errno.EIO
+        ops.fail_errno = err
+        big = [(None, os.urandom(200_000))] * 30  # a 6 MB batch: pwritten
+        with pytest.raises(OSError) as ei:
+            log.append(big)
+        assert ("pwrite", 6_000_000 + 61 + 30 * 7) not in ops.ops   # failed before the recording
+    assert ei.value.errno == err and isinstance(ei.value, kstore.KafkaStorageError)
     assert d in str(ei.value)
-    assert log.log_end_offset == 1
-    assert [r.value for r in log.read(0)] == [b"first"]      # acknowledged records stay readable
+    assert log.log_end_offset == acked
+    recs = log.read(0, max_bytes=1 << 30)
+    assert [r.offset for r in recs] == list(range(acked))      # acknowledged records stay readable
+    assert recs[0].value == b"first" and all(r.value == small[0][1] for r in recs[1:])
     with pytest.raises(kstore.KafkaStorageError, match="reopen it"):
         log.append([(None, b"refused")])         # Kafka: an I/O error fails the log until reopened
     log.close()
     with kstore.Log.open(d) as log:              # space back: reopened, appends work again
+        assert log.log_end_offset == acked       # the torn batch was cut
         log.append([(None, b"after the disk was freed")])
     with kstore.Log.open(d) as log:
-        assert [r.value for r in log.read(0)] == [b"first", b"after the disk was freed"]
+        vals = [r.value for r in log.read(0, max_bytes=1 << 30)]
+        assert vals[0] == b"first" and vals[-1] == b"after the disk was freed" and len(vals) == acked + 1
+
+
+def test_large_appends_are_pwritten_small_ones_copied(tmp_path):
+    """The write path by size: a batch of PWRITE_MIN_BYTES or more is one pwrite of exactly its
+    bytes at the log end (no runway grown for it); a smaller one is a copy into the mapping
+    (seen by an intercepting FileOps as map_write)."""
+    from kstore.segment import PWRITE_MIN_BYTES
+    ops = InterceptingOps()
+    d = str(tmp_path / "t-0")
+    log = kstore.Log.open(d, io=ops)
+    ops.ops.clear()
+    log.append([(b"k", b"v", NOW_MS)])
+    # the first runway (64 KiB of written zeros), then the copy
+    assert [o for o in ops.ops if o[0] in ("map_write", "zero_fill")] == [("zero_fill", 0, 65536),
+                                                                            ("map_write", 0, 70)]
+    ops.ops.clear()
+    recs = [(b"k%015d" % i, b"v" * 100, NOW_MS + i) for i in range(1000)]
+    log.append(recs)
+    size = log.active_segment.size - 70
+    assert size >= PWRITE_MIN_BYTES
+    assert [o for o in ops.ops if o[0] in ("map_write", "pwrite", "zero_fill")] == [("pwrite", size)]
+    with open(os.path.join(d, "00000000000000000000.log"), "rb") as f:
+        on_disk = f.read()
+    assert len(on_disk) >= 70 + size
+    assert on_disk[70 + size:] == bytes(len(on_disk) - 70 - size)    # only runway zeros after it
+    assert [(r.key, r.value, r.timestamp) for r in log.read(1, max_records=1000)] == recs
+    log.close()
 
 
 def test_checkpoint_style_atomic_write(tmp_path):
@@ -262,3 +328,56 @@ def test_a_hostile_lock_file_is_refused_and_nothing_created_outside(tmp_path, wa
     with pytest.raises(UnusableFileError, match=f"{lock}.*a {what}, not a regular file"):
         FileOps().try_lock(str(lock))
     assert os.listdir(outside) == []
+
+
+class AllocOps(InterceptingOps):
+    def __init__(self, memory):
+        super().__init__()
+        self.memory = memory
+
+    def allocate(self, fd, offset, length):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):     # not the indexes' blocks
+            self._rec("allocate", offset, length)
+        return super().allocate(fd, offset, length)
+
+    def memory_backed(self, fd):
+        return self.memory
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("memory", [False, True])
+def test_large_appends_grow_the_runway_by_fallocate_except_in_memory(tmp_path, memory):
+    """Ahead of a pwrite the runway is fallocated (a disk file system reserves blocks only);
+    on tmpfs/ramfs the pwrite grows the file itself (fallocate would zero pages it then fills)."""
+    ops = AllocOps(memory)
+    d = str(tmp_path / "t-0")
+    log = kstore.Log.open(d, io=ops)
+    recs = [(b"k%015d" % i, b"v" * 100, NOW_MS + i) for i in range(1000)]
+    log.append(recs)
+    size = log.active_segment.size
+    allocs = [o for o in ops.ops if o[0] == "allocate"]
+    path = os.path.join(d, "00000000000000000000.log")
+    if memory:
+        assert allocs == [] and os.path.getsize(path) == size
+    else:
+        assert allocs == [("allocate", 0, size)]        # the first runway: the batch itself
+        for _ in range(3):                               # then doubling: 1, 2, 4 batches ahead
+            log.append(recs)
+        allocs = [o for o in ops.ops if o[0] == "allocate"]
+        assert allocs == [("allocate", 0, size), ("allocate", size, size),
+                          ("allocate", 2 * size, 2 * size)]
+        assert os.path.getsize(path) == 4 * size        # no zeros left over: exact runways
+    got = log.read(0, max_bytes=1 << 30)
+    assert [(r.key, r.value, r.timestamp) for r in got[:1000]] == recs
+    log.close()
+    assert os.path.getsize(path) == (size if memory else 4 * size)    # trimmed at close
+
+
+def test_memory_backed_tells_tmpfs(tmp_path):
+    if not os.path.isdir("/dev/shm") or not sys.platform.startswith("linux"):
+        pytest.skip("no /dev/shm")
+    fd = os.open("/dev/shm", os.O_RDONLY)
+    try:
+        assert FileOps().memory_backed(fd) is True
+    finally:
+        os.close(fd)

@@ -1,5 +1,6 @@
 """Log (Kafka's UnifiedLogTest): round trips, append limits, reads, offsets by timestamp, columnar
 appends; reads racing a truncation, made deterministic by patching the core's read."""
+import hashlib
 import os
 import struct
 
@@ -462,3 +463,48 @@ def test_a_corrupt_batch_not_yet_verified_names_file_and_position_after_others_w
         lg.read(85, 1)
     assert e.value.path == path and e.value.position == pos
     assert [r.offset for r in lg.read(6, 2)] == [6, 7]
+
+
+# -- the append path writes the bytes it always wrote ---------------------------------------
+def _golden_workload(path):
+    """1000-record batches (pwritten), single records (copied into the mapping), every input
+    shape, a roll; fixed clock and timestamps."""
+    t = MockTime(GOLDEN_NOW)
+    log = kstore.Log.open(path, {"segment.bytes": 4 << 20, "max.message.bytes": 2 << 20}, time=t)
+    base = GOLDEN_NOW
+    for b in range(30):
+        log.append([(b"k%015d" % (b * 1000 + i), bytes([i % 251]) * 100, base + b * 1000 + i)
+                    for i in range(1000)])
+    log.append([(None, b"v"), (b"k", None), (None, None, base), (bytearray(b"ba"), memoryview(b"mv"), base + 5),
+                (b"h", b"x", base + 3, [("hk", b"hv"), ("n", None)]), (b"e", b"y", None, ()),
+                kstore.Record(key=b"r", value=b"rv", timestamp=base + 7), [b"l", b"list", base + 2],
+                (b"big", b"z" * 70000, base + 10)])
+    for i in range(300):
+        log.append([(b"s%d" % i, b"single" * (i % 7), base + 100000 + i)])
+    log.append([(b"k" * (i % 300), b"v" * (i * 37 % 5000), base - 50 + i * 3) for i in range(500)])
+    log.append(tuple((None, b"%d" % i) for i in range(200)))
+    log.close()
+
+
+GOLDEN_NOW = 1_700_000_000_000
+# sha256 of each file as main (before the pwrite path and the encoder's fast path) wrote them
+GOLDEN = {
+    "00000000000000000000.index": (296, "dce7de500733ce00898c79dbac89fee79c85afb14358eb4764e4717add700f6e"),
+    "00000000000000000000.log": (3905020, "587a9f9d5466511644f5c8d9c420a5503a4ceca4e4dee1d350a241aa7b7ee999"),
+    "00000000000000000000.timeindex": (444, "ae2d375b804b55b341959c3fdc03b395c637821c7ca16ce459057822e2fba789"),
+    "00000000000000030309.index": (8, "67bb03e5e8f2de64e7804b8f76c5d9283c3b7f5678ceedd1277db2675831a2ec"),
+    "00000000000000030309.log": (1253426, "80e2f48c5d796ff47ba0ec982ce7fad1f1bab03dd8170f34cea6ee1a60234e67"),
+    "00000000000000030309.timeindex": (12, "c598b95e9c92801b52d1e3610bdbadd1781e58ed8c6acc73715aa390fcdef314"),
+}
+
+
+def test_append_writes_the_same_bytes_as_before(tmp_path):
+    d = str(tmp_path / "g-0")
+    _golden_workload(d)
+    got = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith((".log", ".index", ".timeindex")):
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            got[name] = (len(data), hashlib.sha256(data).hexdigest())
+    assert got == GOLDEN

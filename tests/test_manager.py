@@ -311,6 +311,12 @@ class FailingOps(FileOps):
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         return super().zero_fill(fd, offset, length)
 
+    def pwrite(self, fd, data, offset):
+        # a large append's data write (small ones grow the runway with zero_fill)
+        if self.fail_under and self._path_of(fd).startswith(self.fail_under):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return super().pwrite(fd, data, offset)
+
     @staticmethod
     def _path_of(fd):
         return os.readlink(f"/proc/self/fd/{fd}")

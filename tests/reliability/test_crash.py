@@ -122,6 +122,56 @@ def test_crash_states_of_appends_flushes_and_rolls(tmp_path):
     TALLY["log"] = explore(ops.snapshots, str(tmp_path), check_log_state, prefixes=PREFIXES)
 
 
+# -- workload 1b: producer-sized batches (pwritten into a fallocated runway) beside small ones ------
+BIG_CFG = {"segment.bytes": 150_000, "segment.index.bytes": 4096, "index.interval.bytes": 4096}
+
+
+def big_log_workload(root: str) -> TracingOps:
+    from kstore.segment import PWRITE_MIN_BYTES
+    os.makedirs(root)
+    ops = TracingOps(root)
+    lg = kstore.Log.open(os.path.join(root, "t-0"), BIG_CFG, io=ops, time=MockTime(NOW))
+    o = 0
+    for i in range(12):
+        n = 400 if i % 3 else 2                   # 400 records: ~24 KB, pwritten; 2: copied
+        lg.append([(None, value(o + j), NOW + o + j) for j in range(n)])
+        assert n == 2 or lg.active_segment.size >= PWRITE_MIN_BYTES or len(lg.segments) > 1
+        o += n
+        ops.mark("appended", o)
+        if i % 4 == 3:
+            lg.flush()
+            ops.mark("flushed", o)
+    lg.close()
+    ops.mark("flushed", o)
+    ops.finish()
+    return ops
+
+
+def check_big_log_state(state: str, snap, kind: str) -> None:
+    part = os.path.join(state, "t-0")
+    need = snap.marks.get("appended" if kind == "kill" else "flushed", 0)
+    if not os.path.isdir(part):
+        assert need == 0, f"the partition is gone but {need} records were promised"
+        return
+    with kstore.Log.open(part, BIG_CFG) as lg:
+        recs = check_records(lg, exact_start=0)
+        assert len(recs) >= need, f"{len(recs)} records recovered, {need} promised ({kind})"
+        assert len(recs) == lg.log_end_offset or kind != "kill", "a gap after a process kill"
+        n = lg.log_end_offset
+        lg.append([(None, value(n + j), NOW + n + j) for j in range(400)])
+        lg.flush()
+    with kstore.Log.open(part, BIG_CFG) as lg:
+        after = [(r.offset, r.value) for r in lg]
+        assert after == recs + [(n + j, value(n + j)) for j in range(400)]
+    check_indexes(part)
+
+
+def test_crash_states_of_large_batches_written_by_pwrite(tmp_path):
+    ops = big_log_workload(str(tmp_path / "w"))
+    assert sum(s.op == "pwrite" for s in ops.snapshots) >= 8      # every large append a crash point
+    explore(ops.snapshots, str(tmp_path), check_big_log_state, prefixes=PREFIXES)
+
+
 # -- workload 2: a LogManager: checkpoints, retention, topic deletion -------------------------------
 MGR_CFG = {"log.segment.bytes": 700, "log.index.size.max.bytes": 4096, "log.index.interval.bytes": 120,
            "log.segment.delete.delay.ms": 0, "file.delete.delay.ms": 0, "log.cleaner.enable": False}
