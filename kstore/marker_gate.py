@@ -32,10 +32,11 @@ from kstore.fileio import FileOps
 #: FileOps methods that change a file or a directory entry: they wait for the removal
 _GATED = ("pwrite", "truncate", "allocate", "zero_fill", "rename", "unlink", "mkdir", "rmdir",
           "map_write", "set_mtime_ms", "write_atomic")
-#: the others (the rest of the FileOps interface); open is gated only when it creates or cuts
-_PASSED = ("check_dir", "close", "pread", "fsync", "size", "stat", "fsync_dir", "listdir",
-           "exists", "getsize", "getmtime_ms", "try_lock", "unlock", "map", "map_flush",
-           "read_file")
+#: the others: every other public method of FileOps (derived, so a method added to FileOps
+#: later reaches the wrapped FileOps too, never FileOps' own default); open is gated only when
+#: it creates or cuts
+_PASSED = tuple(n for n, v in vars(FileOps).items()
+                if callable(v) and not n.startswith("_") and n not in _GATED and n != "open")
 _CHANGES = os.O_CREAT | os.O_TRUNC
 
 
