@@ -23,7 +23,8 @@ from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflo
                            InvalidTopicError, KafkaStorageError, UnknownTopicError,
                            UnsupportedCodecError)
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
-from kstore.index import OffsetIndex, TimeIndex  # noqa: E402
+from kstore.offset_index import OffsetIndex  # noqa: E402
+from kstore.time_index import TimeIndex  # noqa: E402
 from kstore.log import Log  # noqa: E402
 from kstore.manager import LogManager  # noqa: E402
 from kstore.producer import RecordMetadata  # noqa: E402

@@ -30,7 +30,9 @@ from kstore.errors import CorruptRecordError, KStoreStateError, LogSegmentOffset
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
-from kstore.index import AbstractIndex, OffsetIndex, TimeIndex
+from kstore.index import AbstractIndex
+from kstore.offset_index import OffsetIndex
+from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
 
 log = logging.getLogger("kstore.segment")
@@ -105,16 +107,7 @@ class LogSegment(SegmentReader):
 
     # size and mapping live in the view so that readers see them without a Python call
 
-
-
-
-
-
     # -- indexes (opened lazily, as Kafka's LazyIndex) --------------------------------------
-
-
-
-
 
     def _check_index(self, idx: AbstractIndex) -> None:
         """An index is checked against its .log when first used, whatever side of the recovery
@@ -138,7 +131,6 @@ class LogSegment(SegmentReader):
             self._rebuild_indexes()
         finally:
             self._rebuilding = False
-
 
     # -- mapping ---------------------------------------------------------------------------
 
@@ -271,8 +263,6 @@ class LogSegment(SegmentReader):
 
     # -- roll ------------------------------------------------------------------------------
 
-
-
     def first_batch_timestamp(self) -> int:
         """The first batch's max timestamp (what time-based roll and max.compaction.lag.ms
         measure from), -1 if the segment is empty or its first batch has none."""
@@ -330,17 +320,6 @@ class LogSegment(SegmentReader):
                 old.close()
 
     # -- read ------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
 
     # -- recovery --------------------------------------------------------------------------
     def _install_indexes(self, res: dict, next_active: bool = False) -> None:
@@ -464,7 +443,6 @@ class LogSegment(SegmentReader):
             self._max_ts = self._scan_max_timestamp()
             self._update_indexes_full()
             return removed
-
 
     def _truncate_log(self, position: int, force: bool = False) -> None:
         """Cut the .log to position by replacing the file: the kept prefix goes to a temporary

@@ -15,7 +15,9 @@ from kstore.config import LogConfig
 from kstore.errors import CorruptRecordError, SegmentGoneError, with_path
 from kstore.fileio import FileOps
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
-from kstore.index import AbstractIndex, OffsetIndex, TimeIndex
+from kstore.index import AbstractIndex
+from kstore.offset_index import OffsetIndex
+from kstore.time_index import TimeIndex
 
 log = logging.getLogger("kstore.segment")
 

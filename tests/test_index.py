@@ -9,7 +9,9 @@ import pytest
 
 from kstore import _core
 from kstore.errors import InvalidOffsetError, KStoreStateError
-from kstore.index import CorruptIndexError, OffsetIndex, TimeIndex
+from kstore.index import CorruptIndexError
+from kstore.offset_index import OffsetIndex
+from kstore.time_index import TimeIndex
 
 BASE = 45
 
