@@ -404,13 +404,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--no-peers", action="store_true", help="measure kstore only")
     ap.add_argument("--tail", action="store_true", help="cross-process append-to-visible latency")
+    ap.add_argument("--open", action="store_true",
+                    help="open times: reopen after kill -9 of a writer with N records unflushed, "
+                         "the clean open, an unclean start-up of 1000 partitions x 10 segments")
     ap.add_argument("--spark", action="store_true",
                     help="the Spark workload instead: read a topic vs the same rows in Parquet, "
                          "and the write rate (needs kstore[spark])")
     args = ap.parse_args(argv)
     n = args.records or (100_000 if args.quick else 1_000_000)
     if args.tail:
-        return __import__("kstore.tools.bench_tail").tools.bench_tail.main(args.records, args.json, args.dir)
+        from kstore.tools import bench_tail
+        return bench_tail.main(args.records, args.json, args.dir)
+    if args.open:
+        from kstore.tools import bench_open
+        res = bench_open.run(n, partitions=100 if args.quick else 1000, root=args.dir,
+                             peers=not args.no_peers)
+        if args.json:
+            print(json.dumps(res, indent=2))
+        else:
+            bench_open.report(res)
+        return 0
     if args.spark:
         from kstore.tools import bench_spark
         out = bench_spark.run(n, dir_=args.dir, quiet=args.json)
