@@ -144,6 +144,12 @@ class FileOps:
             offset += n
             length -= n
 
+    def for_hints(self) -> "FileOps":
+        """The FileOps for files no load or recovery reads (hints never fsynced: a partition's
+        `.kstore-notify` page). A FileOps in front of another that holds back changes until the
+        clean-shutdown marker's removal is durable (marker_gate) lets these through at once."""
+        return self
+
     def memory_backed(self, fd: int) -> bool:
         """Whether fd's file system keeps file data in memory only (tmpfs, ramfs: fstatfs).
         There, fallocate allocates zeroed pages that a write then fills (two passes), so a

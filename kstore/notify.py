@@ -82,6 +82,7 @@ def writer_bell(io: FileOps, dir_: str) -> _notify.Bell:
     directory, no permission, a full disk) leaves the log with a private Bell: its own threads
     still wake, other processes poll."""
     path = os.path.join(dir_, NOTIFY_FILE)
+    io = io.for_hints()         # a hint: made at once, even while a clean open's marker goes
     try:
         fd = io.open(path, os.O_RDWR | os.O_CREAT)
         try:
