@@ -38,9 +38,18 @@ def segment_file(dir_: str, base_offset: int, suffix: str, extra: str = "") -> s
     return os.path.join(dir_, filename_prefix(base_offset) + suffix + extra)
 
 
+#: the plain segment file names by length (20 digits and a suffix: the names a listing meets
+#: most), which parse_name reads by their shape without the regex
+_PLAIN_AT = {20 + len(s): s for s in SEGMENT_SUFFIXES}
+
+
 def parse_name(name: str, dir_: str | None = None):
     """(base_offset, suffix, extra) for a segment file name, else None. A 20-digit name above
     2^63-1 (no offset can be) raises UnusableFileError naming the file (under dir_ if given)."""
+    suffix = _PLAIN_AT.get(len(name))
+    if suffix is not None and name.endswith(suffix) and name.isascii() and name[:20].isdigit() \
+            and int(name[:20]) <= INT64_MAX:
+        return int(name[:20]), suffix, ""
     m = _NAME.match(name)
     if not m:
         return None

@@ -28,7 +28,6 @@ log = logging.getLogger("kstore.log")
 
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-_PLAIN = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
@@ -352,14 +351,6 @@ class LogLoader:
         swaps: list[tuple[int]] = []
         cleaned: list[int] = []
         for n in names:
-            # the common names without the regex: a live .log or index (20 ASCII digits, an
-            # offset up to 2^63-1); parse_name for the rest (and to refuse a bad offset)
-            digits = n[:20]
-            if digits.isdigit() and digits.isascii() and (n[20:] in _PLAIN) \
-                    and int(digits) <= INT64_MAX:
-                if len(n) == 24:
-                    logs.append(int(digits))
-                continue
             p = parse_name(n, self.dir)
             if not p:
                 continue
@@ -378,32 +369,20 @@ class LogLoader:
                                rng=self._rng, suffix=suffix)
 
 
-#: the live segment file names by length: 20 digits + suffix (the names a load meets most)
-_PLAIN_SUFFIX_AT = {20 + len(s): s for s in (LOG_SUFFIX,) + INDEX_SUFFIXES}
-
-
 def segment_names(names: list[str], dir_: str) -> tuple[set[int], list[tuple[int, str]]]:
     """The base offsets of the live `.log` files among names, and (base, name) of the live
-    index files. The plain names are parsed by their shape (20 ASCII digits and a suffix), in
-    one pass with no regular expression; anything else goes through files.parse_name, which
-    also refuses an impossible base offset."""
+    index files (files.parse_name, which reads the plain names by their shape and refuses an
+    impossible base offset)."""
     logs: set[int] = set()
     indexes: list[tuple[int, str]] = []
     for name in names:
-        suffix = _PLAIN_SUFFIX_AT.get(len(name))
-        base = -1
-        if suffix is not None and name.endswith(suffix) and name[:20].isdigit() \
-                and name.isascii():
-            base = int(name[:20])
-        if not 0 <= base <= INT64_MAX:       # not plain, or an impossible offset (refused)
-            p = parse_name(name, dir_)
-            if not p or p[2]:
-                continue
-            base, suffix = p[0], p[1]
-        if suffix == LOG_SUFFIX:
-            logs.add(base)
-        elif suffix in INDEX_SUFFIXES:
-            indexes.append((base, name))
+        p = parse_name(name, dir_)
+        if not p or p[2]:
+            continue
+        if p[1] == LOG_SUFFIX:
+            logs.add(p[0])
+        elif p[1] in INDEX_SUFFIXES:
+            indexes.append((p[0], name))
     return logs, indexes
 
 
