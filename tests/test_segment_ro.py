@@ -240,8 +240,8 @@ def test_an_index_rewritten_under_the_view_is_copied_again(open_log, log_dir):
     # interval): the next entry in the file does not follow the last one copied, so the view
     # copies the index again from its start instead of keeping a stale prefix forever
     lg = open_log({"index.interval.bytes": 2000})
-    for i in range(100):
-        lg.append([(b"%016d" % i, b"v" * 100)])
+    for i in range(100):       # timestamps given: the time index must not depend on the clock
+        lg.append([(b"%016d" % i, b"v" * 100, NOW + i)])
     ro = open_log({"index.interval.bytes": 300}, path=log_dir, read_only=True)
     assert ro.segments[-1].offset_index.entries == lg.segments[-1].offset_index.entries > 3
     lg.close()
@@ -249,7 +249,7 @@ def test_an_index_rewritten_under_the_view_is_copied_again(open_log, log_dir):
         pass
     os.unlink(os.path.join(log_dir, "00000000000000000000.index"))  # rebuilt at the next open
     lg = open_log({"index.interval.bytes": 300}, path=log_dir)
-    lg.append([(b"x", b"v" * 100)])
+    lg.append([(b"x", b"v" * 100, NOW + 100)])
     assert lg.segments[-1].offset_index.entries > 2 * ro.segments[-1].offset_index.entries
     ro.refresh()
     assert ro.log_end_offset == 101
