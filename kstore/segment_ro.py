@@ -92,7 +92,6 @@ class ReadOnlySegment(LogSegment):
         # it was idle for KEEP_QUIET_S
         self._ro_fd: Optional[int] = None
         self._ro_grown_at = 0.0          # time.monotonic() of the last refresh that found bytes
-        self._ro_grew = 0                # how many bytes that refresh validated (first window)
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -161,7 +160,6 @@ class ReadOnlySegment(LogSegment):
                 pos = self.size if self.ro_scanned else 0
                 last = self._ro_last_offset if pos else -1
                 best = self._max_ts if pos and self._max_ts else (-1, -1)
-                start = pos
                 pos, last, best, bad = self._validate(fd, flen, pos, last, best)
                 if is_last:
                     corrupt = self._invalid_at_end(fd, flen, pos, last, bad) \
@@ -181,7 +179,6 @@ class ReadOnlySegment(LogSegment):
             self._ro_fd = fd if keep else None
             if grew:
                 self._ro_grown_at = _time.monotonic()
-                self._ro_grew = pos - start
             self.ro_scanned = True
             self._ro_ident = ident
             self._ro_last_offset = last
@@ -234,10 +231,7 @@ class ReadOnlySegment(LogSegment):
         The first window is one page (what a refresh with nothing new reads: zeros), doubling
         while whole windows validate (a reader catching up); one that ends inside a batch is
         followed by one that holds that batch whole (its length from its header)."""
-        # the first window: one page, or what the last growth was with a margin (a producer's
-        # batches are alike: one pread reads the next whole)
-        grew = self._ro_grew
-        window, big = min(_MAX_WINDOW, max(_PROBE, grew + (grew >> 2))), False
+        window, big = _PROBE, False
         while pos < flen:
             want = min(window, flen - pos)
             data = self._io.pread(fd, want, pos)
