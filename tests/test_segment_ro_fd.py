@@ -219,3 +219,48 @@ def test_refresh_beside_appends_rolls_and_truncations(open_log, log_dir, watchdo
     assert mine == theirs and len(mine) == o
     ro.close()
     assert ops.log_fds() == set()
+
+
+def test_another_process_appends_rolls_truncates_and_deletes(tmp_path, watchdog):
+    """A writer in another process: the reader's kept descriptor follows the last segment
+    through rolls (segment.bytes 1200) and a truncation (file replaced), reads exactly the
+    writer's records after each step, and holds no descriptor once the topic is deleted and
+    the log closed."""
+    import kstore
+    from writer_process import WriterProcess
+    watchdog(120)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)",
+              "for i in range(5): m.append('t', b'k%d' % i, b'v' * 90, partition=0, timestamp=NOW + i)")
+        ops = Ops()
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True, io=ops)
+        try:
+            _settle()
+            for step in range(40):
+                w.run(f"m.append('t', b'k{5 + step}', b'v' * 90, partition=0, timestamp=NOW)")
+                ro.refresh()
+                assert ro.log_end_offset == 6 + step
+                assert [(r.offset, r.key) for r in ro.read(5 + step)] == [(5 + step, b"k%d" % (5 + step))]
+                fds = ops.log_fds()
+                assert len(fds) <= 1
+                for fd in fds:
+                    assert os.fstat(fd).st_ino == os.stat(ro.segments[-1].log_path).st_ino
+            assert len(ro.segments) >= 4
+            w.run("m.log('t', 0).truncate_to(43)",
+                  "m.append('t', b'new', b'x', partition=0, timestamp=NOW)")
+            ro.refresh()
+            assert ro.log_end_offset == 44
+            assert [(r.offset, r.key) for r in ro.read(42)][:2] == [(42, b"k42"), (43, b"new")]
+            for fd in ops.log_fds():
+                assert os.fstat(fd).st_ino == os.stat(ro.segments[-1].log_path).st_ino
+            w.run("m.delete_topic('t')")
+            with pytest.raises((UnknownTopicError, SegmentGoneError)):
+                for _ in range(3):
+                    ro.refresh()
+                    _settle()
+        finally:
+            ro.close()
+        assert ops.log_fds() == set()
+    finally:
+        w.close()
