@@ -43,7 +43,6 @@ log = logging.getLogger("kstore.manager")
 
 # Lock hierarchy (every lock in kstore). A thread holding a lock may take only locks listed
 # below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
-#
 #   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
 #   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
 #   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
@@ -65,10 +64,11 @@ log = logging.getLogger("kstore.manager")
 #                                 ro_refresh.py, is touched only there)
 #   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);
 #                                 a read-only segment's validation and private index copies
-#                                 (extended past their published count; readers take no lock)
+#                                 (extended past their published count; readers take no lock),
+#                                 the kept .log fd of a read-only last segment (segment_ro.py)
 #   AbstractIndex._lock           an index's mapping, entries and length
 #   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
-#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs),
+#           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
 #           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
 #           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
 #           the crash harness's, while a removal runs)

@@ -115,7 +115,7 @@ class ReadOnlyRefresh:
             last = old.segs[-1]
             try:
                 if isinstance(last, ReadOnlySegment) and not last.closed \
-                        and last.refresh_read_only(True):
+                        and last.refresh_read_only(True, dir_unchanged=True):
                     return old
             except SegmentGoneError:
                 pass
@@ -126,5 +126,15 @@ class ReadOnlyRefresh:
             segs = loader.scan_read_only(old, functools.partial(self.watch.settled, before))
             if segs is not None:
                 self.watch.listed(before)
+                self._release_kept(old, segs)
                 return LogSegments(segs)
         raise SegmentGoneError(f"the segments of {self.watch.path} keep changing; try again")
+
+    @staticmethod
+    def _release_kept(old: LogSegments, segs: list) -> None:
+        """Only the new last segment keeps its .log open: close the descriptors of segments
+        dropped from the list (deleted, replaced) or no longer last (a roll)."""
+        keep = segs[-1] if segs else None
+        for s in list(old.segs) + segs[:-1]:
+            if s is not keep and isinstance(s, ReadOnlySegment):
+                s.release_fd()

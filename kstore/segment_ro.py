@@ -11,6 +11,8 @@ which the Log turns into going on with its current segments or OffsetOutOfRangeE
 from __future__ import annotations
 
 import os
+import threading
+import time as _time
 from typing import Optional
 
 from kstore import _core
@@ -32,6 +34,35 @@ _INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "of
 #: the largest window it reads small batches in
 _PROBE = 4096
 _MAX_WINDOW = 256 << 10
+
+#: descriptors kept open across refreshes, one per read-only log's last segment at most: a
+#: StoreReader of 1000 partitions stays far below the usual 1024 limit (past the cap a refresh
+#: opens and closes the file as before); one idle for KEEP_QUIET_S is closed
+KEEP_MAX = 128
+KEEP_QUIET_S = 2.0
+
+
+class _KeptFds:
+    """How many read-only segments keep their .log open (a leaf lock: taken under a segment's
+    lock, nothing is taken under it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.count >= KEEP_MAX:
+                return False
+            self.count += 1
+            return True
+
+    def give(self) -> None:
+        with self.lock:
+            self.count -= 1
+
+
+KEPT = _KeptFds()
 
 
 class ReadOnlySegment(LogSegment):
@@ -55,6 +86,12 @@ class ReadOnlySegment(LogSegment):
         # data ends before that (a writer with a smaller interval only has its newest entries
         # copied later: entries save scans, reads never need them)
         self._ro_indexed = 0
+        # the last segment's .log kept open between refreshes (under self._lock), so a refresh
+        # of an unchanged directory costs one fstat and the preads of the new bytes; closed
+        # when the segment stops being last, its file is replaced or deleted, it is closed, or
+        # it was idle for KEEP_QUIET_S
+        self._ro_fd: Optional[int] = None
+        self._ro_grown_at = 0.0          # time.monotonic() of the last refresh that found bytes
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -62,7 +99,7 @@ class ReadOnlySegment(LogSegment):
             self.refresh_read_only(False)
         return super().mapping()
 
-    def refresh_read_only(self, is_last: bool) -> bool:
+    def refresh_read_only(self, is_last: bool, dir_unchanged: bool = False) -> bool:
         """Read-only view of a segment another process may append to, replace or delete: extend
         the valid size by validating pread copies of the new bytes, then extend the indexes'
         valid prefix the same way. Mapped reads never go past the validated size, and the writer
@@ -82,23 +119,39 @@ class ReadOnlySegment(LogSegment):
         until whole); before the end of a rolled segment, or followed by a valid batch, it is
         corruption: a read reaching it raises CorruptRecordError naming file and position, as
         the writer's reads do. The log validates its last segment at open and refresh, the others
-        on first use (mapping()), so opening costs the same whatever the partition's size."""
+        on first use (mapping()), so opening costs the same whatever the partition's size.
+
+        dir_unchanged: the caller saw the directory unchanged since the listing that found this
+        file (ro_refresh.DirWatch: every replacement or deletion is a rename or unlink in it),
+        so the path still names the file validated: a kept descriptor's fstat is all it looks
+        at (the common case of a tailing reader: fstat, pread of the new bytes, validation)."""
         with self._lock:
+            fd = self._ro_fd
             if self.ro_scanned:
-                try:
-                    st = self._io.stat_path(self.log_path)
-                except FileNotFoundError:
-                    raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
+                if fd is not None and dir_unchanged:
+                    st = self._io.stat(fd)
+                else:
+                    try:
+                        st = self._io.stat_path(self.log_path)
+                    except FileNotFoundError:
+                        self.release_fd()
+                        raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
                 if (st.st_dev, st.st_ino) != self._ro_ident or st.st_size < self.size:
+                    self.release_fd()
                     return False
                 if st.st_size == self.size:
+                    if fd is not None and (not is_last or
+                                           _time.monotonic() - self._ro_grown_at > KEEP_QUIET_S):
+                        self.release_fd()
                     return True
-            try:
-                fd = self._io.open(self.log_path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
-            try:
+            if fd is None:
+                try:
+                    fd = self._io.open(self.log_path, os.O_RDONLY)
+                except FileNotFoundError:
+                    raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
                 st = self._io.stat(fd)
+            keep = False
+            try:
                 ident, flen = (st.st_dev, st.st_ino), st.st_size
                 if self.ro_scanned and (ident != self._ro_ident or flen < self.size):
                     return False
@@ -116,8 +169,16 @@ class ReadOnlySegment(LogSegment):
                 first, grew = not self.ro_scanned, pos > self.size
                 if self._map is None or self._map.length < pos:
                     self._remap(fd, pos, flen)
+                keep = is_last and (fd == self._ro_fd or KEPT.take())
             finally:
-                self._io.close(fd)
+                if not keep:
+                    if fd == self._ro_fd:
+                        self.release_fd()
+                    else:
+                        self._io.close(fd)
+            self._ro_fd = fd if keep else None
+            if grew:
+                self._ro_grown_at = _time.monotonic()
             self.ro_scanned = True
             self._ro_ident = ident
             self._ro_last_offset = last
@@ -127,6 +188,22 @@ class ReadOnlySegment(LogSegment):
             if first or grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
                 self._load_index_prefix()
             return True
+
+    def release_fd(self) -> None:
+        """Close the .log descriptor kept between refreshes, if any (idempotent)."""
+        with self._lock:
+            fd, self._ro_fd = self._ro_fd, None
+            if fd is not None:
+                KEPT.give()
+                self._io.close(fd)
+
+    def close(self) -> None:
+        self.release_fd()
+        super().close()
+
+    def close_handlers(self) -> None:
+        self.release_fd()
+        super().close_handlers()
 
     def _remap(self, fd: int, pos: int, flen: int) -> None:
         """Map at least the pos validated bytes: the file's length (a kstore writer's active

@@ -97,6 +97,9 @@ class CountingOps(FileOps):
         self.read = collections.Counter()
         self.listings = 0
         self.opens = 0
+        self.closes = 0
+        self.fstats = 0
+        self.stat_paths = 0
 
     def pread(self, fd, n, offset):
         data = super().pread(fd, n, offset)
@@ -110,6 +113,18 @@ class CountingOps(FileOps):
     def open(self, path, flags, mode=0o644):
         self.opens += 1
         return super().open(path, flags, mode)
+
+    def close(self, fd):
+        self.closes += 1
+        return super().close(fd)
+
+    def stat(self, fd):
+        self.fstats += 1
+        return super().stat(fd)
+
+    def stat_path(self, path, follow_symlinks=False):
+        self.stat_paths += 1
+        return super().stat_path(path, follow_symlinks)
 
 
 def _settle():
@@ -175,9 +190,11 @@ def test_a_refresh_reads_only_what_is_new(open_log, log_dir):
     ops.reset()
     for _ in range(3):
         ro.refresh()
-    # the .log alone, opened for one probe of its runway (its length says nothing: it runs
-    # past the data), each time
-    assert ops.listings == 0 and ops.opens == 3
+    # the .log alone, kept open since the open's refresh: the directory's stamp (one stat),
+    # the kept descriptor's fstat and one probe of its runway (its length says nothing: it runs
+    # past the data), each time; nothing opened or closed
+    assert ops.listings == 0 and ops.opens == ops.closes == 0
+    assert ops.stat_paths == 3 and ops.fstats == 3
     assert ops.read["index"] == ops.read["timeindex"] == 0 and ops.read["log"] == 3 * 4096
     lg.close()                                     # trimmed: the file's length says it all
     ops.reset()
