@@ -44,9 +44,10 @@ class SegmentReader:
         self._config = config
         self._io = io
         self._suffix = suffix
-        self.log_path = segment_file(dir_, base_offset, LOG_SUFFIX, suffix)
-        self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
-        self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
+        stem = segment_file(dir_, base_offset, "")     # one join for the three names
+        self.log_path = stem + LOG_SUFFIX + suffix
+        self.offset_index_path = stem + INDEX_SUFFIX + suffix
+        self.time_index_path = stem + TIME_INDEX_SUFFIX + suffix
         self._lock = threading.RLock()
         self.view = _core.SegmentView(base_offset)   # what the read fast path sees
         self._oidx: Optional[OffsetIndex] = None
