@@ -61,7 +61,7 @@ def test_logs_share_one_jitter_source(open_log, tmp_path):
     b = open_log(cfg, path=str(tmp_path / "t-1"))
     assert a.rng is b.rng
     for lg in (a, b):
-        for i in range(3):
+        for _ in range(3):
             lg.roll()
         assert all(0 <= s.roll_jitter_ms < 1_000 for s in lg.segments)
 
