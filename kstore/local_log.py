@@ -28,6 +28,10 @@ from kstore.notify import LogNotifier
 from kstore.segment import LogSegment
 
 log = logging.getLogger("kstore.log")
+# the roll jitter's random source, one per process as Kafka's ThreadLocalRandom (seeding a
+# Random per log from os.urandom cost ~16 us of every partition's start-up); its methods are
+# safe to share between threads (getrandbits runs under the GIL)
+_JITTER_RNG = random.Random()
 
 #: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
 #: of its partitions holds it shared (and flocks the partition directory itself exclusively).
@@ -81,7 +85,7 @@ class LocalLog:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
-        self._rng = random.Random()
+        self._rng = _JITTER_RNG
         # the published segments: readers take this snapshot without the lock
         self._segments = LogSegments()
         self._leo = 0

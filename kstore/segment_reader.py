@@ -14,7 +14,7 @@ from kstore import _core
 from kstore.config import LogConfig
 from kstore.errors import CorruptRecordError, SegmentGoneError, with_path
 from kstore.fileio import FileOps
-from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from kstore.index import AbstractIndex
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
@@ -44,9 +44,12 @@ class SegmentReader:
         self._config = config
         self._io = io
         self._suffix = suffix
-        self.log_path = segment_file(dir_, base_offset, LOG_SUFFIX, suffix)
-        self.offset_index_path = segment_file(dir_, base_offset, INDEX_SUFFIX, suffix)
-        self.time_index_path = segment_file(dir_, base_offset, TIME_INDEX_SUFFIX, suffix)
+        # the three names from one stem: os.path.join(dir_, name) for a relative name, without
+        # its per-call cost (start-up builds one segment per .log file)
+        stem = (dir_ + os.sep if dir_ and not dir_.endswith(os.sep) else dir_) + f"{base_offset:020d}"
+        self.log_path = stem + LOG_SUFFIX + suffix
+        self.offset_index_path = stem + INDEX_SUFFIX + suffix
+        self.time_index_path = stem + TIME_INDEX_SUFFIX + suffix
         self._lock = threading.RLock()
         self.view = _core.SegmentView(base_offset)   # what the read fast path sees
         self._oidx: Optional[OffsetIndex] = None

@@ -28,6 +28,44 @@ def test_partition_directory_layout(open_log, log_dir):
     assert files(log_dir) == sorted(want)
 
 
+
+def test_segment_paths_are_kafka_names(open_log, log_dir):
+    """A segment's three paths (built from one join at construction) are Kafka's names, also
+    for a suffixed segment (a .swap, say)."""
+    from kstore.fileio import FileOps
+    from kstore.segment import LogSegment
+    log = open_log({"segment.bytes": 200})
+    log.append([(b"k", b"x" * 100, NOW)])
+    log.append([(b"k", b"x" * 100, NOW)])
+    seg = log.segments[-1]
+    stem = os.path.join(log_dir, "00000000000000000001")
+    assert (seg.log_path, seg.offset_index_path, seg.time_index_path) == (
+        stem + ".log", stem + ".index", stem + ".timeindex")
+    swap = LogSegment(log_dir, 7, log.config, io=FileOps(), time=MockTime(),
+                      rng=log.rng, suffix=".swap")
+    try:
+        stem = os.path.join(log_dir, "00000000000000000007")
+        assert (swap.log_path, swap.offset_index_path, swap.time_index_path) == (
+            stem + ".log.swap", stem + ".index.swap", stem + ".timeindex.swap")
+        assert os.path.getsize(swap.log_path) == 0 and swap.size == 0
+    finally:
+        swap.close_handlers()
+        os.unlink(os.path.join(log_dir, "00000000000000000007.log.swap"))
+
+
+def test_logs_share_one_jitter_source(open_log, tmp_path):
+    """The roll jitter comes from one process-wide generator (Kafka: ThreadLocalRandom), not
+    one seeded per log at open; each segment's jitter stays within [0, segment.jitter.ms)."""
+    cfg = {"segment.ms": 3_600_000, "segment.jitter.ms": 1_000}
+    a = open_log(cfg, path=str(tmp_path / "t-0"))
+    b = open_log(cfg, path=str(tmp_path / "t-1"))
+    assert a.rng is b.rng
+    for lg in (a, b):
+        for _ in range(3):
+            lg.roll()
+        assert all(0 <= s.roll_jitter_ms < 1_000 for s in lg.segments)
+
+
 # -- roll -------------------------------------------------------------------------------------------
 def test_size_based_roll(open_log):
     """testSizeBasedLogRoll: a segment holds what fits in segment.bytes."""
