@@ -313,7 +313,7 @@ def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
             "    lg.append([(b'k%d' % i, b'v' * 100, 1_700_000_000_000 + b) for i in range(100)])\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kstore.__file__))}
-    p = subprocess.run([sys.executable, "-c", code, d], env=env, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code, d], env=env, timeout=60, cwd=str(tmp_path))
     assert p.returncode == -signal.SIGKILL
     idx, tidx = (os.path.join(d, "00000000000000000000" + s) for s in (".index", ".timeindex"))
     assert os.path.getsize(idx) == 10485760 and os.path.getsize(tidx) == 10485760 // 12 * 12

@@ -79,7 +79,9 @@ def _child(code: str, *args: Any) -> None:
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.abspath(kstore.__file__)))
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env,
+    # run outside any source checkout: `-c` puts the working directory first on sys.path, and a
+    # checkout's kstore/ (no built core) would shadow the installed package
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, cwd=tempfile.gettempdir(),
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
     if p.returncode not in (0, -signal.SIGKILL):
         raise RuntimeError(f"bench writer failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
