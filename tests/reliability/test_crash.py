@@ -96,23 +96,27 @@ def log_workload(root: str) -> TracingOps:
     return ops
 
 
-def check_log_state(state: str, snap, kind: str) -> None:
+def check_log_state(state: str, snap, kind: str, cfg=LOG_CFG, probe: int = 1) -> None:
+    """A crash state of a standalone log's workload: every promised record recovered, no gap
+    after a kill, no leftovers, and the recovered log takes `probe` more records and recovers
+    them again."""
     part = os.path.join(state, "t-0")
     need = snap.marks.get("appended" if kind == "kill" else "flushed", 0)
     if not os.path.isdir(part):
         assert need == 0, f"the partition is gone but {need} records were promised"
         return
-    with kstore.Log.open(part, LOG_CFG) as lg:
+    with kstore.Log.open(part, cfg) as lg:
         recs = check_records(lg, exact_start=0)
         assert len(recs) >= need, f"{len(recs)} records recovered, {need} promised ({kind})"
         assert len(recs) == lg.log_end_offset or kind != "kill", "a gap after a process kill"
         assert not leftovers(part), leftovers(part)
         n = lg.log_end_offset
-        lg.append([(None, value(n), NOW + n)])
+        lg.append([(None, value(n + j), NOW + n + j) for j in range(probe)])
         lg.flush()
-    with kstore.Log.open(part, LOG_CFG) as lg:
+    with kstore.Log.open(part, cfg) as lg:
         after = [(r.offset, r.value) for r in lg]
-        assert after == recs + [(n, value(n))], "recover -> append -> recover lost or changed records"
+        assert after == recs + [(n + j, value(n + j)) for j in range(probe)], \
+            "recover -> append -> recover lost or changed records"
     check_indexes(part)
 
 
@@ -148,22 +152,7 @@ def big_log_workload(root: str) -> TracingOps:
 
 
 def check_big_log_state(state: str, snap, kind: str) -> None:
-    part = os.path.join(state, "t-0")
-    need = snap.marks.get("appended" if kind == "kill" else "flushed", 0)
-    if not os.path.isdir(part):
-        assert need == 0, f"the partition is gone but {need} records were promised"
-        return
-    with kstore.Log.open(part, BIG_CFG) as lg:
-        recs = check_records(lg, exact_start=0)
-        assert len(recs) >= need, f"{len(recs)} records recovered, {need} promised ({kind})"
-        assert len(recs) == lg.log_end_offset or kind != "kill", "a gap after a process kill"
-        n = lg.log_end_offset
-        lg.append([(None, value(n + j), NOW + n + j) for j in range(400)])
-        lg.flush()
-    with kstore.Log.open(part, BIG_CFG) as lg:
-        after = [(r.offset, r.value) for r in lg]
-        assert after == recs + [(n + j, value(n + j)) for j in range(400)]
-    check_indexes(part)
+    check_log_state(state, snap, kind, BIG_CFG, probe=400)
 
 
 def test_crash_states_of_large_batches_written_by_pwrite(tmp_path):
