@@ -1,0 +1,49 @@
+"""The lock hierarchy: every lock in kstore, outermost first.
+
+Kept in one place so a new lock gets a place in the order (ARCHITECTURE.md summarises it).
+
+A thread holding a lock may take only locks listed
+below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+  Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
+  LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
+  checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
+                                never taken under LogRegistry.lock (delete_topic writes after)
+  LogRegistry.lock              the manager's registry lock (log_registry.py): registry changes
+                                (create/delete/add/alter topics, start-up's publishing); appends,
+                                the scheduled tasks and the cleaner read the registry without it
+  LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
+                                takes Log._lock) and re-opening its notification file (notify.py)
+  Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
+  Log._lock                     the append lock: in-memory state, the segment list, the bytes
+                                of an append. No fsync/msync waits and no scheduler hand-off
+                                under it: flushes, a roll's flush (or its scheduling), the
+                                retention dir fsync and delayed unlinks run after it is released
+                                (Log._after_write). Exceptions: close(), the trim fsync of a roll
+                                of a fully flushed log, truncate_fully_and_start_at's and the
+                                cleaner swap's first directory fsync
+                                A read-only log's refresh holds it too (its DirWatch state,
+                                ro_refresh.py, is touched only there)
+  LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);
+                                a read-only segment's validation and private index copies
+                                (extended past their published count; readers take no lock),
+                                the kept .log fd of a read-only last segment (segment_ro.py)
+  AbstractIndex._lock           an index's mapping, entries and length
+  leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
+          the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
+          MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
+          and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
+          the crash harness's, while a removal runs)
+  no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked
+          up, evicted and freed under the GIL, never released in between; freed at unmap
+
+The first change to a file after a clean open (MarkerGate) waits for the clean-shutdown
+marker's unlink and directory fsync begun at the open, under whatever locks its caller holds
+(Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
+The removal's thread takes no kstore lock.
+
+The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
+and at most one FUTEX_WAKE), waiters sleep on it holding no lock.
+Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
+for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
+(delete_topic closes logs under it, so Log code never calls into the manager).
+"""
