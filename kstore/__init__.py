@@ -33,6 +33,7 @@ from kstore.clock import MockTime  # noqa: E402
 from kstore.scheduler import MockScheduler, Scheduler  # noqa: E402
 from kstore.segment import LogSegment  # noqa: E402
 from kstore.reader import StoreReader  # noqa: E402
+from kstore.topic_partition import TopicPartition  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -43,5 +44,5 @@ __all__ = [
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",
     "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",
-    "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops",
+    "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
 ]
