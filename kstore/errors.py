@@ -29,6 +29,16 @@ class OffsetOutOfRangeError(KStoreError):
     """The requested offset lies outside [log_start_offset, log_end_offset]."""
 
 
+class NoOffsetForPartitionError(KStoreError):
+    """A consumer with auto_offset_reset="none" has no committed offset for a partition: Kafka's
+    NoOffsetForPartitionException (a position out of the log's range raises
+    OffsetOutOfRangeError then, as Kafka's). ``partitions`` names them."""
+
+    def __init__(self, message: str, partitions=()):
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
+
+
 class RecordTooLargeError(KStoreError):
     """A batch exceeds max.message.bytes or segment.bytes."""
 

@@ -1,0 +1,580 @@
+"""`kstore.Consumer`: Kafka's consumer over a local store, with kafka-python's names and rules.
+
+    with kstore.Consumer("data", "clicks", group_id="billing", auto_offset_reset="earliest") as c:
+        for tp, records in c.poll(timeout_ms=1000).items():
+            ...                      # records: kstore.Record objects of partition tp, in order
+
+Reads go to the store's files directly: a `StoreReader` on the log dirs (lock-free, beside the
+producer's process) or the `LogManager` given. `poll` returns `{TopicPartition: [Record, ...]}`
+(at most max_poll_records) and, when nothing is there, sleeps on the partitions' notification
+words and the group's bell until data, a rebalance or the timeout (no busy loop).
+
+Positions start at the group's committed offset (`__consumer_offsets`, through a
+`GroupCoordinator`), else at `auto_offset_reset` ("latest", "earliest", or "none":
+NoOffsetForPartitionError); a position outside the log (retention, truncation) resets the same
+way ("none": OffsetOutOfRangeError), as Kafka's consumer. With `subscribe` and a group_id the
+partitions are shared with the group's other members (`GroupMember`: file locks, any process);
+with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
+default) commits the positions of records already returned: in poll every
+auto_commit_interval_ms, before partitions are revoked, and at close (at-least-once).
+Not thread-safe, as Kafka's consumer: one thread uses a consumer.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+
+from kstore._core import Record
+from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
+                           UnknownTopicError)
+from kstore.fetcher import OFFSETS_TOPIC, Fetcher, LogSource
+from kstore.fileio import FileOps
+from kstore.notify import SLICE_S
+from kstore.subscription_state import SubscriptionState
+from kstore.topic_partition import TopicPartition
+
+__all__ = ["Consumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp"]
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """offsets_for_times' answer for one partition (Kafka's OffsetAndTimestamp)."""
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    """What iterating a consumer yields: a record with its topic and partition (kafka-python's
+    ConsumerRecord fields; poll returns the plain Records grouped by partition instead)."""
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: tuple
+
+
+class ConsumerRebalanceListener:
+    """Called inside poll when the group changes what this consumer reads (Kafka's
+    ConsumerRebalanceListener): on_partitions_revoked before it gives partitions up (after
+    the auto-commit of their positions: commit there yourself otherwise), then
+    on_partitions_assigned with the partitions it now owns (their positions come from the
+    committed offsets; seek there to start elsewhere). Sets are incremental, as Kafka's
+    cooperative protocol."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        pass
+
+
+def _offset_and_metadata(value: Any):
+    """commit()'s values: an int offset or an OffsetAndMetadata."""
+    from kstore.group_records import OffsetAndMetadata
+    if isinstance(value, OffsetAndMetadata):
+        return value
+    if isinstance(value, tuple) and len(value) >= 1:        # kafka-python's (offset, metadata)
+        return OffsetAndMetadata(int(value[0]), str(value[1]) if len(value) > 1 and value[1] else "")
+    if isinstance(value, int) and value >= 0:
+        return OffsetAndMetadata(value)
+    raise InvalidConfigError(f"a committed offset is a non-negative int or an OffsetAndMetadata, not {value!r}")
+
+
+def _assignors(names: Sequence[Any]) -> list:
+    from kstore import assignors as a
+    by_name = {"range": a.RangeAssignor, "roundrobin": a.RoundRobinAssignor}
+    out = []
+    for n in names:
+        if isinstance(n, str):
+            if n not in by_name:
+                raise InvalidConfigError(f"unknown partition assignor {n!r} (range, roundrobin)")
+            out.append(by_name[n]())
+        else:
+            out.append(n() if isinstance(n, type) else n)
+    return out
+
+
+class Consumer:
+    """A consumer of a store's topics: see the module doc. Use as a context manager."""
+
+    def __init__(self, store: Any, *topic_names: str, topics: Optional[Iterable[str]] = None,
+                 pattern: "str | re.Pattern[str] | None" = None, group_id: Optional[str] = None,
+                 client_id: str = "kstore", auto_offset_reset: str = "latest",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 max_poll_records: int = 500, isolation_level: str = "read_uncommitted",
+                 max_partition_fetch_bytes: int = 1 << 20, session_timeout_ms: int = 45000,
+                 heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
+                 partition_assignment_strategy: Sequence[Any] = ("range",),
+                 consumer_timeout_ms: Optional[float] = None,
+                 listener: Optional[ConsumerRebalanceListener] = None,
+                 coordinator: Any = None, io: Optional[FileOps] = None):
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
+        if not isinstance(max_poll_records, int) or max_poll_records < 1:
+            raise InvalidConfigError(f"max_poll_records must be a positive int, not {max_poll_records!r}")
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise InvalidConfigError(f"group_id must be a non-empty string, not {group_id!r}")
+        self.group_id = group_id
+        self.client_id = client_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval = auto_commit_interval_ms / 1000
+        self.max_poll_records = max_poll_records
+        self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
+        self._group_settings = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
+                                    heartbeat_interval_ms=heartbeat_interval_ms,
+                                    rebalance_timeout_ms=max_poll_interval_ms)
+        self._strategy = tuple(partition_assignment_strategy)
+        self._io = io
+        self._state = SubscriptionState(auto_offset_reset)
+        self._source = LogSource(store, io=io)
+        self._fetcher = Fetcher(self._source, self._state, max_partition_bytes=max_partition_fetch_bytes,
+                                read_committed=isolation_level == "read_committed")
+        self._coordinator = coordinator
+        self._own_coordinator = coordinator is None
+        self._member: Any = None
+        self._pending: Any = None               # an AssignmentChange seen while waiting
+        self._listener = listener
+        self._next_commit = time.monotonic() + self.auto_commit_interval
+        self._last_commit: dict[TopicPartition, int] = {}
+        self._buffer: deque[list] = deque()     # iteration: [tp, records, next index]
+        self._held: dict[TopicPartition, int] = {}   # iteration: first record not yet yielded
+        self._closed = False
+        names = list(topic_names) + list(topics or ())
+        if names or pattern is not None:
+            self.subscribe(names, pattern=pattern, listener=listener)
+
+    # -- context, iteration ----------------------------------------------------------------------
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self) -> "Consumer":
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, waiting as long as it takes (or consumer_timeout_ms: StopIteration).
+        Its position and what commit() commits advance record by record."""
+        start = time.monotonic()
+        while not self._buffer:
+            left = SLICE_S
+            if self.consumer_timeout is not None:
+                left = self.consumer_timeout - (time.monotonic() - start)
+                if left <= 0:
+                    raise StopIteration
+            got = self.poll(timeout_ms=max(0.0, min(left, SLICE_S)) * 1000)
+            for tp, recs in got.items():
+                self._buffer.append([tp, recs, 0])
+                self._held[tp] = recs[0].offset
+        entry = self._buffer[0]
+        tp, recs, i = entry
+        r: Record = recs[i]
+        entry[2] = i + 1
+        if i + 1 == len(recs):
+            self._buffer.popleft()
+            self._held.pop(tp, None)
+        else:
+            self._held[tp] = recs[i + 1].offset
+        return ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.timestamp_type,
+                              r.key, r.value, r.headers)
+
+    def _drop_buffered(self, tps: Iterable[TopicPartition]) -> None:
+        drop = set(tps)
+        if self._buffer and drop:
+            self._buffer = deque(e for e in self._buffer if e[0] not in drop)
+            for tp in drop:
+                self._held.pop(tp, None)
+
+    # -- subscription and assignment -------------------------------------------------------------
+    def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
+                  listener: Optional[ConsumerRebalanceListener] = None) -> None:
+        """Subscribe to topics or to every topic whose whole name matches pattern (internal
+        topics excluded). With a group_id the group shares their partitions; without one this
+        consumer reads them all. Joining happens in the next poll."""
+        self._check_open()
+        if isinstance(topics, str):
+            topics = [topics]
+        if self._member is not None:
+            self._leave_group()
+        self._state.subscribe(topics, pattern)
+        if listener is not None:
+            self._listener = listener
+
+    def subscription(self) -> Optional[set[str]]:
+        return set(self._state.topics) if self._state.topics else None
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing first, with auto-commit) and drop every partition."""
+        self._check_open()
+        if self._member is not None:
+            self._leave_group()
+        self._revoke(self._state.assignment(), release=False)
+        self._state.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Manual assignment (no group membership); commits still go to group_id's offsets."""
+        self._check_open()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        gone = self._state.assignment() - set(tps)
+        if gone:
+            self._maybe_commit_before_losing(gone)
+        self._fetcher.forget(gone)
+        self._drop_buffered(gone)
+        self._state.assign_from_user(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._state.assignment()
+
+    def topics(self) -> set[str]:
+        self._source.rescan(force=True)
+        return set(self._source.topics())
+
+    def partitions_for_topic(self, topic: str) -> Optional[set[int]]:
+        self._source.rescan(force=True)
+        ps = self._source.partitions(topic)
+        return set(ps) if ps else None
+
+    # -- positions -------------------------------------------------------------------------------
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record poll returns for tp (found now if still unknown)."""
+        self._check_open()
+        tp = TopicPartition(*tp)
+        if tp in self._held:
+            return self._held[tp]
+        if self._state.position(tp) is None:
+            self._update_positions([tp])
+        pos = self._state.position(tp)
+        if pos is None:
+            raise KStoreStateError(f"no position for {tp}: the partition is not in the store")
+        return pos
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._check_open()
+        tp = TopicPartition(*tp)
+        self._state.seek(tp, offset)
+        self._fetcher.forget([tp])
+        self._drop_buffered([tp])
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._seek_policy(partitions, "earliest")
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._seek_policy(partitions, "latest")
+
+    def _seek_policy(self, partitions: Sequence[TopicPartition], policy: str) -> None:
+        self._check_open()
+        tps = [TopicPartition(*tp) for tp in partitions] or list(self._state.assignment())
+        for tp in tps:
+            self._state.request_reset(tp, policy)
+        self._fetcher.forget(tps)
+        self._drop_buffered(tps)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state.pause(TopicPartition(*tp))
+        self._drop_buffered(TopicPartition(*tp) for tp in partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state.resume(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._state.paused()
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._fetcher.offset_for_policy(TopicPartition(*tp), "earliest")
+                for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log ends (the last stable offsets under read_committed)."""
+        return {TopicPartition(*tp): self._fetcher.end_offset(TopicPartition(*tp)) for tp in partitions}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+                          ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """For each partition the earliest offset whose timestamp is >= the one given, with
+        that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
+        out: dict[TopicPartition, Optional[OffsetAndTimestamp]] = {}
+        for tp, ts in timestamps.items():
+            if not isinstance(ts, int) or ts < 0:
+                raise InvalidConfigError(f"The target time for partition {tp} is {ts}. The target time cannot be negative.")
+            r = self._source.log(TopicPartition(*tp), fresh=True).fetch_offset_by_timestamp(ts)
+            out[TopicPartition(*tp)] = None if r is None else OffsetAndTimestamp(r[0], r[1])
+        return out
+
+    def _update_positions(self, only: Optional[Sequence[TopicPartition]] = None) -> None:
+        """Positions of partitions that have none: a pending seek_to_*, else the committed
+        offset, else auto_offset_reset ("none": NoOffsetForPartitionError)."""
+        missing = [tp for tp in (only if only is not None else self._state.missing_positions())
+                   if self._state.position(tp) is None]
+        if not missing:
+            return
+        need_committed = [tp for tp in missing if self._state.pending_reset(tp) is None]
+        committed = self._fetch_committed(need_committed) if need_committed and self.group_id else {}
+        no_offset = []
+        for tp in missing:
+            policy = self._state.pending_reset(tp)
+            try:
+                if policy is None and tp in committed:
+                    self._state.seek(tp, committed[tp])
+                    continue
+                policy = policy or self._state.default_reset
+                if policy == "none":
+                    no_offset.append(tp)
+                    continue
+                self._state.seek(tp, self._fetcher.offset_for_policy(tp, policy))
+            except UnknownTopicError:
+                continue                     # not in the store (yet): no position
+        if no_offset:
+            raise NoOffsetForPartitionError(
+                f"Undefined offset with no reset policy for partitions: {sorted(map(str, no_offset))}",
+                no_offset)
+
+    # -- poll ------------------------------------------------------------------------------------
+    def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
+             ) -> dict[TopicPartition, list[Record]]:
+        """Records of the assigned, unpaused partitions from their positions, at most
+        max_records (max_poll_records); waits up to timeout_ms for some to arrive, sleeping on
+        the logs' notification words and the group's bell. Runs the group's rebalances, the
+        rebalance listener and the auto-commit."""
+        self._check_open()
+        limit = self.max_poll_records if max_records is None else max_records
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
+        if self._buffer:
+            return self._drain_buffer(limit)
+        deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
+        while True:
+            self._maybe_auto_commit()
+            self._coordinate()
+            self._update_positions()
+            got = self._fetcher.fetch(limit)
+            now = time.monotonic()
+            if got or now >= deadline:
+                return got
+            wait = deadline - now
+            if self.enable_auto_commit:
+                wait = min(wait, max(0.0, self._next_commit - now))
+            if self._state.subscribed and self._member is None:
+                wait = min(wait, SLICE_S)    # topics and partitions appear: rescan meanwhile
+            bells = [self._member.notify_word()] if self._member is not None else []
+            self._fetcher.wait(wait, bells, self._group_changed if self._member is not None else None)
+
+    def _drain_buffer(self, limit: int) -> dict[TopicPartition, list[Record]]:
+        out: dict[TopicPartition, list[Record]] = {}
+        while self._buffer and limit > 0:
+            tp, recs, i = self._buffer[0]
+            take = recs[i:i + limit]
+            out.setdefault(tp, []).extend(take)
+            limit -= len(take)
+            if i + len(take) == len(recs):
+                self._buffer.popleft()
+                self._held.pop(tp, None)
+            else:
+                self._buffer[0][2] = i + len(take)
+                self._held[tp] = recs[i + len(take)].offset
+        return out
+
+    def wait_spec(self):
+        """(logs, offsets, bells): what a poll with nothing to return would sleep on; the
+        AsyncConsumer's waiter thread waits on it for every async consumer at once."""
+        logs, offsets = self._fetcher.wait_spec()
+        bells = [self._member.notify_word()] if self._member is not None else []
+        return logs, offsets, bells
+
+    # -- the group -------------------------------------------------------------------------------
+    def _coord(self):
+        if self._coordinator is None:
+            from kstore.group_coordinator import GroupCoordinator
+            store = self._source.manager if self._source.manager is not None else self._source.log_dirs
+            self._coordinator = GroupCoordinator(store, io=self._io)
+        return self._coordinator
+
+    def _coordinate(self) -> None:
+        """Join the group, or apply what changed in it; without a group, a subscription reads
+        every partition of its topics."""
+        st = self._state
+        if not st.subscribed:
+            return
+        if self.group_id is None:
+            self._source.rescan()
+            want = {TopicPartition(t, p) for t in self._source.topics()
+                    if st.matches(t) and t != OFFSETS_TOPIC for p in self._source.partitions(t)}
+            have = st.assignment()
+            if want != have:
+                self._revoke(have - want, release=False)
+                st.add(sorted(want - have))
+                if self._listener is not None:
+                    self._listener.on_partitions_assigned(want - have)
+            return
+        if self._member is None:
+            from kstore.group_membership import GroupMember
+
+            def partitions_for(topic: str) -> int:
+                self._source.rescan()
+                return self._source.partition_count(topic)
+
+            def list_topics() -> list[str]:
+                self._source.rescan()
+                return [t for t in self._source.topics() if t != OFFSETS_TOPIC]
+
+            self._member = GroupMember(
+                self._coord(), self.group_id,
+                topics=sorted(st.topics) if st.topics else None, pattern=st.pattern,
+                partitions_for=partitions_for, list_topics=list_topics,
+                assignors=_assignors(self._strategy), io=self._io, **self._group_settings)
+            self._apply(self._member.join())
+            return
+        change, self._pending = self._pending, None
+        if change is None:
+            change = self._member.poll()
+        if change is not None:
+            self._apply(change)
+
+    def _group_changed(self) -> bool:
+        """The wait's check: a rebalance reached this member (kept for the next _coordinate)."""
+        if self._pending is None:
+            self._pending = self._member.poll()
+        return self._pending is not None
+
+    def _apply(self, change) -> None:
+        if change.revoked:
+            self._revoke(set(change.revoked) & self._state.assignment(), release=True)
+        added = set(change.assigned) - self._state.assignment()
+        self._state.add(sorted(change.assigned))
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+
+    def _revoke(self, tps: set[TopicPartition], release: bool) -> None:
+        """Give partitions up: auto-commit their positions, tell the listener, forget them and
+        (release) let the group's next owner have them."""
+        if tps:
+            self._maybe_commit_before_losing(tps)
+            if self._listener is not None:
+                self._listener.on_partitions_revoked(set(tps))
+            self._state.remove(tps)
+            self._fetcher.forget(tps)
+            self._drop_buffered(tps)
+        if release and self._member is not None:
+            self._member.release(tps)
+
+    def _leave_group(self) -> None:
+        member, self._member = self._member, None
+        self._pending = None
+        owned = self._state.assignment()
+        self._maybe_commit_before_losing(owned)
+        if owned and self._listener is not None:
+            self._listener.on_partitions_revoked(owned)
+        self._state.remove(owned)
+        self._fetcher.forget(owned)
+        self._drop_buffered(owned)
+        member.leave()
+
+    # -- commits ---------------------------------------------------------------------------------
+    def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
+        pos = self._state.consumed()
+        pos.update((tp, off) for tp, off in self._held.items() if tp in pos)
+        if tps is not None:
+            keep = set(tps)
+            pos = {tp: o for tp, o in pos.items() if tp in keep}
+        return pos
+
+    def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
+        """Commit offsets (default: the positions of every assigned partition, i.e. after the
+        records returned so far) to the group's `__consumer_offsets` partition, in one batch.
+        When it returns the commit survives a kill -9 of this process."""
+        self._check_open()
+        if self.group_id is None:
+            raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
+        if offsets is None:
+            offsets = self._consumed()
+        elif self._member is not None:
+            owned = self._member.owned()
+            foreign = [str(tp) for tp in offsets if TopicPartition(*tp) not in owned]
+            if foreign:
+                raise KStoreStateError(f"Commit cannot be completed: partitions {foreign} are not "
+                                       f"owned by member {self._member.member_id} of {self.group_id}")
+        self._commit(offsets)
+
+    def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
+        if not offsets:
+            return
+        values = {TopicPartition(*tp): _offset_and_metadata(v) for tp, v in offsets.items()}
+        kw = {}
+        if self._member is not None:
+            kw = dict(generation=self._member.generation(), member_id=self._member.member_id)
+        self._coord().commit_offsets(self.group_id, values, **kw)
+        self._last_commit.update((tp, v.offset) for tp, v in values.items())
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.enable_auto_commit or time.monotonic() < self._next_commit:
+            return
+        self._next_commit = time.monotonic() + self.auto_commit_interval
+        self._commit_changed(self._consumed())
+
+    def _maybe_commit_before_losing(self, tps: Iterable[TopicPartition]) -> None:
+        if self.enable_auto_commit:
+            self._commit_changed(self._consumed(tps))
+
+    def _commit_changed(self, positions: dict[TopicPartition, int]) -> None:
+        """Commit the positions that moved since the last commit (an idle consumer writes
+        nothing)."""
+        if self._member is not None:
+            owned = self._member.owned()
+            positions = {tp: o for tp, o in positions.items() if tp in owned}
+        changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
+        self._commit(changed)
+
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
+        """The group's committed offset of tp (None if none); metadata=True: the whole
+        OffsetAndMetadata."""
+        self._check_open()
+        if self.group_id is None:
+            raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
+        tp = TopicPartition(*tp)
+        got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
+        if got is None:
+            return None
+        return got if metadata else got.offset
+
+    def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        got = self._coord().fetch_offsets(self.group_id, tps)
+        return {TopicPartition(*tp): o.offset for tp, o in got.items() if o.offset >= 0}
+
+    # -- close -----------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KStoreStateError("the consumer is closed")
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with auto-commit, unless autocommit=False), leave the group, close what the
+        consumer opened. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if not autocommit:
+                self.enable_auto_commit = False
+            if self._member is not None:
+                self._leave_group()
+            elif self.enable_auto_commit:
+                self._commit_changed(self._consumed())
+        finally:
+            self._closed = True
+            self._buffer.clear()
+            if self._own_coordinator and self._coordinator is not None:
+                self._coordinator.close()
+            self._source.close()
+
+    def __repr__(self) -> str:
+        return (f"Consumer(group_id={self.group_id!r}, log_dirs={self._source.log_dirs}, "
+                f"assignment={sorted(map(str, self._state.assignment()))})")

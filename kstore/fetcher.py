@@ -1,0 +1,274 @@
+"""A consumer's reads: the logs of a store, records from the positions, out-of-range resets and
+the wait for new data (Kafka's Fetcher and OffsetFetcher, with the log files in place of brokers).
+
+`LogSource` gives the consumer its logs: a `LogManager`'s own (writable, in-process) or a
+`StoreReader`'s (read-only, lock-free: the usual case, a consumer process beside the producer's).
+`Fetcher.fetch` reads the fetchable partitions from their positions with the compiled
+`Log.read` (no per-record Python work), within max_records, rotating partitions so none starves;
+`wait` sleeps on the partitions' notification words (one futex_waitv, GIL released) plus any
+extra Bell (a consumer group's), so an idle poll costs no CPU.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+from typing import Callable, Optional, Sequence
+
+from kstore import _notify, notify
+from kstore._core import Record
+from kstore.errors import (KStoreStateError, OffsetOutOfRangeError, SegmentGoneError,
+                           UnknownTopicError)
+from kstore.fileio import FileOps
+from kstore.log import Log
+from kstore.manager import LogManager
+from kstore.read_committed import TxnFilter, skip_control_batches
+from kstore.reader import StoreReader
+from kstore.subscription_state import SubscriptionState
+from kstore.topic_partition import TopicPartition
+
+__all__ = ["LogSource", "Fetcher", "wait_logs", "OFFSETS_TOPIC", "RESCAN_S"]
+
+#: Kafka's internal topic of committed offsets: never part of a pattern subscription
+#: (exclude.internal.topics=true)
+OFFSETS_TOPIC = "__consumer_offsets"
+#: How often a StoreReader-backed consumer rescans the log dirs for new topics and partitions.
+RESCAN_S = 1.0
+#: Default bytes per partition read (Kafka's max.partition.fetch.bytes).
+MAX_PARTITION_FETCH_BYTES = 1 << 20
+
+
+class LogSource:
+    """The logs a consumer reads: a LogManager's (not closed by the consumer) or those of a
+    StoreReader it opens on the log dirs given (closed with the consumer)."""
+
+    def __init__(self, store: "LogManager | StoreReader | str | os.PathLike | Sequence[str]", *,
+                 io: Optional[FileOps] = None):
+        self.manager: Optional[LogManager] = store if isinstance(store, LogManager) else None
+        self._owned = not isinstance(store, (LogManager, StoreReader))
+        self.reader: Optional[StoreReader] = None
+        if self.manager is None:
+            self.reader = store if isinstance(store, StoreReader) else StoreReader(store, io=io)  # type: ignore[arg-type]
+        self.log_dirs: list[str] = (self.manager or self.reader).log_dirs  # type: ignore[union-attr]
+        self._scanned = time.monotonic()
+
+    @property
+    def store(self) -> "LogManager | StoreReader":
+        """What a GroupCoordinator is opened on (the manager, or the log dirs' reader)."""
+        return self.manager if self.manager is not None else self.reader  # type: ignore[return-value]
+
+    def rescan(self, force: bool = False) -> None:
+        """A reader looks for new topics and partitions at most every RESCAN_S (force: now)."""
+        if self.reader is not None:
+            now = time.monotonic()
+            if force or now - self._scanned >= RESCAN_S:
+                self._scanned = now
+                self.reader.refresh()
+
+    def topics(self) -> list[str]:
+        return (self.manager or self.reader).topics()  # type: ignore[union-attr]
+
+    def partitions(self, topic: str) -> list[int]:
+        if self.manager is not None:
+            try:
+                return self.manager.partitions(topic)
+            except UnknownTopicError:
+                return []
+        return [p for _t, p in self.reader.partitions(topic)]  # type: ignore[union-attr]
+
+    def partition_count(self, topic: str) -> int:
+        """The topic's partition count as a consumer group assigns it (0 if it does not exist)."""
+        ps = self.partitions(topic)
+        return max(ps) + 1 if ps else 0
+
+    def log(self, tp: TopicPartition, fresh: bool = False) -> Log:
+        """The partition's log (UnknownTopicError if it is not in the store); fresh: a read-only
+        log refreshed first (what it knows of the log end and start is current)."""
+        if self.manager is not None:
+            return self.manager.log(tp[0], tp[1])
+        return self.reader.log(tp[0], tp[1], refresh=fresh)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._owned and self.reader is not None:
+            self.reader.close()
+
+
+class Fetcher:
+    """Reads records from the positions of a SubscriptionState."""
+
+    def __init__(self, source: LogSource, state: SubscriptionState, *,
+                 max_partition_bytes: int = MAX_PARTITION_FETCH_BYTES, read_committed: bool = False):
+        self.source = source
+        self.state = state
+        self.max_partition_bytes = max_partition_bytes
+        self.read_committed = read_committed
+        self._txn: dict[TopicPartition, TxnFilter] = {}
+        #: read_committed: partitions held at their last stable offset, with the log end then
+        #: (their wait is for the log to grow past it, not past the position)
+        self._stalled: dict[TopicPartition, int] = {}
+
+    # -- positions -------------------------------------------------------------------------------
+    def offset_for_policy(self, tp: TopicPartition, policy: str) -> int:
+        """Where "earliest" or "latest" puts tp now (the log start or end)."""
+        lg = self.source.log(tp, fresh=True)
+        return lg.log_start_offset if policy == "earliest" else self.end_offset(tp, lg)
+
+    def end_offset(self, tp: TopicPartition, lg: Optional[Log] = None) -> int:
+        """The log end, or under read_committed the last stable offset (as Kafka's end offsets)."""
+        lg = lg or self.source.log(tp, fresh=True)
+        if not self.read_committed:
+            return lg.log_end_offset
+        return self._filter(tp, lg.log_start_offset).stable_offset(lg)
+
+    def _reset(self, tp: TopicPartition, pos: int, lg: Log, e: OffsetOutOfRangeError) -> None:
+        """A position outside the log: reset as auto_offset_reset says (Kafka's rule), or raise."""
+        policy = self.state.default_reset
+        if policy == "none":
+            raise OffsetOutOfRangeError(f"Offsets out of range with no configured reset policy for "
+                                        f"partitions: {{{tp}: {pos}}} ({e})") from e
+        self.state.set_position(tp, self.offset_for_policy(tp, policy))
+
+    # -- reads -----------------------------------------------------------------------------------
+    def fetch(self, max_records: int) -> dict[TopicPartition, list[Record]]:
+        """Records of the fetchable partitions from their positions, at most max_records in all;
+        positions advance past what is returned."""
+        out: dict[TopicPartition, list[Record]] = {}
+        budget = max_records
+        for tp in self.state.fetchable():
+            if budget <= 0:
+                break
+            pos = self.state.position(tp)
+            assert pos is not None           # fetchable() has positions only
+            try:
+                lg = self.source.log(tp)
+                recs = lg.read(pos, budget, self.max_partition_bytes)
+            except UnknownTopicError:
+                continue                     # deleted (or not there yet): nothing to read
+            except SegmentGoneError:
+                continue                     # a change raced the read: the next poll reads again
+            except OffsetOutOfRangeError as e:
+                self._reset(tp, pos, lg, e)
+                continue
+            nxt = recs[-1].offset + 1 if recs else pos
+            if self.read_committed:
+                recs, nxt = self._committed_only(tp, lg, pos, recs)
+            if not recs:
+                if nxt == pos and tp not in self._stalled:
+                    # transaction markers only, or a compacted segment's empty tail
+                    nxt = _past_gap(lg, skip_control_batches(lg, pos))
+                if nxt != pos:
+                    self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
+                continue
+            out[tp] = recs
+            self.state.set_position(tp, nxt)
+            self.state.rotate(tp)
+            budget -= len(recs)
+        return out
+
+    def _filter(self, tp: TopicPartition, pos: int) -> TxnFilter:
+        f = self._txn.get(tp)
+        if f is None or pos < f.start:
+            f = self._txn[tp] = TxnFilter(pos)
+        return f
+
+    def _committed_only(self, tp: TopicPartition, lg: Log, pos: int,
+                        recs: list[Record]) -> tuple[list[Record], int]:
+        """read_committed: the records below the last stable offset, aborted transactions'
+        dropped, and the position after those looked at."""
+        f = self._filter(tp, pos)
+        lso = f.stable_offset(lg)
+        self._stalled.pop(tp, None)
+        if lso <= pos and lg.log_end_offset > pos:
+            self._stalled[tp] = lg.log_end_offset
+        return f.committed(recs, pos, lso)
+
+    def forget(self, tps) -> None:
+        """Partitions no longer assigned (or sought): their transaction state goes."""
+        for tp in tps:
+            self._txn.pop(tp, None)
+            self._stalled.pop(tp, None)
+
+    # -- waits -----------------------------------------------------------------------------------
+    def wait(self, timeout: float, bells: Sequence[_notify.Bell] = (),
+             check: Optional[Callable[[], bool]] = None) -> None:
+        """Sleep until a fetchable partition has records past its position, a bell rings, check()
+        holds, or timeout seconds: see wait_logs."""
+        logs, offsets = self.wait_spec()
+        wait_logs(logs, offsets, timeout, bells, check)
+
+    def wait_spec(self) -> tuple[list[Log], list[int]]:
+        """The logs to wait on and, for each, the offset its end must pass."""
+        logs: list[Log] = []
+        offsets: list[int] = []
+        for tp in self.state.fetchable():
+            try:
+                logs.append(self.source.log(tp))
+            except UnknownTopicError:
+                continue
+            pos = self.state.position(tp)
+            assert pos is not None
+            offsets.append(max(pos, self._stalled.get(tp, pos)))
+        return logs, offsets
+
+
+def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,
+              bells: Sequence[_notify.Bell] = (), check: Optional[Callable[[], bool]] = None) -> None:
+    """Until the end of some logs[i] is above offsets[i], the word of one of bells moves (a
+    consumer group's rebalance bell), check() is true (called after arming, so a change between
+    the check and the sleep still wakes), or timeout seconds. One futex_waitv over all the words
+    (notify.wait_any's scheme, plus the extra bells), in slices of notify.SLICE_S; a log without
+    a usable word (or more than _notify.WAIT_ANY_MAX words) makes it poll every notify.POLL_S.
+    A log closed or deleted meanwhile ends the wait: the next fetch finds out."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    quiet = False
+    while True:
+        now = time.monotonic()
+        left = deadline - now
+        ws: list[int] = [b.arm() for b in bells]
+        bs: list[_notify.Bell] = list(bells)
+        usable = True
+        try:
+            for lg in logs:
+                n = lg.notifier
+                bell = n.current_bell(now)
+                word = bell.arm() if bell is not None else 0
+                n.catch_up(bell, word, quiet)
+                if bell is None:
+                    usable = False
+                else:
+                    bs.append(bell)
+                    ws.append(word)
+        except (KStoreStateError, UnknownTopicError):
+            return
+        quiet = False
+        if any(lg.log_end_offset > off for lg, off in zip(logs, offsets)):
+            return
+        if check is not None and check():
+            return
+        if left <= 0:
+            return
+        r = errno.ENOSYS
+        if usable and bs and len(bs) <= _notify.WAIT_ANY_MAX:
+            r = _notify.wait_any(bs, ws, min(left, notify.SLICE_S))
+        elif usable and not bs:
+            time.sleep(min(left, notify.SLICE_S))       # nothing to wait on: the timeout
+            quiet = True
+            continue
+        if any(b.load() != w for b, w in zip(bells, ws)):
+            return
+        if r == errno.ETIMEDOUT:
+            quiet = True
+        elif r == errno.ENOSYS:
+            time.sleep(min(left, notify.POLL_S))
+            quiet = True
+
+
+def _past_gap(lg: Log, pos: int) -> int:
+    """Where a read that returned nothing below the log end goes on: the next segment's base
+    (a compacted segment whose records at and after pos are gone)."""
+    if pos >= lg.log_end_offset:
+        return pos
+    for s in lg.segments:
+        if s.base_offset > pos:
+            return s.base_offset
+    return pos

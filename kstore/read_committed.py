@@ -1,0 +1,160 @@
+"""isolation_level="read_committed": the last stable offset and aborted transactions of a log.
+
+Kafka's consumer in read_committed mode returns records only below the partition's last stable
+offset (LSO: the first offset of the earliest transaction still open) and drops the batches of
+aborted transactions (the broker sends their ranges from its `.txnindex`). A kstore consumer
+finds both from the log itself: `TxnFilter` walks the v2 batch headers once, from the position
+it started at, keeping each producer's open transaction (its batch ranges) until the producer's
+control batch (an ABORT or COMMIT marker, ControlRecordType key: version int16, type int16)
+ends it; an aborted one's ranges are kept until the position passes them. One header parse per
+batch (no record decoded except a marker's); kstore-written logs have no transactional batches,
+so the filter only ever finds LSO = log end. Bytes are checked before use (CorruptRecordError
+naming the log and offset).
+"""
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+from kstore._core import Record, decode_batches
+from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
+
+if TYPE_CHECKING:
+    from kstore.log import Log
+
+__all__ = ["TxnFilter", "skip_control_batches"]
+
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+ABORT = 0
+#: bytes of batches looked at per read_batches call
+SCAN_BYTES = 1 << 20
+_LEN = struct.Struct(">qi")          # base offset, batch length
+_ATTRS = struct.Struct(">hi")        # attributes at 21, last offset delta at 23
+_PID = struct.Struct(">q")           # producer id at 43
+V2_HEADER = 61
+
+
+def _batches(view: memoryview, log_dir: str, first: int):
+    """(base, last, magic, attributes, producer id, start, end) of each whole batch in view."""
+    n = len(view)
+    pos = 0
+    while pos + 17 <= n:
+        base, length = _LEN.unpack_from(view, pos)
+        end = pos + 12 + length
+        if end > n:
+            break
+        magic = view[pos + 16]
+        if magic >= 2:
+            if 12 + length < V2_HEADER:
+                err = CorruptRecordError(f"batch at offset {base} of {log_dir} is {length} bytes, "
+                                         f"shorter than a v2 header (reading from offset {first})")
+                raise err
+            attrs, delta = _ATTRS.unpack_from(view, pos + 21)
+            pid = _PID.unpack_from(view, pos + 43)[0]
+            if delta < 0:
+                raise CorruptRecordError(f"batch at offset {base} of {log_dir} has a negative "
+                                         f"last offset delta {delta}")
+            yield base, base + delta, magic, attrs, pid, pos, end
+        else:
+            yield base, base, magic, 0, -1, pos, end
+        pos = end
+
+
+def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
+    recs = decode_batches(view, -1, True, True)
+    key = recs[0].key if recs else None
+    if key is None or len(key) < 4:
+        raise CorruptRecordError(f"control batch at offset {base} of {log_dir} has no control key")
+    return struct.unpack_from(">hh", key)[1]
+
+
+def skip_control_batches(lg: "Log", pos: int) -> int:
+    """The offset after the control batches (transaction markers) that start at pos: a read
+    there returns no records, yet the log end is past it."""
+    while pos < lg.log_end_offset:
+        try:
+            view = lg.read_batches(pos, SCAN_BYTES)
+        except (OffsetOutOfRangeError, SegmentGoneError):
+            return pos
+        moved = False
+        for _base, last, magic, attrs, _pid, _s, _e in _batches(view, lg.dir, pos):
+            if last < pos:
+                continue
+            if magic < 2 or not attrs & CONTROL:
+                return pos
+            pos = last + 1
+            moved = True
+        if not moved:
+            return pos
+    return pos
+
+
+class TxnFilter:
+    """One partition's transactions, scanned forward from `start`."""
+
+    def __init__(self, start: int):
+        self.start = start
+        self.scanned = start                         # batches below this were looked at
+        self.open: dict[int, tuple[int, list[tuple[int, int]]]] = {}   # pid -> (first, ranges)
+        self.aborted: list[tuple[int, int]] = []     # [first, last] of aborted batches, sorted
+
+    def stable_offset(self, lg: "Log") -> int:
+        """The last stable offset: the first offset of the earliest open transaction, else the
+        log end (as far as scanned)."""
+        self._scan(lg)
+        return min((f for f, _r in self.open.values()), default=self.scanned)
+
+    def _scan(self, lg: "Log") -> None:
+        while self.scanned < lg.log_end_offset:
+            if self.scanned < lg.log_start_offset:
+                self.scanned = lg.log_start_offset
+                self.open.clear()
+                continue
+            try:
+                view = lg.read_batches(self.scanned, SCAN_BYTES)
+            except (OffsetOutOfRangeError, SegmentGoneError):
+                return
+            moved = False
+            for base, last, magic, attrs, pid, s, e in _batches(view, lg.dir, self.scanned):
+                if last < self.scanned:
+                    continue
+                if magic >= 2 and attrs & TRANSACTIONAL:
+                    if attrs & CONTROL:
+                        entry = self.open.pop(pid, None)
+                        if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
+                            self.aborted.extend(entry[1])
+                            self.aborted.sort()
+                    else:
+                        self.open.setdefault(pid, (base, []))[1].append((base, last))
+                self.scanned = last + 1
+                moved = True
+            if not moved:
+                nxt = [s.base_offset for s in lg.segments if s.base_offset > self.scanned]
+                if not nxt:
+                    return
+                self.scanned = nxt[0]            # a compacted segment's empty tail
+
+    def committed(self, recs: list[Record], pos: int, lso: int) -> tuple[list[Record], int]:
+        """recs (read from pos) cut at lso, aborted ones dropped; and the position after the
+        records looked at (pos when none below lso)."""
+        if recs and recs[-1].offset >= lso:
+            recs = recs[:bisect_left(recs, lso, key=lambda r: r.offset)]
+        if not recs:
+            return recs, pos
+        nxt = recs[-1].offset + 1
+        while self.aborted and self.aborted[0][1] < pos:
+            self.aborted.pop(0)
+        if not self.aborted or self.aborted[0][0] > recs[-1].offset:
+            return recs, nxt
+        ranges = self.aborted
+        kept = []
+        i = 0
+        for r in recs:               # only where an aborted transaction overlaps the records
+            while i < len(ranges) and ranges[i][1] < r.offset:
+                i += 1
+            if i < len(ranges) and ranges[i][0] <= r.offset:
+                continue
+            kept.append(r)
+        return kept, nxt
