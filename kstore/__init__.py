@@ -34,6 +34,10 @@ from kstore.scheduler import MockScheduler, Scheduler  # noqa: E402
 from kstore.segment import LogSegment  # noqa: E402
 from kstore.reader import StoreReader  # noqa: E402
 from kstore.topic_partition import TopicPartition  # noqa: E402
+from kstore.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord,  # noqa: E402
+                             OffsetAndTimestamp)
+from kstore.async_consumer import AsyncConsumer  # noqa: E402
+from kstore.errors import NoOffsetForPartitionError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -45,4 +49,6 @@ __all__ = [
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",
     "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",
     "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
+    "Consumer", "AsyncConsumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp",
+    "NoOffsetForPartitionError",
 ]

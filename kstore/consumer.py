@@ -358,13 +358,19 @@ class Consumer:
             now = time.monotonic()
             if got or now >= deadline:
                 return got
-            wait = deadline - now
-            if self.enable_auto_commit:
-                wait = min(wait, max(0.0, self._next_commit - now))
-            if self._state.subscribed and self._member is None:
-                wait = min(wait, SLICE_S)    # topics and partitions appear: rescan meanwhile
             bells = [self._member.notify_word()] if self._member is not None else []
-            self._fetcher.wait(wait, bells, self._group_changed if self._member is not None else None)
+            self._fetcher.wait(min(deadline - now, self._wait_bound(now)), bells,
+                               self._group_changed if self._member is not None else None)
+
+    def _wait_bound(self, now: float) -> float:
+        """The longest an idle poll may sleep before it has work: the next auto-commit, or a
+        rescan for topics and partitions (a subscription outside a group)."""
+        bound = float("inf")
+        if self.enable_auto_commit:
+            bound = max(0.0, self._next_commit - now)
+        if self._state.subscribed and self._member is None:
+            bound = min(bound, SLICE_S)
+        return bound
 
     def _drain_buffer(self, limit: int) -> dict[TopicPartition, list[Record]]:
         out: dict[TopicPartition, list[Record]] = {}
@@ -381,12 +387,15 @@ class Consumer:
                 self._held[tp] = recs[i + len(take)].offset
         return out
 
-    def wait_spec(self):
-        """(logs, offsets, bells): what a poll with nothing to return would sleep on; the
-        AsyncConsumer's waiter thread waits on it for every async consumer at once."""
-        logs, offsets = self._fetcher.wait_spec()
+    def wait_spec(self, partitions: Optional[Iterable[TopicPartition]] = None
+                  ) -> tuple[list, list[int], list, float]:
+        """(logs, offsets, bells, longest sleep): what a poll with nothing to return sleeps on
+        (until some logs[i] ends past offsets[i] or a bell's word moves); the AsyncConsumer's
+        waiter thread waits on it for every async consumer at once."""
+        only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
+        logs, offsets = self._fetcher.wait_spec(only)
         bells = [self._member.notify_word()] if self._member is not None else []
-        return logs, offsets, bells
+        return logs, offsets, bells, self._wait_bound(time.monotonic())
 
     # -- the group -------------------------------------------------------------------------------
     def _coord(self):

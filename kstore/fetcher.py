@@ -141,6 +141,8 @@ class Fetcher:
             assert pos is not None           # fetchable() has positions only
             try:
                 lg = self.source.log(tp)
+                if lg.read_only:
+                    _catch_up(lg)
                 recs = lg.read(pos, budget, self.max_partition_bytes)
             except UnknownTopicError:
                 continue                     # deleted (or not there yet): nothing to read
@@ -196,11 +198,14 @@ class Fetcher:
         logs, offsets = self.wait_spec()
         wait_logs(logs, offsets, timeout, bells, check)
 
-    def wait_spec(self) -> tuple[list[Log], list[int]]:
-        """The logs to wait on and, for each, the offset its end must pass."""
+    def wait_spec(self, only: Optional[set[TopicPartition]] = None) -> tuple[list[Log], list[int]]:
+        """The logs to wait on (the fetchable partitions, of only if given) and, for each, the
+        offset its end must pass."""
         logs: list[Log] = []
         offsets: list[int] = []
         for tp in self.state.fetchable():
+            if only is not None and tp not in only:
+                continue
             try:
                 logs.append(self.source.log(tp))
             except UnknownTopicError:
@@ -261,6 +266,15 @@ def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,
         elif r == errno.ENOSYS:
             time.sleep(min(left, notify.POLL_S))
             quiet = True
+
+
+def _catch_up(lg: Log) -> None:
+    """A read-only log learns what its writer appended: a refresh only if the notification
+    word moved since the last look and its hints differ from what the log knows (a few loads
+    otherwise)."""
+    n = lg.notifier
+    bell = n.current_bell(time.monotonic())
+    n.catch_up(bell, bell.load() if bell is not None else 0)
 
 
 def _past_gap(lg: Log, pos: int) -> int:

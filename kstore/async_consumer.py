@@ -1,0 +1,289 @@
+"""`kstore.AsyncConsumer`: the consumer for asyncio, shaped as aiokafka's AIOKafkaConsumer.
+
+    async with kstore.AsyncConsumer("data", "clicks", group_id="g") as c:
+        async for rec in c:                  # ConsumerRecord(topic, partition, offset, ...)
+            ...
+        batch = await c.getmany(timeout_ms=500, max_records=100)   # {TopicPartition: [Record]}
+
+It wraps a `Consumer` (same options, same rules) whose reads and commits run on the event loop's
+thread (they are short file operations). Only the waiting moves off it: when a consumer has
+nothing to return it hands what it would sleep on (its partitions' notification words and
+offsets, its group's bell) to ONE process-wide waiter thread, which sleeps on the words of every
+waiting async consumer at once (one futex_waitv) and resolves each consumer's future through
+`loop.call_soon_threadsafe` when its data arrives, its bell rings or its timeout passes. No
+thread per consumer, no polling loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+import time
+from typing import Any, Iterable, Mapping, Optional
+
+from kstore import _notify, notify
+from kstore._core import Record
+from kstore.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from kstore.errors import KStoreError, KStoreStateError
+from kstore.topic_partition import TopicPartition
+
+__all__ = ["AsyncConsumer", "AsyncWaiter", "WAITER"]
+
+
+class _Wait:
+    __slots__ = ("loop", "fut", "logs", "offsets", "bells", "seen", "deadline")
+
+    def __init__(self, loop, fut, logs, offsets, bells, deadline):
+        self.loop = loop
+        self.fut = fut
+        self.logs = logs
+        self.offsets = offsets
+        self.bells = bells
+        self.seen = [b.load() >> 1 for b in bells]   # the bells' counters when the wait began
+        self.deadline = deadline
+
+
+def _resolve(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class AsyncWaiter:
+    """The process's one waiter thread: sleeps on the words of every pending wait and wakes
+    their futures. Started on the first wait, ends when none is left (and starts again).
+
+    Lock: `_lock` guards the list of pending waits and the thread's life; a leaf, never held
+    while the thread arms, refreshes (LogNotifier._lock, Log._lock) or sleeps."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: list[_Wait] = []
+        self._kick = _notify.Bell.private()     # rung when a wait is added
+        self._thread: Optional[threading.Thread] = None
+        self.wakeups = 0                         # loop turns (tests: no spinning)
+
+    @property
+    def running(self) -> bool:
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def wait(self, logs, offsets, bells, timeout: float) -> "asyncio.Future[None]":
+        """A future (of the running loop) done when some logs[i] ends past offsets[i], a bell's
+        word moves, or after timeout seconds."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        w = _Wait(loop, fut, list(logs), list(offsets), list(bells), time.monotonic() + max(0.0, timeout))
+        with self._lock:
+            self._waits.append(w)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kstore-async-waiter", daemon=True)
+                self._thread.start()
+        self._kick.bump_end(0, 0)
+        return fut
+
+    def _run(self) -> None:
+        quiet = False
+        while True:
+            kick = self._kick.arm()
+            with self._lock:
+                waits = [w for w in self._waits if not w.fut.done()]
+                self._waits = waits
+                if not waits:
+                    self._thread = None
+                    return
+            self.wakeups += 1
+            now = time.monotonic()
+            bells: dict[int, tuple[Any, int]] = {id(self._kick): (self._kick, kick)}
+            usable = True
+            done: list[_Wait] = []
+            for w in waits:
+                try:
+                    ready = self._arm(w, now, quiet, bells)
+                except (KStoreError, OSError):
+                    ready = True                 # closed or deleted: the consumer finds out
+                if ready is None:
+                    usable = False
+                elif ready:
+                    done.append(w)
+            quiet = False
+            for w in done:
+                try:
+                    w.loop.call_soon_threadsafe(_resolve, w.fut)
+                except RuntimeError:
+                    pass                         # its loop is closed
+            if done:
+                with self._lock:
+                    self._waits = [w for w in self._waits if w not in done]
+                continue
+            left = min(w.deadline for w in waits) - now
+            slice_ = max(0.0, min(left, notify.SLICE_S))
+            r = errno.ENOSYS
+            if usable and len(bells) <= _notify.WAIT_ANY_MAX:
+                bs = [b for b, _w in bells.values()]
+                r = _notify.wait_any(bs, [wd for _b, wd in bells.values()], slice_)
+            if r == errno.ETIMEDOUT:
+                quiet = True
+            elif r == errno.ENOSYS:
+                time.sleep(min(slice_, notify.POLL_S))
+                quiet = True
+
+    @staticmethod
+    def _arm(w: _Wait, now: float, quiet: bool, bells: dict) -> Optional[bool]:
+        """Arm w's words (into bells); True if w is done, None if one log has no usable word."""
+        if w.fut.done() or now >= w.deadline:
+            return True
+        for b, seen in zip(w.bells, w.seen):
+            word = b.arm()
+            if word >> 1 != seen:
+                return True
+            bells[id(b)] = (b, word)
+        usable: Optional[bool] = False
+        for lg, off in zip(w.logs, w.offsets):
+            n = lg.notifier
+            bell = n.current_bell(now)
+            word = bell.arm() if bell is not None else 0
+            n.catch_up(bell, word, quiet)
+            if lg.log_end_offset > off:
+                return True
+            if bell is None:
+                usable = None
+            else:
+                bells[id(bell)] = (bell, word)
+        return usable
+
+
+#: The process-wide waiter of every AsyncConsumer.
+WAITER = AsyncWaiter()
+
+
+class AsyncConsumer:
+    """A Consumer for asyncio (aiokafka's names): see the module doc. Takes Consumer's
+    arguments. Use `async with`, or `await start()` / `await stop()`."""
+
+    def __init__(self, store: Any, *topics: str, **configs: Any):
+        self._c = Consumer(store, *topics, **configs)
+
+    @property
+    def consumer(self) -> Consumer:
+        """The synchronous Consumer underneath (same positions, same group membership)."""
+        return self._c
+
+    async def start(self) -> None:
+        """aiokafka's start(): the group is joined at the first getmany/getone."""
+
+    async def stop(self) -> None:
+        """Commit (with auto-commit), leave the group and close."""
+        self._c.close()
+
+    close = stop
+
+    async def __aenter__(self) -> "AsyncConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
+                      max_records: Optional[int] = None) -> dict[TopicPartition, list[Record]]:
+        """Records grouped by partition (of partitions only, if given), waiting up to
+        timeout_ms for some without blocking the event loop."""
+        deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
+        while True:
+            got = self._poll_now(partitions, max_records)
+            left = deadline - time.monotonic()
+            if got or left <= 0:
+                return got
+            logs, offsets, bells, bound = self._c.wait_spec(partitions or None)
+            await WAITER.wait(logs, offsets, bells, min(left, bound))
+
+    def _poll_now(self, partitions, max_records) -> dict[TopicPartition, list[Record]]:
+        if not partitions:
+            return self._c.poll(0, max_records)
+        want = set(map(_tp, partitions))
+        others = self._c.assignment() - want - self._c.paused()
+        self._c.pause(*others)
+        try:
+            return self._c.poll(0, max_records)
+        finally:
+            self._c.resume(*(tp for tp in others if tp in self._c.assignment()))
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of partitions only, if given), waiting as long as it takes."""
+        while True:
+            got = await self.getmany(*partitions, timeout_ms=notify.SLICE_S * 1000, max_records=1)
+            for tp, recs in got.items():
+                r = recs[0]
+                return ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp,
+                                      r.timestamp_type, r.key, r.value, r.headers)
+
+    def __aiter__(self) -> "AsyncConsumer":
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """Records forever (until stop(): StopAsyncIteration)."""
+        if self._c.closed:
+            raise StopAsyncIteration
+        try:
+            return await self.getone()
+        except KStoreStateError:
+            if self._c.closed:
+                raise StopAsyncIteration from None
+            raise
+
+    # -- the rest of the surface: the Consumer's, awaitable where aiokafka's is --------------------
+    async def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
+        self._c.commit(offsets)
+
+    async def committed(self, tp: TopicPartition) -> Optional[int]:
+        return self._c.committed(tp)
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self._c.position(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._c.seek(tp, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._c.seek_to_beginning(*partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._c.seek_to_end(*partitions)
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+                                ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        return self._c.offsets_for_times(timestamps)
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._c.beginning_offsets(partitions)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._c.end_offsets(partitions)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: Any = None, listener: Any = None) -> None:
+        self._c.subscribe(topics, pattern=pattern, listener=listener)
+
+    def unsubscribe(self) -> None:
+        self._c.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._c.assign(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._c.assignment()
+
+    def subscription(self) -> Optional[set[str]]:
+        return self._c.subscription()
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._c.pause(*partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._c.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._c.paused()
+
+
+def _tp(tp: Any) -> TopicPartition:
+    return TopicPartition(*tp)

@@ -1,0 +1,298 @@
+"""kstore.Consumer without a group: assign() and subscribe() over a StoreReader or a LogManager,
+positions, auto_offset_reset, seeks, pauses, max_poll_records, waits (no busy loop),
+offsets_for_times, iteration and read_committed."""
+import os
+import struct
+import threading
+import time
+
+import pytest
+
+import kstore
+from kstore import Consumer, NoOffsetForPartitionError, OffsetAndTimestamp, TopicPartition as TP
+from kstore.errors import InvalidConfigError, KStoreStateError, OffsetOutOfRangeError
+
+from batch_helpers import CRC32C, _blob, _varint
+from thread_watchdog import join_all
+from writer_process import WriterProcess
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A LogManager with topic t (2 partitions), 5 records each (keys k<p>-<i>, timestamps
+    NOW + i)."""
+    d = str(tmp_path / "data")
+    m = kstore.LogManager(d)
+    m.create_topic("t", 2)
+    for p in range(2):
+        m.append_batch("t", p, [(b"k%d-%d" % (p, i), b"v%d" % i, NOW + i) for i in range(5)])
+    yield d, m
+    m.close()
+
+
+def offsets(got):
+    return {str(tp): [r.offset for r in recs] for tp, recs in got.items()}
+
+
+def test_assign_poll_earliest_reads_every_record_grouped_by_partition(store):
+    d, _m = store
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        assert c.assignment() == {TP("t", 0), TP("t", 1)}
+        got = c.poll(timeout_ms=1000)
+        assert offsets(got) == {"t-0": [0, 1, 2, 3, 4], "t-1": [0, 1, 2, 3, 4]}
+        assert all(isinstance(k, TP) for k in got)
+        r = got[TP("t", 1)][2]
+        assert isinstance(r, kstore.Record) and (r.key, r.value, r.timestamp) == (b"k1-2", b"v2", NOW + 2)
+        assert c.position(TP("t", 0)) == 5 and c.position(("t", 1)) == 5
+        assert c.poll(0) == {}
+
+
+def test_reads_a_log_managers_own_logs(store):
+    _d, m = store
+    with Consumer(m, auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 1)])
+        assert offsets(c.poll(500)) == {"t-1": [0, 1, 2, 3, 4]}
+        m.append_batch("t", 1, [(b"x", b"y")])
+        assert offsets(c.poll(500)) == {"t-1": [5]}
+
+
+def test_auto_offset_reset_latest_earliest_none(store):
+    d, m = store
+    with Consumer(d) as c:                       # latest: Kafka's default
+        c.assign([TP("t", 0)])
+        assert c.position(TP("t", 0)) == 5
+        assert c.poll(0) == {}
+        m.append_batch("t", 0, [(b"a", b"b")])
+        assert offsets(c.poll(1000)) == {"t-0": [5]}
+    with Consumer(d, auto_offset_reset="none") as c:
+        c.assign([TP("t", 0)])
+        with pytest.raises(NoOffsetForPartitionError) as e:
+            c.poll(0)
+        assert e.value.partitions == {TP("t", 0)}
+        c.seek(TP("t", 0), 3)                    # a seek gives it a position
+        assert offsets(c.poll(0)) == {"t-0": [3, 4, 5]}
+    with pytest.raises(InvalidConfigError):
+        Consumer(d, auto_offset_reset="smallest")
+
+
+def test_max_poll_records_and_fairness(store):
+    d, m = store
+    for p in range(2):
+        m.append_batch("t", p, [(b"k", b"v")] * 5)      # 10 records per partition
+    with Consumer(d, auto_offset_reset="earliest", max_poll_records=4) as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        seen = []
+        for _ in range(5):
+            got = c.poll(0)
+            assert sum(len(v) for v in got.values()) == 4
+            seen.append(offsets(got))
+        # the partition that filled a poll goes to the back: both advance
+        assert seen[0] == {"t-0": [0, 1, 2, 3]}
+        assert seen[1] == {"t-1": [0, 1, 2, 3]}
+        assert seen[2] == {"t-0": [4, 5, 6, 7]}
+        assert seen[3] == {"t-1": [4, 5, 6, 7]}
+        assert seen[4] == {"t-0": [8, 9], "t-1": [8, 9]}
+        assert c.poll(0, max_records=100) == {}
+        with pytest.raises(InvalidConfigError):
+            c.poll(0, max_records=0)
+
+
+def test_seek_seek_to_beginning_end_and_position(store):
+    d, _m = store
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        c.seek(TP("t", 0), 3)
+        assert c.position(TP("t", 0)) == 3
+        assert offsets(c.poll(0)) == {"t-0": [3, 4], "t-1": [0, 1, 2, 3, 4]}
+        c.seek_to_beginning(TP("t", 0))
+        assert c.position(TP("t", 0)) == 0
+        c.seek_to_end()                          # every assigned partition
+        assert (c.position(TP("t", 0)), c.position(TP("t", 1))) == (5, 5)
+        assert c.beginning_offsets([TP("t", 0)]) == {TP("t", 0): 0}
+        assert c.end_offsets([TP("t", 0), TP("t", 1)]) == {TP("t", 0): 5, TP("t", 1): 5}
+        with pytest.raises(KStoreStateError):
+            c.seek(TP("t", 7), 0)                # not assigned
+        with pytest.raises(InvalidConfigError):
+            c.seek(TP("t", 0), -1)
+
+
+def test_pause_resume(store):
+    d, m = store
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        c.pause(TP("t", 1))
+        assert c.paused() == {TP("t", 1)}
+        assert offsets(c.poll(0)) == {"t-0": [0, 1, 2, 3, 4]}
+        m.append_batch("t", 1, [(b"a", b"b")])
+        assert c.poll(200) == {}                 # paused: its new record is not returned
+        c.resume(TP("t", 1))
+        assert offsets(c.poll(0)) == {"t-1": [0, 1, 2, 3, 4, 5]}
+
+
+def test_position_below_log_start_resets_as_kafka(store):
+    d, m = store
+    m.log("t", 0).roll()
+    m.append_batch("t", 0, [(b"a", b"b")] * 3)          # offsets 5..7 in a new segment
+    with Consumer(d, auto_offset_reset="earliest") as c, \
+            Consumer(d, auto_offset_reset="latest") as late, \
+            Consumer(d, auto_offset_reset="none") as none:
+        for x in (c, late, none):
+            x.assign([TP("t", 0)])
+            x.seek(TP("t", 0), 1)
+        m.log("t", 0).delete_records(5)
+        m.checkpoint_log_start_offsets()
+        assert offsets(c.poll(500)) == {"t-0": [5, 6, 7]}   # reset to the log start
+        assert late.poll(200) == {} and late.position(TP("t", 0)) == 8
+        with pytest.raises(OffsetOutOfRangeError):
+            none.poll(200)
+
+
+def test_idle_poll_sleeps_without_cpu(store):
+    """poll(2000) with nothing to read: returns {} after the timeout, having used (almost) no
+    CPU: it sleeps on the notification words, it does not loop."""
+    d, _m = store
+    with Consumer(d) as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        c.poll(0)
+        cpu, wall = time.thread_time(), time.monotonic()
+        assert c.poll(timeout_ms=2000) == {}
+        wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
+        assert wall >= 1.99
+        assert cpu < 0.05, f"an idle poll(2000) used {cpu * 1000:.1f} ms of CPU"
+
+
+def test_poll_wakes_on_an_append_in_another_process(tmp_path, watchdog):
+    watchdog(60)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run('m.create_topic("t", 1)', 'm.append_batch("t", 0, [(b"k", b"v0")])')
+        with Consumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 0)])
+            assert offsets(c.poll(1000)) == {"t-0": [0]}
+            result = {}
+
+            def consume():
+                t0 = time.monotonic()
+                result["got"] = c.poll(timeout_ms=20000)
+                result["waited"] = time.monotonic() - t0
+            th = threading.Thread(target=consume)
+            th.start()
+            time.sleep(0.3)
+            w.run('m.append_batch("t", 0, [(b"k", b"v1")])')
+            join_all([th], 20)
+        assert offsets(result["got"]) == {"t-0": [1]}
+        assert result["got"][TP("t", 0)][0].value == b"v1"
+        assert result["waited"] < 10          # woken by the append, not by the timeout
+    finally:
+        w.close()
+
+
+def test_offsets_for_times(store):
+    d, _m = store
+    with Consumer(d) as c:
+        got = c.offsets_for_times({TP("t", 0): NOW + 2, TP("t", 1): NOW + 99})
+        assert got == {TP("t", 0): OffsetAndTimestamp(2, NOW + 2), TP("t", 1): None}
+        with pytest.raises(InvalidConfigError):
+            c.offsets_for_times({TP("t", 0): -1})
+
+
+def test_iteration_yields_records_with_topic_and_partition(store):
+    d, _m = store
+    with Consumer(d, auto_offset_reset="earliest", consumer_timeout_ms=300) as c:
+        c.assign([TP("t", 0)])
+        recs = list(c)
+        assert [(r.topic, r.partition, r.offset, r.key) for r in recs] == [
+            ("t", 0, i, b"k0-%d" % i) for i in range(5)]
+        assert isinstance(recs[0], kstore.ConsumerRecord)
+
+
+def test_iteration_position_moves_record_by_record(store):
+    d, _m = store
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0)])
+        it = iter(c)
+        assert next(it).offset == 0
+        assert c.position(TP("t", 0)) == 1        # not the end of what was read ahead
+        assert next(it).offset == 1
+        c.seek(TP("t", 0), 4)                     # a seek drops what was read ahead
+        assert next(it).offset == 4
+
+
+def test_subscribe_without_group_reads_every_partition_and_finds_new_ones(store):
+    d, m = store
+    with Consumer(d, "t", auto_offset_reset="earliest") as c:
+        got = c.poll(1000)
+        assert offsets(got) == {"t-0": [0, 1, 2, 3, 4], "t-1": [0, 1, 2, 3, 4]}
+        assert c.subscription() == {"t"}
+        m.add_partitions("t", 3)
+        m.append_batch("t", 2, [(b"n", b"new")])
+        got = c.poll(5000)
+        assert offsets(got) == {"t-2": [0]}       # a partition that appears: from its start
+        with pytest.raises(KStoreStateError):
+            c.assign([TP("t", 0)])                # subscribe and assign exclude each other
+    with Consumer(d, pattern=r"t|u", auto_offset_reset="earliest") as c:
+        assert set(offsets(c.poll(1000))) == {"t-0", "t-1", "t-2"}
+
+
+def test_commit_needs_a_group_and_close_is_idempotent(store):
+    d, _m = store
+    c = Consumer(d)
+    with pytest.raises(KStoreStateError):
+        c.commit()
+    c.close()
+    c.close()
+    assert c.closed
+    with pytest.raises(KStoreStateError):
+        c.poll(0)
+
+
+# -- read_committed ------------------------------------------------------------------------------
+def txn_batch(base, pid, values=(), control=None, ts=NOW):
+    """A v2 batch of producer pid: transactional data records (values), or a control batch
+    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct."""
+    attrs = 0x10 | (0x20 if control is not None else 0)
+    if control is not None:
+        recs = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
+    else:
+        recs = [(i, b"k", v) for i, v in enumerate(values)]
+    body = b""
+    for d, k, v in recs:
+        rec = b"\x00" + _varint(0) + _varint(d) + _blob(k) + _blob(v) + _varint(0)
+        body += _varint(len(rec)) + rec
+    tail = struct.pack(">hiqqqhii", attrs, len(recs) - 1, ts, ts, pid, 0, 0 if control is None else -1,
+                       len(recs)) + body
+    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
+    return head + struct.pack(">I", CRC32C(tail)) + tail
+
+
+def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_path):
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain0")])                                  # 0
+        lg.append_batches(txn_batch(0, 7, [b"aborted1", b"aborted2"]))  # 1, 2   pid 7
+        lg.append_batches(txn_batch(0, 8, [b"committed3"]))             # 3      pid 8
+        lg.append_batches(txn_batch(0, 7, control=0))                   # 4      ABORT pid 7
+        lg.append_batches(txn_batch(0, 8, control=1))                   # 5      COMMIT pid 8
+        lg.append([(b"a", b"plain6")])                                  # 6
+        lg.append_batches(txn_batch(0, 9, [b"open7"]))                  # 7      pid 9, open
+        lg.append([(b"a", b"plain8")])                                  # 8
+        with Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c, \
+                Consumer(d, auto_offset_reset="earliest") as u:
+            c.assign([TP("t", 0)])
+            u.assign([TP("t", 0)])
+            vals = [r.value for r in c.poll(500)[TP("t", 0)]]
+            assert vals == [b"plain0", b"committed3", b"plain6"]         # LSO 7: the open txn
+            assert c.end_offsets([TP("t", 0)]) == {TP("t", 0): 7}
+            assert c.poll(100) == {}
+            assert [r.value for r in u.poll(500)[TP("t", 0)]] == [
+                b"plain0", b"aborted1", b"aborted2", b"committed3", b"plain6", b"open7", b"plain8"]
+            lg.append_batches(txn_batch(0, 9, control=1))               # 9      COMMIT pid 9
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open7", b"plain8"]
+            assert c.position(TP("t", 0)) == 9
+            lg.append([(b"a", b"plain10")])
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain10"]
