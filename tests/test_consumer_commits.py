@@ -1,0 +1,150 @@
+"""kstore.Consumer's commits (manual assignment with a group_id): commit / committed, positions
+from committed offsets, auto-commit (interval, close, idle consumers write nothing), and a
+commit that returned surviving kill -9 of the committing process."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import kstore
+from kstore import Consumer, TopicPartition as TP
+from kstore.errors import InvalidConfigError
+from kstore.group_coordinator import GroupCoordinator
+from kstore.group_records import OffsetAndMetadata
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def store(tmp_path):
+    d = str(tmp_path / "data")
+    m = kstore.LogManager(d)
+    m.create_topic("t", 2)
+    for p in range(2):
+        m.append_batch("t", p, [(b"k%d" % i, b"v%d" % i, NOW + i) for i in range(10)])
+    yield d, m
+    m.close()
+
+
+def offsets_log_size(d):
+    """Records in the store's __consumer_offsets partitions (what commits wrote)."""
+    total = 0
+    for name in os.listdir(d):
+        if name.startswith("__consumer_offsets-"):
+            with kstore.Log.open(os.path.join(d, name), read_only=True) as lg:
+                total += lg.log_end_offset - lg.log_start_offset
+    return total
+
+
+def test_commit_committed_and_resume_from_committed(store):
+    d, _m = store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.assign([TP("t", 0), TP("t", 1)])
+        assert c.committed(TP("t", 0)) is None
+        got = c.poll(1000, max_records=13)
+        assert sum(map(len, got.values())) == 13
+        c.commit()
+        pos = {tp: c.position(tp) for tp in c.assignment()}
+        assert {c.committed(tp) for tp in pos} == set(pos.values()) and sorted(pos.values()) == [3, 10]
+        c.commit({TP("t", 1): OffsetAndMetadata(2, "note")})
+        om = c.committed(TP("t", 1), metadata=True)
+        assert (om.offset, om.metadata) == (2, "note")
+        with pytest.raises(InvalidConfigError):
+            c.commit({TP("t", 1): -4})
+    # a new consumer of the group starts at the committed offsets, whatever its reset policy
+    with Consumer(d, group_id="g", auto_offset_reset="latest") as c2:
+        c2.assign([TP("t", 0), TP("t", 1)])
+        assert {str(tp): c2.position(tp) for tp in c2.assignment()} == {
+            str(tp): (2 if tp == TP("t", 1) else pos[tp]) for tp in pos}
+        got = c2.poll(1000)
+        assert [r.offset for r in got[TP("t", 1)]] == list(range(2, 10))
+    # the records are Kafka's: a GroupCoordinator on the same dirs reads them
+    with GroupCoordinator([d]) as gc:
+        assert gc.fetch_offsets("g")[TP("t", 1)].offset == 10      # c2's auto-commit at close
+
+
+def test_committed_offset_below_log_start_resets_per_policy(store):
+    d, m = store
+    with Consumer(d, group_id="g", enable_auto_commit=False) as c:
+        c.assign([TP("t", 0)])
+        c.commit({TP("t", 0): 1})
+    lg = m.log("t", 0)
+    lg.roll()
+    m.append_batch("t", 0, [(b"x", b"y")])         # 10 in a new segment
+    lg.delete_records(10)
+    m.checkpoint_log_start_offsets()
+    with Consumer(d, group_id="g", auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0)])
+        got = c.poll(1000)
+        assert [r.offset for r in got[TP("t", 0)]] == [10]   # committed 1 is gone: from the start
+
+
+def test_auto_commit_every_interval_of_returned_records_only(store):
+    d, _m = store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=200,
+                  max_poll_records=4) as c:
+        c.assign([TP("t", 0)])
+        c.poll(0)                                   # 0..3 returned
+        assert c.committed(TP("t", 0)) is None      # not before the interval
+        time.sleep(0.25)
+        c.poll(0)                                   # commits 4 (what was returned), then reads 4..7
+        assert c.committed(TP("t", 0)) == 4
+        written = offsets_log_size(d)
+        time.sleep(0.25)
+        c.poll(0)                                   # commits 8
+        assert c.committed(TP("t", 0)) == 8
+        # an idle consumer commits nothing new
+        c.poll(300)
+        n = offsets_log_size(d)
+        c.poll(300)
+        c.poll(300)
+        assert offsets_log_size(d) == n and n == written + 1 + 1   # 10 committed by the poll
+        # that read 8, 9 then went idle
+
+
+def test_close_commits_and_close_without_autocommit_does_not(store):
+    d, _m = store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest") as c:
+        c.assign([TP("t", 0)])
+        c.poll(0, max_records=3)
+    with Consumer(d, group_id="g") as c:
+        c.assign([TP("t", 0)])
+        assert c.committed(TP("t", 0)) == 3
+        c.poll(0, max_records=2)
+        c.close(autocommit=False)
+    with Consumer(d, group_id="g") as c:
+        c.assign([TP("t", 0)])
+        assert c.committed(TP("t", 0)) == 3
+
+
+COMMITTER = r"""
+import sys, os, kstore
+from kstore import TopicPartition as TP
+c = kstore.Consumer(sys.argv[1], group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+c.assign([TP("t", 0)])
+c.poll(1000, max_records=7)
+c.commit()
+print("committed", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_commit_that_returned_survives_kill_9(store, tmp_path, watchdog):
+    watchdog(60)
+    d, _m = store
+    p = subprocess.Popen([sys.executable, "-c", COMMITTER, d], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    try:
+        assert p.stdout.readline().strip() == "committed"
+        os.kill(p.pid, signal.SIGKILL)
+        assert p.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if p.poll() is None:
+            p.kill()
+    with Consumer(d, group_id="g") as c:
+        c.assign([TP("t", 0)])
+        assert c.committed(TP("t", 0)) == 7
+        assert [r.offset for r in c.poll(1000)[TP("t", 0)]] == [7, 8, 9]
