@@ -1,0 +1,130 @@
+"""kstore.AsyncConsumer under an event loop: several consumers in one loop share ONE waiter
+thread (no thread per consumer), getmany waits without blocking the loop and wakes on an
+append (this process or another), getone / async for, commits."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+import kstore
+from kstore import AsyncConsumer, TopicPartition as TP
+from kstore.async_consumer import WAITER
+
+from writer_process import WriterProcess
+
+
+@pytest.fixture
+def store(tmp_path):
+    d = str(tmp_path / "data")
+    m = kstore.LogManager(d)
+    m.create_topic("t", 4)
+    yield d, m
+    m.close()
+
+
+def offsets(got):
+    return {str(tp): [r.offset for r in recs] for tp, recs in got.items()}
+
+
+def test_many_consumers_one_loop_one_waiter_thread(store, watchdog):
+    watchdog(60)
+    d, m = store
+
+    async def main():
+        cs = [AsyncConsumer(d, auto_offset_reset="earliest") for _ in range(4)]
+        for p, c in enumerate(cs):
+            c.assign([TP("t", p)])
+            await c.start()
+        tasks = [asyncio.create_task(c.getmany(timeout_ms=10000)) for c in cs]
+        await asyncio.sleep(0.3)                # all four are waiting now
+        assert all(not t.done() for t in tasks)
+        waiting_threads = [t.name for t in threading.enumerate() if t.name.startswith("kstore")]
+        ticks = 0
+
+        async def ticker():                     # the loop stays free while they wait
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+        tick = asyncio.create_task(ticker())
+        for p in (2, 0, 3, 1):
+            m.append_batch("t", p, [(b"k", b"v%d" % p)])
+            await asyncio.sleep(0.05)
+        got = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        tick.cancel()
+        for c in cs:
+            await c.stop()
+        return got, waiting_threads, ticks
+
+    got, waiting_threads, ticks = asyncio.run(main())
+    assert waiting_threads == ["kstore-async-waiter"] and WAITER.wakeups > 0     # the one waiter, not one per consumer
+    assert [offsets(g) for g in got] == [{"t-%d" % p: [0]} for p in range(4)]
+    assert [g[TP("t", p)][0].value for p, g in enumerate(got)] == [b"v%d" % p for p in range(4)]
+    assert ticks >= 10
+
+
+def test_getmany_timeout_returns_empty_and_idles(store, watchdog):
+    watchdog(60)
+    d, _m = store
+
+    async def main():
+        async with AsyncConsumer(d) as c:
+            c.assign([TP("t", 0), TP("t", 1)])
+            cpu, t0 = time.process_time(), time.monotonic()
+            got = await c.getmany(timeout_ms=1500)
+            return got, time.monotonic() - t0, time.process_time() - cpu
+
+    got, wall, cpu = asyncio.run(main())
+    assert got == {} and wall >= 1.49
+    assert cpu < 0.1, f"an idle getmany(1500) used {cpu * 1000:.1f} ms of CPU"
+
+
+def test_getone_async_for_and_partitions_filter(store, watchdog):
+    watchdog(60)
+    d, m = store
+    for p in range(2):
+        m.append_batch("t", p, [(b"k", b"p%d-%d" % (p, i)) for i in range(3)])
+
+    async def main():
+        async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 0), TP("t", 1)])
+            only1 = await c.getmany(TP("t", 1), timeout_ms=1000)
+            first = await c.getone(TP("t", 0))
+            rest = []
+            async for r in c:
+                rest.append((r.partition, r.offset, r.value))
+                if len(rest) == 2:
+                    break
+            return only1, first, rest, await c.position(TP("t", 0))
+
+    only1, first, rest, pos = asyncio.run(main())
+    assert offsets(only1) == {"t-1": [0, 1, 2]}
+    assert (first.topic, first.partition, first.offset, first.value) == ("t", 0, 0, b"p0-0")
+    assert rest == [(0, 1, b"p0-1"), (0, 2, b"p0-2")] and pos == 3
+
+
+def test_wakes_on_an_append_in_another_process_and_commits(tmp_path, watchdog):
+    watchdog(60)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run('m.create_topic("t", 1)')
+
+        async def main():
+            async with AsyncConsumer(d, group_id="g", auto_offset_reset="earliest") as c:
+                c.assign([TP("t", 0)])
+                task = asyncio.create_task(c.getmany(timeout_ms=20000))
+                await asyncio.sleep(0.3)
+                t0 = time.monotonic()
+                await asyncio.get_running_loop().run_in_executor(
+                    None, w.run, 'm.append_batch("t", 0, [(b"k", b"x")])')
+                got = await task
+                waited = time.monotonic() - t0
+                await c.commit()
+                return got, waited, await c.committed(TP("t", 0))
+
+        got, waited, committed = asyncio.run(main())
+        assert offsets(got) == {"t-0": [0]} and waited < 10 and committed == 1
+    finally:
+        w.close()
