@@ -39,7 +39,7 @@ def test_many_consumers_one_loop_one_waiter_thread(store, watchdog):
         tasks = [asyncio.create_task(c.getmany(timeout_ms=10000)) for c in cs]
         await asyncio.sleep(0.3)                # all four are waiting now
         assert all(not t.done() for t in tasks)
-        waiting_threads = [t.name for t in threading.enumerate() if t.name.startswith("kstore")]
+        waiting_threads = [t.name for t in threading.enumerate() if "waiter" in t.name]
         ticks = 0
 
         async def ticker():                     # the loop stays free while they wait
