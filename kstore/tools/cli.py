@@ -207,6 +207,9 @@ only --follow prints anything. The last line on stderr is "Processed a total of 
     c.add_argument("--print-offset", action="store_true")
     c.add_argument("--print-headers", action="store_true")
     c.add_argument("--no-value", action="store_true", help="do not print values")
+    c.add_argument("--group", metavar="G", help="consume as a member of consumer group G: its partitions "
+                   "shared with the group's other members, starting at the committed offsets, committing "
+                   "as it goes (--from-beginning: where the group has no committed offset)")
     c.add_argument("--key-separator", metavar="SEP", help="between printed fields (default \\t)")
     c.add_argument("--line-separator", metavar="SEP", default="\\n", help="after each record (default \\n)")
 

@@ -137,6 +137,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         raise InvalidConfigError("give at most one of --from-beginning, --offset and --time")
     if args.offset is not None and args.offset not in ("earliest", "latest") and args.partition is None:
         raise InvalidConfigError("--offset with a number needs --partition (as Kafka's console consumer)")
+    if getattr(args, "group", None):
+        return consume_group(args, out, err)
     fmt = Formatter(args)
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
@@ -211,6 +213,59 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     SCAN_S - (now - last_scan) if args.partition is None else notify.SLICE_S,
                     timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
                     args.poll_ms / 1000)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            try:
+                out.flush()
+            except BrokenPipeError:
+                pass
+    print(f"Processed a total of {count} messages", file=err)
+    return 0
+
+
+def consume_group(args: argparse.Namespace, out: IO[bytes], err: IO) -> int:
+    """consume --group G: a kstore.Consumer in group G subscribed to --topic, printing what it
+    polls and committing as it goes (auto-commit, and at the end the position after the last
+    record printed). Without --follow it stops once its partitions are read to their end."""
+    from kstore.consumer import Consumer
+    if args.partition is not None or args.offset is not None or args.time is not None:
+        raise InvalidConfigError("--group cannot be combined with --partition, --offset or --time "
+                                 "(the group decides the partitions and starts at its committed offsets)")
+    fmt = Formatter(args)
+    limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
+    timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
+    count = 0
+    with open_reader(args) as store, Consumer(
+            store, args.topic, group_id=args.group,
+            auto_offset_reset="earliest" if args.from_beginning else "latest") as c:
+        if args.topic not in store.topics() and not args.follow:
+            raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
+        last_data = time.monotonic()
+        try:
+            while limit is None or count < limit:
+                got = c.poll(timeout_ms=notify.SLICE_S * 1000 if args.follow else 200)
+                for tp, recs in got.items():
+                    if limit is not None and count + len(recs) > limit:
+                        recs = recs[:limit - count]
+                        c.seek(tp, recs[-1].offset + 1)    # commit only what was printed
+                    out.write(fmt.format(tp.partition, recs))
+                    count += len(recs)
+                    if limit is not None and count >= limit:
+                        break
+                now = time.monotonic()
+                if got:
+                    last_data = now
+                    continue
+                out.flush()
+                if not args.follow:
+                    ends = c.end_offsets(c.assignment())
+                    if c.assignment() and all(c.position(tp) >= e for tp, e in ends.items()):
+                        break
+                    if not c.assignment() and now - last_data >= 1.0:
+                        break
+                if timeout is not None and now - last_data >= timeout:
+                    break
         except KeyboardInterrupt:
             pass
         finally:
