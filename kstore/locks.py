@@ -13,6 +13,14 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 the scheduled tasks and the cleaner read the registry without it
   LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
                                 takes Log._lock) and re-opening its notification file (notify.py)
+  OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
+                                (offsets_topic.py): held across the partition flock below
+  __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
+                                bounded polling wait): every append, expiry tombstone and
+                                compaction of the partition, the kept writable Log's reuse check
+  GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
+                                read-only Log (Log._lock) and applies new records; taken under
+                                the two above by expire_offsets/delete_group (decide under flock)
   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
   Log._lock                     the append lock: in-memory state, the segment list, the bytes
                                 of an append. No fsync/msync waits and no scheduler hand-off
@@ -29,6 +37,8 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 the kept .log fd of a read-only last segment (segment_ro.py)
   AbstractIndex._lock           an index's mapping, entries and length
   leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
+          GroupCoordinator._mutex / OffsetsTopic._mutex (their per-partition maps), the flock of
+          .kstore-groups/offsets-topic.lock (taken before a writer lock, around one atomic write),
           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,

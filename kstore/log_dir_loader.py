@@ -20,6 +20,7 @@ from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECK
 from kstore.errors import KStoreError
 from kstore.fileio import FileOps
 from kstore.files import is_delete_dir, partition_dirs
+from kstore.group_records import OFFSETS_TOPIC
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
 from kstore.marker_gate import remove_marker
@@ -79,9 +80,12 @@ class LogDirLoader:
 
     def partitions(self, d: str) -> list[tuple[TopicPartition, str]]:
         """partition_dirs(d), less the partitions of topics being deleted (a read-only manager
-        cannot finish a deletion, and must not show what is being deleted)."""
+        cannot finish a deletion, and must not show what is being deleted) and, for a writable
+        manager, `__consumer_offsets`: shared-writer partitions that any process appends to
+        under the partition's flock (group_coordinator.py), never the manager's own logs."""
         return [job for job in partition_dirs(self._io, d)
-                if not self._topics.is_deleting(job[0][0])]
+                if not self._topics.is_deleting(job[0][0])
+                and not (job[0][0] == OFFSETS_TOPIC and not self._read_only)]
 
     def _read_checkpoint(self, d: str, name: str, res: DirLoad) -> dict[TopicPartition, int]:
         cp = OffsetCheckpointFile(os.path.join(d, name), self._io)

@@ -269,12 +269,29 @@ class LogManager:
         s.schedule("kafka-log-start-offset-checkpoint", self._task(self.checkpoint_log_start_offsets), delay,
                    max(1, c["log.flush.start.offset.checkpoint.interval.ms"]))
         s.schedule("kafka-delete-logs", self._task(self.delete_logs), delay, 1000)
+        s.schedule("kafka-offsets-expiry", self._task(self.expire_group_offsets), delay,
+                   c["offsets.retention.check.interval.ms"])
+
+    def expire_group_offsets(self) -> int:
+        """The offsets.retention.check.interval.ms task: expire committed offsets per
+        offsets.retention.minutes, then compact __consumer_offsets, each partition under its
+        writers' flock (group_coordinator.py). Returns the offsets expired."""
+        from kstore.group_coordinator import GroupCoordinator
+        with GroupCoordinator(self, io=self._io, time=self._time) as gc:
+            n = gc.expire_offsets()
+            gc.compact(min_dirty_ratio=self._cfg.log_config().min_cleanable_dirty_ratio)
+        return n
 
     def _task(self, fn):
         def run():
             if not self._closed:
                 fn()
         return run
+
+    @property
+    def broker_config(self) -> BrokerConfig:
+        """The parsed broker settings (read by the group coordinator: offsets.*)."""
+        return self._cfg
 
     # -- offline handling ----------------------------------------------------------------------
     @property
