@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Protocol, Sequence
 
+from kstore.group_records import java_string_hash
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["ConsumerPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "ASSIGNORS",
-           "assignor_named", "java_string_hash"]
+           "assignor_named"]
 
 
 class ConsumerPartitionAssignor(Protocol):
@@ -43,15 +44,6 @@ class ConsumerPartitionAssignor(Protocol):
         subscriptions: member id -> subscribed topics; group_instance_ids: member id -> its
         static instance id (None or missing: a dynamic member)."""
         ...
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode: 31*h + c over the UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _java_key(s: str) -> bytes:

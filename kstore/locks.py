@@ -4,6 +4,14 @@ Kept in one place so a new lock gets a place in the order (ARCHITECTURE.md summa
 
 A thread holding a lock may take only locks listed
 below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+  GroupMember._lock             one group member's state (group_membership.py): its owned
+                                partitions and descriptors; held across its group.lock wait
+  group.lock flock              a consumer group's exclusive flock, across processes and threads
+                                (group_files.py, a bounded polling wait): joins, leaves,
+                                rebalances, group.json. Under it member and owner flocks are
+                                only tried (never waited on), and store_group/group() take the
+                                __consumer_offsets locks below; nothing holding those waits
+                                for group.lock (live_members, called by delete_group, only tries)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kstore.assignors import RangeAssignor, RoundRobinAssignor, assignor_named, java_string_hash
+from kstore.assignors import RangeAssignor, RoundRobinAssignor, assignor_named
+from kstore.group_records import java_string_hash
 from kstore.topic_partition import TopicPartition as TP
 
 T1, T2 = "topic1", "topic2"

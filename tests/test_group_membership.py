@@ -1,0 +1,460 @@
+"""kstore.group_membership / group_files: consumer groups on file locks, across threads of one
+process and across processes (children killed with SIGKILL at chosen points)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from group_helpers import ChildMember, FakeCoordinator
+from kstore import _notify
+from kstore.assignors import RangeAssignor, RoundRobinAssignor
+from kstore.errors import InvalidConfigError, KStoreStateError
+from kstore.fileio import FileOps
+from kstore.group_files import GROUPS_DIR, GroupDir, decode_name, encode_name
+from kstore.group_membership import (CommitFailedError, GroupMember, InconsistentGroupProtocolError,
+                                     live_members)
+from kstore.group_records import OffsetAndMetadata
+from kstore.topic_partition import TopicPartition as TP
+
+G = "workers"
+
+
+def tps(topic, *ps):
+    return {TP(topic, p) for p in ps}
+
+
+class Store:
+    """What a consumer would hand a member: partition counts and the topic list, mutable."""
+
+    def __init__(self, **counts):
+        self.counts = dict(counts)
+
+    def partitions_for(self, topic):
+        return self.counts[topic]
+
+    def list_topics(self):
+        return list(self.counts)
+
+
+@pytest.fixture
+def co(tmp_path):
+    return FakeCoordinator(str(tmp_path))
+
+
+def member(co, store, topics=("t",), **kw):
+    kw.setdefault("heartbeat_interval_ms", 100)
+    kw.setdefault("session_timeout_ms", 10000)
+    if "pattern" in kw:
+        topics = None
+    return GroupMember(co, G, topics=topics, partitions_for=store.partitions_for,
+                       list_topics=store.list_topics, **kw)
+
+
+def settle(members, rounds=50):
+    """Poll every member (each revoking what it is told to, at once) until no poll changes
+    anything; returns the last change each member saw."""
+    last: dict = {}
+    for _ in range(rounds):
+        changed = False
+        for m in members:
+            c = m.poll()
+            if c is not None:
+                changed = True
+                last[m] = c
+                m.release(c.revoked)
+        if not changed:
+            return last
+    raise AssertionError("members did not settle")
+
+
+def gdir(co):
+    return GroupDir(FileOps(), co.dir, G)
+
+
+def test_one_member_joins_and_owns_everything(co):
+    store = Store(t=3)
+    with member(co, store) as m:
+        c = m.join()
+        assert c.generation == 1 and c.revoked == frozenset() and c.assigned == tps("t", 0, 1, 2)
+        assert m.owned() == tps("t", 0, 1, 2) and m.generation() == 1
+        assert m.member_id.startswith("kstore-") and len(m.member_id) == len("kstore-") + 36
+        state = json.loads((gdir(co).state_path and open(gdir(co).state_path).read()))
+        assert state["generation"] == 1 and state["protocol"] == "range" and state["leader"] == m.member_id
+        assert state["assignment"] == {m.member_id: [["t", 0], ["t", 1], ["t", 2]]}
+        assert state["partitions"] == {"t": 3}
+        g = co.group(G)
+        assert (g.protocol_type, g.generation, g.protocol, g.leader) == ("consumer", 1, "range", m.member_id)
+        assert [x.member_id for x in g.members] == [m.member_id]
+        assert g.members[0].session_timeout == 10000 and g.members[0].rebalance_timeout == 300000
+        # the member file is locked: alive
+        assert gdir(co).is_alive(m.member_id)
+        assert m.poll() is None
+    # leaving: an Empty group, generation 2, and the member's file gone
+    g = co.group(G)
+    assert (g.generation, g.protocol, g.leader, g.members) == (2, None, None, ())
+    assert not gdir(co).is_alive(m.member_id)
+    assert os.listdir(gdir(co).members) == []
+
+
+def test_poll_without_change_makes_no_file_operation(co):
+    class Counting(FileOps):
+        calls = 0
+
+        def __getattribute__(self, name):
+            if not name.startswith("__") and name != "calls":
+                type(self).calls += 1
+            return super().__getattribute__(name)
+    io = Counting()
+    m = member(co, Store(t=2), io=io, heartbeat_interval_ms=60000, session_timeout_ms=120000)
+    m.join()
+    Counting.calls = 0
+    for _ in range(1000):
+        assert m.poll() is None
+    assert Counting.calls == 0
+    m.leave()
+
+
+def test_second_member_takes_half_after_the_first_releases(co):
+    store = Store(t=4)
+    a, b = member(co, store), member(co, store)
+    assert a.join().assigned == tps("t", 0, 1, 2, 3)
+    cb = b.join()
+    assert cb.generation == 2 and cb.assigned == frozenset()      # a still holds them all
+    assert b.owned() == frozenset() and b.assignment() in (tps("t", 0, 1), tps("t", 2, 3))
+    ca = a.poll()
+    assert ca.generation == 2 and ca.revoked == b.assignment() and ca.assigned == frozenset()
+    assert a.owned() == tps("t", 0, 1, 2, 3)          # revoked but not released yet
+    assert b.poll() is None                            # nothing rang since: no retry
+    a.release(ca.revoked)
+    cb = b.poll()                                      # the release rang the bell
+    assert cb.generation == 2 and cb.assigned == b.assignment() and cb.revoked == frozenset()
+    assert a.owned() | b.owned() == tps("t", 0, 1, 2, 3) and not a.owned() & b.owned()
+    # a leaves: b takes everything at its next poll (the leave rang the bell)
+    a.leave()
+    cb = b.poll()
+    assert cb.generation == 3 and b.owned() == tps("t", 0, 1, 2, 3)
+    b.leave()
+    assert [g.generation for g in co.groups[G]] == [1, 2, 3, 4]
+
+
+def test_commit_only_for_owned_partitions(co):
+    store = Store(t=2)
+    a = member(co, store)
+    a.join()
+    a.commit({TP("t", 0): OffsetAndMetadata(5)})
+    assert co.commits == [(G, {TP("t", 0): OffsetAndMetadata(5)}, 1, a.member_id)]
+    with pytest.raises(CommitFailedError, match="does not own"):
+        a.commit({TP("t", 7): OffsetAndMetadata(1)})
+    a.leave()
+    with pytest.raises(KStoreStateError):
+        a.commit({TP("t", 0): OffsetAndMetadata(6)})
+
+
+def test_config_checks(co):
+    store = Store(t=1)
+    with pytest.raises(InvalidConfigError, match="heartbeat"):
+        member(co, store, heartbeat_interval_ms=5000, session_timeout_ms=5000)
+    with pytest.raises(InvalidConfigError, match="exactly one"):
+        GroupMember(co, G, partitions_for=store.partitions_for, list_topics=store.list_topics)
+    with pytest.raises(InvalidConfigError, match="twice"):
+        member(co, store, assignors=(RangeAssignor(), RangeAssignor()))
+    with pytest.raises(InvalidConfigError):
+        GroupMember(co, "", topics=["t"], partitions_for=store.partitions_for, list_topics=store.list_topics)
+    m = member(co, store)
+    with pytest.raises(KStoreStateError, match="has not joined"):
+        m.poll()
+    m.join()
+    with pytest.raises(KStoreStateError, match="already joined"):
+        m.join()
+    m.leave()
+    m.leave()                 # idempotent
+    with pytest.raises(KStoreStateError, match="left"):
+        m.poll()
+
+
+def test_protocol_votes_and_inconsistent_joiner(co):
+    store = Store(t=2)
+    a = member(co, store, assignors=(RangeAssignor(), RoundRobinAssignor()))
+    b = member(co, store, assignors=(RoundRobinAssignor(), RangeAssignor()))
+    c = member(co, store, assignors=(RoundRobinAssignor(), RangeAssignor()))
+    a.join()
+    assert co.group(G).protocol == "range"
+    b.join()                       # one vote each: the leader's (a's) preference
+    assert co.group(G).protocol == "range"
+    c.join()
+    assert co.group(G).protocol == "roundrobin"
+    d = member(co, store, assignors=(RoundRobinAssignor(),))
+    d.join()
+    e = member(co, store, assignors=(RangeAssignor(),))
+    with pytest.raises(InconsistentGroupProtocolError, match="share none"):
+        e.join()
+    assert not os.path.exists(os.path.join(gdir(co).members, encode_name(e.member_id)))
+    for m in (a, b, c, d):
+        m.leave()
+
+
+def test_pattern_subscription_picks_up_a_new_topic_and_partition_growth(co):
+    store = Store(orders=2, other=1, __consumer_offsets=50)
+    a = member(co, store, pattern=re.compile(r"ord.*"))
+    assert a.join().assigned == tps("orders", 0, 1)
+    store.counts["orders2"] = 1
+    time.sleep(0.12)              # the next heartbeat looks at the topics again
+    c = a.poll()
+    assert c.generation == 2 and c.assigned == tps("orders2", 0)
+    store.counts["orders"] = 3    # partitions added
+    time.sleep(0.12)
+    c = a.poll()
+    assert c.generation == 3 and c.assigned == tps("orders", 2)
+    assert a.owned() == tps("orders", 0, 1, 2) | tps("orders2", 0)
+    time.sleep(0.12)
+    assert a.poll() is None       # a heartbeat with nothing new: no generation
+    assert a.generation() == 3
+    a.leave()
+
+
+def test_subscribe_changes_the_subscription(co):
+    store = Store(t=2, u=1)
+    a = member(co, store)
+    a.join()
+    a.subscribe(topics=["u"])
+    c = a.poll()
+    assert c.generation == 2 and c.revoked == tps("t", 0, 1) and c.assigned == tps("u", 0)
+    a.leave()
+
+
+def test_threads_are_separate_members(co, watchdog):
+    """Members in threads of one process: each takes its own flocks; no partition is owned
+    twice at any point, and all are owned once the group settles."""
+    watchdog(120)
+    store = Store(t=6)
+    members = [member(co, store) for _ in range(3)]
+    errors = []
+
+    def run(m):
+        try:
+            m.join()
+        except BaseException as e:
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(m,)) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    settle(members)
+    owned = [m.owned() for m in members]
+    assert sorted(len(o) for o in owned) == [2, 2, 2]
+    assert set().union(*owned) == tps("t", *range(6))
+    assert len({m.generation() for m in members}) == 1 and members[0].generation() == 3
+    for m in members:
+        m.leave()
+
+
+def test_child_member_killed_partitions_taken_within_heartbeat(co, tmp_path, watchdog):
+    watchdog(120)
+    store = Store(t=4)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!m = GroupMember(co, 'workers', topics=['t'], partitions_for=lambda t: 4, "
+                  "list_topics=lambda: ['t'], heartbeat_interval_ms=100, session_timeout_ms=10000)")
+        child.run("m.join()")
+        a = member(co, store)
+        a.join()
+        assert child.run("sorted(m.poll().revoked)") == repr(sorted(a.assignment()))
+        assert len(a.assignment()) == 2 and a.owned() == frozenset()
+        # the child dies before releasing what it was told to give up
+        child.kill()
+        killed = time.monotonic()
+        while a.owned() != tps("t", 0, 1, 2, 3):
+            assert time.monotonic() - killed < 10, "partitions not taken within the session timeout"
+            a.poll()
+            time.sleep(0.005)
+        assert a.generation() == 3              # join, join, the death
+        assert live_members(co, G) and [x.member_id for x in live_members(co, G)] == [a.member_id]
+        a.leave()
+    finally:
+        child.kill()
+
+
+def test_member_killed_holding_group_lock(co, tmp_path, watchdog):
+    watchdog(120)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!d = GroupDir(__import__('kstore').get_file_ops(), sys.argv[1], 'workers'); d.make()")
+        child.run("!fd = d.lock(5)")
+        # a half-written temp state next to the real one, as a writer killed mid-write leaves
+        child.run("!open(d.path + '/.group.json.1.tmp', 'w').write('{\"generat')")
+        a = member(co, Store(t=1), lock_timeout=0.3)
+        from kstore.group_files import GroupLockTimeoutError
+        with pytest.raises(GroupLockTimeoutError, match=r"pid \d+"):
+            a.join()
+        child.kill()
+        assert a.join().assigned == tps("t", 0)
+        assert not any(n.endswith(".tmp") for n in os.listdir(gdir(co).path))
+        a.leave()
+    finally:
+        child.kill()
+
+
+def test_garbled_group_file_rebuilt_generation_continues(co):
+    store = Store(t=2)
+    a = member(co, store)
+    a.join()
+    b = member(co, store)
+    b.join()
+    settle([a, b])
+    with open(gdir(co).state_path, "w") as f:
+        f.write("{not json")
+    time.sleep(0.12)
+    settle([a, b])
+    assert a.generation() == b.generation() == 3          # from the stored record's 2
+    assert a.owned() | b.owned() == tps("t", 0, 1) and not a.owned() & b.owned()
+    a.leave()
+    b.leave()
+
+
+def test_hostile_member_files_are_ignored(co):
+    store = Store(t=2)
+    d = gdir(co)
+    d.make()
+    with open(os.path.join(d.members, "junk"), "w") as f:
+        f.write("not json")
+    os.symlink("/etc/passwd", os.path.join(d.members, "link"))
+    a = member(co, store)
+    assert a.join().assigned == tps("t", 0, 1)
+    assert [x.member_id for x in live_members(co, G)] == [a.member_id]
+    a.leave()
+
+
+def test_bell_wakes_a_waiter_on_rebalance(co, watchdog):
+    watchdog(60)
+    store = Store(t=2)
+    a = member(co, store, heartbeat_interval_ms=30000, session_timeout_ms=60000)
+    a.join()
+    bell = a.notify_word()
+    armed = bell.arm()
+    assert a.poll() is None
+    woke = []
+
+    def wait():
+        woke.append(_notify.wait_any([bell], [armed], 30.0))
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.05)
+    b = member(co, store, heartbeat_interval_ms=30000, session_timeout_ms=60000)
+    b.join()
+    t.join(30)
+    assert woke and woke[0] in (0, 11)        # woken (or changed before it slept)
+    c = a.poll()
+    assert c.generation == 2 and c.revoked
+    a.leave()
+    b.leave()
+
+
+def test_no_partition_read_by_two_members_at_once(co, watchdog):
+    """Members join and leave while the others keep reading: every read of a partition is
+    logged (start, end) under a monotonic clock; intervals of one partition never overlap."""
+    watchdog(120)
+    store = Store(t=6, u=3)
+    events: list = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list = []
+
+    def consumer(seconds):
+        m = member(co, store, topics=("t", "u"), heartbeat_interval_ms=20)
+        try:
+            m.join()
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not stop.is_set():
+                c = m.poll()
+                if c is not None and c.revoked:
+                    m.release(c.revoked)
+                for tp in m.owned() - (c.revoked if c else frozenset()):
+                    t0 = time.monotonic_ns()
+                    time.sleep(0.0005)
+                    with lock:
+                        events.append((tp, t0, time.monotonic_ns(), id(m)))
+            m.leave()
+        except BaseException as e:
+            errors.append(e)
+            stop.set()
+    threads = []
+    for i in range(8):
+        t = threading.Thread(target=consumer, args=(0.5 + 0.3 * i,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.1)
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    by_tp: dict = {}
+    for tp, s, e, who in events:
+        by_tp.setdefault(tp, []).append((s, e, who))
+    assert set(by_tp) == tps("t", *range(6)) | tps("u", 0, 1, 2)
+    for tp, iv in by_tp.items():
+        ends: dict = {}                       # member -> the end of its latest read so far
+        for s, e, who in sorted(iv):
+            assert all(end <= s for w, end in ends.items() if w != who), f"{tp} read by two members at once"
+            ends[who] = max(e, ends.get(who, e))
+    gens = [g.generation for g in co.groups[G]]
+    assert gens == sorted(set(gens))
+
+
+def test_names_encoding():
+    for name in ["g", "a b/c", "..", ".", ".hidden", "ü-ñ", "%7E", "x~y", "\U0001F600"]:
+        enc = encode_name(name)
+        assert "/" not in enc and enc not in (".", "..") and not enc.startswith(".")
+        assert decode_name(enc) == name
+    long = "g" * 1000
+    enc = encode_name(long)
+    assert len(enc) <= 180 and "~" in enc and decode_name(enc) is None
+    assert encode_name("g" * 999 + "h") != enc
+    assert decode_name("bad%zz") is None and decode_name("a b") is None
+
+
+def test_group_dir_location(co):
+    m = member(co, Store(t=1))
+    m.join()
+    assert os.path.isdir(os.path.join(co.dir, GROUPS_DIR, "workers", "members"))
+    assert sorted(os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers"))) == [
+        ".kstore-notify", "group.json", "group.lock", "members", "owners"]
+    assert os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers", "owners")) == ["t-0"]
+    m.leave()
+
+
+def test_with_the_real_coordinator(tmp_path):
+    """GroupCoordinator: each generation's GroupMetadata record in __consumer_offsets, the
+    generation continued from it when group.json is lost, delete_group refused while a member
+    lives."""
+    from kstore.errors import KStoreError
+    from kstore.group_coordinator import GroupCoordinator
+    from kstore.group_records import parse_assignment, parse_subscription
+    store = Store(t=3)
+    with GroupCoordinator(str(tmp_path), num_partitions=5) as gc:
+        a = GroupMember(gc, G, topics=["t"], partitions_for=store.partitions_for,
+                        list_topics=store.list_topics, heartbeat_interval_ms=100)
+        a.join()
+        g = gc.group(G)
+        assert (g.generation, g.protocol, g.leader) == (1, "range", a.member_id)
+        assert parse_subscription(g.members[0].subscription).topics == ["t"]
+        assert parse_assignment(g.members[0].assignment) == [TP("t", 0), TP("t", 1), TP("t", 2)]
+        assert os.path.isdir(os.path.join(gc.log_dir_for(G), GROUPS_DIR, G))
+        with pytest.raises(KStoreError, match="live member"):
+            gc.delete_group(G)
+        a.commit({TP("t", 1): OffsetAndMetadata(42)})
+        assert gc.fetch_offsets(G)[TP("t", 1)].offset == 42
+        os.unlink(GroupDir(FileOps(), gc.log_dir_for(G), G).state_path)
+        time.sleep(0.12)
+        assert a.poll().generation == 2              # from the stored record, not from 0
+        a.leave()
+        g = gc.group(G)
+        assert (g.generation, g.protocol, g.leader, g.members) == (3, None, None, ())
+        assert live_members(gc, G) == []
+        gc.delete_group(G)
+        assert gc.group(G) is None
