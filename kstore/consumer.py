@@ -87,17 +87,10 @@ def _offset_and_metadata(value: Any):
 
 
 def _assignors(names: Sequence[Any]) -> list:
-    from kstore import assignors as a
-    by_name = {"range": a.RangeAssignor, "roundrobin": a.RoundRobinAssignor}
-    out = []
-    for n in names:
-        if isinstance(n, str):
-            if n not in by_name:
-                raise InvalidConfigError(f"unknown partition assignor {n!r} (range, roundrobin)")
-            out.append(by_name[n]())
-        else:
-            out.append(n() if isinstance(n, type) else n)
-    return out
+    """partition_assignment_strategy: assignor names ("range", "roundrobin"), classes or objects."""
+    from kstore.assignors import assignor_named
+    return [assignor_named(n) if isinstance(n, str) else n() if isinstance(n, type) else n
+            for n in names]
 
 
 class Consumer:
@@ -370,6 +363,8 @@ class Consumer:
             bound = max(0.0, self._next_commit - now)
         if self._state.subscribed and self._member is None:
             bound = min(bound, SLICE_S)
+        if self._member is not None:
+            bound = min(bound, self._member.poll_timeout())     # its next heartbeat
         return bound
 
     def _drain_buffer(self, limit: int) -> dict[TopicPartition, list[Record]]:
@@ -497,28 +492,21 @@ class Consumer:
     def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
         """Commit offsets (default: the positions of every assigned partition, i.e. after the
         records returned so far) to the group's `__consumer_offsets` partition, in one batch.
-        When it returns the commit survives a kill -9 of this process."""
+        When it returns the commit survives a kill -9 of this process. A group member commits
+        only partitions it owns (CommitFailedError otherwise, as Kafka's)."""
         self._check_open()
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
-        if offsets is None:
-            offsets = self._consumed()
-        elif self._member is not None:
-            owned = self._member.owned()
-            foreign = [str(tp) for tp in offsets if TopicPartition(*tp) not in owned]
-            if foreign:
-                raise KStoreStateError(f"Commit cannot be completed: partitions {foreign} are not "
-                                       f"owned by member {self._member.member_id} of {self.group_id}")
-        self._commit(offsets)
+        self._commit(self._consumed() if offsets is None else offsets)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
         if not offsets:
             return
         values = {TopicPartition(*tp): _offset_and_metadata(v) for tp, v in offsets.items()}
-        kw = {}
         if self._member is not None:
-            kw = dict(generation=self._member.generation(), member_id=self._member.member_id)
-        self._coord().commit_offsets(self.group_id, values, **kw)
+            self._member.commit(values)       # CommitFailedError for a partition it lost
+        else:
+            self._coord().commit_offsets(self.group_id, values)
         self._last_commit.update((tp, v.offset) for tp, v in values.items())
 
     def _maybe_auto_commit(self) -> None:

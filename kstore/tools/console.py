@@ -244,15 +244,12 @@ def consume_group(args: argparse.Namespace, out: IO[bytes], err: IO) -> int:
         last_data = time.monotonic()
         try:
             while limit is None or count < limit:
-                got = c.poll(timeout_ms=notify.SLICE_S * 1000 if args.follow else 200)
+                # never more than --max-messages is left: what is committed was printed
+                got = c.poll(timeout_ms=notify.SLICE_S * 1000 if args.follow else 200,
+                             max_records=None if limit is None else limit - count)
                 for tp, recs in got.items():
-                    if limit is not None and count + len(recs) > limit:
-                        recs = recs[:limit - count]
-                        c.seek(tp, recs[-1].offset + 1)    # commit only what was printed
                     out.write(fmt.format(tp.partition, recs))
                     count += len(recs)
-                    if limit is not None and count >= limit:
-                        break
                 now = time.monotonic()
                 if got:
                     last_data = now
