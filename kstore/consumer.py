@@ -119,7 +119,7 @@ class Consumer:
         self.auto_commit_interval = auto_commit_interval_ms / 1000
         self.max_poll_records = max_poll_records
         self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
-        self._group_settings = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
+        self._group_settings: dict[str, Any] = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
                                     heartbeat_interval_ms=heartbeat_interval_ms,
                                     rebalance_timeout_ms=max_poll_interval_ms)
         self._strategy = tuple(partition_assignment_strategy)

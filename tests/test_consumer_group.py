@@ -164,3 +164,12 @@ def test_console_consume_group_commits_as_it_goes(store, watchdog):
     assert out3 == b"new\n"
     rc, out4, err = run_cli("consume", "--log-dirs", d, "--topic", "t", "--group", "cg")
     assert out4 == b"" and "Processed a total of 0 messages" in err
+
+
+def test_chaos_short(tmp_path, watchdog):
+    """The chaos run of tests/reliability/test_consumer_group_chaos.py, 10 s."""
+    import consumer_chaos
+    watchdog(150)
+    res = consumer_chaos.run(str(tmp_path), seconds=10, seed=7)
+    print(f"chaos 10 s: {res}")
+    assert res.kills >= 3 and res.records > 1000
