@@ -44,7 +44,9 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 (extended past their published count; readers take no lock),
                                 the kept .log fd of a read-only last segment (segment_ro.py)
   AbstractIndex._lock           an index's mapping, entries and length
-  leaves: Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
+  leaves: AsyncWaiter._lock (async_consumer.py: the pending waits of every AsyncConsumer and
+          the waiter thread's life; never held while it arms, refreshes or sleeps),
+          Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
           GroupCoordinator._mutex / OffsetsTopic._mutex (their per-partition maps), the flock of
           .kstore-groups/offsets-topic.lock (taken before a writer lock, around one atomic write),
           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
@@ -58,6 +60,10 @@ The first change to a file after a clean open (MarkerGate) waits for the clean-s
 marker's unlink and directory fsync begun at the open, under whatever locks its caller holds
 (Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
 The removal's thread takes no kstore lock.
+
+A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's:
+no lock of its own; it calls GroupMember and GroupCoordinator (their locks) and logs' reads
+and waits holding nothing.
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
 and at most one FUTEX_WAKE), waiters sleep on it holding no lock.

@@ -107,6 +107,11 @@ class TxnFilter:
         return min((f for f, _r in self.open.values()), default=self.scanned)
 
     def _scan(self, lg: "Log") -> None:
+        if lg.log_end_offset < self.scanned:
+            # truncated (or re-created) below what was scanned: what was learnt is void
+            self.start = self.scanned = max(lg.log_start_offset, min(self.start, lg.log_end_offset))
+            self.open.clear()
+            self.aborted.clear()
         while self.scanned < lg.log_end_offset:
             if self.scanned < lg.log_start_offset:
                 self.scanned = lg.log_start_offset

@@ -296,3 +296,39 @@ def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_pa
             assert c.position(TP("t", 0)) == 9
             lg.append([(b"a", b"plain10")])
             assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain10"]
+
+
+def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watchdog):
+    """The consumer's view stays exact while another process rolls segments, truncates below
+    its position (Kafka's out-of-range reset) and deletes and re-creates the topic."""
+    watchdog(90)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run('m.create_topic("t", 1)',
+              'for i in range(40): m.append_batch("t", 0, [(b"k%d" % i, b"x" * 50)])')   # rolls (1200 B)
+        with Consumer(d, auto_offset_reset="earliest") as c, \
+                Consumer(d, auto_offset_reset="latest") as late:
+            c.assign([TP("t", 0)])
+            late.assign([TP("t", 0)])
+            got = []
+            while len(got) < 40:
+                got += [r.offset for r in c.poll(1000).get(TP("t", 0), [])]
+            assert got == list(range(40))
+            assert late.position(TP("t", 0)) == 40
+            w.run('m.log("t", 0).truncate_to(25)')
+            w.run('for i in range(3): m.append_batch("t", 0, [(b"n%d" % i, b"y")])')   # 25..27
+            # position 40 is past the new end (28): reset, as Kafka's consumer does
+            recs = c.poll(2000).get(TP("t", 0), [])
+            assert [r.offset for r in recs] == list(range(28)) and recs[25].key == b"n0"
+            assert late.poll(500) == {} and late.position(TP("t", 0)) == 28
+            w.run('m.delete_topic("t")')
+            assert c.poll(300) == {}                      # gone: nothing, no error
+            w.run('m.create_topic("t", 1)', 'm.append_batch("t", 0, [(b"again", b"z")])')
+            deadline = time.monotonic() + 20
+            recs = []
+            while not recs and time.monotonic() < deadline:
+                recs = c.poll(500).get(TP("t", 0), [])
+            assert [(r.offset, r.key) for r in recs] == [(0, b"again")]
+    finally:
+        w.close()
