@@ -449,7 +449,8 @@ class Consumer:
 
     def _apply(self, change) -> None:
         if change.revoked:
-            self._revoke(set(change.revoked) & self._state.assignment(), release=True)
+            self._revoke(set(change.revoked) & self._state.assignment(), release=False)
+            self._member.release(change.revoked)
         added = set(change.assigned) - self._state.assignment()
         self._state.add(sorted(change.assigned))
         if self._listener is not None:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -173,3 +174,53 @@ def test_chaos_short(tmp_path, watchdog):
     res = consumer_chaos.run(str(tmp_path), seconds=10, seed=7)
     print(f"chaos 10 s: {res}")
     assert res.kills >= 3 and res.records > 1000
+
+
+def test_member_threads_in_one_process_read_every_record_exactly_once(tmp_path, watchdog):
+    """Three consumers of one group on threads of one process (over the producer's own
+    LogManager), joining one after another and one leaving while a producer thread appends:
+    graceful rebalances commit before releasing, so every record is read exactly once."""
+    from thread_watchdog import join_all
+    watchdog(120)
+    m = kstore.LogManager(str(tmp_path / "data"))
+    m.create_topic("t", 6)
+    stop = threading.Event()
+    produced = [0]
+    reads = []
+    errors = []
+
+    def producer():
+        i = 0
+        while not stop.is_set():
+            m.append_batch("t", i % 6, [(b"k", b"%d" % i)] * 5)
+            i += 1
+            time.sleep(0.005)
+        produced[0] = i * 5
+
+    def member(lifetime, delay):
+        try:
+            time.sleep(delay)
+            with Consumer(m, "t", group_id="g", **FAST) as c:
+                end = time.monotonic() + lifetime
+                while time.monotonic() < end:
+                    for tp, recs in c.poll(100).items():
+                        reads.extend((tp.partition, r.offset) for r in recs)
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=producer)] + [
+            threading.Thread(target=member, args=a) for a in ((12, 0), (4, 1), (12, 2))]
+        for t in threads:
+            t.start()
+        time.sleep(6)
+        stop.set()
+        join_all(threads, 60)
+        assert not errors, errors
+        ends = {p: m.log("t", p).log_end_offset for p in range(6)}
+        assert sum(ends.values()) == produced[0]
+        assert len(reads) == len(set(reads))                          # nothing twice
+        assert set(reads) == {(p, o) for p, e in ends.items() for o in range(e)}   # everything
+    finally:
+        stop.set()
+        m.close()
