@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 from kstore._core import Record
 from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
                            UnknownTopicError)
-from kstore.fetcher import OFFSETS_TOPIC, Fetcher, LogSource
+from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.notify import SLICE_S
 from kstore.subscription_state import SubscriptionState
@@ -194,11 +194,12 @@ class Consumer:
         self._check_open()
         if isinstance(topics, str):
             topics = [topics]
-        if self._member is not None:
-            self._leave_group()
         self._state.subscribe(topics, pattern)
         if listener is not None:
             self._listener = listener
+        if self._member is not None:     # the next poll's rebalance applies it
+            st = self._state
+            self._member.subscribe(topics=sorted(st.topics) if st.topics else None, pattern=st.pattern)
 
     def subscription(self) -> Optional[set[str]]:
         return set(self._state.topics) if self._state.topics else None
@@ -409,7 +410,8 @@ class Consumer:
         if self.group_id is None:
             self._source.rescan()
             want = {TopicPartition(t, p) for t in self._source.topics()
-                    if st.matches(t) and t != OFFSETS_TOPIC for p in self._source.partitions(t)}
+                    if st.matches(t) and not (st.pattern is not None and t in INTERNAL_TOPICS)
+                    for p in self._source.partitions(t)}
             have = st.assignment()
             if want != have:
                 self._revoke(have - want, release=False)
@@ -426,7 +428,7 @@ class Consumer:
 
             def list_topics() -> list[str]:
                 self._source.rescan()
-                return [t for t in self._source.topics() if t != OFFSETS_TOPIC]
+                return [t for t in self._source.topics() if t not in INTERNAL_TOPICS]
 
             self._member = GroupMember(
                 self._coord(), self.group_id,

@@ -27,11 +27,10 @@ from kstore.reader import StoreReader
 from kstore.subscription_state import SubscriptionState
 from kstore.topic_partition import TopicPartition
 
-__all__ = ["LogSource", "Fetcher", "wait_logs", "OFFSETS_TOPIC", "RESCAN_S"]
+__all__ = ["LogSource", "Fetcher", "wait_logs", "INTERNAL_TOPICS", "RESCAN_S"]
 
-#: Kafka's internal topic of committed offsets: never part of a pattern subscription
-#: (exclude.internal.topics=true)
-OFFSETS_TOPIC = "__consumer_offsets"
+#: Kafka's internal topics: never part of a pattern subscription (exclude.internal.topics=true)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: How often a StoreReader-backed consumer rescans the log dirs for new topics and partitions.
 RESCAN_S = 1.0
 #: Default bytes per partition read (Kafka's max.partition.fetch.bytes).

@@ -135,6 +135,9 @@ def test_pattern_subscription(store, watchdog):
     with Consumer(d, pattern=r"t|u", group_id="gp", **FAST) as c:
         poll_until([c], lambda: len(c.assignment()) == 5)
         assert {tp.topic for tp in c.assignment()} == {"t", "u"}
+        c.subscribe(["u"])                         # changed in place: the member rebalances
+        poll_until([c], lambda: c.assignment() == {TP("u", 0)})
+        assert c.subscription() == {"u"}
 
 
 def run_cli(*argv):
