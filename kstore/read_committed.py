@@ -43,14 +43,16 @@ def _batches(view: memoryview, log_dir: str, first: int):
     while pos + 17 <= n:
         base, length = _LEN.unpack_from(view, pos)
         end = pos + 12 + length
+        if length < 5:       # shorter than any message: the walk would not move forward
+            raise CorruptRecordError(f"batch at offset {base} of {log_dir} has length {length} "
+                                     f"(reading from offset {first})")
         if end > n:
             break
         magic = view[pos + 16]
         if magic >= 2:
             if 12 + length < V2_HEADER:
-                err = CorruptRecordError(f"batch at offset {base} of {log_dir} is {length} bytes, "
+                raise CorruptRecordError(f"batch at offset {base} of {log_dir} is {length} bytes, "
                                          f"shorter than a v2 header (reading from offset {first})")
-                raise err
             attrs, delta = _ATTRS.unpack_from(view, pos + 21)
             pid = _PID.unpack_from(view, pos + 43)[0]
             if delta < 0:

@@ -332,3 +332,29 @@ def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watc
             assert [(r.offset, r.key) for r in recs] == [(0, b"again")]
     finally:
         w.close()
+
+
+def test_read_committed_header_walk_refuses_hostile_lengths():
+    """The header walk of read_committed checks every length before use: a negative or tiny
+    batch length, or a v2 batch shorter than its header, raises CorruptRecordError naming the
+    log and offset (never a loop or an IndexError)."""
+    from kstore import CorruptRecordError
+    from kstore.read_committed import TxnFilter
+
+    class FakeLog:
+        dir = "/store/t-0"
+        log_start_offset = 0
+        log_end_offset = 10
+        segments = []
+
+        def __init__(self, data):
+            self.data = data
+
+        def read_batches(self, offset, max_bytes):
+            return memoryview(self.data)
+
+    good = txn_batch(0, 7, [b"a"])
+    for bad in (struct.pack(">qi", 0, -20) + bytes(60), struct.pack(">qi", 0, 2) + bytes(60),
+                struct.pack(">qiib", 0, 30, 0, 2) + bytes(60)):
+        with pytest.raises(CorruptRecordError, match="t-0"):
+            TxnFilter(0).stable_offset(FakeLog(good + bad))
