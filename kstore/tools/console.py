@@ -130,6 +130,8 @@ class Formatter:
 
 def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
     """Print records of --topic; returns the shell exit status."""
+    if getattr(args, "group", None):
+        return consume_group(args, out, err)
     out = out if out is not None else sys.stdout.buffer
     err = err or sys.stderr
     starts = [s for s in (args.from_beginning, args.offset is not None, args.time is not None) if s]
@@ -137,8 +139,6 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         raise InvalidConfigError("give at most one of --from-beginning, --offset and --time")
     if args.offset is not None and args.offset not in ("earliest", "latest") and args.partition is None:
         raise InvalidConfigError("--offset with a number needs --partition (as Kafka's console consumer)")
-    if getattr(args, "group", None):
-        return consume_group(args, out, err)
     fmt = Formatter(args)
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
@@ -224,13 +224,16 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
     return 0
 
 
-def consume_group(args: argparse.Namespace, out: IO[bytes], err: IO) -> int:
+def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
     """consume --group G: a kstore.Consumer in group G subscribed to --topic, printing what it
     polls and committing as it goes (auto-commit, and at the end the position after the last
     record printed). Without --follow it stops once its partitions are read to their end."""
     from kstore.consumer import Consumer
+    from kstore.tools.admin import UsageError
+    out = out if out is not None else sys.stdout.buffer
+    err = err or sys.stderr
     if args.partition is not None or args.offset is not None or args.time is not None:
-        raise InvalidConfigError("--group cannot be combined with --partition, --offset or --time "
+        raise UsageError("--group cannot be combined with --partition, --offset or --time "
                                  "(the group decides the partitions and starts at its committed offsets)")
     fmt = Formatter(args)
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
