@@ -124,7 +124,7 @@ def test_delete_group_refuses_live_members(tmp_path, monkeypatch):
     with GroupCoordinator(str(tmp_path)) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
         live = [MemberMetadata("m-1", None, "c", "/h", 1, 1, b"", b"")]
-        monkeypatch.setattr(gc, "_live_members", lambda g: live)
+        monkeypatch.setattr(gc, "live_members", lambda g: live)
         with pytest.raises(GroupNotEmptyError, match="m-1"):
             gc.delete_group("g")
         assert gc.fetch_offsets("g") == {TP("t", 0): gc.fetch_offsets("g")[TP("t", 0)]}
