@@ -134,9 +134,27 @@ class GroupCoordinator:
         """The partition's state with every record written so far applied (state lock NOT held
         on return: the caller copies what it needs under s.lock)."""
         s = self._state(p)
-        with s.lock:
-            self._advance_locked(p, s)
+        try:
+            with s.lock:
+                self._advance_locked(p, s)
+        except CorruptRecordError as e:
+            # a crash (power loss) left a torn batch that only a writer's recovery removes: recover
+            # under the partition's flock, then read it all again; corruption that recovery
+            # cannot explain (a bad record inside a valid batch) is raised
+            log.warning("reading %s: %s; recovering it", self.topic.partition_path(p), e)
+            with self.topic.locked(p, reopen=True):
+                pass
+            with s.lock:
+                self._forget(s)
+                self._advance_locked(p, s)
         return s
+
+    def _forget(self, s: _State) -> None:
+        """Drop a partition's read state and its read-only Log (state lock held)."""
+        if s.log is not None:
+            s.log.close_handlers()
+        s.log = None
+        s.reset()
 
     def _advance_locked(self, p: int, s: _State) -> None:
         if self._closed:
@@ -151,10 +169,7 @@ class GroupCoordinator:
             else:
                 lg.refresh()
         except UnknownTopicError:
-            if s.log is not None:
-                s.log.close_handlers()
-            s.log = None
-            s.reset()
+            self._forget(s)
             return
         segs = lg.segments
         live = {id(x) for x in segs}

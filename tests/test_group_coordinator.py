@@ -273,7 +273,8 @@ def test_kill9_of_a_committer_keeps_every_returned_commit(tmp_path):
                 break
             last = int(line)
         os.kill(p.pid, signal.SIGKILL)
-        rest = p.communicate(timeout=30)[0].split()
+        rest = p.stdout.read().split()     # (not communicate(): it skips what readline buffered)
+        p.wait(30)
         last = int(rest[-1]) if rest else last
         with GroupCoordinator(d) as gc:
             got = gc.fetch_offsets("g")[TP("t", 0)].offset
