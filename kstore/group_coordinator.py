@@ -20,7 +20,6 @@ import importlib
 import logging
 import os
 import threading
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kstore.broker_config import BrokerConfig
@@ -226,10 +225,9 @@ class GroupCoordinator:
                 om = OffsetAndMetadata(int(om))
             if om.offset < 0:
                 raise ValueError(f"cannot commit a negative offset {om.offset} for {topic}-{part}")
-            if om.commit_timestamp == -1:
-                om = replace(om, commit_timestamp=now)
-            recs.append((offset_commit_key(group_id, topic, part), offset_commit_value(om),
-                         om.commit_timestamp))
+            ts = now if om.commit_timestamp == -1 else om.commit_timestamp
+            recs.append((offset_commit_key(group_id, topic, part),
+                         offset_commit_value(om, commit_timestamp=ts), ts))
         self._append(self.partition_for(group_id), recs)
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None

@@ -215,8 +215,7 @@ class OffsetsTopic:
         w = self._writer(p)
         with w.lock:
             path = self.partition_path(p)
-            created = not self._io.exists(path)
-            if created:
+            if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
                 self._paths[p] = path
@@ -224,8 +223,9 @@ class OffsetsTopic:
             try:
                 if reopen:
                     w.word = -1
+                kept = w.log
                 lg = self._writable(p, w, path)
-                if self._topic_id:
+                if lg is not kept and self._topic_id:
                     write_partition_metadata(self._io, path, self._topic_id)
                 try:
                     yield lg
