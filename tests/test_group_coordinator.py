@@ -433,3 +433,13 @@ def test_manager_task_expires_and_compacts(tmp_path):
             s.tick()
             assert gc.fetch_offsets("g") == {}
             assert m.expire_group_offsets() == 0
+
+
+def test_manager_refuses_to_own_the_offsets_topic(tmp_path):
+    from kstore import InvalidTopicError
+    with LogManager(str(tmp_path)) as m:
+        with pytest.raises(InvalidTopicError, match="GroupCoordinator"):
+            m.create_topic("__consumer_offsets", 50)
+        with pytest.raises(InvalidTopicError):
+            m.append("__consumer_offsets", b"k", b"v")       # no auto-creation either
+        assert m.topics() == []
