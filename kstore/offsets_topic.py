@@ -172,8 +172,12 @@ class OffsetsTopic:
             self._io.unlock(fd)
 
     def _mkdir(self, path: str) -> None:
+        """Make path (and a missing log dir above it), durably."""
         if self._io.exists(path):
             return
+        parent = os.path.dirname(path)
+        if parent != path and not self._io.exists(parent):
+            self._mkdir(parent)
         try:
             self._io.mkdir(path)
         except FileExistsError:

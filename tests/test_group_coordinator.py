@@ -443,3 +443,23 @@ def test_manager_refuses_to_own_the_offsets_topic(tmp_path):
         with pytest.raises(InvalidTopicError):
             m.append("__consumer_offsets", b"k", b"v")       # no auto-creation either
         assert m.topics() == []
+
+
+def test_expiry_asks_membership_without_holding_locks(tmp_path, monkeypatch, watchdog):
+    watchdog(60)
+    d = str(tmp_path / "not" / "yet")          # a log dir that does not exist yet is made
+    t = MockTime(NOW)
+    with GroupCoordinator(d, time=t, config={"offsets.retention.minutes": 1}) as gc:
+        gc.store_group("g", GroupMetadata("consumer", 3, "range", "m-1", NOW, (member(["t"]),)))
+        gc.commit_offsets("g", {TP("t", 0): 1})
+        asked = []
+
+        def live(group):           # membership may read (and write) through the coordinator
+            asked.append(gc.group(group).generation)
+            return []              # every member in the record is dead
+        monkeypatch.setattr(gc, "live_members", live)
+        t.sleep(60_000)
+        # dead members: Empty since unknown, so each offset's commit time counts
+        assert gc.expire_offsets() == 1 and asked
+        assert gc.fetch_offsets("g") == {}
+        assert gc.group("g") is not None      # the record lists members: not Dead by us
