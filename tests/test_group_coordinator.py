@@ -464,3 +464,29 @@ def test_expiry_asks_membership_without_holding_locks(tmp_path, monkeypatch, wat
         assert gc.expire_offsets() == 1 and asked
         assert gc.fetch_offsets("g") == {}
         assert gc.group("g") is not None      # the record lists members: not Dead by us
+
+
+def test_a_waiting_reader_does_not_make_the_writer_reopen(tmp_path, watchdog, monkeypatch):
+    watchdog(60)
+    d = str(tmp_path)
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 1})
+        opens = []
+        real = Log.open.__func__
+
+        def counting(cls, *a, **kw):
+            if not kw.get("read_only"):
+                opens.append(a[0])
+            return real(cls, *a, **kw)
+        monkeypatch.setattr(Log, "open", classmethod(counting))
+        with Log.open(part_dir(d, "g"), read_only=True) as lg:
+            for i in range(2, 6):
+                woke: list = []
+                th = threading.Thread(target=lambda w=woke, o=i - 1: w.append(lg.wait_for(o, timeout=30)))
+                th.start()
+                time.sleep(0.05)           # the reader armed the word's waiter bit
+                gc.commit_offsets("g", {TP("t", 0): i})
+                th.join(30)
+                assert woke == [True]
+        assert opens == []                 # every commit reused the kept writable Log
+        assert gc.fetch_offsets("g")[TP("t", 0)].offset == 5
