@@ -490,3 +490,48 @@ def test_a_waiting_reader_does_not_make_the_writer_reopen(tmp_path, watchdog, mo
                 assert woke == [True]
         assert opens == []                 # every commit reused the kept writable Log
         assert gc.fetch_offsets("g")[TP("t", 0)].offset == 5
+
+
+def test_manager_compacts_in_another_process_while_commits_go_on(tmp_path, watchdog):
+    watchdog(180)
+    d = str(tmp_path)
+    cfg = {"offsets.topic.segment.bytes": 1500, "offsets.retention.minutes": 10080}
+    code = textwrap.dedent("""
+        import sys, time
+        from kstore import LogManager
+        m = LogManager(sys.argv[1], {"offsets.topic.segment.bytes": "1500",
+                                     "log.initial.task.delay.ms": "3600000"})
+        print("up", flush=True)
+        runs = 0
+        while sys.stdin.readline().strip() == "go":
+            m.expire_group_offsets()          # expiry + compaction, under the partition flock
+            runs += 1
+            print(runs, flush=True)
+        m.close()
+    """)
+    with GroupCoordinator(d, config=cfg) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 0})
+    p = subprocess.Popen([sys.executable, "-c", code, d], cwd=d, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up"
+        with GroupCoordinator(d, config=cfg) as gc, GroupCoordinator(d, config=cfg) as reader:
+            for i in range(1, 301):
+                gc.commit_offsets("g", {TP("t", 0): i, TP("t", 1): 1000 + i})
+                if i % 10 == 0:
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+                    assert int(p.stdout.readline()) == i // 10
+                got = reader.fetch_offsets("g")
+                assert got[TP("t", 0)].offset == i and got[TP("t", 1)].offset == 1000 + i
+        p.stdin.write("stop\n")
+        p.stdin.flush()
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    bs = batches(part_dir(d, "g"))
+    assert sum(len(b) for b in bs) < 300          # the manager's passes compacted it
+    with GroupCoordinator(d, config=cfg) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 300, TP("t", 1): 1300}
