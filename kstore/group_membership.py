@@ -20,7 +20,9 @@ need, under the group's exclusive `group.lock`:
   `release`) and `assigned` (owner lock taken: read from the committed offset); a partition
   still held by its old owner is taken at a later poll, woken by the bell the release rings.
 - Deaths are noticed by any polling member within heartbeat_interval_ms (a flock attempt on
-  each other member's file), so a consumer sleeps at most `poll_timeout()` between polls;
+  each other member's file, twice per interval, so that the takeover, not only the notice,
+  fits in the interval), a consumer sleeping at most `poll_timeout()` between polls; topics
+  (a pattern's) and partition counts are looked at once per interval;
   `session_timeout_ms` bounds the interval (it must be larger) and is recorded for tools. A
   live member that stops polling (Kafka's max.poll.interval.ms) is NOT evicted: it still
   holds its flocks, so its partitions wait for it (safety over progress).
@@ -176,7 +178,8 @@ class GroupMember:
         weakref.finalize(self, self._held.close_all)
         self._bell: Optional[_notify.Bell] = None
         self._seen = -1                         # the bell's counter at the last step
-        self._next_heartbeat = 0.0
+        self._next_heartbeat = 0.0              # the next liveness check (every interval / 2)
+        self._next_metadata = 0.0               # the next look at topics and partition counts
         self._generation = -1
         self._target: frozenset[TopicPartition] = frozenset()
         self._owned: set[TopicPartition] = set()
@@ -215,7 +218,8 @@ class GroupMember:
                 self._joined = True
             finally:
                 self._gdir.unlock(fd)
-            self._next_heartbeat = time.monotonic() + self.heartbeat_interval_ms / 1000
+            self._next_heartbeat = time.monotonic() + self.heartbeat_interval_ms / 2000
+            self._next_metadata = time.monotonic() + self.heartbeat_interval_ms / 1000
             # the word first, then the state: a generation written after this load rings again
             self._seen = self._bell.load() >> 1
             change = self._apply(self._gdir.read_state() or state)
@@ -224,9 +228,9 @@ class GroupMember:
 
     def poll(self) -> Optional[AssignmentChange]:
         """What changed since the last join/poll, or None. Without a ring of the bell and
-        before the next heartbeat: one atomic load, no syscall. A heartbeat checks the other
-        members' liveness, this member's pattern and partition counts, and rebalances if any
-        changed; a ring re-reads the group file and retries partitions still held by others."""
+        before the next heartbeat: one atomic load, no syscall. A heartbeat (twice per interval)
+        checks the other members' liveness, once per interval this member's pattern and
+        partition counts too, and rebalances if any changed; a ring re-reads the group file and retries partitions still held by others."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
@@ -236,8 +240,11 @@ class GroupMember:
             self._seen = word
             state = self._gdir.read_state()
             if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.heartbeat_interval_ms / 1000
-                if self._needs_rebalance(state):
+                self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
+                metadata = now >= self._next_metadata
+                if metadata:
+                    self._next_metadata = now + self.heartbeat_interval_ms / 1000
+                if self._needs_rebalance(state, metadata):
                     state = self._locked_rebalance()
             if state is None:
                 state = self._locked_rebalance()
@@ -307,7 +314,7 @@ class GroupMember:
             self._pattern = pattern
             self._topics = sorted(set(topics)) if topics is not None else self._resolve()
             self._meta_dirty = True
-            self._next_heartbeat = 0.0
+            self._next_heartbeat = self._next_metadata = 0.0
 
     def leave(self) -> None:
         """Leave: release every partition (commit first), remove the membership and rebalance
@@ -389,8 +396,9 @@ class GroupMember:
             return 0
         return n if isinstance(n, int) and n > 0 else 0
 
-    def _needs_rebalance(self, state: Optional[dict]) -> bool:
-        """A heartbeat: does the group need a new generation?"""
+    def _needs_rebalance(self, state: Optional[dict], metadata: bool) -> bool:
+        """A heartbeat: does the group need a new generation? Liveness every time, the
+        subscription's topics and partition counts if metadata."""
         if state is None or self._meta_dirty:
             return True
         ids = [m["member_id"] for m in state["members"]]
@@ -398,6 +406,8 @@ class GroupMember:
             return True
         if any(not self._gdir.is_alive(m) for m in ids if m != self.member_id):
             return True
+        if not metadata:
+            return False
         if self._pattern is not None:
             topics = self._resolve()
             if topics != self._topics:
