@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 TESTS = str(Path(__file__).resolve().parent.parent)
 HEARTBEAT_MS = 200
 SESSION_MS = 5000
@@ -45,7 +47,11 @@ def emit(kind, **kw):
     kw.update(kind=kind, pid=pid, t=time.monotonic_ns())
     os.write(fd, (json.dumps(kw) + "\n").encode())
 
-co = FakeCoordinator(log_dir, record)
+if sys.argv[8] == "real":
+    from kstore.group_coordinator import GroupCoordinator
+    co = GroupCoordinator(log_dir, num_partitions=1)
+else:
+    co = FakeCoordinator(log_dir, record)
 m = GroupMember(co, "chaos", topics=sorted(counts), partitions_for=lambda t: counts[t],
                 list_topics=lambda: list(counts), heartbeat_interval_ms=hb, session_timeout_ms=session)
 
@@ -74,10 +80,36 @@ while True:
 """
 
 
-def spawn(tmp, events, record):
+def spawn(tmp, events, record, coordinator):
     return subprocess.Popen([sys.executable, "-c", MEMBER, TESTS, str(tmp), events, record,
-                             str(HEARTBEAT_MS), str(SESSION_MS), json.dumps(PARTITIONS)],
+                             str(HEARTBEAT_MS), str(SESSION_MS), json.dumps(PARTITIONS), coordinator],
                             cwd=str(tmp))
+
+
+def stored_generations(tmp, coordinator, record):
+    """The generations of the group's GroupMetadata records in the order they were written:
+    the fake coordinator's lines, or the real one's __consumer_offsets-0 records (after the
+    kill -9s: a read-only open validates up to the last whole batch)."""
+    gens = []
+    if coordinator == "fake":
+        with open(record) as f:
+            for line in f:
+                try:
+                    gens.append(json.loads(line)["generation"])
+                except ValueError:        # a line cut by SIGKILL mid-write
+                    pass
+        return gens
+    from kstore.group_records import GroupKey, parse_group_value, parse_key
+    from kstore.log import Log
+    with Log.open(os.path.join(str(tmp), "__consumer_offsets-0"), read_only=True) as lg:
+        off = lg.log_start_offset
+        while off < lg.log_end_offset:
+            recs = lg.read(off, 1000)
+            for r in recs:
+                if isinstance(parse_key(r.key), GroupKey) and r.value is not None:
+                    gens.append(parse_group_value(r.value).generation)
+            off = recs[-1].offset + 1
+    return gens
 
 
 def pct(xs, q):
@@ -85,12 +117,15 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_counts):
+@pytest.mark.parametrize("coordinator", ["fake", "real"])
+def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_counts, coordinator):
+    """coordinator "real": GroupCoordinator, each generation's record appended to
+    __consumer_offsets under its partition flock by processes that get killed mid-append."""
     watchdog(180)
     events = str(tmp_path / "events.jsonl")
     record = str(tmp_path / "generations.jsonl")
     rnd = random.Random(int(os.environ.get("KSTORE_CHAOS_SEED", "1515")))
-    procs = [spawn(tmp_path, events, record) for _ in range(3)]
+    procs = [spawn(tmp_path, events, record, coordinator) for _ in range(3)]
     kills: dict[int, int] = {}            # pid -> monotonic ns when SIGKILL was sent
     deaths = []                           # (t_kill, pid)
     end = time.monotonic() + 20
@@ -106,10 +141,10 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
                 kills[p.pid] = t
                 deaths.append((t, p.pid))
             if rnd.random() < 0.8:        # mostly restart at once; sometimes stay one short
-                procs[i] = spawn(tmp_path, events, record)
+                procs[i] = spawn(tmp_path, events, record, coordinator)
             else:
                 time.sleep(rnd.uniform(0.2, 0.8))
-                procs[i] = spawn(tmp_path, events, record)
+                procs[i] = spawn(tmp_path, events, record, coordinator)
         time.sleep(2.0)                   # let the last generation settle
     finally:
         t_end = time.monotonic_ns()
@@ -173,13 +208,7 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
     assert max(takeover) < SESSION_MS, takeover
 
     # 3. generations strictly increasing, as written and as each process saw them
-    gens = []
-    with open(record) as f:
-        for line in f:
-            try:
-                gens.append(json.loads(line)["generation"])
-            except ValueError:
-                pass
+    gens = stored_generations(tmp_path, coordinator, record)
     assert gens == sorted(set(gens)) and len(gens) > len(deaths)
     seen: dict[int, int] = {}
     for e in evs:
@@ -204,4 +233,4 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
         "join_to_owned_ms_p50": round(pct(full, 0.5), 1), "join_to_owned_ms_p99": round(pct(full, 0.99), 1),
     }
     print("group chaos:", figures, sorted(round(x) for x in takeover))
-    reliability_counts["group_membership_chaos"] = figures
+    reliability_counts[f"group_membership_chaos_{coordinator}"] = figures
