@@ -76,6 +76,11 @@ def gdir(co):
     return GroupDir(FileOps(), co.dir, G)
 
 
+def state_of(co):
+    with open(gdir(co).state_path) as f:
+        return json.load(f)
+
+
 def test_one_member_joins_and_owns_everything(co):
     store = Store(t=3)
     with member(co, store) as m:
@@ -83,7 +88,7 @@ def test_one_member_joins_and_owns_everything(co):
         assert c.generation == 1 and c.revoked == frozenset() and c.assigned == tps("t", 0, 1, 2)
         assert m.owned() == tps("t", 0, 1, 2) and m.generation() == 1
         assert m.member_id.startswith("kstore-") and len(m.member_id) == len("kstore-") + 36
-        state = json.loads((gdir(co).state_path and open(gdir(co).state_path).read()))
+        state = state_of(co)
         assert state["generation"] == 1 and state["protocol"] == "range" and state["leader"] == m.member_id
         assert state["assignment"] == {m.member_id: [["t", 0], ["t", 1], ["t", 2]]}
         assert state["partitions"] == {"t": 3}
@@ -458,3 +463,58 @@ def test_with_the_real_coordinator(tmp_path):
         assert live_members(gc, G) == []
         gc.delete_group(G)
         assert gc.group(G) is None
+
+
+KILL_AFTER_STATE = r"""
+import os, signal
+from kstore.fileio import FileOps
+
+class KillAfterState(FileOps):
+    armed = False
+
+    def rename(self, src, dst):
+        super().rename(src, dst)
+        if self.armed and dst.endswith("group.json"):
+            os.kill(os.getpid(), signal.SIGKILL)
+ops = KillAfterState()
+"""
+
+
+def test_rebalancer_killed_after_writing_the_group_file_before_releasing(co, tmp_path, watchdog):
+    """The child owns every partition of t, changes its subscription to u and dies right after
+    its rebalance renamed the new group.json into place: no bell rung, its revoked partitions
+    never released by it, group.lock held. The other member notices the death at a heartbeat
+    and takes t's partitions once the kernel dropped the child's owner flocks."""
+    watchdog(120)
+    store = Store(t=3, u=1)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!exec(" + repr(KILL_AFTER_STATE) + ")")
+        child.run("!m = GroupMember(co, 'workers', topics=['t'], partitions_for=lambda t: {'t': 3, 'u': 1}[t], "
+                  "list_topics=lambda: ['t', 'u'], heartbeat_interval_ms=100, session_timeout_ms=10000, io=ops)")
+        child.run("m.join()")
+        a = member(co, store, topics=("t", "u"))
+        a.join()
+        settle([a])
+        # told to give up its share for a, the child keeps it (not released yet)
+        assert child.run("sorted(m.poll().revoked)") == repr(sorted(a.assignment() - tps("u", 0)))
+        assert child.run("sorted(m.owned())") == repr(sorted(tps("t", 0, 1, 2)))
+        gen_before = state_of(co)["generation"]
+        child.run("!m.subscribe(topics=['u']); ops.armed = True")
+        with pytest.raises(ValueError):                # no reply: killed inside
+            child.run("m.poll()")
+        child.p.wait(timeout=30)
+        state = state_of(co)
+        assert state["generation"] == gen_before + 1  # written whole, then the kill
+        deadline = time.monotonic() + 10
+        while a.owned() != tps("t", 0, 1, 2) | tps("u", 0):
+            assert time.monotonic() < deadline, (a.owned(), a.generation())
+            c = a.poll()
+            if c is not None:
+                a.release(c.revoked)
+            time.sleep(0.005)
+        assert a.generation() == gen_before + 2       # the dead child's generation, then a's
+        assert [x.member_id for x in live_members(co, G)] == [a.member_id]
+        a.leave()
+    finally:
+        child.kill()
