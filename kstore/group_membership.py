@@ -11,7 +11,7 @@ need, under the group's exclusive `group.lock`:
 - A rebalance (on join, leave, a death, a subscription or partition-count change) reads the
   live members' files, picks the protocol (the assignor every member supports, by their votes,
   as Kafka's GroupMetadata.selectProtocol), runs it (assignors.py) and writes the new generation
-  (generation + 1, strictly increasing) and its plan to group.json atomically, rings the group
+  (generation + 1, strictly increasing) and its plan to a new state file atomically, rings the group
   bell, and records a GroupMetadata through `coordinator.store_group` as Kafka writes one at
   each generation (an Empty group, generation + 1, when the last member leaves).
 - The plan is not what keeps a partition to one reader: its OWNER lock is. A member reads only
@@ -428,14 +428,17 @@ class GroupMember:
             self._gdir.unlock(fd)
 
     def _base_generation(self, state: Optional[dict]) -> int:
+        """The generation the next one follows: the newest state file's (even unreadable), or
+        with no readable state the group's last stored GroupMetadata's if higher."""
+        base = self._gdir.newest_generation()
         if state is not None:
-            return state["generation"]
+            return max(base, state["generation"])
         try:
             stored = self._coordinator.group(self.group_id)
         except (KStoreError, OSError) as e:
-            log.warning("group %r: its stored metadata is unreadable (%s): generations restart", self.group_id, e)
-            return 0
-        return stored.generation if stored is not None else 0
+            log.warning("group %r: its stored metadata is unreadable (%s)", self.group_id, e)
+            return base
+        return max(base, stored.generation if stored is not None else 0)
 
     def _rebalance(self, live: Optional[list[dict]] = None,
                    bell: Optional[_notify.Bell] = None) -> dict:
@@ -478,7 +481,7 @@ class GroupMember:
 
     def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]]) -> None:
         """The generation's GroupMetadata record, as Kafka writes at each generation (a failure
-        is logged: group.json, not the record, runs the group)."""
+        is logged: the state file, not the record, runs the group)."""
         members = tuple(MemberMetadata(
             m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
             m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),

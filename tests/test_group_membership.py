@@ -76,8 +76,12 @@ def gdir(co):
     return GroupDir(FileOps(), co.dir, G)
 
 
+def state_path(co):
+    return gdir(co).state_files()[0][1]
+
+
 def state_of(co):
-    with open(gdir(co).state_path) as f:
+    with open(state_path(co)) as f:
         return json.load(f)
 
 
@@ -293,7 +297,7 @@ def test_member_killed_holding_group_lock(co, tmp_path, watchdog):
         child.run("!d = GroupDir(__import__('kstore').get_file_ops(), sys.argv[1], 'workers'); d.make()")
         child.run("!fd = d.lock(5)")
         # a half-written temp state next to the real one, as a writer killed mid-write leaves
-        child.run("!open(d.path + '/.group.json.1.tmp', 'w').write('{\"generat')")
+        child.run("!open(d.path + '/.state.1.tmp', 'w').write('{\"generat')")
         a = member(co, Store(t=1), lock_timeout=0.3)
         from kstore.group_files import GroupLockTimeoutError
         with pytest.raises(GroupLockTimeoutError, match=r"pid \d+"):
@@ -313,7 +317,7 @@ def test_garbled_group_file_rebuilt_generation_continues(co):
     b = member(co, store)
     b.join()
     settle([a, b])
-    with open(gdir(co).state_path, "w") as f:
+    with open(state_path(co), "w") as f:
         f.write("{not json")
     time.sleep(0.12)
     settle([a, b])
@@ -428,14 +432,14 @@ def test_group_dir_location(co):
     m.join()
     assert os.path.isdir(os.path.join(co.dir, GROUPS_DIR, "workers", "members"))
     assert sorted(os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers"))) == [
-        ".kstore-notify", "group.json", "group.lock", "members", "owners"]
+        ".kstore-notify", "group.lock", "members", "owners", "state-00000000000000000001.json"]
     assert os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers", "owners")) == ["t-0"]
     m.leave()
 
 
 def test_with_the_real_coordinator(tmp_path):
     """GroupCoordinator: each generation's GroupMetadata record in __consumer_offsets, the
-    generation continued from it when group.json is lost, delete_group refused while a member
+    generation continued from it when the group state is lost, delete_group refused while a member
     lives."""
     from kstore.errors import KStoreError
     from kstore.group_coordinator import GroupCoordinator
@@ -454,7 +458,7 @@ def test_with_the_real_coordinator(tmp_path):
             gc.delete_group(G)
         a.commit({TP("t", 1): OffsetAndMetadata(42)})
         assert gc.fetch_offsets(G)[TP("t", 1)].offset == 42
-        os.unlink(GroupDir(FileOps(), gc.log_dir_for(G), G).state_path)
+        os.unlink(GroupDir(FileOps(), gc.log_dir_for(G), G).state_files()[0][1])
         time.sleep(0.12)
         assert a.poll().generation == 2              # from the stored record, not from 0
         a.leave()
@@ -474,7 +478,7 @@ class KillAfterState(FileOps):
 
     def rename(self, src, dst):
         super().rename(src, dst)
-        if self.armed and dst.endswith("group.json"):
+        if self.armed and os.path.basename(dst).startswith("state-"):
             os.kill(os.getpid(), signal.SIGKILL)
 ops = KillAfterState()
 """
@@ -482,7 +486,7 @@ ops = KillAfterState()
 
 def test_rebalancer_killed_after_writing_the_group_file_before_releasing(co, tmp_path, watchdog):
     """The child owns every partition of t, changes its subscription to u and dies right after
-    its rebalance renamed the new group.json into place: no bell rung, its revoked partitions
+    its rebalance renamed the new state file into place: no bell rung, its revoked partitions
     never released by it, group.lock held. The other member notices the death at a heartbeat
     and takes t's partitions once the kernel dropped the child's owner flocks."""
     watchdog(120)
