@@ -44,6 +44,7 @@ GROUPS_DIR = ".kstore-groups"
 STATE_FILE = "state-%020d.json"
 _STATE_NAME = re.compile(r"state-(\d{20})\.json")
 LOCK_FILE = "group.lock"
+BELL_FILE = ".kstore-notify"           # notify.NOTIFY_FILE: writer_bell makes it
 MEMBERS_DIR = "members"
 OWNERS_DIR = "owners"
 #: encoded names longer than this are cut and suffixed with a hash of the whole name
@@ -130,6 +131,15 @@ class GroupDir:
 
     def exists(self) -> bool:
         return self.io.exists(self.path)
+
+    def bell_ident(self) -> Optional[tuple[int, int]]:
+        """(st_dev, st_ino) of the group bell's file (None: missing): a member re-maps its
+        bell when the file it mapped was replaced (the directory removed and made again)."""
+        try:
+            st = self.io.stat_path(os.path.join(self.path, BELL_FILE))
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
 
     # -- group.lock --------------------------------------------------------------------------
     def lock(self, timeout: float) -> int:

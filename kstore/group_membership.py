@@ -177,6 +177,7 @@ class GroupMember:
         self._held = _Held(self.io)
         weakref.finalize(self, self._held.close_all)
         self._bell: Optional[_notify.Bell] = None
+        self._bell_ident: Optional[tuple[int, int]] = None
         self._seen = -1                         # the bell's counter at the last step
         self._next_heartbeat = 0.0              # the next liveness check (every interval / 2)
         self._next_metadata = 0.0               # the next look at topics and partition counts
@@ -198,6 +199,7 @@ class GroupMember:
                 raise KStoreStateError(f"member {self.member_id} {'left' if self._closed else 'already joined'}")
             self._gdir.make()
             self._bell = writer_bell(self.io, self._gdir.path)
+            self._bell_ident = self._gdir.bell_ident()
             self._seen = self._bell.load() >> 1
             if self._pattern is not None:
                 self._topics = self._resolve()
@@ -244,6 +246,7 @@ class GroupMember:
                 metadata = now >= self._next_metadata
                 if metadata:
                     self._next_metadata = now + self.heartbeat_interval_ms / 1000
+                    self._check_bell()
                 if self._needs_rebalance(state, metadata):
                     state = self._locked_rebalance()
             if state is None:
@@ -416,7 +419,18 @@ class GroupMember:
                 return True
         return any(self._count(t) != state["partitions"].get(t, 0) for t in self._topics)
 
+    def _check_bell(self) -> None:
+        """Map the group bell again if its file was replaced (a heartbeat's stat)."""
+        ident = self._gdir.bell_ident()
+        if self._bell is not None and ident != self._bell_ident and ident is not None:
+            old, self._bell = self._bell, writer_bell(self.io, self._gdir.path)
+            self._bell_ident = self._gdir.bell_ident()
+            self._seen = -1
+            old.close()                         # a sleeper on it keeps it mapped until it wakes
+
     def _locked_rebalance(self) -> dict:
+        self._gdir.make()                       # the group's directory removed under it?
+        self._check_bell()
         fd = self._gdir.lock(self._lock_timeout)
         try:
             mfd = self._held.member_fd

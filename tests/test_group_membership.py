@@ -522,3 +522,27 @@ def test_rebalancer_killed_after_writing_the_group_file_before_releasing(co, tmp
         a.leave()
     finally:
         child.kill()
+
+
+def test_group_directory_removed_under_live_members(co):
+    """The group's directory deleted by hand while members live: the next heartbeat makes it
+    again, re-files the members, maps the new bell and rebalances (generation continued from
+    the stored record). (Until then the owner locks are on removed files: removing a live
+    group's directory voids the one-reader guarantee; consumer-groups --delete refuses.)"""
+    import shutil
+    store = Store(t=2)
+    a, b = member(co, store), member(co, store)
+    a.join()
+    b.join()
+    settle([a, b])
+    shutil.rmtree(gdir(co).path)
+    time.sleep(0.12)
+    settle([a, b])
+    assert a.generation() == b.generation() >= 3
+    assert sorted(x.member_id for x in live_members(co, G)) == sorted([a.member_id, b.member_id])
+    armed = b.notify_word().arm()
+    a.leave()                       # rings the new bell: b wakes without waiting for a heartbeat
+    assert b.notify_word().load() != armed
+    assert b.poll().assigned
+    assert b.owned() == tps("t", 0, 1)
+    b.leave()
