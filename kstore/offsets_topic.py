@@ -205,25 +205,33 @@ class OffsetsTopic:
             return w
 
     @contextlib.contextmanager
-    def locked(self, p: int) -> Iterator[Log]:
-        """The partition's writable Log, with its flock held for the block."""
+    def locked(self, p: int, *, reopen: bool = False) -> Iterator[Log]:
+        """The partition's writable Log, with its flock held for the block. reopen: open it
+        afresh even if our kept Log is current (recovery of what a crash left, for readers that
+        met it). A block that raises leaves the kept Log to be reopened next time."""
         if self.closed:
             raise KStoreError(f"{OFFSETS_TOPIC} of {self.log_dirs} is closed")
         self._ensure_recorded()
         w = self._writer(p)
         with w.lock:
             path = self.partition_path(p)
-            created = not self._io.exists(path)
-            if created:
+            if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
                 self._paths[p] = path
             fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}")
             try:
+                if reopen:
+                    w.word = -1
+                kept = w.log
                 lg = self._writable(p, w, path)
-                if self._topic_id:
+                if lg is not kept and self._topic_id:
                     write_partition_metadata(self._io, path, self._topic_id)
-                yield lg
+                try:
+                    yield lg
+                except BaseException:
+                    w.word = -1           # a failed or partial write: never reuse that Log
+                    raise
                 bell = lg.notifier.bell
                 w.word = bell.load() if bell.shared else -1
             finally:
