@@ -355,7 +355,7 @@ class GroupMember:
 
     def describe(self) -> list[MemberMetadata]:
         """The group's live members (consumer-groups --describe)."""
-        return live_members(self._coordinator, self.group_id, self.io)
+        return live_members(self._coordinator, self.group_id, self.io) or []
 
     def __enter__(self) -> "GroupMember":
         return self
@@ -531,13 +531,15 @@ class GroupMember:
 
 
 def live_members(coordinator: "GroupCoordinator", group_id: str,
-                 io: Optional[FileOps] = None) -> list[MemberMetadata]:
+                 io: Optional[FileOps] = None) -> Optional[list[MemberMetadata]]:
     """The group's live members (their member files' flocks held), with their subscriptions
-    and their partitions in the current plan; [] for a group nobody joined. Takes no lock
-    (flock attempts only): delete_group and the consumer-groups tool call it."""
+    and their partitions in the current plan. None when no kstore member ever joined the
+    group here (no group directory: e.g. a broker's __consumer_offsets, whose GroupMetadata
+    record is then all there is to know). Takes no lock (flock attempts only): delete_group,
+    offset expiry and the consumer-groups tool call it."""
     gdir = GroupDir(io or get_file_ops(), coordinator.log_dir_for(group_id), group_id)
     if not gdir.exists():
-        return []
+        return None
     state = gdir.read_state() or {}
     plan = state.get("assignment", {})
     return [MemberMetadata(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],

@@ -464,7 +464,8 @@ def test_with_the_real_coordinator(tmp_path):
         a.leave()
         g = gc.group(G)
         assert (g.generation, g.protocol, g.leader, g.members) == (3, None, None, ())
-        assert live_members(gc, G) == []
+        assert live_members(gc, G) == []                 # known here, nobody alive
+        assert live_members(gc, "never-joined") is None  # unknown here: the record decides
         gc.delete_group(G)
         assert gc.group(G) is None
 
