@@ -299,7 +299,8 @@ class GroupCoordinator:
             if e.name != "kstore.group_membership":
                 raise
             return None
-        return list(mod.live_members(self, group_id))
+        live = mod.live_members(self, group_id)     # None: no kstore member ever joined here
+        return None if live is None else list(live)
 
     def expire_offsets(self, now_ms: Optional[int] = None) -> int:
         """Tombstone the offsets Kafka's GroupMetadata.removeExpiredOffsets expires
