@@ -198,13 +198,18 @@ class GroupMember:
             if self._closed or self._joined:
                 raise KStoreStateError(f"member {self.member_id} {'left' if self._closed else 'already joined'}")
             self._gdir.make()
-            self._bell = writer_bell(self.io, self._gdir.path)
+            bell = self._bell = writer_bell(self.io, self._gdir.path)
             self._bell_ident = self._gdir.bell_ident()
-            self._seen = self._bell.load() >> 1
+            self._seen = bell.load() >> 1
             if self._pattern is not None:
                 self._topics = self._resolve()
             self._joined_ms = now_ms()
-            fd = self._gdir.lock(self._lock_timeout)
+            try:
+                fd = self._gdir.lock(self._lock_timeout)
+            except BaseException:
+                bell.close()
+                self._bell = None
+                raise
             try:
                 self._gdir.clean_temps()
                 live = self._gdir.scan_members(reap=True)
@@ -220,10 +225,13 @@ class GroupMember:
                 self._joined = True
             finally:
                 self._gdir.unlock(fd)
+                if not self._joined:
+                    bell.close()
+                    self._bell = None
             self._next_heartbeat = time.monotonic() + self.heartbeat_interval_ms / 2000
             self._next_metadata = time.monotonic() + self.heartbeat_interval_ms / 1000
             # the word first, then the state: a generation written after this load rings again
-            self._seen = self._bell.load() >> 1
+            self._seen = bell.load() >> 1
             change = self._apply(self._gdir.read_state() or state)
             assert change is not None
             return change
@@ -232,7 +240,8 @@ class GroupMember:
         """What changed since the last join/poll, or None. Without a ring of the bell and
         before the next heartbeat: one atomic load, no syscall. A heartbeat (twice per interval)
         checks the other members' liveness, once per interval this member's pattern and
-        partition counts too, and rebalances if any changed; a ring re-reads the group file and retries partitions still held by others."""
+        partition counts too, and rebalances if any changed; a ring re-reads the group state
+        and retries the partitions still held by others."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
