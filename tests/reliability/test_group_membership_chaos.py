@@ -112,6 +112,22 @@ def stored_generations(tmp, coordinator, record):
     return gens
 
 
+def wait_joined(events, pid, proc, timeout):
+    """Until the member process pid has logged its join (it must not have died)."""
+    deadline = time.monotonic() + timeout
+    needle = f'"kind": "joined", "pid": {pid}'
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"member {pid} exited with {proc.returncode}"
+        try:
+            with open(events) as f:
+                if needle in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"member {pid} did not join within {timeout} s")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
@@ -128,12 +144,14 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
     procs = [spawn(tmp_path, events, record, coordinator) for _ in range(3)]
     kills: dict[int, int] = {}            # pid -> monotonic ns when SIGKILL was sent
     deaths = []                           # (t_kill, pid)
-    end = time.monotonic() + 20
+    end = time.monotonic() + float(os.environ.get("KSTORE_CHAOS_SECONDS", "20"))
     try:
         while time.monotonic() < end:
-            time.sleep(rnd.uniform(0.3, 1.2))
             i = rnd.randrange(3)
             p = procs[i]
+            # kill members, not interpreters starting up (~1-3 s on a loaded machine)
+            wait_joined(events, p.pid, p, 30)
+            time.sleep(rnd.uniform(0.1, 0.9))
             if p.poll() is None:
                 t = time.monotonic_ns()
                 p.send_signal(signal.SIGKILL)
@@ -188,6 +206,7 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
     def owners_at(t):
         return {tp for tp, ivs in intervals.items() if any(s <= t < e for s, e, _ in ivs)}
     takeover = []
+    measurable = 0
     acq_times = sorted({e["t"] for e in evs if e["kind"] == "acq"})
     for t_kill, _pid in deaths:
         lost = {tp for tp, ivs in intervals.items() if any(p == _pid and s < t_kill <= e for s, e, p in ivs)}
@@ -196,6 +215,7 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
         if not any(e["kind"] == "joined" and e["t"] < t_kill and kills.get(e["pid"], t_end) > t_kill
                    for e in evs):
             continue                      # no other member yet (all still starting up)
+        measurable += 1
         nxt = [t for t, _ in deaths if t > t_kill]
         limit = nxt[0] if nxt else t_end
         done = next((t for t in acq_times if t_kill < t < limit and owners_at(t) == ALL), None)
@@ -204,7 +224,8 @@ def test_three_members_killed_and_restarted(tmp_path, watchdog, reliability_coun
             if os.environ.get("KSTORE_CHAOS_DEBUG") and done - t_kill > HEARTBEAT_MS * 1e6:
                 print("SLOW", _pid, [(round((e["t"] - t_kill) / 1e6, 1), e["pid"], e["kind"], e.get("tp"), e.get("gen"))
                                      for e in evs if t_kill - 50e6 < e["t"] <= done])
-    assert len(takeover) >= len(deaths) // 3, (len(takeover), len(deaths))
+    # a death whose takeover a next kill cut short is not measured
+    assert measurable >= 5 and len(takeover) >= measurable // 2, (len(takeover), measurable, len(deaths))
     assert max(takeover) < SESSION_MS, takeover
 
     # 3. generations strictly increasing, as written and as each process saw them
