@@ -20,7 +20,6 @@ import importlib
 import logging
 import os
 import threading
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kstore.broker_config import BrokerConfig
@@ -29,6 +28,7 @@ from kstore.config import LogConfig
 from kstore.errors import CorruptRecordError, InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.group_records import (CONSUMER_PROTOCOL_TYPE, OFFSETS_TOPIC, GroupKey, GroupMetadata,
+                                  MemberMetadata,
                                   OffsetAndMetadata, OffsetKey, group_metadata_key,
                                   group_metadata_value, offset_commit_key, offset_commit_value,
                                   parse_group_value, parse_key, parse_offset_value,
@@ -133,9 +133,27 @@ class GroupCoordinator:
         """The partition's state with every record written so far applied (state lock NOT held
         on return: the caller copies what it needs under s.lock)."""
         s = self._state(p)
-        with s.lock:
-            self._advance_locked(p, s)
+        try:
+            with s.lock:
+                self._advance_locked(p, s)
+        except CorruptRecordError as e:
+            # a crash (power loss) left a torn batch that only a writer's recovery removes: recover
+            # under the partition's flock, then read it all again; corruption that recovery
+            # cannot explain (a bad record inside a valid batch) is raised
+            log.warning("reading %s: %s; recovering it", self.topic.partition_path(p), e)
+            with self.topic.locked(p, reopen=True):
+                pass
+            with s.lock:
+                self._forget(s)
+                self._advance_locked(p, s)
         return s
+
+    def _forget(self, s: _State) -> None:
+        """Drop a partition's read state and its read-only Log (state lock held)."""
+        if s.log is not None:
+            s.log.close_handlers()
+        s.log = None
+        s.reset()
 
     def _advance_locked(self, p: int, s: _State) -> None:
         if self._closed:
@@ -150,10 +168,7 @@ class GroupCoordinator:
             else:
                 lg.refresh()
         except UnknownTopicError:
-            if s.log is not None:
-                s.log.close_handlers()
-            s.log = None
-            s.reset()
+            self._forget(s)
             return
         segs = lg.segments
         live = {id(x) for x in segs}
@@ -210,10 +225,9 @@ class GroupCoordinator:
                 om = OffsetAndMetadata(int(om))
             if om.offset < 0:
                 raise ValueError(f"cannot commit a negative offset {om.offset} for {topic}-{part}")
-            if om.commit_timestamp == -1:
-                om = replace(om, commit_timestamp=now)
-            recs.append((offset_commit_key(group_id, topic, part), offset_commit_value(om),
-                         om.commit_timestamp))
+            ts = now if om.commit_timestamp == -1 else om.commit_timestamp
+            recs.append((offset_commit_key(group_id, topic, part),
+                         offset_commit_value(om, commit_timestamp=ts), ts))
         self._append(self.partition_for(group_id), recs)
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None
@@ -256,7 +270,7 @@ class GroupCoordinator:
     def delete_group(self, group_id: str) -> None:
         """Tombstones for the group's offsets and metadata, in one batch; GroupNotEmptyError if
         it has live members (group_membership.live_members)."""
-        live = self._live_members(group_id)
+        live = self.live_members(group_id)
         if live:
             raise GroupNotEmptyError(
                 f"group {group_id!r} has {len(live)} live member(s): "
@@ -275,15 +289,18 @@ class GroupCoordinator:
             if recs:
                 lg.append(recs)
 
-    def _live_members(self, group_id: str) -> Optional[list]:
+    def live_members(self, group_id: str) -> Optional[list[MemberMetadata]]:
         """The group's live members from groups15's membership (None: not available)."""
         # CALL SITE for groups15's kstore.group_membership.live_members (issue 15): until it
         # is merged, liveness is unknown (None) and the stored GroupMetadata is used instead
         try:
             mod = importlib.import_module("kstore.group_membership")
-        except ImportError:
+        except ModuleNotFoundError as e:
+            if e.name != "kstore.group_membership":
+                raise
             return None
-        return list(mod.live_members(self, group_id))
+        live = mod.live_members(self, group_id)     # None: no kstore member ever joined here
+        return None if live is None else list(live)
 
     def expire_offsets(self, now_ms: Optional[int] = None) -> int:
         """Tombstone the offsets Kafka's GroupMetadata.removeExpiredOffsets expires
@@ -298,13 +315,17 @@ class GroupCoordinator:
         for p in self.topic.existing_partitions():
             s = self._advance(p)
             with s.lock:
-                candidates = bool(self._expired(s, now))
-            if not candidates:
+                offsets = {g: dict(o) for g, o in s.offsets.items()}
+                groups = dict(s.groups)
+            # liveness is asked with no coordinator lock held (membership may write records)
+            live = {g: self.live_members(g) for g in offsets
+                    if g in groups and groups[g].members}
+            if not self._expired(offsets, groups, live, now):
                 continue
             with self.topic.locked(p) as lg:
                 with s.lock:
                     self._advance_locked(p, s)     # a commit may have landed meanwhile
-                    expired = self._expired(s, now)
+                    expired = self._expired(s.offsets, s.groups, live, now)
                     recs: list[tuple[bytes, None]] = []
                     for g, tps in expired.items():
                         recs.extend((offset_commit_key(g, t, q), None) for t, q in tps)
@@ -317,19 +338,28 @@ class GroupCoordinator:
                     lg.append(recs)
         return total
 
-    def _expired(self, s: _State, now: int) -> dict[str, list[TopicPartition]]:
+    def _expired(self, offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+                 groups: Mapping[str, GroupMetadata], live: Mapping[str, Optional[list]],
+                 now: int) -> dict[str, list[TopicPartition]]:
+        """The offsets to expire per group (Kafka's removeExpiredOffsets). live: a group's live
+        members where known (None: membership unavailable, the record's members count)."""
         out: dict[str, list[TopicPartition]] = {}
-        for g, offs in s.offsets.items():
-            meta = s.groups.get(g)
+        for g, offs in offsets.items():
+            meta = groups.get(g)
             subscribed: set[str] = set()
+            members = None if meta is None else live.get(g, meta.members)
+            if members is None:
+                members = meta.members if meta is not None else ()
             if meta is None:
-                base_of = None                      # simple consumer: commit time
-            elif not meta.members or self._live_members(g) == []:
-                base_of = meta.current_state_timestamp if not meta.members and meta.current_state_timestamp >= 0 else None
+                base_of = None                      # simple consumer: each commit's time
+            elif not members:
+                # Empty: since it became Empty, if the record says when; else commit times
+                ts = meta.current_state_timestamp
+                base_of = ts if not meta.members and ts >= 0 else None
             elif meta.protocol_type == CONSUMER_PROTOCOL_TYPE:
-                base_of = None
+                base_of = None                      # live: only topics nobody subscribes to
                 try:
-                    for m in meta.members:
+                    for m in members:
                         subscribed.update(parse_subscription(m.subscription).topics)
                 except CorruptRecordError:
                     continue                        # unknown subscriptions: expire nothing

@@ -5,9 +5,10 @@ A group lives in `<log dir of its __consumer_offsets partition>/.kstore-groups/<
 
     group.lock            flock'd exclusively by the process changing the group (a rebalance,
                           a join, a leave); holds the holder's pid (informative)
-    group.json            the group state: generation, protocol, leader, members, the plan.
-                          Replaced atomically (a temp file renamed over it) under group.lock, so
-                          it is never seen half-written, even after a kill -9 mid-write
+    state-<generation>.json  the group state: generation, protocol, leader, members, the
+                          plan. Each generation's is written to a temp file and renamed to its
+                          new name under group.lock (the older ones then removed), so it is
+                          never seen half-written, even after a kill -9 mid-write
     .kstore-notify        the group bell: a notification page in `_notify`'s format, rung after
                           every new generation and every release of a partition
     members/<member>      one per live member, flock'd by it for its whole life (the kernel drops
@@ -18,7 +19,7 @@ A group lives in `<log dir of its __consumer_offsets partition>/.kstore-groups/<
                           removed (removing a lock file races with its next locker)
 
 Names are encoded reversibly (`encode_name`). Nothing here is needed across a machine crash
-(every member is gone then), so nothing is fsynced; a lost or garbled group.json is rebuilt
+(every member is gone then), so nothing is fsynced; a lost or garbled state is rebuilt
 from the live members, its generation continued from the group's last GroupMetadata record.
 """
 from __future__ import annotations
@@ -40,14 +41,16 @@ __all__ = ["GROUPS_DIR", "STATE_FILE", "LOCK_FILE", "MEMBERS_DIR", "OWNERS_DIR",
 log = logging.getLogger("kstore.group")
 
 GROUPS_DIR = ".kstore-groups"
-STATE_FILE = "group.json"
+STATE_FILE = "state-%020d.json"
+_STATE_NAME = re.compile(r"state-(\d{20})\.json")
 LOCK_FILE = "group.lock"
+BELL_FILE = ".kstore-notify"           # notify.NOTIFY_FILE: writer_bell makes it
 MEMBERS_DIR = "members"
 OWNERS_DIR = "owners"
 #: encoded names longer than this are cut and suffixed with a hash of the whole name
 NAME_CAP = 180
 _SAFE = re.compile(r"[A-Za-z0-9_.-]")
-#: the most a group.json or member file may hold (a hostile file is not read whole)
+#: the most a state or member file may hold (a hostile file is not read whole)
 MAX_FILE_BYTES = 16 << 20
 
 
@@ -116,7 +119,6 @@ class GroupDir:
         self.path = os.path.join(log_dir, GROUPS_DIR, encode_name(group_id))
         self.members = os.path.join(self.path, MEMBERS_DIR)
         self.owners = os.path.join(self.path, OWNERS_DIR)
-        self.state_path = os.path.join(self.path, STATE_FILE)
 
     def make(self) -> None:
         """Create the directories that are missing (racing creators are fine)."""
@@ -130,6 +132,15 @@ class GroupDir:
     def exists(self) -> bool:
         return self.io.exists(self.path)
 
+    def bell_ident(self) -> Optional[tuple[int, int]]:
+        """(st_dev, st_ino) of the group bell's file (None: missing): a member re-maps its
+        bell when the file it mapped was replaced (the directory removed and made again)."""
+        try:
+            st = self.io.stat_path(os.path.join(self.path, BELL_FILE))
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
     # -- group.lock --------------------------------------------------------------------------
     def lock(self, timeout: float) -> int:
         """Take group.lock, waiting at most timeout seconds (polls from 0.2 ms up to 10 ms: a
@@ -140,14 +151,13 @@ class GroupDir:
         while True:
             fd = self.io.try_lock(path)
             if fd is not None:
-                try:
-                    self.io.truncate(fd, 0)
-                    self.io.pwrite(fd, str(os.getpid()).encode(), 0)
+                try:       # fixed width, never truncated: a truncation costs a journal entry
+                    self.io.pwrite(fd, b"%-12d" % os.getpid(), 0)
                 except OSError:
                     pass                       # the pid is informative only
                 return fd
             if time.monotonic() >= deadline:
-                holder = self._read_small(path, 32).strip().decode("ascii", "replace")
+                holder = (self._read_small(path, 32) or b"").strip().decode("ascii", "replace")
                 raise GroupLockTimeoutError(
                     f"{path}: group {self.group_id!r} locked by another process"
                     f"{' (pid ' + holder + ')' if holder.isdigit() else ''} for more than {timeout:g} s")
@@ -157,34 +167,65 @@ class GroupDir:
     def unlock(self, fd: int) -> None:
         self.io.unlock(fd)
 
-    # -- group.json --------------------------------------------------------------------------
+    # -- the group state ---------------------------------------------------------------------
+    def state_files(self) -> list[tuple[int, str]]:
+        """(generation, path) of every state file, newest first."""
+        out = []
+        for name in self._list(self.path):
+            m = _STATE_NAME.fullmatch(name)
+            if m:
+                out.append((int(m.group(1)), os.path.join(self.path, name)))
+        out.sort(reverse=True)
+        return out
+
+    def newest_generation(self) -> int:
+        """The highest generation a state file is named after (0: none), readable or not."""
+        files = self.state_files()
+        return files[0][0] if files else 0
+
     def read_state(self) -> Optional[dict]:
-        """The group state, or None (missing, unreadable or not a group state: a caller then
-        rebuilds it)."""
-        data = self._read_small(self.state_path, MAX_FILE_BYTES)
-        if not data:
-            return None
-        state = _json_or_none(data, self.state_path)
-        if state is None or not _valid_state(state):
-            if state is not None:
-                log.warning("%s: not a group state: ignored", self.state_path)
-            return None
-        return state
+        """The newest group state, or None (none, or the newest unreadable or not a group
+        state, or not of the generation its name says: a caller then rebuilds it). A file
+        removed between the listing and its open (a newer one was written) is looked for again."""
+        for _ in range(8):
+            files = self.state_files()
+            if not files:
+                return None
+            gen, path = files[0]
+            data = self._read_small(path, MAX_FILE_BYTES, missing_ok=True)
+            if data is None:
+                continue
+            state = _json_or_none(data, path)
+            if state is None or not _valid_state(state) or state["generation"] != gen:
+                if state is not None:
+                    log.warning("%s: not a group state of generation %d: ignored", path, gen)
+                return None
+            return state
+        return None
 
     def write_state(self, state: dict) -> None:
-        """Replace group.json atomically (caller holds group.lock): a temp file, then a rename.
-        A temp file left by a killed writer is removed by the next holder (`clean_temps`)."""
-        tmp = os.path.join(self.path, f".{STATE_FILE}.{os.getpid()}.tmp")
+        """Publish a new generation's state (caller holds group.lock): a temp file renamed to a
+        NEW name, state-<generation>.json (never over an existing file: a reader sees a whole
+        file or none, and ext4 makes a rename over a file cost ~2 ms), then the older ones
+        removed. A temp file left by a killed writer goes at the next `clean_temps`."""
+        gen = state["generation"]
+        tmp = os.path.join(self.path, f".state.{os.getpid()}.tmp")
         fd = self.io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.io.pwrite(fd, json.dumps(state, separators=(",", ":")).encode(), 0)
         finally:
             self.io.close(fd)
-        self.io.rename(tmp, self.state_path)
+        self.io.rename(tmp, os.path.join(self.path, STATE_FILE % gen))
+        for old, path in self.state_files():
+            if old < gen:
+                try:
+                    self.io.unlink(path)
+                except (OSError, KStoreError):
+                    pass
 
     def clean_temps(self) -> None:
         """Remove temp files of killed writers (caller holds group.lock: no live writer makes
-        a group.json temp file, and a member's temp file is flock'd until it is renamed)."""
+        a state temp file, and a member's temp file is flock'd until it is renamed)."""
         for d in (self.path, self.members):
             for name in self._list(d):
                 if not (name.startswith(".") and name.endswith(".tmp")):
@@ -212,7 +253,8 @@ class GroupDir:
         if fd is None:
             raise KStoreError(f"{tmp}: member file locked by another member")
         try:
-            self.io.truncate(fd, 0)
+            if self.io.size(fd):                 # a dead joiner's leftover
+                self.io.truncate(fd, 0)
             self.io.pwrite(fd, json.dumps(meta, separators=(",", ":")).encode(), 0)
             self.io.rename(tmp, os.path.join(self.members, enc))
         except BaseException:
@@ -260,7 +302,7 @@ class GroupDir:
                 finally:
                     self.io.unlock(fd)
                 continue
-            meta = _json_or_none(self._read_small(p, MAX_FILE_BYTES), p)
+            meta = _json_or_none(self._read_small(p, MAX_FILE_BYTES) or b"", p)
             if meta is not None and _valid_member(meta) and encode_name(meta["member_id"]) == name:
                 live.append(meta)
         live.sort(key=lambda m: (m["joined_ms"], m["member_id"]))
@@ -291,11 +333,13 @@ class GroupDir:
         except FileNotFoundError:
             return []
 
-    def _read_small(self, path: str, limit: int) -> bytes:
+    def _read_small(self, path: str, limit: int, missing_ok: bool = False) -> Optional[bytes]:
+        """Up to limit bytes of path; b"" if unreadable (logged), or if missing (None instead
+        with missing_ok)."""
         try:
             fd = self.io.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            return b""
+            return None if missing_ok else b""
         except (OSError, KStoreError) as e:
             log.warning("%s unreadable (%s): ignored", path, e)
             return b""
@@ -323,7 +367,7 @@ def _valid_member(m: Any) -> bool:
 
 
 def _valid_state(s: dict) -> bool:
-    """A group.json has the fields and types a member relies on."""
+    """A group state has the fields and types a member relies on."""
     if not (isinstance(s.get("generation"), int) and s["generation"] >= 0
             and isinstance(s.get("members"), list) and all(_valid_member(m) for m in s["members"])
             and isinstance(s.get("assignment"), dict) and isinstance(s.get("partitions"), dict)):

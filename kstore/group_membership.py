@@ -11,7 +11,7 @@ need, under the group's exclusive `group.lock`:
 - A rebalance (on join, leave, a death, a subscription or partition-count change) reads the
   live members' files, picks the protocol (the assignor every member supports, by their votes,
   as Kafka's GroupMetadata.selectProtocol), runs it (assignors.py) and writes the new generation
-  (generation + 1, strictly increasing) and its plan to group.json atomically, rings the group
+  (generation + 1, strictly increasing) and its plan to a new state file atomically, rings the group
   bell, and records a GroupMetadata through `coordinator.store_group` as Kafka writes one at
   each generation (an Empty group, generation + 1, when the last member leaves).
 - The plan is not what keeps a partition to one reader: its OWNER lock is. A member reads only
@@ -20,7 +20,9 @@ need, under the group's exclusive `group.lock`:
   `release`) and `assigned` (owner lock taken: read from the committed offset); a partition
   still held by its old owner is taken at a later poll, woken by the bell the release rings.
 - Deaths are noticed by any polling member within heartbeat_interval_ms (a flock attempt on
-  each other member's file), so a consumer sleeps at most `poll_timeout()` between polls;
+  each other member's file, twice per interval, so that the takeover, not only the notice,
+  fits in the interval), a consumer sleeping at most `poll_timeout()` between polls; topics
+  (a pattern's) and partition counts are looked at once per interval;
   `session_timeout_ms` bounds the interval (it must be larger) and is recorded for tools. A
   live member that stops polling (Kafka's max.poll.interval.ms) is NOT evicted: it still
   holds its flocks, so its partitions wait for it (safety over progress).
@@ -175,8 +177,10 @@ class GroupMember:
         self._held = _Held(self.io)
         weakref.finalize(self, self._held.close_all)
         self._bell: Optional[_notify.Bell] = None
+        self._bell_ident: Optional[tuple[int, int]] = None
         self._seen = -1                         # the bell's counter at the last step
-        self._next_heartbeat = 0.0
+        self._next_heartbeat = 0.0              # the next liveness check (every interval / 2)
+        self._next_metadata = 0.0               # the next look at topics and partition counts
         self._generation = -1
         self._target: frozenset[TopicPartition] = frozenset()
         self._owned: set[TopicPartition] = set()
@@ -194,12 +198,18 @@ class GroupMember:
             if self._closed or self._joined:
                 raise KStoreStateError(f"member {self.member_id} {'left' if self._closed else 'already joined'}")
             self._gdir.make()
-            self._bell = writer_bell(self.io, self._gdir.path)
-            self._seen = self._bell.load() >> 1
+            bell = self._bell = writer_bell(self.io, self._gdir.path)
+            self._bell_ident = self._gdir.bell_ident()
+            self._seen = bell.load() >> 1
             if self._pattern is not None:
                 self._topics = self._resolve()
             self._joined_ms = now_ms()
-            fd = self._gdir.lock(self._lock_timeout)
+            try:
+                fd = self._gdir.lock(self._lock_timeout)
+            except BaseException:
+                bell.close()
+                self._bell = None
+                raise
             try:
                 self._gdir.clean_temps()
                 live = self._gdir.scan_members(reap=True)
@@ -215,18 +225,23 @@ class GroupMember:
                 self._joined = True
             finally:
                 self._gdir.unlock(fd)
-            self._next_heartbeat = time.monotonic() + self.heartbeat_interval_ms / 1000
+                if not self._joined:
+                    bell.close()
+                    self._bell = None
+            self._next_heartbeat = time.monotonic() + self.heartbeat_interval_ms / 2000
+            self._next_metadata = time.monotonic() + self.heartbeat_interval_ms / 1000
             # the word first, then the state: a generation written after this load rings again
-            self._seen = self._bell.load() >> 1
+            self._seen = bell.load() >> 1
             change = self._apply(self._gdir.read_state() or state)
             assert change is not None
             return change
 
     def poll(self) -> Optional[AssignmentChange]:
         """What changed since the last join/poll, or None. Without a ring of the bell and
-        before the next heartbeat: one atomic load, no syscall. A heartbeat checks the other
-        members' liveness, this member's pattern and partition counts, and rebalances if any
-        changed; a ring re-reads the group file and retries partitions still held by others."""
+        before the next heartbeat: one atomic load, no syscall. A heartbeat (twice per interval)
+        checks the other members' liveness, once per interval this member's pattern and
+        partition counts too, and rebalances if any changed; a ring re-reads the group state
+        and retries the partitions still held by others."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
@@ -236,8 +251,12 @@ class GroupMember:
             self._seen = word
             state = self._gdir.read_state()
             if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.heartbeat_interval_ms / 1000
-                if self._needs_rebalance(state):
+                self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
+                metadata = now >= self._next_metadata
+                if metadata:
+                    self._next_metadata = now + self.heartbeat_interval_ms / 1000
+                    self._check_bell()
+                if self._needs_rebalance(state, metadata):
                     state = self._locked_rebalance()
             if state is None:
                 state = self._locked_rebalance()
@@ -307,7 +326,7 @@ class GroupMember:
             self._pattern = pattern
             self._topics = sorted(set(topics)) if topics is not None else self._resolve()
             self._meta_dirty = True
-            self._next_heartbeat = 0.0
+            self._next_heartbeat = self._next_metadata = 0.0
 
     def leave(self) -> None:
         """Leave: release every partition (commit first), remove the membership and rebalance
@@ -345,7 +364,7 @@ class GroupMember:
 
     def describe(self) -> list[MemberMetadata]:
         """The group's live members (consumer-groups --describe)."""
-        return live_members(self._coordinator, self.group_id, self.io)
+        return live_members(self._coordinator, self.group_id, self.io) or []
 
     def __enter__(self) -> "GroupMember":
         return self
@@ -389,8 +408,9 @@ class GroupMember:
             return 0
         return n if isinstance(n, int) and n > 0 else 0
 
-    def _needs_rebalance(self, state: Optional[dict]) -> bool:
-        """A heartbeat: does the group need a new generation?"""
+    def _needs_rebalance(self, state: Optional[dict], metadata: bool) -> bool:
+        """A heartbeat: does the group need a new generation? Liveness every time, the
+        subscription's topics and partition counts if metadata."""
         if state is None or self._meta_dirty:
             return True
         ids = [m["member_id"] for m in state["members"]]
@@ -398,6 +418,8 @@ class GroupMember:
             return True
         if any(not self._gdir.is_alive(m) for m in ids if m != self.member_id):
             return True
+        if not metadata:
+            return False
         if self._pattern is not None:
             topics = self._resolve()
             if topics != self._topics:
@@ -406,7 +428,18 @@ class GroupMember:
                 return True
         return any(self._count(t) != state["partitions"].get(t, 0) for t in self._topics)
 
+    def _check_bell(self) -> None:
+        """Map the group bell again if its file was replaced (a heartbeat's stat)."""
+        ident = self._gdir.bell_ident()
+        if self._bell is not None and ident != self._bell_ident and ident is not None:
+            old, self._bell = self._bell, writer_bell(self.io, self._gdir.path)
+            self._bell_ident = self._gdir.bell_ident()
+            self._seen = -1
+            old.close()                         # a sleeper on it keeps it mapped until it wakes
+
     def _locked_rebalance(self) -> dict:
+        self._gdir.make()                       # the group's directory removed under it?
+        self._check_bell()
         fd = self._gdir.lock(self._lock_timeout)
         try:
             mfd = self._held.member_fd
@@ -418,14 +451,17 @@ class GroupMember:
             self._gdir.unlock(fd)
 
     def _base_generation(self, state: Optional[dict]) -> int:
+        """The generation the next one follows: the newest state file's (even unreadable), or
+        with no readable state the group's last stored GroupMetadata's if higher."""
+        base = self._gdir.newest_generation()
         if state is not None:
-            return state["generation"]
+            return max(base, state["generation"])
         try:
             stored = self._coordinator.group(self.group_id)
         except (KStoreError, OSError) as e:
-            log.warning("group %r: its stored metadata is unreadable (%s): generations restart", self.group_id, e)
-            return 0
-        return stored.generation if stored is not None else 0
+            log.warning("group %r: its stored metadata is unreadable (%s)", self.group_id, e)
+            return base
+        return max(base, stored.generation if stored is not None else 0)
 
     def _rebalance(self, live: Optional[list[dict]] = None,
                    bell: Optional[_notify.Bell] = None) -> dict:
@@ -468,7 +504,7 @@ class GroupMember:
 
     def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]]) -> None:
         """The generation's GroupMetadata record, as Kafka writes at each generation (a failure
-        is logged: group.json, not the record, runs the group)."""
+        is logged: the state file, not the record, runs the group)."""
         members = tuple(MemberMetadata(
             m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
             m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),
@@ -504,13 +540,15 @@ class GroupMember:
 
 
 def live_members(coordinator: "GroupCoordinator", group_id: str,
-                 io: Optional[FileOps] = None) -> list[MemberMetadata]:
+                 io: Optional[FileOps] = None) -> Optional[list[MemberMetadata]]:
     """The group's live members (their member files' flocks held), with their subscriptions
-    and their partitions in the current plan; [] for a group nobody joined. Takes no lock
-    (flock attempts only): delete_group and the consumer-groups tool call it."""
+    and their partitions in the current plan. None when no kstore member ever joined the
+    group here (no group directory: e.g. a broker's __consumer_offsets, whose GroupMetadata
+    record is then all there is to know). Takes no lock (flock attempts only): delete_group,
+    offset expiry and the consumer-groups tool call it."""
     gdir = GroupDir(io or get_file_ops(), coordinator.log_dir_for(group_id), group_id)
     if not gdir.exists():
-        return []
+        return None
     state = gdir.read_state() or {}
     plan = state.get("assignment", {})
     return [MemberMetadata(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],

@@ -21,6 +21,8 @@ All integers big-endian. Malformed bytes raise CorruptRecordError naming what fa
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence, Union
@@ -292,8 +294,10 @@ class _Reader:
 
 
 # -- keys ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    """OffsetCommitKey, key version 1 (what Kafka writes)."""
+    """OffsetCommitKey, key version 1 (what Kafka writes). Cached: a consumer commits the same
+    keys again and again."""
     w = _Writer()
     w.i16(OFFSET_KEY_VERSION)
     w.string(group)
@@ -330,11 +334,26 @@ def parse_key(b: bytes) -> Union[OffsetKey, GroupKey, OtherKey]:
 
 
 # -- values -------------------------------------------------------------------------------------
-def offset_commit_value(o: OffsetAndMetadata, version: Optional[int] = None) -> bytes:
+_V3_HEAD = struct.Struct(">hqi")
+_EMPTY_STRING = _I16.pack(0)
+
+
+def offset_commit_value(o: OffsetAndMetadata, version: Optional[int] = None, *,
+                        commit_timestamp: Optional[int] = None) -> bytes:
     """OffsetCommitValue: version 3 (Kafka's), 1 when o has an expire timestamp; any of 0-4
-    when asked (v4 flexible)."""
+    when asked (v4 flexible). commit_timestamp overrides o's."""
+    ts = o.commit_timestamp if commit_timestamp is None else commit_timestamp
     if version is None:
-        version = 1 if o.expire_timestamp is not None else OFFSET_VALUE_VERSION
+        if o.expire_timestamp is None:         # the usual commit: packed directly
+            meta = _EMPTY_STRING if not o.metadata else None
+            if meta is not None:
+                return (_V3_HEAD.pack(3, o.offset, -1 if o.leader_epoch is None else o.leader_epoch)
+                        + meta + _I64.pack(ts))
+            version = OFFSET_VALUE_VERSION
+        else:
+            version = 1
+    if ts != o.commit_timestamp:
+        o = dataclasses.replace(o, commit_timestamp=ts)
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise ValueError(f"OffsetCommitValue has versions 0-{MAX_VALUE_VERSION}, not {version}")
     w = _Writer(flexible=version >= 4)

@@ -172,8 +172,12 @@ class OffsetsTopic:
             self._io.unlock(fd)
 
     def _mkdir(self, path: str) -> None:
+        """Make path (and a missing log dir above it), durably."""
         if self._io.exists(path):
             return
+        parent = os.path.dirname(path)
+        if parent != path and not self._io.exists(parent):
+            self._mkdir(parent)
         try:
             self._io.mkdir(path)
         except FileExistsError:
@@ -205,27 +209,36 @@ class OffsetsTopic:
             return w
 
     @contextlib.contextmanager
-    def locked(self, p: int) -> Iterator[Log]:
-        """The partition's writable Log, with its flock held for the block."""
+    def locked(self, p: int, *, reopen: bool = False) -> Iterator[Log]:
+        """The partition's writable Log, with its flock held for the block. reopen: open it
+        afresh even if our kept Log is current (recovery of what a crash left, for readers that
+        met it). A block that raises leaves the kept Log to be reopened next time."""
         if self.closed:
             raise KStoreError(f"{OFFSETS_TOPIC} of {self.log_dirs} is closed")
         self._ensure_recorded()
         w = self._writer(p)
         with w.lock:
             path = self.partition_path(p)
-            created = not self._io.exists(path)
-            if created:
+            if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
                 self._paths[p] = path
             fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}")
             try:
+                if reopen:
+                    w.word = -1
+                kept = w.log
                 lg = self._writable(p, w, path)
-                if self._topic_id:
+                if lg is not kept and self._topic_id:
                     write_partition_metadata(self._io, path, self._topic_id)
-                yield lg
+                try:
+                    yield lg
+                except BaseException:
+                    w.word = -1           # a failed or partial write: never reuse that Log
+                    raise
                 bell = lg.notifier.bell
-                w.word = bell.load() if bell.shared else -1
+                # bit 0 is a waiter's armed bit (a reader waiting here): only the count matters
+                w.word = bell.load() | 1 if bell.shared else -1
             finally:
                 self._io.unlock(fd)
 
@@ -240,7 +253,7 @@ class OffsetsTopic:
             ino = self._io.stat_path(os.path.join(path, NOTIFY_FILE)).st_ino
         except OSError:
             return False
-        return bell.shared and not bell.closed and bell.load() == w.word and ino == w.notify_ino
+        return bell.shared and not bell.closed and bell.load() | 1 == w.word and ino == w.notify_ino
 
     def _writable(self, p: int, w: _Writer, path: str) -> Log:
         """Our Log of the partition if nobody else changed it since our last write, else a

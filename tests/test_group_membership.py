@@ -76,6 +76,15 @@ def gdir(co):
     return GroupDir(FileOps(), co.dir, G)
 
 
+def state_path(co):
+    return gdir(co).state_files()[0][1]
+
+
+def state_of(co):
+    with open(state_path(co)) as f:
+        return json.load(f)
+
+
 def test_one_member_joins_and_owns_everything(co):
     store = Store(t=3)
     with member(co, store) as m:
@@ -83,7 +92,7 @@ def test_one_member_joins_and_owns_everything(co):
         assert c.generation == 1 and c.revoked == frozenset() and c.assigned == tps("t", 0, 1, 2)
         assert m.owned() == tps("t", 0, 1, 2) and m.generation() == 1
         assert m.member_id.startswith("kstore-") and len(m.member_id) == len("kstore-") + 36
-        state = json.loads((gdir(co).state_path and open(gdir(co).state_path).read()))
+        state = state_of(co)
         assert state["generation"] == 1 and state["protocol"] == "range" and state["leader"] == m.member_id
         assert state["assignment"] == {m.member_id: [["t", 0], ["t", 1], ["t", 2]]}
         assert state["partitions"] == {"t": 3}
@@ -288,7 +297,7 @@ def test_member_killed_holding_group_lock(co, tmp_path, watchdog):
         child.run("!d = GroupDir(__import__('kstore').get_file_ops(), sys.argv[1], 'workers'); d.make()")
         child.run("!fd = d.lock(5)")
         # a half-written temp state next to the real one, as a writer killed mid-write leaves
-        child.run("!open(d.path + '/.group.json.1.tmp', 'w').write('{\"generat')")
+        child.run("!open(d.path + '/.state.1.tmp', 'w').write('{\"generat')")
         a = member(co, Store(t=1), lock_timeout=0.3)
         from kstore.group_files import GroupLockTimeoutError
         with pytest.raises(GroupLockTimeoutError, match=r"pid \d+"):
@@ -308,7 +317,7 @@ def test_garbled_group_file_rebuilt_generation_continues(co):
     b = member(co, store)
     b.join()
     settle([a, b])
-    with open(gdir(co).state_path, "w") as f:
+    with open(state_path(co), "w") as f:
         f.write("{not json")
     time.sleep(0.12)
     settle([a, b])
@@ -423,14 +432,14 @@ def test_group_dir_location(co):
     m.join()
     assert os.path.isdir(os.path.join(co.dir, GROUPS_DIR, "workers", "members"))
     assert sorted(os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers"))) == [
-        ".kstore-notify", "group.json", "group.lock", "members", "owners"]
+        ".kstore-notify", "group.lock", "members", "owners", "state-00000000000000000001.json"]
     assert os.listdir(os.path.join(co.dir, GROUPS_DIR, "workers", "owners")) == ["t-0"]
     m.leave()
 
 
 def test_with_the_real_coordinator(tmp_path):
     """GroupCoordinator: each generation's GroupMetadata record in __consumer_offsets, the
-    generation continued from it when group.json is lost, delete_group refused while a member
+    generation continued from it when the group state is lost, delete_group refused while a member
     lives."""
     from kstore.errors import KStoreError
     from kstore.group_coordinator import GroupCoordinator
@@ -449,12 +458,92 @@ def test_with_the_real_coordinator(tmp_path):
             gc.delete_group(G)
         a.commit({TP("t", 1): OffsetAndMetadata(42)})
         assert gc.fetch_offsets(G)[TP("t", 1)].offset == 42
-        os.unlink(GroupDir(FileOps(), gc.log_dir_for(G), G).state_path)
+        os.unlink(GroupDir(FileOps(), gc.log_dir_for(G), G).state_files()[0][1])
         time.sleep(0.12)
         assert a.poll().generation == 2              # from the stored record, not from 0
         a.leave()
         g = gc.group(G)
         assert (g.generation, g.protocol, g.leader, g.members) == (3, None, None, ())
-        assert live_members(gc, G) == []
+        assert live_members(gc, G) == []                 # known here, nobody alive
+        assert live_members(gc, "never-joined") is None  # unknown here: the record decides
         gc.delete_group(G)
         assert gc.group(G) is None
+
+
+KILL_AFTER_STATE = r"""
+import os, signal
+from kstore.fileio import FileOps
+
+class KillAfterState(FileOps):
+    armed = False
+
+    def rename(self, src, dst):
+        super().rename(src, dst)
+        if self.armed and os.path.basename(dst).startswith("state-"):
+            os.kill(os.getpid(), signal.SIGKILL)
+ops = KillAfterState()
+"""
+
+
+def test_rebalancer_killed_after_writing_the_group_file_before_releasing(co, tmp_path, watchdog):
+    """The child owns every partition of t, changes its subscription to u and dies right after
+    its rebalance renamed the new state file into place: no bell rung, its revoked partitions
+    never released by it, group.lock held. The other member notices the death at a heartbeat
+    and takes t's partitions once the kernel dropped the child's owner flocks."""
+    watchdog(120)
+    store = Store(t=3, u=1)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!exec(" + repr(KILL_AFTER_STATE) + ")")
+        child.run("!m = GroupMember(co, 'workers', topics=['t'], partitions_for=lambda t: {'t': 3, 'u': 1}[t], "
+                  "list_topics=lambda: ['t', 'u'], heartbeat_interval_ms=100, session_timeout_ms=10000, io=ops)")
+        child.run("m.join()")
+        a = member(co, store, topics=("t", "u"))
+        a.join()
+        settle([a])
+        # told to give up its share for a, the child keeps it (not released yet)
+        assert child.run("sorted(m.poll().revoked)") == repr(sorted(a.assignment() - tps("u", 0)))
+        assert child.run("sorted(m.owned())") == repr(sorted(tps("t", 0, 1, 2)))
+        gen_before = state_of(co)["generation"]
+        child.run("!m.subscribe(topics=['u']); ops.armed = True")
+        with pytest.raises(ValueError):                # no reply: killed inside
+            child.run("m.poll()")
+        child.p.wait(timeout=30)
+        state = state_of(co)
+        assert state["generation"] == gen_before + 1  # written whole, then the kill
+        deadline = time.monotonic() + 10
+        while a.owned() != tps("t", 0, 1, 2) | tps("u", 0):
+            assert time.monotonic() < deadline, (a.owned(), a.generation())
+            c = a.poll()
+            if c is not None:
+                a.release(c.revoked)
+            time.sleep(0.005)
+        assert a.generation() == gen_before + 2       # the dead child's generation, then a's
+        assert [x.member_id for x in live_members(co, G)] == [a.member_id]
+        a.leave()
+    finally:
+        child.kill()
+
+
+def test_group_directory_removed_under_live_members(co):
+    """The group's directory deleted by hand while members live: the next heartbeat makes it
+    again, re-files the members, maps the new bell and rebalances (generation continued from
+    the stored record). (Until then the owner locks are on removed files: removing a live
+    group's directory voids the one-reader guarantee; consumer-groups --delete refuses.)"""
+    import shutil
+    store = Store(t=2)
+    a, b = member(co, store), member(co, store)
+    a.join()
+    b.join()
+    settle([a, b])
+    shutil.rmtree(gdir(co).path)
+    time.sleep(0.12)
+    settle([a, b])
+    assert a.generation() == b.generation() >= 3
+    assert sorted(x.member_id for x in live_members(co, G)) == sorted([a.member_id, b.member_id])
+    armed = b.notify_word().arm()
+    a.leave()                       # rings the new bell: b wakes without waiting for a heartbeat
+    assert b.notify_word().load() != armed
+    assert b.poll().assigned
+    assert b.owned() == tps("t", 0, 1)
+    b.leave()

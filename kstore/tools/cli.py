@@ -281,6 +281,8 @@ unless given, as Kafka's.""")
     ar.add_argument("--shift", type=int)
     ar.add_argument("--broker-id", type=int, default=0, help="this store's broker id (the current assignment)")
     ar.add_argument("--json", action="store_true", help="print only the proposed assignment")
+    from kstore.tools import groups
+    groups.add_parser(sub, _sub, _log_dirs)
     return ap
 
 
@@ -323,6 +325,12 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         if cmd == "bench":
             from kstore.tools import bench
             return bench.main(rest)
+        if cmd == "consumer-groups":
+            from kstore.tools import groups
+            try:
+                return groups.main(args, sys.stdout, sys.stderr)
+            except groups.UsageError as e:
+                usage.error(str(e))
         if cmd is not None:
             from kstore.tools import admin
             try:

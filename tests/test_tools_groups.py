@@ -1,0 +1,236 @@
+"""`kstore consumer-groups` (tools/groups.py): kafka-consumer-groups.sh's output over a store,
+among them a broker-written `__consumer_offsets` partition built byte for byte from Kafka's
+layouts (kafka-python's v2 batch builder, Kafka's record schemas, a compacted batch with gaps,
+a gzip batch, value versions 0, 1, 3 and 4, GroupMetadata v0 and v3, a KIP-848 record)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+import kstore
+from kstore import Log, TopicPartition
+from kstore.group_coordinator import GroupCoordinator
+from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
+                                  assignment_bytes, group_metadata_key, group_metadata_value,
+                                  offset_commit_key, offset_commit_value, partition_for,
+                                  subscription_bytes)
+from kstore.tools.cli import main
+
+TP = TopicPartition
+NOW = 1_700_000_000_000
+MEMBER_ID = "consumer-1-7d3b2c1e-5f4a-4e2b-9c1d-0a1b2c3d4e5f"
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(["consumer-groups", *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def same_partition(prefix: str, target: int) -> str:
+    """The first group id `prefix-i` that Kafka puts in __consumer_offsets partition target."""
+    i = 0
+    while partition_for(f"{prefix}-{i}", 50) != target:
+        i += 1
+    return f"{prefix}-{i}"
+
+
+def kp_batch(base, records, *, codec=0, last_delta=None):
+    """A v2 batch by kafka-python's DefaultRecordBatchBuilder (independent of kstore's encoder):
+    records are (offset delta, key, value, timestamp); last_delta rewrites lastOffsetDelta (a
+    batch the broker's cleaner emptied at its end keeps its last offset) and the CRC-32C."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    b = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 20)
+    for delta, key, value, ts in records:
+        b.append(delta, ts, key, value, [])
+    raw = bytearray(b.build())
+    struct.pack_into(">q", raw, 0, base)
+    if last_delta is not None:
+        struct.pack_into(">i", raw, 23, last_delta)
+        struct.pack_into(">I", raw, 17, kstore.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+def broker_store(tmp_path):
+    """A broker's log dir after a clean shutdown: orders-0/1 and one compacted
+    __consumer_offsets partition holding four groups."""
+    d = tmp_path / "kafka-logs"
+    d.mkdir()
+    for p, n in ((0, 40), (1, 25)):
+        with Log.open(str(d / f"orders-{p}")) as lg:
+            lg.append([(b"k%d" % i, b"v", NOW + i) for i in range(n)])
+        marker = d / f"orders-{p}" / ".kstore-clean-shutdown"      # not a broker's file
+        if marker.exists():
+            marker.unlink()
+    pay = "payments"
+    part = partition_for(pay, 50)
+    archived, flex, new = (same_partition(x, part) for x in ("archived", "flex", "newproto"))
+    member = MemberMetadata(MEMBER_ID, None, "consumer-1", "/10.0.0.7", 300000, 45000,
+                            subscription_bytes(["orders"]), assignment_bytes([TP("orders", 0)]))
+    v3 = lambda o, e=None, m="": offset_commit_value(OffsetAndMetadata(o, m, e, NOW), 3)  # noqa: E731
+    data = b"".join([
+        # offsets 1 and 3 were compacted away; the batch keeps its last offset (3)
+        kp_batch(0, [(0, offset_commit_key(pay, "orders", 0), v3(10), NOW),
+                     (2, offset_commit_key(pay, "old-topic", 0), v3(3), NOW)], last_delta=3),
+        kp_batch(4, [(0, offset_commit_key(pay, "orders", 1),
+                      offset_commit_value(OffsetAndMetadata(20, "", None, NOW, NOW + 86_400_000), 1), NOW),
+                     (1, offset_commit_key(archived, "orders", 0),
+                      offset_commit_value(OffsetAndMetadata(7, "", None, NOW - 5), 0), NOW),
+                     (2, group_metadata_key(archived),
+                      group_metadata_value(GroupMetadata("consumer", 1, None, None, -1, ()), 0), NOW)],
+                 codec=1),                                   # gzip
+        kp_batch(7, [(0, offset_commit_key(pay, "orders", 0), v3(30, 4, "m"), NOW + 1),
+                     (1, offset_commit_key(pay, "old-topic", 0), None, NOW + 1)]),
+        kp_batch(9, [(0, group_metadata_key(pay),
+                      group_metadata_value(GroupMetadata("consumer", 5, "range", MEMBER_ID, NOW, (member,)), 3), NOW)]),
+        kp_batch(10, [(0, struct.pack(">h", 3) + struct.pack(">h", len(new)) + new.encode(),
+                       b"\x00\x00" + b"kip-848 group", NOW),
+                      (1, offset_commit_key(flex, "orders", 1),
+                       offset_commit_value(OffsetAndMetadata(11, "f", 2, NOW), 4), NOW)]),
+    ])
+    pd = d / f"__consumer_offsets-{part}"
+    pd.mkdir()
+    (pd / "00000000000000000000.log").write_bytes(data)
+    (pd / "00000000000000000000.index").write_bytes(b"")
+    (pd / "00000000000000000000.timeindex").write_bytes(b"")
+    (pd / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (pd / "partition.metadata").write_text("version: 0\ntopic_id: 0sS9a3rBQ5yrPWv0QAHj_Q\n")
+    (d / ".kafka_cleanshutdown").write_text("")
+    (d / "recovery-point-offset-checkpoint").write_text(f"0\n1\n__consumer_offsets {part} 12\n")
+    return str(d), pd, {"archived": archived, "flex": flex, "new": new}
+
+
+def test_describe_a_brokers_consumer_offsets(tmp_path):
+    d, pd, names = broker_store(tmp_path)
+    before = {n: (pd / n).read_bytes() for n in os.listdir(pd)}
+    rc, out, err = run("--log-dirs", d, "--describe", "--group", "payments")
+    assert rc == 0 and err == ""
+    w = len(MEMBER_ID)
+    assert out == (
+        f"\n{'GROUP':<15} {'TOPIC':<15} {'PARTITION':<10} {'CURRENT-OFFSET':<15} {'LOG-END-OFFSET':<15} "
+        f"{'LAG':<15} {'CONSUMER-ID':<{w}} {'HOST':<15} CLIENT-ID"
+        f"\n{'payments':<15} {'orders':<15} {'0':<10} {'30':<15} {'40':<15} {'10':<15} {MEMBER_ID} "
+        f"{'/10.0.0.7':<15} consumer-1"
+        f"\n{'payments':<15} {'orders':<15} {'1':<10} {'20':<15} {'25':<15} {'5':<15} {'-':<{w}} "
+        f"{'-':<15} -\n")
+    assert out.splitlines()[1].startswith("GROUP           TOPIC           PARTITION  CURRENT-OFFSET  ")
+    rc, out, err = run("--log-dirs", d, "--describe", "--group", names["archived"])
+    assert rc == 0
+    assert err == f"\nConsumer group '{names['archived']}' has no active members.\n"
+    assert out.splitlines()[2].split() == [names["archived"], "orders", "0", "7", "40", "33", "-", "-", "-"]
+    rc, out, _ = run("--log-dirs", d, "--describe", "--group", names["flex"], "--json")
+    assert json.loads(out)["offsets"] == [{
+        "group": names["flex"], "topic": "orders", "partition": 1, "current_offset": 11,
+        "log_end_offset": 25, "lag": 14, "consumer_id": "-", "host": "-", "client_id": "-"}]
+    rc, out, _ = run("--log-dirs", d, "--list")
+    assert out.split() == sorted([names["archived"], names["flex"], "payments"])
+    rc, out, _ = run("--log-dirs", d, "--describe", "--group", "payments", "--members", "--verbose")
+    assert out.splitlines()[1:] == [
+        f"{'GROUP':<15} {'CONSUMER-ID':<{w}} {'HOST':<15} {'CLIENT-ID':<15} {'#PARTITIONS':<15} ASSIGNMENT",
+        f"{'payments':<15} {MEMBER_ID} {'/10.0.0.7':<15} {'consumer-1':<15} {'1':<15} (0)"]
+    rc, out, _ = run("--log-dirs", d, "--describe", "--group", "payments", "--state")
+    assert out.splitlines()[2].split()[-3:] == ["range", "Stable", "1"]
+    # reading changed nothing in the broker's partition
+    assert {n: (pd / n).read_bytes() for n in os.listdir(pd)} == before
+    # a commit appends after the broker's batches (the open recovers the segment first)
+    with GroupCoordinator(d) as gc:
+        assert gc.fetch_offsets("payments")[TP("orders", 0)] == OffsetAndMetadata(30, "m", 4, NOW)
+        gc.commit_offsets(names["archived"], {TP("orders", 0): 39})
+    with Log.open(str(pd), read_only=True) as lg:
+        assert lg.log_end_offset == 13
+    assert (pd / "00000000000000000000.log").read_bytes()[:len(before["00000000000000000000.log"])] == \
+        before["00000000000000000000.log"]
+    rc, out, _ = run("--log-dirs", d, "--describe", "--group", names["archived"])
+    assert out.splitlines()[2].split()[3:6] == ["39", "40", "1"]
+
+
+def test_describe_missing_group(tmp_path):
+    d, _, _ = broker_store(tmp_path)
+    rc, out, err = run("--log-dirs", d, "--describe", "--group", "nobody")
+    assert rc == 0 and out == "\nError: Consumer group 'nobody' does not exist.\n" and err == ""
+
+
+@pytest.fixture
+def store(tmp_path):
+    d = str(tmp_path)
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 2)
+        for p in range(2):
+            for i in range(50):
+                m.append_batch("t", p, [(b"k", b"v", NOW + i * 1000)])
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 10, TP("t", 1): 45})
+    return d
+
+
+def test_reset_offsets_dry_run_then_execute(store):
+    fmt = "\n{:<30} {:<30} {:<10} {:<15}"
+    rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t",
+                       "--shift-by", "10")
+    assert rc == 0
+    assert out == (fmt.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET") + fmt.format("g", "t", 0, 20)
+                   + fmt.format("g", "t", 1, 50) + "\n")
+    assert err == "New offset (55) is higher than latest offset for topic partition t-1. Value will be set to 50\n"
+    with GroupCoordinator(store) as gc:          # a dry run commits nothing
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 10, TP("t", 1): 45}
+    rc, out, _ = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t:1",
+                     "--to-datetime", "2023-11-14T22:13:40.000Z", "--execute")     # NOW + 20 s
+    assert rc == 0 and out == fmt.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET") + fmt.format("g", "t", 1, 20) + "\n"
+    rc, out, _ = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--all-topics",
+                     "--to-earliest", "--execute", "--json")
+    assert json.loads(out) == [{"group": "g", "topic": "t", "partition": 0, "new_offset": 0},
+                               {"group": "g", "topic": "t", "partition": 1, "new_offset": 0}]
+    rc, out, _ = run("--log-dirs", store, "--reset-offsets", "--group", "new", "--topic", "t:0",
+                     "--to-latest", "--execute")
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 0, TP("t", 1): 0}
+        assert gc.fetch_offsets("new") == {TP("t", 0): gc.fetch_offsets("new")[TP("t", 0)]}
+        assert gc.fetch_offsets("new")[TP("t", 0)].offset == 50
+
+
+def test_reset_refused_while_members_live(store):
+    with GroupCoordinator(store) as gc:
+        gc.store_group("g", GroupMetadata("consumer", 1, "range", "m", NOW, (
+            MemberMetadata("m", None, "c", "/h", 1, 1, subscription_bytes(["t"]), assignment_bytes([TP("t", 0)])),)))
+    rc, out, _ = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t", "--to-earliest", "--execute")
+    assert rc == 1
+    assert out == "\nError: Assignments can only be reset if the group 'g' is inactive, but the current state is Stable.\n\n"
+    with GroupCoordinator(store) as gc:
+        assert gc.fetch_offsets("g")[TP("t", 0)].offset == 10
+
+
+def test_delete_groups(store):
+    rc, out, _ = run("--log-dirs", store, "--delete", "--group", "g")
+    assert rc == 0 and out == "Deletion of requested consumer groups ('g') was successful.\n"
+    rc, out, _ = run("--log-dirs", store, "--delete", "--group", "g")
+    assert rc == 1
+    assert out == ("\nError: Deletion of some consumer groups failed:\n"
+                   "* Group 'g' could not be deleted due to: GroupIdNotFoundException: The group id does not exist.\n")
+    rc, out, _ = run("--log-dirs", store, "--list", "--json")
+    assert json.loads(out) == {"groups": []}
+
+
+def test_usage_errors(store, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["consumer-groups", "--log-dirs", store, "--describe"])
+    assert e.value.code == 2
+    assert "--group (or --all-groups) is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["consumer-groups", "--log-dirs", store, "--reset-offsets", "--group", "g", "--to-earliest"])
+
+
+def test_bench_groups_reports_every_figure(tmp_path, capsys):
+    from kstore.tools import bench_groups
+    assert bench_groups.main(["--commits", "40", "--fresh", "1", "--contended", "20", "--json",
+                              "--dir", str(tmp_path)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["warm"]) >= {"commit_p50", "commit_p99", "fetch_p50", "fetch_p99"}
+    assert set(res["fresh"]) == {"import_ms_p50", "first_commit_ms_p50", "first_commit_ms_p99"}
+    assert set(res["contended"]) == {"commit_p50", "commit_p99"}
+    assert all(v > 0 for part in res.values() for v in part.values())
