@@ -59,6 +59,9 @@ class ConsumerRecord(NamedTuple):
     headers: tuple
 
 
+_new_tuple = tuple.__new__     # a ConsumerRecord without NamedTuple's Python-level __new__
+
+
 class ConsumerRebalanceListener:
     """Called inside poll when the group changes what this consumer reads (Kafka's
     ConsumerRebalanceListener): on_partitions_revoked before it gives partitions up (after
@@ -136,7 +139,6 @@ class Consumer:
         self._next_commit = time.monotonic() + self.auto_commit_interval
         self._last_commit: dict[TopicPartition, int] = {}
         self._buffer: deque[list] = deque()     # iteration: [tp, records, next index]
-        self._held: dict[TopicPartition, int] = {}   # iteration: first record not yet yielded
         self._closed = False
         names = list(topic_names) + list(topics or ())
         if names or pattern is not None:
@@ -155,35 +157,41 @@ class Consumer:
     def __next__(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes (or consumer_timeout_ms: StopIteration).
         Its position and what commit() commits advance record by record."""
+        buf = self._buffer
+        while True:
+            if buf:
+                entry = buf[0]
+                recs, i = entry[1], entry[2]
+                if i < len(recs):
+                    entry[2] = i + 1
+                    r: Record = recs[i]
+                    tp = entry[0]
+                    return _new_tuple(ConsumerRecord, (tp.topic, tp.partition, r.offset, r.timestamp,
+                                                       r.timestamp_type, r.key, r.value, r.headers))
+                buf.popleft()
+                continue
+            self._fill_buffer()
+
+    def _fill_buffer(self) -> None:
         start = time.monotonic()
         while not self._buffer:
             left = SLICE_S
             if self.consumer_timeout is not None:
                 left = self.consumer_timeout - (time.monotonic() - start)
-                if left <= 0:
-                    raise StopIteration
             got = self.poll(timeout_ms=max(0.0, min(left, SLICE_S)) * 1000)
-            for tp, recs in got.items():
-                self._buffer.append([tp, recs, 0])
-                self._held[tp] = recs[0].offset
-        entry = self._buffer[0]
-        tp, recs, i = entry
-        r: Record = recs[i]
-        entry[2] = i + 1
-        if i + 1 == len(recs):
-            self._buffer.popleft()
-            self._held.pop(tp, None)
-        else:
-            self._held[tp] = recs[i + 1].offset
-        return ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.timestamp_type,
-                              r.key, r.value, r.headers)
+            if not got and left <= 0:
+                raise StopIteration          # consumer_timeout_ms without a record
+            self._buffer.extend([tp, recs, 0] for tp, recs in got.items())
+
+    def _held(self) -> dict[TopicPartition, int]:
+        """Iteration: the first record not yet yielded of each partition read ahead (its
+        position as far as the user is concerned)."""
+        return {e[0]: e[1][e[2]].offset for e in self._buffer if e[2] < len(e[1])}
 
     def _drop_buffered(self, tps: Iterable[TopicPartition]) -> None:
         drop = set(tps)
         if self._buffer and drop:
             self._buffer = deque(e for e in self._buffer if e[0] not in drop)
-            for tp in drop:
-                self._held.pop(tp, None)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -240,8 +248,10 @@ class Consumer:
         """The offset of the next record poll returns for tp (found now if still unknown)."""
         self._check_open()
         tp = TopicPartition(*tp)
-        if tp in self._held:
-            return self._held[tp]
+        if self._buffer:
+            held = self._held()
+            if tp in held:
+                return held[tp]
         if self._state.position(tp) is None:
             self._update_positions([tp])
         pos = self._state.position(tp)
@@ -373,14 +383,13 @@ class Consumer:
         while self._buffer and limit > 0:
             tp, recs, i = self._buffer[0]
             take = recs[i:i + limit]
-            out.setdefault(tp, []).extend(take)
+            if take:
+                out.setdefault(tp, []).extend(take)
             limit -= len(take)
             if i + len(take) == len(recs):
                 self._buffer.popleft()
-                self._held.pop(tp, None)
             else:
                 self._buffer[0][2] = i + len(take)
-                self._held[tp] = recs[i + len(take)].offset
         return out
 
     def wait_spec(self, partitions: Optional[Iterable[TopicPartition]] = None
@@ -486,7 +495,8 @@ class Consumer:
     # -- commits ---------------------------------------------------------------------------------
     def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
         pos = self._state.consumed()
-        pos.update((tp, off) for tp, off in self._held.items() if tp in pos)
+        if self._buffer:
+            pos.update((tp, off) for tp, off in self._held().items() if tp in pos)
         if tps is not None:
             keep = set(tps)
             pos = {tp: o for tp, o in pos.items() if tp in keep}

@@ -148,3 +148,19 @@ def test_a_commit_that_returned_survives_kill_9(store, tmp_path, watchdog):
         c.assign([TP("t", 0)])
         assert c.committed(TP("t", 0)) == 7
         assert [r.offset for r in c.poll(1000)[TP("t", 0)]] == [7, 8, 9]
+
+
+def test_iteration_commits_what_was_yielded(store):
+    """Iterating reads ahead a poll's worth, yet commit() and position() stand after the
+    record last yielded; consumer_timeout_ms=0 yields what is there, then stops."""
+    d, _m = store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                  consumer_timeout_ms=0) as c:
+        c.assign([TP("t", 0)])
+        it = iter(c)
+        assert [next(it).offset for _ in range(4)] == [0, 1, 2, 3]
+        assert c.position(TP("t", 0)) == 4
+        c.commit()
+        assert c.committed(TP("t", 0)) == 4
+        assert [r.offset for r in it] == [4, 5, 6, 7, 8, 9]
+        assert c.position(TP("t", 0)) == 10
