@@ -97,7 +97,19 @@ def _assignors(names: Sequence[Any]) -> list:
 
 
 class Consumer:
-    """A consumer of a store's topics: see the module doc. Use as a context manager."""
+    """A consumer of a store's topics: see the module doc. Use as a context manager.
+
+    store: log dirs (a path, a comma-separated string or a sequence: read through a
+    StoreReader), a StoreReader, or the producer's own LogManager. topics (positional or
+    topics=) or pattern: subscribe at once. Options keep kafka-python's names and defaults:
+    group_id, client_id, auto_offset_reset ("latest" | "earliest" | "none"),
+    enable_auto_commit, auto_commit_interval_ms, max_poll_records, isolation_level
+    ("read_uncommitted" | "read_committed"), max_partition_fetch_bytes, session_timeout_ms,
+    heartbeat_interval_ms, max_poll_interval_ms, partition_assignment_strategy (names
+    "range", "roundrobin" or assignor objects), consumer_timeout_ms (iteration stops after
+    that long without a record). listener: a ConsumerRebalanceListener. coordinator: a
+    GroupCoordinator to share (default: one on the store, closed with the consumer).
+    """
 
     def __init__(self, store: Any, *topic_names: str, topics: Optional[Iterable[str]] = None,
                  pattern: "str | re.Pattern[str] | None" = None, group_id: Optional[str] = None,
