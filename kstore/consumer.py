@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
 from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
                            UnknownTopicError)
+from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.notify import SLICE_S
@@ -38,43 +39,7 @@ from kstore.topic_partition import TopicPartition
 __all__ = ["Consumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp"]
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-
-
-class OffsetAndTimestamp(NamedTuple):
-    """offsets_for_times' answer for one partition (Kafka's OffsetAndTimestamp)."""
-    offset: int
-    timestamp: int
-
-
-class ConsumerRecord(NamedTuple):
-    """What iterating a consumer yields: a record with its topic and partition (kafka-python's
-    ConsumerRecord fields; poll returns the plain Records grouped by partition instead)."""
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: Optional[bytes]
-    value: Optional[bytes]
-    headers: tuple
-
-
 _new_tuple = tuple.__new__     # a ConsumerRecord without NamedTuple's Python-level __new__
-
-
-class ConsumerRebalanceListener:
-    """Called inside poll when the group changes what this consumer reads (Kafka's
-    ConsumerRebalanceListener): on_partitions_revoked before it gives partitions up (after
-    the auto-commit of their positions: commit there yourself otherwise), then
-    on_partitions_assigned with the partitions it now owns (their positions come from the
-    committed offsets; seek there to start elsewhere). Sets are incremental, as Kafka's
-    cooperative protocol."""
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        pass
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        pass
 
 
 def _offset_and_metadata(value: Any):
