@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence, Union
 
 from kstore.errors import CorruptRecordError
+from kstore.files import OFFSETS_TOPIC
 from kstore.topic_partition import TopicPartition
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "parse_subscription", "parse_assignment", "CONSUMER_PROTOCOL_TYPE", "OFFSETS_TOPIC",
 ]
 
-#: Kafka's internal topic of committed offsets and group metadata.
-OFFSETS_TOPIC = "__consumer_offsets"
 #: GroupMetadataValue.protocolType of groups of Kafka's consumer (ConsumerProtocol.PROTOCOL_TYPE).
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
