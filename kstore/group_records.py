@@ -314,7 +314,13 @@ def group_metadata_key(group: str) -> bytes:
 
 
 def parse_key(b: bytes) -> Union[OffsetKey, GroupKey, OtherKey]:
-    """A `__consumer_offsets` record key. An unknown version raises CorruptRecordError."""
+    """A `__consumer_offsets` record key. An unknown version raises CorruptRecordError. Cached
+    (the same keys come back with every commit; results are immutable)."""
+    return _parse_key(b if type(b) is bytes else bytes(b))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_key(b: bytes) -> Union[OffsetKey, GroupKey, OtherKey]:
     r = _Reader(b, "__consumer_offsets key")
     v = r.i16()
     if v in (0, 1):
@@ -368,8 +374,22 @@ def offset_commit_value(o: OffsetAndMetadata, version: Optional[int] = None, *,
     return bytes(w.buf)
 
 
+_V3_FIXED = struct.Struct(">hqih")
+
+
 def parse_offset_value(b: bytes) -> OffsetAndMetadata:
     """OffsetCommitValue v0..v4."""
+    n = len(b)
+    if n >= 24 and b[0] == 0 and b[1] == 3:       # the usual value (v3): one unpack
+        _v, offset, epoch, mlen = _V3_FIXED.unpack_from(b)
+        if mlen >= 0 and 16 + mlen + 8 == n:
+            try:
+                meta = b[16:16 + mlen].decode("utf-8") if mlen else ""
+            except UnicodeDecodeError:
+                pass                               # the general path names the fault
+            else:
+                return OffsetAndMetadata(offset, meta, None if epoch == -1 else epoch,
+                                         _I64.unpack_from(b, 16 + mlen)[0], None)
     r = _Reader(b, "OffsetCommitValue")
     v = r.i16()
     if not 0 <= v <= MAX_VALUE_VERSION:
