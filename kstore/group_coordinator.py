@@ -40,7 +40,7 @@ from kstore.topic_partition import TopicPartition
 if TYPE_CHECKING:
     from kstore.manager import LogManager
 
-__all__ = ["GroupCoordinator", "GroupNotEmptyError", "CoordinatorLockTimeout", "GROUPS_DIR",
+__all__ = ["GroupCoordinator", "GroupNotEmptyError", "GroupRecordError", "CoordinatorLockTimeout", "GROUPS_DIR",
            "OffsetAndMetadata", "GroupMetadata"]
 
 log = logging.getLogger("kstore.groups")
@@ -48,6 +48,11 @@ log = logging.getLogger("kstore.groups")
 
 class GroupNotEmptyError(KStoreError):
     """delete_group of a group that still has live members (Kafka's GroupNotEmptyException)."""
+
+
+class GroupRecordError(CorruptRecordError):
+    """A record of a valid batch that is not a well-formed group record (naming the partition
+    and offset): no recovery removes it."""
 
 
 class _State:
@@ -136,6 +141,8 @@ class GroupCoordinator:
         try:
             with s.lock:
                 self._advance_locked(p, s)
+        except GroupRecordError:
+            raise
         except CorruptRecordError as e:
             # a crash (power loss) left a torn batch that only a writer's recovery removes: recover
             # under the partition's flock, then read it all again; corruption that recovery
@@ -206,7 +213,7 @@ class GroupCoordinator:
                 else:
                     s.groups[k.group] = parse_group_value(value)
         except CorruptRecordError as e:
-            raise CorruptRecordError(
+            raise GroupRecordError(
                 f"{e} (record at offset {rec.offset} of {self.topic.partition_path(p)})") from None
 
     # -- the API -------------------------------------------------------------------------------
@@ -315,13 +322,17 @@ class GroupCoordinator:
         for p in self.topic.existing_partitions():
             s = self._advance(p)
             with s.lock:
-                candidates = bool(self._expired(s, now))
-            if not candidates:
+                offsets = {g: dict(o) for g, o in s.offsets.items()}
+                groups = dict(s.groups)
+            # liveness is asked with no coordinator lock held (membership may write records)
+            live = {g: self.live_members(g) for g in offsets
+                    if g in groups and groups[g].members}
+            if not self._expired(offsets, groups, live, now):
                 continue
             with self.topic.locked(p) as lg:
                 with s.lock:
                     self._advance_locked(p, s)     # a commit may have landed meanwhile
-                    expired = self._expired(s, now)
+                    expired = self._expired(s.offsets, s.groups, live, now)
                     recs: list[tuple[bytes, None]] = []
                     for g, tps in expired.items():
                         recs.extend((offset_commit_key(g, t, q), None) for t, q in tps)
@@ -334,19 +345,28 @@ class GroupCoordinator:
                     lg.append(recs)
         return total
 
-    def _expired(self, s: _State, now: int) -> dict[str, list[TopicPartition]]:
+    def _expired(self, offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+                 groups: Mapping[str, GroupMetadata], live: Mapping[str, Optional[list]],
+                 now: int) -> dict[str, list[TopicPartition]]:
+        """The offsets to expire per group (Kafka's removeExpiredOffsets). live: a group's live
+        members where known (None: membership unavailable, the record's members count)."""
         out: dict[str, list[TopicPartition]] = {}
-        for g, offs in s.offsets.items():
-            meta = s.groups.get(g)
+        for g, offs in offsets.items():
+            meta = groups.get(g)
             subscribed: set[str] = set()
+            members = None if meta is None else live.get(g, meta.members)
+            if members is None:
+                members = meta.members if meta is not None else ()
             if meta is None:
-                base_of = None                      # simple consumer: commit time
-            elif not meta.members or self.live_members(g) == []:
-                base_of = meta.current_state_timestamp if not meta.members and meta.current_state_timestamp >= 0 else None
+                base_of = None                      # simple consumer: each commit's time
+            elif not members:
+                # Empty: since it became Empty, if the record says when; else commit times
+                ts = meta.current_state_timestamp
+                base_of = ts if not meta.members and ts >= 0 else None
             elif meta.protocol_type == CONSUMER_PROTOCOL_TYPE:
-                base_of = None
+                base_of = None                      # live: only topics nobody subscribes to
                 try:
-                    for m in meta.members:
+                    for m in members:
                         subscribed.update(parse_subscription(m.subscription).topics)
                 except CorruptRecordError:
                     continue                        # unknown subscriptions: expire nothing

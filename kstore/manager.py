@@ -20,9 +20,10 @@ from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECK
                                OffsetCheckpointFile)
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
-from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
+from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
+from kstore.files import OFFSETS_TOPIC
 from kstore.local_log import LOG_DIR_LOCK
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
@@ -344,6 +345,9 @@ class LogManager:
                      config: Optional[Mapping[str, Any]] = None) -> None:
         """Create `name` with `partitions` partitions (default num.partitions) and overrides."""
         self._check_writable()
+        if name == OFFSETS_TOPIC:      # never a manager's own log (produce would auto-create it)
+            raise InvalidTopicError(f"{OFFSETS_TOPIC} is written only through "
+                                    f"kstore.group_coordinator.GroupCoordinator (shared-writer partitions)")
         self._admin.create_topic(name, partitions, config)
 
     def add_partitions(self, name: str, count: int) -> list[int]:

@@ -172,8 +172,12 @@ class OffsetsTopic:
             self._io.unlock(fd)
 
     def _mkdir(self, path: str) -> None:
+        """Make path (and a missing log dir above it), durably."""
         if self._io.exists(path):
             return
+        parent = os.path.dirname(path)
+        if parent != path and not self._io.exists(parent):
+            self._mkdir(parent)
         try:
             self._io.mkdir(path)
         except FileExistsError:
@@ -233,7 +237,8 @@ class OffsetsTopic:
                     w.word = -1           # a failed or partial write: never reuse that Log
                     raise
                 bell = lg.notifier.bell
-                w.word = bell.load() if bell.shared else -1
+                # bit 0 is a waiter's armed bit (a reader waiting here): only the count matters
+                w.word = bell.load() | 1 if bell.shared else -1
             finally:
                 self._io.unlock(fd)
 
@@ -248,7 +253,7 @@ class OffsetsTopic:
             ino = self._io.stat_path(os.path.join(path, NOTIFY_FILE)).st_ino
         except OSError:
             return False
-        return bell.shared and not bell.closed and bell.load() == w.word and ino == w.notify_ino
+        return bell.shared and not bell.closed and bell.load() | 1 == w.word and ino == w.notify_ino
 
     def _writable(self, p: int, w: _Writer, path: str) -> Log:
         """Our Log of the partition if nobody else changed it since our last write, else a

@@ -25,7 +25,9 @@ from kstore.scheduler import MockScheduler
 
 TP = TopicPartition
 NOW = 1_700_000_000_000
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# children run outside the checkout (cwd = the store) with the test's own sys.path setting
+# (PYTHONPATH as given): CI runs the suite against the installed package, and the checkout's
+# kstore/ has no built core there
 
 
 def part_dir(d, group, n=50):
@@ -237,9 +239,8 @@ CHILD = textwrap.dedent("""
 
 
 def child(d, *args):
-    return subprocess.Popen([sys.executable, "-c", CHILD, d, *map(str, args)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.Popen([sys.executable, "-c", CHILD, d, *map(str, args)], cwd=d,
+                            stdout=subprocess.PIPE, text=True)
 
 
 def test_processes_commit_while_another_reads(tmp_path):
@@ -314,8 +315,8 @@ def test_manager_in_another_process_beside_commits(tmp_path):
         print(sorted(m.topics()), flush=True)
         m.close()
     """)
-    p = subprocess.Popen([sys.executable, "-c", code, d], cwd=ROOT, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    p = subprocess.Popen([sys.executable, "-c", code, d], cwd=d, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
     try:
         first = p.stdout.readline().strip()
         assert first == "['t'] [('t', 0), ('t', 1)]"
@@ -433,3 +434,116 @@ def test_manager_task_expires_and_compacts(tmp_path):
             s.tick()
             assert gc.fetch_offsets("g") == {}
             assert m.expire_group_offsets() == 0
+
+
+def test_manager_refuses_to_own_the_offsets_topic(tmp_path):
+    from kstore import InvalidTopicError
+    with LogManager(str(tmp_path)) as m:
+        with pytest.raises(InvalidTopicError, match="GroupCoordinator"):
+            m.create_topic("__consumer_offsets", 50)
+        with pytest.raises(InvalidTopicError):
+            m.append("__consumer_offsets", b"k", b"v")       # no auto-creation either
+        assert m.topics() == []
+
+
+def test_expiry_asks_membership_without_holding_locks(tmp_path, monkeypatch, watchdog):
+    watchdog(60)
+    d = str(tmp_path / "not" / "yet")          # a log dir that does not exist yet is made
+    t = MockTime(NOW)
+    with GroupCoordinator(d, time=t, config={"offsets.retention.minutes": 1}) as gc:
+        gc.store_group("g", GroupMetadata("consumer", 3, "range", "m-1", NOW, (member(["t"]),)))
+        gc.commit_offsets("g", {TP("t", 0): 1})
+        asked = []
+
+        def live(group):           # membership may read (and write) through the coordinator
+            asked.append(gc.group(group).generation)
+            return []              # every member in the record is dead
+        monkeypatch.setattr(gc, "live_members", live)
+        t.sleep(60_000)
+        # dead members: Empty since unknown, so each offset's commit time counts
+        assert gc.expire_offsets() == 1 and asked
+        assert gc.fetch_offsets("g") == {}
+        assert gc.group("g") is not None      # the record lists members: not Dead by us
+
+
+def test_a_waiting_reader_does_not_make_the_writer_reopen(tmp_path, watchdog, monkeypatch):
+    watchdog(60)
+    d = str(tmp_path)
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 1})
+        opens = []
+        real = Log.open.__func__
+
+        def counting(cls, *a, **kw):
+            if not kw.get("read_only"):
+                opens.append(a[0])
+            return real(cls, *a, **kw)
+        monkeypatch.setattr(Log, "open", classmethod(counting))
+        with Log.open(part_dir(d, "g"), read_only=True) as lg:
+            for i in range(2, 6):
+                woke: list = []
+                th = threading.Thread(target=lambda w=woke, o=i - 1: w.append(lg.wait_for(o, timeout=30)))
+                th.start()
+                time.sleep(0.05)           # the reader armed the word's waiter bit
+                gc.commit_offsets("g", {TP("t", 0): i})
+                th.join(30)
+                assert woke == [True]
+        assert opens == []                 # every commit reused the kept writable Log
+        assert gc.fetch_offsets("g")[TP("t", 0)].offset == 5
+
+
+def test_manager_compacts_in_another_process_while_commits_go_on(tmp_path, watchdog):
+    watchdog(180)
+    d = str(tmp_path)
+    cfg = {"offsets.topic.segment.bytes": 1500, "offsets.retention.minutes": 10080}
+    code = textwrap.dedent("""
+        import sys, time
+        from kstore import LogManager
+        m = LogManager(sys.argv[1], {"offsets.topic.segment.bytes": "1500",
+                                     "log.initial.task.delay.ms": "3600000"})
+        print("up", flush=True)
+        runs = 0
+        while sys.stdin.readline().strip() == "go":
+            m.expire_group_offsets()          # expiry + compaction, under the partition flock
+            runs += 1
+            print(runs, flush=True)
+        m.close()
+    """)
+    with GroupCoordinator(d, config=cfg) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 0})
+    p = subprocess.Popen([sys.executable, "-c", code, d], cwd=d, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up"
+        with GroupCoordinator(d, config=cfg) as gc, GroupCoordinator(d, config=cfg) as reader:
+            for i in range(1, 301):
+                gc.commit_offsets("g", {TP("t", 0): i, TP("t", 1): 1000 + i})
+                if i % 10 == 0:
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+                    assert int(p.stdout.readline()) == i // 10
+                got = reader.fetch_offsets("g")
+                assert got[TP("t", 0)].offset == i and got[TP("t", 1)].offset == 1000 + i
+        p.stdin.write("stop\n")
+        p.stdin.flush()
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    bs = batches(part_dir(d, "g"))
+    assert sum(len(b) for b in bs) < 300          # the manager's passes compacted it
+    with GroupCoordinator(d, config=cfg) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 300, TP("t", 1): 1300}
+
+
+def test_a_malformed_group_record_names_partition_and_offset(tmp_path):
+    from kstore.group_coordinator import GroupRecordError
+    d = str(tmp_path)
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 1})
+    with Log.open(part_dir(d, "g"), {"cleanup.policy": "compact"}) as lg:    # a valid batch...
+        lg.append([(offset_commit_key("g", "t", 1), b"\x00\x03\x00")])       # ...of a bad value
+    with GroupCoordinator(d) as gc:
+        with pytest.raises(GroupRecordError, match=r"OffsetCommitValue v3.*offset 1 of .*__consumer_offsets-"):
+            gc.fetch_offsets("g")

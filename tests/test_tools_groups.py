@@ -223,3 +223,14 @@ def test_usage_errors(store, capsys):
     assert "--group (or --all-groups) is required" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["consumer-groups", "--log-dirs", store, "--reset-offsets", "--group", "g", "--to-earliest"])
+
+
+def test_bench_groups_reports_every_figure(tmp_path, capsys):
+    from kstore.tools import bench_groups
+    assert bench_groups.main(["--commits", "40", "--fresh", "1", "--contended", "20", "--json",
+                              "--dir", str(tmp_path)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["warm"]) >= {"commit_p50", "commit_p99", "fetch_p50", "fetch_p99"}
+    assert set(res["fresh"]) == {"import_ms_p50", "first_commit_ms_p50", "first_commit_ms_p99"}
+    assert set(res["contended"]) == {"commit_p50", "commit_p99"}
+    assert all(v > 0 for part in res.values() for v in part.values())
