@@ -395,10 +395,10 @@ def test_no_partition_read_by_two_members_at_once(co, watchdog):
             stop.set()
     threads = []
     for i in range(8):
-        t = threading.Thread(target=consumer, args=(0.5 + 0.3 * i,))
+        t = threading.Thread(target=consumer, args=(0.3 + 0.15 * i,))
         t.start()
         threads.append(t)
-        time.sleep(0.1)
+        time.sleep(0.05)
     for t in threads:
         t.join(60)
     assert not errors, errors
@@ -412,7 +412,9 @@ def test_no_partition_read_by_two_members_at_once(co, watchdog):
             assert all(end <= s for w, end in ends.items() if w != who), f"{tp} read by two members at once"
             ends[who] = max(e, ends.get(who, e))
     gens = [g.generation for g in co.groups[G]]
-    assert gens == sorted(set(gens))
+    assert gens == sorted(set(gens)) and len(gens) >= 16        # 8 joins and 8 leaves at least
+    # partitions did change hands while their old owners were reading
+    assert sum(len({w for _, _, w in iv}) > 1 for iv in by_tp.values()) >= 5
 
 
 def test_names_encoding():
