@@ -549,3 +549,50 @@ def test_group_directory_removed_under_live_members(co):
     assert b.poll().assigned
     assert b.owned() == tps("t", 0, 1)
     b.leave()
+
+
+def test_a_custom_assignor_with_the_design_signature(co):
+    """Any object with a name and assign(partitions_per_topic, subscriptions) is an assignor;
+    a plan that leaves a partition out leaves it unowned."""
+    class EverythingToTheFirst:
+        name = "first"
+
+        def assign(self, partitions_per_topic, subscriptions):
+            first = sorted(subscriptions)[0]
+            return {m: ([TP(t, p) for t, n in sorted(partitions_per_topic.items()) for p in range(n)]
+                        if m == first else []) for m in subscriptions}
+    store = Store(t=2)
+    a = member(co, store, assignors=(EverythingToTheFirst(),))
+    b = member(co, store, assignors=(EverythingToTheFirst(),))
+    a.join()
+    b.join()
+    settle([a, b])
+    first, other = sorted([a, b], key=lambda m: m.member_id)
+    assert first.owned() == tps("t", 0, 1) and other.owned() == frozenset()
+    assert co.group(G).protocol == "first"
+    a.leave()
+    b.leave()
+
+
+def test_leaver_that_does_not_know_the_remaining_protocol(co):
+    """a supports only x; b and c support z first. When a leaves, the others' protocol is z,
+    which a cannot run: it leaves without a plan and b (or c) rebalances at its heartbeat."""
+    def named(n):
+        class Named(RangeAssignor):
+            name = n
+        return Named()
+    store = Store(t=2)
+    a = member(co, store, assignors=(named("x"),))
+    b = member(co, store, assignors=(named("z"), named("x")))
+    c = member(co, store, assignors=(named("z"), named("x")))
+    for m in (a, b, c):
+        m.join()
+    settle([a, b, c])
+    assert co.group(G).protocol == "x"
+    a.leave()
+    time.sleep(0.12)
+    settle([b, c])
+    assert co.group(G).protocol == "z" and b.generation() == c.generation() == 4
+    assert b.owned() | c.owned() == tps("t", 0, 1)
+    b.leave()
+    c.leave()
