@@ -17,6 +17,10 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
+#: Kafka's topic of committed offsets: shared-writer partitions (offsets_topic.py), never a
+#: LogManager's own logs
+OFFSETS_TOPIC = "__consumer_offsets"
+
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 

@@ -40,7 +40,7 @@ from kstore.topic_partition import TopicPartition
 if TYPE_CHECKING:
     from kstore.manager import LogManager
 
-__all__ = ["GroupCoordinator", "GroupNotEmptyError", "CoordinatorLockTimeout", "GROUPS_DIR",
+__all__ = ["GroupCoordinator", "GroupNotEmptyError", "GroupRecordError", "CoordinatorLockTimeout", "GROUPS_DIR",
            "OffsetAndMetadata", "GroupMetadata"]
 
 log = logging.getLogger("kstore.groups")
@@ -48,6 +48,11 @@ log = logging.getLogger("kstore.groups")
 
 class GroupNotEmptyError(KStoreError):
     """delete_group of a group that still has live members (Kafka's GroupNotEmptyException)."""
+
+
+class GroupRecordError(CorruptRecordError):
+    """A record of a valid batch that is not a well-formed group record (naming the partition
+    and offset): no recovery removes it."""
 
 
 class _State:
@@ -136,6 +141,8 @@ class GroupCoordinator:
         try:
             with s.lock:
                 self._advance_locked(p, s)
+        except GroupRecordError:
+            raise
         except CorruptRecordError as e:
             # a crash (power loss) left a torn batch that only a writer's recovery removes: recover
             # under the partition's flock, then read it all again; corruption that recovery
@@ -206,7 +213,7 @@ class GroupCoordinator:
                 else:
                     s.groups[k.group] = parse_group_value(value)
         except CorruptRecordError as e:
-            raise CorruptRecordError(
+            raise GroupRecordError(
                 f"{e} (record at offset {rec.offset} of {self.topic.partition_path(p)})") from None
 
     # -- the API -------------------------------------------------------------------------------

@@ -489,9 +489,20 @@ class GroupMember:
         plan: dict[str, list[TopicPartition]] = {}
         if live:
             assert protocol is not None
-            assignor = self._assignors.get(protocol) or assignor_named(protocol)
-            plan = assignor.assign(ppt, {m["member_id"]: m["topics"] for m in live},
-                                   {m["member_id"]: m.get("group_instance_id") for m in live})
+            assignor = self._assignors.get(protocol)
+            if assignor is None:
+                try:
+                    assignor = assignor_named(protocol)
+                except ValueError:
+                    # a leaving member that does not know the others' protocol: its file is
+                    # gone, so a remaining member rebalances at its next heartbeat
+                    log.info("group %r: protocol %r unknown here: rebalance left to the members",
+                             self.group_id, protocol)
+                    return state if state is not None else {}
+            subs = {m["member_id"]: m["topics"] for m in live}
+            static = {m["member_id"]: m["group_instance_id"] for m in live if m.get("group_instance_id")}
+            # the design's two-argument assign() unless a member is static (a custom assignor)
+            plan = assignor.assign(ppt, subs, static) if static else assignor.assign(ppt, subs)
         new = {"version": 1, "generation": generation, "protocol_type": PROTOCOL_TYPE,
                "protocol": protocol, "leader": leader, "state_ts": now_ms(), "partitions": ppt,
                "members": live, "assignment": {m: [[t, p] for t, p in ps] for m, ps in plan.items()}}

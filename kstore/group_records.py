@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence, Union
 
 from kstore.errors import CorruptRecordError
+from kstore.files import OFFSETS_TOPIC
 from kstore.topic_partition import TopicPartition
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "parse_subscription", "parse_assignment", "CONSUMER_PROTOCOL_TYPE", "OFFSETS_TOPIC",
 ]
 
-#: Kafka's internal topic of committed offsets and group metadata.
-OFFSETS_TOPIC = "__consumer_offsets"
 #: GroupMetadataValue.protocolType of groups of Kafka's consumer (ConsumerProtocol.PROTOCOL_TYPE).
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -315,7 +314,13 @@ def group_metadata_key(group: str) -> bytes:
 
 
 def parse_key(b: bytes) -> Union[OffsetKey, GroupKey, OtherKey]:
-    """A `__consumer_offsets` record key. An unknown version raises CorruptRecordError."""
+    """A `__consumer_offsets` record key. An unknown version raises CorruptRecordError. Cached
+    (the same keys come back with every commit; results are immutable)."""
+    return _parse_key(b if type(b) is bytes else bytes(b))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_key(b: bytes) -> Union[OffsetKey, GroupKey, OtherKey]:
     r = _Reader(b, "__consumer_offsets key")
     v = r.i16()
     if v in (0, 1):
@@ -369,8 +374,22 @@ def offset_commit_value(o: OffsetAndMetadata, version: Optional[int] = None, *,
     return bytes(w.buf)
 
 
+_V3_FIXED = struct.Struct(">hqih")
+
+
 def parse_offset_value(b: bytes) -> OffsetAndMetadata:
     """OffsetCommitValue v0..v4."""
+    n = len(b)
+    if n >= 24 and b[0] == 0 and b[1] == 3:       # the usual value (v3): one unpack
+        _v, offset, epoch, mlen = _V3_FIXED.unpack_from(b)
+        if mlen >= 0 and 16 + mlen + 8 == n:
+            try:
+                meta = b[16:16 + mlen].decode("utf-8") if mlen else ""
+            except UnicodeDecodeError:
+                pass                               # the general path names the fault
+            else:
+                return OffsetAndMetadata(offset, meta, None if epoch == -1 else epoch,
+                                         _I64.unpack_from(b, 16 + mlen)[0], None)
     r = _Reader(b, "OffsetCommitValue")
     v = r.i16()
     if not 0 <= v <= MAX_VALUE_VERSION:

@@ -19,8 +19,7 @@ from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECK
                                CheckpointError, OffsetCheckpointFile)
 from kstore.errors import KStoreError
 from kstore.fileio import FileOps
-from kstore.files import is_delete_dir, partition_dirs
-from kstore.group_records import OFFSETS_TOPIC
+from kstore.files import OFFSETS_TOPIC, is_delete_dir, partition_dirs
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
 from kstore.marker_gate import remove_marker

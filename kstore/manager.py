@@ -23,7 +23,7 @@ from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.group_records import OFFSETS_TOPIC
+from kstore.files import OFFSETS_TOPIC
 from kstore.local_log import LOG_DIR_LOCK
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel

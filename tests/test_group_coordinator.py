@@ -535,3 +535,15 @@ def test_manager_compacts_in_another_process_while_commits_go_on(tmp_path, watch
     assert sum(len(b) for b in bs) < 300          # the manager's passes compacted it
     with GroupCoordinator(d, config=cfg) as gc:
         assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 300, TP("t", 1): 1300}
+
+
+def test_a_malformed_group_record_names_partition_and_offset(tmp_path):
+    from kstore.group_coordinator import GroupRecordError
+    d = str(tmp_path)
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 1})
+    with Log.open(part_dir(d, "g"), {"cleanup.policy": "compact"}) as lg:    # a valid batch...
+        lg.append([(offset_commit_key("g", "t", 1), b"\x00\x03\x00")])       # ...of a bad value
+    with GroupCoordinator(d) as gc:
+        with pytest.raises(GroupRecordError, match=r"OffsetCommitValue v3.*offset 1 of .*__consumer_offsets-"):
+            gc.fetch_offsets("g")

@@ -395,10 +395,10 @@ def test_no_partition_read_by_two_members_at_once(co, watchdog):
             stop.set()
     threads = []
     for i in range(8):
-        t = threading.Thread(target=consumer, args=(0.5 + 0.3 * i,))
+        t = threading.Thread(target=consumer, args=(0.3 + 0.15 * i,))
         t.start()
         threads.append(t)
-        time.sleep(0.1)
+        time.sleep(0.05)
     for t in threads:
         t.join(60)
     assert not errors, errors
@@ -412,7 +412,9 @@ def test_no_partition_read_by_two_members_at_once(co, watchdog):
             assert all(end <= s for w, end in ends.items() if w != who), f"{tp} read by two members at once"
             ends[who] = max(e, ends.get(who, e))
     gens = [g.generation for g in co.groups[G]]
-    assert gens == sorted(set(gens))
+    assert gens == sorted(set(gens)) and len(gens) >= 16        # 8 joins and 8 leaves at least
+    # partitions did change hands while their old owners were reading
+    assert sum(len({w for _, _, w in iv}) > 1 for iv in by_tp.values()) >= 5
 
 
 def test_names_encoding():
@@ -547,3 +549,50 @@ def test_group_directory_removed_under_live_members(co):
     assert b.poll().assigned
     assert b.owned() == tps("t", 0, 1)
     b.leave()
+
+
+def test_a_custom_assignor_with_the_design_signature(co):
+    """Any object with a name and assign(partitions_per_topic, subscriptions) is an assignor;
+    a plan that leaves a partition out leaves it unowned."""
+    class EverythingToTheFirst:
+        name = "first"
+
+        def assign(self, partitions_per_topic, subscriptions):
+            first = sorted(subscriptions)[0]
+            return {m: ([TP(t, p) for t, n in sorted(partitions_per_topic.items()) for p in range(n)]
+                        if m == first else []) for m in subscriptions}
+    store = Store(t=2)
+    a = member(co, store, assignors=(EverythingToTheFirst(),))
+    b = member(co, store, assignors=(EverythingToTheFirst(),))
+    a.join()
+    b.join()
+    settle([a, b])
+    first, other = sorted([a, b], key=lambda m: m.member_id)
+    assert first.owned() == tps("t", 0, 1) and other.owned() == frozenset()
+    assert co.group(G).protocol == "first"
+    a.leave()
+    b.leave()
+
+
+def test_leaver_that_does_not_know_the_remaining_protocol(co):
+    """a supports only x; b and c support z first. When a leaves, the others' protocol is z,
+    which a cannot run: it leaves without a plan and b (or c) rebalances at its heartbeat."""
+    def named(n):
+        class Named(RangeAssignor):
+            name = n
+        return Named()
+    store = Store(t=2)
+    a = member(co, store, assignors=(named("x"),))
+    b = member(co, store, assignors=(named("z"), named("x")))
+    c = member(co, store, assignors=(named("z"), named("x")))
+    for m in (a, b, c):
+        m.join()
+    settle([a, b, c])
+    assert co.group(G).protocol == "x"
+    a.leave()
+    time.sleep(0.12)
+    settle([b, c])
+    assert co.group(G).protocol == "z" and b.generation() == c.generation() == 4
+    assert b.owned() | c.owned() == tps("t", 0, 1)
+    b.leave()
+    c.leave()

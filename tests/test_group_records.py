@@ -77,6 +77,7 @@ def test_offset_commit_key_bytes():
     assert b == struct.pack(">h", 1) + s16("grp") + s16("topic") + struct.pack(">i", 7)
     assert b == OffsetCommitKey(group="grp", topic="topic", partition=7).encode(version=1)
     assert parse_key(b) == OffsetKey(1, "grp", "topic", 7)
+    assert parse_key(bytearray(b)) == parse_key(memoryview(b)) == OffsetKey(1, "grp", "topic", 7)
     # key version 0 (written by 0.8.2-era brokers) has the same layout
     assert parse_key(OffsetCommitKey(group="g", topic="t", partition=0).encode(version=0)) == OffsetKey(0, "g", "t", 0)
 
