@@ -219,6 +219,30 @@ def test_offset_for_timestamp(open_log):
     assert log.offset_for_timestamp(-2) == 50
 
 
+def test_offset_for_timestamp_counts_control_batches_as_kafka(open_log, log_dir):
+    """Kafka's searchForTimestamp walks control batches' records too: a KRaft metadata log
+    opens with a control batch (LeaderChange at offset 0), so the first offset at its timestamp
+    is 0, not the first data record's 1; a commit marker between two data batches is the answer
+    for a timestamp between theirs (offset, and the marker's own timestamp)."""
+    from broker_dirs import CONTROL, control_key, end_txn_marker, leader_change, v2_batch
+    data = (v2_batch(0, [(0, 0, control_key(2), leader_change(1, [1]))], attrs=CONTROL)
+            + v2_batch(1, [(0, 0, b"k", b"a"), (1, 0, b"k", b"b")])
+            + v2_batch(3, [(0, 0, control_key(1), end_txn_marker(7))], base_ts=NOW + 5, attrs=CONTROL)
+            + v2_batch(4, [(0, 0, b"k", b"c")], base_ts=NOW + 10))
+    os.makedirs(log_dir)
+    with open(os.path.join(log_dir, "00000000000000000000.log"), "wb") as f:
+        f.write(data)
+    log = open_log()
+    assert [r.offset for r in log.read(0)] == [1, 2, 4]          # consumers skip control records
+    assert log.fetch_offset_by_timestamp(NOW) == (0, NOW)
+    assert log.fetch_offset_by_timestamp(NOW + 1) == (3, NOW + 5)
+    assert log.fetch_offset_by_timestamp(NOW + 5) == (3, NOW + 5)
+    assert log.fetch_offset_by_timestamp(NOW + 6) == (4, NOW + 10)
+    assert log.offset_for_timestamp(NOW + 11) is None
+    log.delete_records(1)
+    assert log.fetch_offset_by_timestamp(NOW) == (1, NOW)       # from the log start, as Kafka
+
+
 def test_max_timestamp_lookup_with_out_of_order_timestamps(open_log):
     log = open_log()
     log.append([(None, b"a", NOW + 5), (None, b"b", NOW + 50), (None, b"c", NOW + 7)])
