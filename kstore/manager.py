@@ -170,6 +170,9 @@ class LogManager:
         for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
         self._topics.load()
+        for d in self.log_dirs:
+            if not self._failures.is_offline(d):
+                self._loader.check_names(d)    # a child that is no partition: refuse to start
         if not self.read_only:
             self._admin.finish_deletions()
         self._check_some_dir_online()
@@ -474,12 +477,17 @@ class LogManager:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
 
     def delete_logs(self) -> int:
-        """Remove `-delete` dirs queued at least file.delete.delay.ms ago; returns how many."""
+        """Remove `-delete` dirs renamed at least file.delete.delay.ms ago; returns how many."""
         delay = self._cfg.log_config().file_delete_delay_ms
         now = self._time.milliseconds()
         n = 0
-        while self._logs_to_delete and self._logs_to_delete[0][1] + delay <= now:
-            path, _ = self._logs_to_delete.popleft()
+        # each entry once (start-up queues them by rename time, in no order); delete_topic
+        # may append meanwhile: its entries wait for the next run
+        for _ in range(len(self._logs_to_delete)):
+            path, at = self._logs_to_delete.popleft()
+            if at + delay > now:
+                self._logs_to_delete.append((path, at))
+                continue
             try:
                 self._io.check_dir(path)         # never follow a symlink out of the log dir
                 for name in self._io.listdir(path):

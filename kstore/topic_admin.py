@@ -59,7 +59,10 @@ class TopicAdmin:
                 moved = False
                 for (topic, p), path in partition_dirs(self._io, d):
                     if self._topics.is_deleting(topic):
-                        self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
+                        target = os.path.join(d, delete_dir_name(topic, p))
+                        self._io.rename(path, target)
+                        # the time of the rename, which every later start-up queues it with
+                        self._io.set_mtime_ms(target, self._time.milliseconds())
                         moved = True
                 if moved:
                     self._io.fsync_dir(d)
@@ -191,13 +194,17 @@ class TopicAdmin:
                 if self._failures.is_offline(d):
                     continue               # finished by the start-up that finds it online
                 target = os.path.join(d, delete_dir_name(name, p))
+                now = self._time.milliseconds()
                 try:
                     self._io.rename(path, target)
                     touched.add(d)
+                    # the dir's mtime records when it was renamed: a start-up before the
+                    # delay is over queues it with that time, not its own (LogDirLoader)
+                    self._io.set_mtime_ms(target, now)
                 except OSError as e:
                     self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
-                self._to_remove.append((target, self._time.milliseconds()))
+                self._to_remove.append((target, now))
             for d in sorted(touched):
                 try:
                     self._io.fsync_dir(d)

@@ -160,6 +160,10 @@ class TopicConfigs:
         self.set_overrides(topic, overrides)
         self._file.topic_ids[topic] = new_topic_id()
 
+    def known_topics(self) -> frozenset[str]:
+        """Topics this store created or configured (in the topic config file)."""
+        return frozenset(self._file.topics) | frozenset(self._file.topic_ids)
+
     def topic_id(self, topic: str) -> str:
         """The topic's id, made (and kept, not persisted yet) if it has none."""
         tid = self._file.topic_ids.get(topic)
