@@ -119,7 +119,8 @@ class LogManager:
                                  to_remove=self._logs_to_delete)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
-                                  create_topic=self.create_topic)
+                                  create_topic=self.create_topic,
+                                  partition_count=self._admin.partition_count)
         self.cleaner: Optional[LogCleaner] = None
         try:
             self._startup()
@@ -377,11 +378,25 @@ class LogManager:
         return self._producer.append_columns(topic, partition, cols, start, stop,
                                              batch_bytes=batch_bytes)
 
-    def ensure_topic(self, topic: str) -> int:
+    def ensure_topic(self, topic: str, partition: Optional[int] = None) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
-        auto.create.topics.enable is on, as a broker does for a producer. With holes (a broker's
-        dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
-        return self._producer.partitions(topic)[-1] + 1
+        auto.create.topics.enable is on, as a broker does for a producer; UnknownPartitionCountError
+        if the store does not know it (partition_count). With `partition` (appends to that one
+        only), a count that covers it will do: the count, else the highest partition + 1."""
+        return self._producer.ensure(topic, partition)
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        """The topic's partition count: as created, grown or set (set_partition_count); for a
+        topic an older kstore created, the highest partition + 1; None when the store does not
+        know it (a broker's log dirs hold some partitions of a topic, the rest are elsewhere)."""
+        return self._admin.partition_count(topic)
+
+    def set_partition_count(self, topic: str, count: int) -> None:
+        """Tell the store the partition count of a topic whose log dirs hold some of its
+        partitions (a broker's), so that keyed appends map keys as Kafka's partitioner does;
+        kept in the topic config file. It must exceed every partition held."""
+        self._check_writable()
+        self._admin.set_partition_count(topic, count)
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20) -> list[Record]:

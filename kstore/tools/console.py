@@ -43,7 +43,7 @@ def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Op
     produced = 0
     line_no = 0
     with open_manager(args) as m, Progress(f"producing to {args.topic}", total, "B") as bar:
-        n_parts = m.ensure_topic(args.topic)
+        n_parts = m.ensure_topic(args.topic, args.partition)
         if args.partition is not None and not 0 <= args.partition < n_parts:
             raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist "
                                     f"({n_parts} partitions)")
