@@ -23,6 +23,7 @@ from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError, SegmentGoneError,
                            with_path)
 from kstore.fileio import FileOps, get_file_ops
+from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error, storage_op
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
@@ -58,7 +59,7 @@ def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tu
     return out
 
 
-class Log(LocalLog, TimestampLookup):
+class Log(LeaderEpochs, LocalLog, TimestampLookup):
     """A partition directory of segments. Open with ``Log.open``; use as a context manager."""
 
     def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
@@ -148,6 +149,7 @@ class Log(LocalLog, TimestampLookup):
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.recovery_report = loaded.recovery_report
+        self._load_epochs()            # leader-epoch-checkpoint (leader_epoch.py)
 
     def append(self, records: Iterable) -> _core.AppendInfo:
         """Append records as one batch and return the offsets they got.
@@ -169,7 +171,7 @@ class Log(LocalLog, TimestampLookup):
             b.compression_level = cfg.compression_level
             before, after = self._ts_window
             n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
-                        now - before, now + after, cfg.compact, cfg.codec)
+                        now - before, now + after, cfg.compact, cfg.codec, self._epoch)
             if n == 0:
                 return _core.empty_append_info(self._leo)
             try:
@@ -204,7 +206,8 @@ class Log(LocalLog, TimestampLookup):
             try:
                 while pos < total:
                     now = self._time.milliseconds()
-                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1,
+                                        self._epoch)
                     self._append_built(b, cfg, now)
                     count += b.count
             finally:
@@ -236,10 +239,10 @@ class Log(LocalLog, TimestampLookup):
                     now = self._time.milliseconds()
                     if cfg.magic < 2:        # legacy message format: append()'s encoder
                         b.build(cols.rows(lo, hi), cfg.magic, self._leo, now, cfg.log_append_time,
-                                now - before, now + after, cfg.compact, cfg.codec)
+                                now - before, now + after, cfg.compact, cfg.codec, self._epoch)
                     else:
                         b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time,
-                                        now - before, now + after, cfg.compact, cfg.codec)
+                                        now - before, now + after, cfg.compact, cfg.codec, self._epoch)
                     self._append_built(b, cfg, now)
             finally:
                 deferred = self._take_deferred()
@@ -253,6 +256,8 @@ class Log(LocalLog, TimestampLookup):
         size = b.size
         if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
             self._too_large(b)
+        if self._epoch_stale:
+            self._stamp_epoch(b)       # a truncation removed the epoch's entry (leader_epoch.py)
         seg = self._segments.segs[-1]
         last = b.last_offset
         if seg.should_roll(size, b.max_timestamp, last, now):

@@ -523,12 +523,22 @@ GOLDEN = {
 
 
 def test_append_writes_the_same_bytes_as_before(tmp_path):
+    """The bytes main wrote, except that every batch now carries the partition leader epoch
+    (0, from the leader-epoch-checkpoint a new partition starts with) where it carried -1: the
+    field (outside the CRC) is checked and put back to -1 before hashing."""
     d = str(tmp_path / "g-0")
     _golden_workload(d)
     got = {}
     for name in sorted(os.listdir(d)):
         if name.endswith((".log", ".index", ".timeindex")):
             with open(os.path.join(d, name), "rb") as f:
-                data = f.read()
+                data = bytearray(f.read())
+            pos = 0
+            while name.endswith(".log") and pos < len(data):
+                assert struct.unpack_from(">i", data, pos + 12)[0] == 0
+                struct.pack_into(">i", data, pos + 12, -1)
+                pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
             got[name] = (len(data), hashlib.sha256(data).hexdigest())
     assert got == GOLDEN
+    with open(os.path.join(d, "leader-epoch-checkpoint"), "rb") as f:
+        assert f.read() == b"0\n1\n0 0\n"
