@@ -27,6 +27,7 @@ from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error, storage_op
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
+from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
                                     TimestampLookup)
 from kstore.ro_refresh import ReadOnlyRefresh
@@ -117,6 +118,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
         self.refresh(log_start_offset)
+        warn_unreadable(self)          # a garbage .log is said, not shown as empty (log_tail.py)
 
     def refresh(self, log_start_offset: Optional[int] = None) -> None:
         """Read-only logs: pick up segments and batches another process added, segments it

@@ -17,9 +17,13 @@ def load_example(name):
 
 
 def test_clickstream_pipeline(spark, tmp_path):
+    """Run twice in the same directory (issue 16 item 12): the second run starts over and
+    reports exactly what the first did."""
     ex = load_example("clickstream_pipeline")
     report = ex.main(str(tmp_path / "data"), spark=spark)
     assert report["clicks"] == 1800
     assert report["mismatches"] == 0
     # minute 4 was counted in both runs: compaction kept one record per key
     assert report["records_after_compaction"] == report["keys"]
+    assert ex.main(str(tmp_path / "data"), spark=spark) == report
+    assert not [n for n in os.listdir(tmp_path / "data") if n.endswith("-delete")]
