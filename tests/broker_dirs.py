@@ -108,3 +108,56 @@ def write_partition(parent: str, name: str, log_bytes: bytes, *, base_offset: in
         with open(os.path.join(d, fname), "wb") as f:
             f.write(data)
     return d
+
+
+# -- codecs in Kafka's framings, from their specs (not kstore's compression module) --------------
+def xerial_snappy(data: bytes) -> bytes:
+    """Kafka's snappy: xerial's SnappyOutputStream (magic, version 1, compat 1, then 32 KiB
+    blocks each behind a big-endian length)."""
+    import cramjam
+    out = [b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)]
+    for i in range(0, len(data), 32 * 1024):
+        block = bytes(cramjam.snappy.compress_raw(data[i:i + 32 * 1024]))
+        out.append(struct.pack(">i", len(block)) + block)
+    return b"".join(out)
+
+
+def kafka_lz4(data: bytes) -> bytes:
+    """Kafka's KafkaLZ4BlockOutputStream frame (LZ4 frame spec: magic 0x184D2204, FLG 0x60 =
+    version 1 + independent blocks, BD 0x40 = 64 KiB blocks, header checksum = second byte of
+    xxh32 over FLG and BD, little-endian block sizes, end mark 0)."""
+    import cramjam
+    import xxhash
+    desc = bytes([0x60, 0x40])
+    out = [struct.pack("<I", 0x184D2204), desc, bytes([(xxhash.xxh32_intdigest(desc) >> 8) & 0xFF])]
+    for i in range(0, len(data), 64 * 1024):
+        raw = data[i:i + 64 * 1024]
+        comp = bytes(cramjam.lz4.compress_block(raw, store_size=False))
+        out.append(struct.pack("<I", len(comp)) + comp if len(comp) < len(raw)
+                   else struct.pack("<I", len(raw) | 0x80000000) + raw)
+    out.append(b"\x00" * 4)
+    return b"".join(out)
+
+
+def kafka_index_entries(log_bytes: bytes, interval: int, base_offset: int = 0):
+    """The (.index, .timeindex) entries Kafka's LogSegment.recover builds for a .log: an entry
+    for a batch once more than `interval` bytes lie between the last entry and it (the batch's
+    last offset and position; the time index the max timestamp so far and its offset)."""
+    offsets, times = [], []
+    pos = last_entry = 0
+    max_ts, max_ts_off = -1, -1
+    while pos + 61 <= len(log_bytes):
+        base, length = struct.unpack_from(">qi", log_bytes, pos)
+        if length <= 0:
+            break
+        last_delta, _bts, bmax = struct.unpack_from(">iqq", log_bytes, pos + 23)
+        last = base + last_delta
+        if bmax > max_ts:
+            max_ts, max_ts_off = bmax, last
+        if pos - last_entry > interval:
+            offsets.append((last - base_offset, pos))
+            if not times or max_ts > times[-1][0]:
+                times.append((max_ts, max_ts_off - base_offset))
+            last_entry = pos
+        pos += length + 12
+    return offsets, times
