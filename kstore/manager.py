@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
-from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                               OffsetCheckpointFile)
+from kstore.checkpoint import (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                               RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, drop_topic_entries)
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
@@ -354,6 +354,19 @@ class LogManager:
         # outside the registry lock: a checkpoint's lock is taken before it (lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
+        self._forget_cleaned_offsets(name)
+
+    def _forget_cleaned_offsets(self, topic: str) -> None:
+        """The deleted topic leaves cleaner-offset-checkpoint (Kafka's asyncDelete): a topic
+        created again under its name must not inherit its first dirty offsets."""
+        for d in [d for d in self.log_dirs if not self._failures.is_offline(d)]:
+            try:
+                if self.cleaner is not None:        # it holds the entries in memory too
+                    self.cleaner.forget_topic(topic, [d])
+                else:
+                    drop_topic_entries(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io, topic)
+            except OSError as e:
+                self._failures.mark_offline(d, e)
 
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
                partition: Optional[int] = None, timestamp: Optional[int] = None,

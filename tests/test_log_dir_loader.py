@@ -151,3 +151,41 @@ def test_a_deletion_finished_at_start_up_is_timed_from_then(tmp_path, mock):
         t.sleep(1000)       # the scheduled kafka-delete-logs task runs
         m.delete_logs()
         assert [n for n in os.listdir(d) if n.endswith("-delete")] == []
+
+
+def _cleaner_entries(d):
+    from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    return OffsetCheckpointFile(os.path.join(d, CLEANER_OFFSET_CHECKPOINT)).read()
+
+
+@pytest.mark.parametrize("cleaner", [True, False])
+def test_a_deleted_topic_leaves_the_cleaner_checkpoint(tmp_path, mock, cleaner):
+    """Kafka's asyncDelete removes the partition from cleaner-offset-checkpoint: a compacted
+    topic deleted and created again under the same name (in this process or the next) is
+    cleaned from its start, not from the old topic's first dirty offset (the clickstream
+    example's second run kept duplicates)."""
+    d = str(tmp_path)
+    cfg = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "segment.bytes": 1024}
+
+    def fill(m):
+        for i in range(60):
+            m.append("pv", b"k%d" % (i % 5), b"v%d" % i, partition=0)
+        m.log("pv", 0).roll()
+
+    with manager(d, mock=mock) as m:
+        m.create_topic("pv", 1, cfg)
+        m.create_topic("other", 1, cfg)
+        fill(m)
+        m.clean_now()
+        assert ("pv", 0) in _cleaner_entries(d)
+        dirty = _cleaner_entries(d)[("pv", 0)]
+    with manager(d, {"log.cleaner.enable": cleaner}, mock=mock) as m:
+        m.delete_topic("pv")
+        assert ("pv", 0) not in _cleaner_entries(d)
+        m.create_topic("pv", 1, cfg)
+        fill(m)
+        if cleaner:
+            m.clean_now()
+            assert _cleaner_entries(d)[("pv", 0)] == dirty
+            assert sorted(r.key for r in m.read("pv", 0, 0, max_bytes=1 << 20))[:5] == [b"k0", b"k1", b"k2", b"k3", b"k4"]
+            assert len(m.read("pv", 0, 0, max_bytes=1 << 20)) == 5
