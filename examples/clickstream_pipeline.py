@@ -11,12 +11,17 @@
    trigger(availableNow=True)) and appends updated counts for the minutes they touch.
 4. The cleaner compacts `page-views` down to the latest count per key, and the serving side
    loads it into a dict and answers lookups by key.
+
+Run again in the same DATA_DIR, it starts over (the topics and the Spark checkpoint of the
+previous run removed first) and reports the same. It exits with status 1 if a served count
+differs from the clicks it produced.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
+import shutil
 import sys
 from collections import Counter
 from datetime import datetime, timezone
@@ -25,6 +30,21 @@ import kstore
 
 PAGES = ["/", "/search", "/cart", "/checkout", "/help"]
 T0 = 1_767_225_600_000          # 2026-01-01T00:00:00Z
+
+
+def reset(data_dir: str, checkpoints: str) -> list[str]:
+    """Remove what a previous run left in data_dir (its topics, removed at once: a delete
+    delay of 0) and its Spark checkpoints, so that every run counts the same clicks. Returns
+    the topics removed."""
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    if not os.path.isdir(data_dir):
+        return []
+    with kstore.LogManager(data_dir, {"log.segment.delete.delay.ms": 0}) as m:
+        old = [t for t in ("clicks", "page-views") if t in m.topics()]
+        for t in old:
+            m.delete_topic(t)
+        m.delete_logs()
+    return old
 
 
 def produce_clicks(data_dir: str, n: int, seed: int, t_start: int) -> Counter:
@@ -114,6 +134,8 @@ def main(data_dir: str = "kstore-pipeline", spark=None) -> dict:
     register(spark)
     checkpoint = os.path.join(data_dir + "-checkpoints", "page-views")
     try:
+        if reset(data_dir, os.path.dirname(checkpoint)):
+            print(f"{data_dir}: starting over (removed the previous run's topics)", file=sys.stderr)
         expected = produce_clicks(data_dir, 1200, seed=1, t_start=T0)            # minutes 0-4
         aggregate(spark, data_dir, checkpoint)
         expected += produce_clicks(data_dir, 600, seed=2, t_start=T0 + 240_000)  # minutes 4-6
@@ -135,4 +157,6 @@ def main(data_dir: str = "kstore-pipeline", spark=None) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:2]), indent=2))
+    result = main(*sys.argv[1:2])
+    print(json.dumps(result, indent=2))
+    sys.exit(1 if result["mismatches"] else 0)

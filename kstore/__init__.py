@@ -21,7 +21,7 @@ from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflo
                            LogDirLockedError, LogSegmentOffsetOverflowError,
                            OffsetOutOfRangeError, RecordTooLargeError, TopicExistsError,
                            InvalidTopicError, KafkaStorageError, UnknownTopicError,
-                           UnsupportedCodecError)
+                           UnknownPartitionCountError, UnsupportedCodecError)
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
 from kstore.offset_index import OffsetIndex  # noqa: E402
 from kstore.time_index import TimeIndex  # noqa: E402
@@ -43,7 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
-    "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError", "KafkaStorageError",
+    "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError", "UnknownPartitionCountError", "KafkaStorageError",
     "AppendInfo", "CorruptRecordError", "DataLossError", "StoreReader", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",

@@ -345,14 +345,15 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
                     raise corrupt(why.decode("ascii"), pos)
             if h.max_timestamp >= ts and h.last_offset >= start_offset:
                 # v2 data batches: timestamp deltas walked in place (a record table's groups
-                # for a large batch); anything else is decoded as records
+                # for a large batch); anything else is decoded as records, control batches'
+                # included (Kafka's FileRecords.searchForTimestamp does not skip them)
                 found = batch_offset_for_timestamp(m, p, pos, &h, ts, start_offset, verify_crc,
                                                    &found_offset, &found_ts)
                 if found == 1:
                     return (found_offset, found_ts)
                 if found < 0:
                     del tmp[:]
-                    decode_batch_in(m, p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, False)
+                    decode_batch_in(m, p, pos, &h, start_offset, NO_LIMIT, tmp, verify_crc, True)
                     for o in tmp:
                         r = <Record>o
                         if r.timestamp >= ts and r.offset >= start_offset:

@@ -462,11 +462,13 @@ cdef class BatchBuilder:
         self._finish_v2(pos, n, base_offset, base_ts, max_ts, log_append_time, codec, leader_epoch)
         return n
 
-    def load_batch(self, data, Py_ssize_t pos, int64_t new_base_offset, int64_t log_append_time=-1):
+    def load_batch(self, data, Py_ssize_t pos, int64_t new_base_offset, int64_t log_append_time=-1,
+                   int32_t leader_epoch=-1):
         """Take the v2 batch at data[pos:] (e.g. staged by build_columns) as this builder's
         append: CRC checked, base offset reassigned (outside the CRC, as a broker assigns
-        offsets in place) and, for log_append_time >= 0, the LogAppendTime type and max
-        timestamp set and the CRC recomputed. Returns the batch's size."""
+        offsets in place), for leader_epoch >= 0 the partition leader epoch set (outside the
+        CRC too) and, for log_append_time >= 0, the LogAppendTime type and max timestamp set
+        and the CRC recomputed. Returns the batch's size."""
         cdef const uint8_t[::1] mv = data
         cdef Py_ssize_t n = mv.shape[0]
         cdef const uint8_t* p = &mv[0] if n else &_empty_byte
@@ -488,6 +490,8 @@ cdef class BatchBuilder:
         self._ensure(h.size)
         memcpy(self.buf, p + pos, h.size)
         st64(self.buf, <uint64_t>new_base_offset)
+        if leader_epoch >= 0:
+            st32(self.buf + 12, <uint32_t>leader_epoch)
         self.max_timestamp = h.max_timestamp
         if log_append_time >= 0:
             st16(self.buf + 21, <uint16_t>(h.attrs | TS_TYPE_BIT))

@@ -102,3 +102,16 @@ class OffsetCheckpointFile:
                 raise CheckpointError(f"malformed checkpoint {self.path}: line {n} has a negative partition")
             out[(topic, p)] = o
         return out
+
+
+def drop_topic_entries(path: str, io: FileOps, topic: str) -> None:
+    """Rewrite the checkpoint file at path without the entries of `topic` (a deleted topic),
+    under its lock; a missing or malformed file is left as it is (read as absent anyway)."""
+    cp = OffsetCheckpointFile(path, io)
+    with cp.lock:
+        try:
+            entries = cp.read()
+        except CheckpointError:
+            return
+        if any(t == topic for t, _p in entries):
+            cp.write({tp: o for tp, o in entries.items() if tp[0] != topic})

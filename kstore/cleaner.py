@@ -319,6 +319,19 @@ class LogCleaner:
             live = set(self._manager.logs())
             cpf.write({k: v for k, v in cp.items() if k in live})
 
+    def forget_topic(self, topic: str, log_dirs) -> None:
+        """A deleted topic's partitions leave cleaner-offset-checkpoint, in memory and in each
+        dir's file (Kafka's asyncDelete: updateCheckpoints with the partition removed), so a
+        topic created again under the name is cleaned from its start."""
+        for d in log_dirs:
+            cpf = self._checkpoint_file(d)
+            cp = self._load_checkpoint(d)
+            with cpf.lock:
+                if any(t == topic for t, _p in cp):
+                    for tp in [tp for tp in cp if tp[0] == topic]:
+                        del cp[tp]
+                    cpf.write(cp)
+
     def first_dirty_offset(self, tp) -> Optional[int]:
         d = self._manager.log_dir_of(*tp)
         return self._load_checkpoint(d).get(tp)

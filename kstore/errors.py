@@ -119,6 +119,12 @@ class UnknownTopicError(KStoreError):
     """The topic does not exist (and auto.create.topics.enable is off)."""
 
 
+class UnknownPartitionCountError(KStoreError):
+    """A keyed append to a topic whose partition count the store does not know (its log dirs
+    hold some partitions of a broker's topic): give the partition, or the count
+    (LogManager.set_partition_count)."""
+
+
 class TopicExistsError(KStoreError):
     """create_topic for a topic that already exists."""
 

@@ -87,7 +87,7 @@ def partition_dirs(io, log_dir: str) -> list[tuple[tuple[str, int], str]]:
         if name in _NOT_PARTITIONS or _DELETE_DIR.match(name) or name.endswith(("-future", "-stray")):
             continue
         m = _PARTITION_DIR.match(name)
-        if not m:
+        if not m or m.group(1) in _NOT_PARTITIONS:      # KRaft's __cluster_metadata-0
             continue
         path = os.path.join(log_dir, name)
         try:

@@ -38,7 +38,17 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 of a fully flushed log, truncate_fully_and_start_at's and the
                                 cleaner swap's first directory fsync
                                 A read-only log's refresh holds it too (its DirWatch state,
-                                ro_refresh.py, is touched only there)
+                                ro_refresh.py, is touched only there). Another exception: an
+                                append that restarts the log's leader epoch after a truncation
+                                removed its entry writes leader-epoch-checkpoint under it (once
+                                per such truncation, as Kafka's assign on a leader's append)
+  LeaderEpochFileCache._lock    a partition's leader epoch entries and the write of its
+                                leader-epoch-checkpoint (leader_epoch.py; the write's fsyncs
+                                run under it, so an older snapshot never replaces a newer one).
+                                Under Log._lock only for in-memory updates (truncations, log
+                                start changes) and the exception above; the file is otherwise
+                                written after Log._lock is released, or at close. Takes nothing
+                                but FileOps' leaves
   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);
                                 a read-only segment's validation and private index copies
                                 (extended past their published count; readers take no lock),

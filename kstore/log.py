@@ -18,15 +18,18 @@ import numpy as np
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig, bad_max_records
-from kstore._core import log_offset_for_timestamp as _log_offset_for_timestamp
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError, SegmentGoneError,
                            with_path)
 from kstore.fileio import FileOps, get_file_ops
+from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error, storage_op
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
+from kstore.log_tail import warn_unreadable
+from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+                                    TimestampLookup)
 from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_reader import ColumnsEnd
@@ -37,10 +40,6 @@ __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES"
 log = logging.getLogger("kstore.log")
 
 DEFAULT_MAX_BYTES = 1 << 20
-
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
 
 
 def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
@@ -61,7 +60,7 @@ def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tu
     return out
 
 
-class Log(LocalLog):
+class Log(LeaderEpochs, LocalLog, TimestampLookup):
     """A partition directory of segments. Open with ``Log.open``; use as a context manager."""
 
     def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
@@ -119,6 +118,7 @@ class Log(LocalLog):
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
         self.refresh(log_start_offset)
+        warn_unreadable(self)          # a garbage .log is said, not shown as empty (log_tail.py)
 
     def refresh(self, log_start_offset: Optional[int] = None) -> None:
         """Read-only logs: pick up segments and batches another process added, segments it
@@ -151,6 +151,7 @@ class Log(LocalLog):
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.recovery_report = loaded.recovery_report
+        self._load_epochs()            # leader-epoch-checkpoint (leader_epoch.py)
 
     def append(self, records: Iterable) -> _core.AppendInfo:
         """Append records as one batch and return the offsets they got.
@@ -172,7 +173,7 @@ class Log(LocalLog):
             b.compression_level = cfg.compression_level
             before, after = self._ts_window
             n = b.build(records, cfg.magic, self._leo, now, cfg.log_append_time,
-                        now - before, now + after, cfg.compact, cfg.codec)
+                        now - before, now + after, cfg.compact, cfg.codec, self._epoch)
             if n == 0:
                 return _core.empty_append_info(self._leo)
             try:
@@ -207,7 +208,8 @@ class Log(LocalLog):
             try:
                 while pos < total:
                     now = self._time.milliseconds()
-                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1)
+                    pos += b.load_batch(view, pos, self._leo, now if cfg.log_append_time else -1,
+                                        self._epoch)
                     self._append_built(b, cfg, now)
                     count += b.count
             finally:
@@ -239,10 +241,10 @@ class Log(LocalLog):
                     now = self._time.milliseconds()
                     if cfg.magic < 2:        # legacy message format: append()'s encoder
                         b.build(cols.rows(lo, hi), cfg.magic, self._leo, now, cfg.log_append_time,
-                                now - before, now + after, cfg.compact, cfg.codec)
+                                now - before, now + after, cfg.compact, cfg.codec, self._epoch)
                     else:
                         b.build_columns(lo, hi, cols, self._leo, now, cfg.log_append_time,
-                                        now - before, now + after, cfg.compact, cfg.codec)
+                                        now - before, now + after, cfg.compact, cfg.codec, self._epoch)
                     self._append_built(b, cfg, now)
             finally:
                 deferred = self._take_deferred()
@@ -256,6 +258,8 @@ class Log(LocalLog):
         size = b.size
         if b.max_entry_size > cfg.max_message_bytes or size > cfg.segment_bytes:
             self._too_large(b)
+        if self._epoch_stale:
+            self._stamp_epoch(b)       # a truncation removed the epoch's entry (leader_epoch.py)
         seg = self._segments.segs[-1]
         last = b.last_offset
         if seg.should_roll(size, b.max_timestamp, last, now):
@@ -535,63 +539,3 @@ class Log(LocalLog):
                 continue
             yield chunk
             offset = chunk[-1].offset + 1
-
-    def offset_for_timestamp(self, timestamp: int) -> Optional[int]:
-        """First offset whose timestamp >= timestamp (None past the end); -1 latest,
-        -2 earliest, -3 the offset of the max timestamp."""
-        r = self.fetch_offset_by_timestamp(timestamp)
-        return None if r is None else r[0]
-
-    def fetch_offset_by_timestamp(self, timestamp: int) -> Optional[tuple[int, int]]:
-        """(offset, timestamp) as Kafka's fetchOffsetByTimestamp (timestamp -1 for the specials
-        -1 and -2)."""
-        if timestamp == LATEST_TIMESTAMP:
-            return (self._leo, -1)
-        if timestamp == EARLIEST_TIMESTAMP:
-            return (self._log_start_offset, -1)
-        if timestamp == MAX_TIMESTAMP:
-            return self._offset_of_max_timestamp()
-        if timestamp < 0:
-            raise OffsetOutOfRangeError(f"unsupported special timestamp {timestamp}")
-        start = self._log_start_offset
-        while True:
-            segs = self._segments
-            try:
-                r = _log_offset_for_timestamp(segs.views, timestamp, start)
-            except CorruptRecordError as e:
-                raise with_path(e, segs[e.segment].log_path) from None  # type: ignore[attr-defined]  # set by the core
-            if r is not None:
-                return r if isinstance(r, tuple) else None     # False: no such timestamp
-            # map and load what the fast path found missing, then retry on fresh segment lists
-            # (a segment deleted meanwhile is gone from them; a closed log raises)
-            self._check_open()
-            for seg in segs:
-                try:
-                    if seg.size and not seg.closed:
-                        seg.mapping()
-                        seg.load_indexes()
-                        seg.load_max_timestamp()
-                except SegmentGoneError:
-                    self._segment_gone(seg)
-                    break
-
-    def _offset_of_max_timestamp(self) -> Optional[tuple[int, int]]:
-        """(offset, timestamp) of the first record with the log's max timestamp; a segment
-        deleted or replaced meanwhile sends it back to the current segments."""
-        while True:
-            best: Optional[tuple[int, LogSegment]] = None
-            seg: Optional[LogSegment] = None
-            try:
-                for seg in self._segments:
-                    if seg.size == 0:
-                        continue
-                    ts = seg.max_timestamp_so_far
-                    if ts >= 0 and (best is None or ts > best[0]):
-                        best = (ts, seg)
-                if best is None:
-                    return None
-                ts, seg = best
-                return seg.find_offset_by_timestamp(ts, self._log_start_offset)
-            except SegmentGoneError:
-                assert seg is not None       # the error came from a segment
-                self._segment_gone(seg)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
@@ -17,9 +19,9 @@ from typing import Any, Callable, NamedTuple, Optional
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                CheckpointError, OffsetCheckpointFile)
-from kstore.errors import KStoreError
+from kstore.errors import KStoreError, UnusableFileError
 from kstore.fileio import FileOps
-from kstore.files import OFFSETS_TOPIC, is_delete_dir, partition_dirs
+from kstore.files import OFFSETS_TOPIC, is_delete_dir, parse_name, partition_dirs
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
 from kstore.marker_gate import remove_marker
@@ -32,6 +34,86 @@ TopicPartition = tuple[str, int]
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 # a partition with at least this much to recover loads on a recovery thread (see load())
 PARALLEL_RECOVERY_BYTES = 4 << 20
+
+
+# Kafka's UnifiedLog.DeleteDirPattern, FutureDirPattern, StrayDirPattern
+_SUFFIXED = {suffix: re.compile(r"^(\S+)-(\S+)\.(\S+)" + suffix + "$")
+             for suffix in ("-delete", "-future", "-stray")}
+#: what LogManager.loadLogs leaves out: tiered storage's index cache, KRaft's metadata log
+_NOT_LOGS = ("remote-log-index-cache",)
+_METADATA_TOPIC = "__cluster_metadata"
+#: files a partition directory holds besides segment files (kstore's and Kafka's)
+_PARTITION_FILES = ("partition.metadata", "leader-epoch-checkpoint", ".kstore-notify")
+
+
+def parse_topic_partition_name(name: str) -> Optional[TopicPartition]:
+    """Kafka's UnifiedLog.parseTopicPartitionName: (topic, partition) of a log dir child named
+    `topic-N`, `topic-N.<id>-delete`, `-future` or `-stray`; None for any other name (Kafka
+    throws "is not in the form of topic-partition or topic-partition.uniqueId-delete")."""
+    if "-" not in name:
+        return None
+    for suffix, pattern in _SUFFIXED.items():
+        if name.endswith(suffix):
+            if not pattern.match(name):
+                return None
+            name = name[:name.rindex(".")]
+            break
+    i = name.rindex("-") if "-" in name else -1
+    topic, part = name[:i], name[i + 1:]
+    # Java's Integer.parseInt: an optional sign, ASCII digits, within 32 bits
+    if not topic or not re.fullmatch(r"[+-]?[0-9]+", part, re.ASCII) \
+            or not -(1 << 31) <= int(part) < (1 << 31):
+        return None
+    return topic, int(part)
+
+
+def check_log_dir_children(io: FileOps, d: str, known_topics: frozenset[str] = frozenset()) -> None:
+    """Refuse a log dir holding a directory that is not a partition, naming it, as Kafka's
+    LogManager.loadLogs refuses to start on it (parseTopicPartitionName): `photos/`,
+    `lost+found/`, `notes-draft/`. Left out as Kafka leaves them: regular files,
+    `remote-log-index-cache/`, `__cluster_metadata-N/`. Accepted without being partitions:
+    dot-prefixed directories (kstore's own `.kstore-groups/`, `.kstore-staging/`; hidden).
+    Beyond Kafka, which would adopt and write into it: a directory named like a partition of a
+    topic the store does not know (`my-stuff-2/`) that holds files, none of them a partition's
+    (segments, `partition.metadata`, `leader-epoch-checkpoint`)."""
+    for name in sorted(io.listdir(d)):
+        path = os.path.join(d, name)
+        try:
+            if not stat.S_ISDIR(io.stat_path(path, follow_symlinks=True).st_mode):
+                continue
+        except FileNotFoundError:
+            continue
+        if name in _NOT_LOGS:
+            continue
+        tp = parse_topic_partition_name(name)
+        if tp is None:
+            if name.startswith("."):
+                continue
+            raise UnusableFileError(path, (
+                f"'{name}' is not in the form of topic-partition or "
+                "topic-partition.uniqueId-delete (if marked for deletion); a log dir should "
+                "hold only Kafka topic data: move it out of the log dir"))
+        if tp[0] == _METADATA_TOPIC or tp[0] in known_topics or name.endswith(tuple(_SUFFIXED)):
+            continue
+        try:
+            children = io.listdir(path)
+        except OSError:
+            continue            # the partition's own open reports it (isolated, or the dir offline)
+        if children and not any(_partition_file(c, path) for c in children):
+            raise UnusableFileError(path, (
+                f"a directory named like partition {tp[1]} of topic '{tp[0]}', which this store "
+                f"does not know, holding no partition files ({', '.join(sorted(children)[:3])}"
+                f"{', ...' if len(children) > 3 else ''}): move it out of the log dir"))
+
+
+def _partition_file(name: str, path: str) -> bool:
+    try:
+        if parse_name(name, path) is not None:
+            return True
+    except UnusableFileError:
+        return True             # a segment name out of range: the partition's open refuses it
+    return name in _PARTITION_FILES or name.startswith(_PARTITION_FILES) or name.endswith(
+        (".log.tmp", ".checkpoint", ".tmp"))
 
 
 class FailedPartition(NamedTuple):
@@ -86,6 +168,24 @@ class LogDirLoader:
                 if not self._topics.is_deleting(job[0][0])
                 and not (job[0][0] == OFFSETS_TOPIC and not self._read_only)]
 
+    def check_names(self, d: str) -> None:
+        """check_log_dir_children(d) for this store's topics: UnusableFileError naming the
+        first directory of d that is not a partition."""
+        check_log_dir_children(self._io, d, self._topics.known_topics())
+
+    def _renamed_at(self, d: str, name: str) -> int:
+        """When a `-delete` dir was renamed, in ms: its mtime, which delete_topic sets to the
+        rename's time (so file.delete.delay.ms counts from the deletion across restarts, not
+        from each start-up, which never freed space where no process outlives the delay); a
+        dir renamed by a broker has the time of its last entry change, earlier. Never later
+        than now."""
+        now = self._time.milliseconds()
+        try:
+            st = self._io.stat_path(os.path.join(d, name))
+        except OSError:
+            return now
+        return min(now, st.st_mtime_ns // 1_000_000)
+
     def _read_checkpoint(self, d: str, name: str, res: DirLoad) -> dict[TopicPartition, int]:
         cp = OffsetCheckpointFile(os.path.join(d, name), self._io)
         try:
@@ -119,7 +219,7 @@ class LogDirLoader:
                         io.unlink(os.path.join(d, name))    # a checkpoint or config write cut short
                         continue
                     if is_delete_dir(name) and os.path.isdir(os.path.join(d, name)):
-                        res.to_delete.append((os.path.join(d, name), self._time.milliseconds()))
+                        res.to_delete.append((os.path.join(d, name), self._renamed_at(d, name)))
             jobs = self.partitions(d)
             threads = self._cfg["num.recovery.threads.per.data.dir"]
             # one LogConfig per topic, shared by its partitions (immutable; an alter replaces it)

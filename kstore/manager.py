@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
-from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                               OffsetCheckpointFile)
+from kstore.checkpoint import (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                               RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, drop_topic_entries)
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
@@ -120,7 +120,8 @@ class LogManager:
                                  to_remove=self._logs_to_delete)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
-                                  create_topic=self.create_topic)
+                                  create_topic=self.create_topic,
+                                  partition_count=self._admin.partition_count)
         self.cleaner: Optional[LogCleaner] = None
         try:
             self._startup()
@@ -171,6 +172,9 @@ class LogManager:
         for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
         self._topics.load()
+        for d in self.log_dirs:
+            if not self._failures.is_offline(d):
+                self._loader.check_names(d)    # a child that is no partition: refuse to start
         if not self.read_only:
             self._admin.finish_deletions()
         self._check_some_dir_online()
@@ -371,6 +375,19 @@ class LogManager:
         # outside the registry lock: a checkpoint's lock is taken before it (lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
+        self._forget_cleaned_offsets(name)
+
+    def _forget_cleaned_offsets(self, topic: str) -> None:
+        """The deleted topic leaves cleaner-offset-checkpoint (Kafka's asyncDelete): a topic
+        created again under its name must not inherit its first dirty offsets."""
+        for d in [d for d in self.log_dirs if not self._failures.is_offline(d)]:
+            try:
+                if self.cleaner is not None:        # it holds the entries in memory too
+                    self.cleaner.forget_topic(topic, [d])
+                else:
+                    drop_topic_entries(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io, topic)
+            except OSError as e:
+                self._failures.mark_offline(d, e)
 
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
                partition: Optional[int] = None, timestamp: Optional[int] = None,
@@ -395,11 +412,25 @@ class LogManager:
         return self._producer.append_columns(topic, partition, cols, start, stop,
                                              batch_bytes=batch_bytes)
 
-    def ensure_topic(self, topic: str) -> int:
+    def ensure_topic(self, topic: str, partition: Optional[int] = None) -> int:
         """The topic's partition count, creating it first (num.partitions) when it is missing and
-        auto.create.topics.enable is on, as a broker does for a producer. With holes (a broker's
-        dirs hold some partitions only) it is the highest partition + 1, so keys map as Kafka's."""
-        return self._producer.partitions(topic)[-1] + 1
+        auto.create.topics.enable is on, as a broker does for a producer; UnknownPartitionCountError
+        if the store does not know it (partition_count). With `partition` (appends to that one
+        only), a count that covers it will do: the count, else the highest partition + 1."""
+        return self._producer.ensure(topic, partition)
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        """The topic's partition count: as created, grown or set (set_partition_count); for a
+        topic an older kstore created, the highest partition + 1; None when the store does not
+        know it (a broker's log dirs hold some partitions of a topic, the rest are elsewhere)."""
+        return self._admin.partition_count(topic)
+
+    def set_partition_count(self, topic: str, count: int) -> None:
+        """Tell the store the partition count of a topic whose log dirs hold some of its
+        partitions (a broker's), so that keyed appends map keys as Kafka's partitioner does;
+        kept in the topic config file. It must exceed every partition held."""
+        self._check_writable()
+        self._admin.set_partition_count(topic, count)
 
     def read(self, topic: str, partition: int, offset: int, max_records: Optional[int] = None,
              max_bytes: int = 1 << 20) -> list[Record]:
@@ -495,12 +526,17 @@ class LogManager:
             raise LogDirOfflineError(f"could not write {name}; log dir(s) now offline: " + "; ".join(failed))
 
     def delete_logs(self) -> int:
-        """Remove `-delete` dirs queued at least file.delete.delay.ms ago; returns how many."""
+        """Remove `-delete` dirs renamed at least file.delete.delay.ms ago; returns how many."""
         delay = self._cfg.log_config().file_delete_delay_ms
         now = self._time.milliseconds()
         n = 0
-        while self._logs_to_delete and self._logs_to_delete[0][1] + delay <= now:
-            path, _ = self._logs_to_delete.popleft()
+        # each entry once (start-up queues them by rename time, in no order); delete_topic
+        # may append meanwhile: its entries wait for the next run
+        for _ in range(len(self._logs_to_delete)):
+            path, at = self._logs_to_delete.popleft()
+            if at + delay > now:
+                self._logs_to_delete.append((path, at))
+                continue
             try:
                 self._io.check_dir(path)         # never follow a symlink out of the log dir
                 for name in self._io.listdir(path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
-from kstore.errors import UnknownTopicError
+from kstore.errors import UnknownPartitionCountError, UnknownTopicError
 from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.log_registry import LogRegistry
 from kstore.partitioner import partition_for_key
@@ -26,8 +26,10 @@ class Producer:
     registry lock only to auto-create a topic). The caller checks that the store is writable."""
 
     def __init__(self, registry: LogRegistry, failures: LogDirFailureChannel, *,
-                 auto_create: bool, create_topic: Callable[[str], None]):
+                 auto_create: bool, create_topic: Callable[[str], None],
+                 partition_count: Callable[[str], Optional[int]]):
         self._reg = registry
+        self._count = partition_count            # the topic's count if the store knows it
         self._guard = failures.guard
         self._auto_create = auto_create          # auto.create.topics.enable
         self._create_topic = create_topic        # with num.partitions
@@ -38,18 +40,18 @@ class Producer:
                headers: Optional[Iterable] = None) -> RecordMetadata:
         """Append one record (LogManager.append)."""
         parts = self.partitions(topic)
-        n = parts[-1] + 1
+        n = self._count(topic)
         if partition is None:
             if key is not None:
-                partition = partition_for_key(bytes(key), n)
+                partition = partition_for_key(bytes(key), self.count(topic, parts))
             elif len(parts) == n and not self._reg.failed:
                 partition = next(self._rr) % n
-            else:       # holes or isolated partitions: round robin over those that work
+            else:       # holes, isolated partitions, count unknown: round robin over those here
                 logs = self._reg.logs
-                here = [p for p in parts if (topic, p) in logs] or parts
+                here = [p for p in parts if (topic, p) in logs] or list(parts)
                 partition = here[next(self._rr) % len(here)]
-        elif not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        else:
+            self.check_partition(topic, partition, n)
         lg, d = self._reg.log_and_dir(topic, partition)
         info = self._guard(d, lg.append, [(key, value, timestamp, headers)])
         ts = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
@@ -57,20 +59,48 @@ class Producer:
 
     def append_batch(self, topic: str, partition: int, records: Iterable) -> Any:
         """Append records to one partition as one batch (LogManager.append_batch)."""
-        n = self.partitions(topic)[-1] + 1
-        if not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        self.partitions(topic)
+        self.check_partition(topic, partition, self._count(topic))
         lg, d = self._reg.log_and_dir(topic, partition)
         return self._guard(d, lg.append, records)
 
     def append_columns(self, topic: str, partition: int, cols: Any, start: int = 0,
                        stop: Optional[int] = None, *, batch_bytes: int = 1 << 20) -> tuple[int, int]:
         """Append rows of columnar input to one partition (LogManager.append_columns)."""
-        n = self.partitions(topic)[-1] + 1
-        if not 0 <= partition < n:
-            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
+        self.partitions(topic)
+        self.check_partition(topic, partition, self._count(topic))
         lg, d = self._reg.log_and_dir(topic, partition)
         return self._guard(d, lg.append_columns, cols, start, stop, batch_bytes=batch_bytes)
+
+    def count(self, topic: str, parts: tuple[int, ...]) -> int:
+        """The topic's partition count, which keyed appends need (murmur2 of the key modulo
+        it, as Kafka's partitioner); UnknownPartitionCountError when the store does not know it
+        (its log dirs hold some partitions of a broker's topic)."""
+        n = self._count(topic)
+        if n is None:
+            raise UnknownPartitionCountError(
+                f"the partition count of topic {topic!r} is unknown: this store holds its "
+                f"partitions {list(parts)} (a broker's log dirs hold some of a topic's "
+                f"partitions), and a key is mapped to a partition by the count; give the "
+                f"partition, or the count with LogManager.set_partition_count({topic!r}, n)")
+        return n
+
+    def ensure(self, topic: str, partition: Optional[int]) -> int:
+        """LogManager.ensure_topic: the count (auto-creating the topic); with a partition, a
+        count that covers it (the count, else the highest partition + 1) once it is found here."""
+        parts = self.partitions(topic)
+        if partition is None:
+            return self.count(topic, parts)
+        n = self._count(topic)
+        self.check_partition(topic, partition, n)
+        self._reg.log_and_dir(topic, partition)
+        return n if n is not None else parts[-1] + 1
+
+    def check_partition(self, topic: str, partition: int, n: Optional[int]) -> None:
+        """UnknownTopicError for a partition number beyond a known count (one within it, or
+        any with the count unknown, is looked up: a kstore error if it is not here)."""
+        if n is not None and not 0 <= partition < n:
+            raise UnknownTopicError(f"partition {partition} of {topic!r} does not exist ({n} partitions)")
 
     def partitions(self, topic: str) -> tuple[int, ...]:
         """The topic's partitions (lock-free), auto-creating the topic first when it is missing

@@ -59,7 +59,10 @@ class TopicAdmin:
                 moved = False
                 for (topic, p), path in partition_dirs(self._io, d):
                     if self._topics.is_deleting(topic):
-                        self._io.rename(path, os.path.join(d, delete_dir_name(topic, p)))
+                        target = os.path.join(d, delete_dir_name(topic, p))
+                        self._io.rename(path, target)
+                        # the time of the rename, which every later start-up queues it with
+                        self._io.set_mtime_ms(target, self._time.milliseconds())
                         moved = True
                 if moved:
                     self._io.fsync_dir(d)
@@ -87,7 +90,7 @@ class TopicAdmin:
                 raise TopicExistsError(f"Topic '{name}' is marked for deletion.")
             if any(topics_collide(name, t) for t in self._reg.parts):
                 raise InvalidTopicError(f"Topic '{name}' collides with an existing topic ('.' and '_' are equivalent)")
-            self._topics.add_topic(name, cfg.overrides)
+            self._topics.add_topic(name, cfg.overrides, partitions)
             self._topics.persist()
             self._create_partitions(name, range(partitions), cfg)
 
@@ -131,15 +134,37 @@ class TopicAdmin:
     def add_partitions(self, name: str, count: int) -> list[int]:
         """Grow `name` to `count` partitions in total (Kafka's createPartitions); returns the new ones."""
         with self._reg.lock:
-            have = self._reg.partitions(name)[-1] + 1       # with holes: the highest + 1
+            # the count recorded (created, grown or set); else, with holes, the highest + 1
+            have = self._topics.partition_count(name) or self._reg.partitions(name)[-1] + 1
             if count <= have:
                 raise InvalidTopicError(
                     f"Topic currently has {have} partitions, which is higher than or equal "
                     f"to the requested {count}.")
             cfg = self._cfg.log_config(self._topics.overrides(name))
             new = list(range(have, count))
+            self._topics.set_partition_count(name, count)
+            self._topics.persist()
             self._create_partitions(name, new, cfg)
             return new
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        """LogManager.partition_count: as recorded, else highest + 1 for a topic an older kstore
+        created (it has a topic id), else None (a broker's partitions: count unknown)."""
+        n = self._topics.partition_count(topic)
+        if n is None and self._topics.created_here(topic):
+            parts = self._reg.parts.get(topic)
+            n = parts[-1] + 1 if parts else None
+        return n
+
+    def set_partition_count(self, topic: str, count: int) -> None:
+        """LogManager.set_partition_count, kept in the topic config file."""
+        with self._reg.lock:
+            parts = self._reg.partitions(topic)
+            if not isinstance(count, int) or isinstance(count, bool) or count <= parts[-1]:
+                raise InvalidTopicError(f"partition count {count!r} of {topic!r} must exceed its "
+                                        f"highest partition {parts[-1]}")
+            self._topics.set_partition_count(topic, count)
+            self._topics.persist()
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
         """Set overrides (a value of None removes one); applied to every partition now and kept."""
@@ -191,13 +216,17 @@ class TopicAdmin:
                 if self._failures.is_offline(d):
                     continue               # finished by the start-up that finds it online
                 target = os.path.join(d, delete_dir_name(name, p))
+                now = self._time.milliseconds()
                 try:
                     self._io.rename(path, target)
                     touched.add(d)
+                    # the dir's mtime records when it was renamed: a start-up before the
+                    # delay is over queues it with that time, not its own (LogDirLoader)
+                    self._io.set_mtime_ms(target, now)
                 except OSError as e:
                     self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}-{p}: {e}") from e
-                self._to_remove.append((target, self._time.milliseconds()))
+                self._to_remove.append((target, now))
             for d in sorted(touched):
                 try:
                     self._io.fsync_dir(d)

@@ -86,6 +86,7 @@ class TopicConfigFile:
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)   # topic -> overrides
     topic_ids: dict[str, str] = field(default_factory=dict)
     deleting: list[str] = field(default_factory=list)   # deletions recorded, not finished
+    partitions: dict[str, int] = field(default_factory=dict)   # topic -> partition count
 
     @classmethod
     def read(cls, log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[TopicConfigFile]:
@@ -94,12 +95,16 @@ class TopicConfigFile:
         if doc is None:
             return None
         return cls(doc["version"], {t: dict(c) for t, c in doc.get("topics", {}).items()},
-                   dict(doc.get("topic_ids", {})), list(doc.get("deleting", [])))
+                   dict(doc.get("topic_ids", {})), list(doc.get("deleting", [])),
+                   {t: n for t, n in doc.get("partitions", {}).items()
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 0})
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": self.version, "topics": self.topics,
-                           "topic_ids": self.topic_ids, "deleting": self.deleting},
-                          sort_keys=True, indent=1).encode()
+        doc: dict[str, Any] = {"version": self.version, "topics": self.topics,
+                               "topic_ids": self.topic_ids, "deleting": self.deleting}
+        if self.partitions:
+            doc["partitions"] = self.partitions
+        return json.dumps(doc, sort_keys=True, indent=1).encode()
 
 
 class TopicConfigs:
@@ -155,10 +160,30 @@ class TopicConfigs:
         self._file.topics[topic] = {k: v if not isinstance(v, tuple) else ",".join(v)
                                     for k, v in overrides.items()}
 
-    def add_topic(self, topic: str, overrides: Mapping[str, Any]) -> None:
-        """A new topic: its overrides and a new topic id; not persisted yet."""
+    def add_topic(self, topic: str, overrides: Mapping[str, Any], partitions: Optional[int] = None) -> None:
+        """A new topic: its overrides, a new topic id and its partition count; not persisted yet."""
         self.set_overrides(topic, overrides)
         self._file.topic_ids[topic] = new_topic_id()
+        if partitions is not None:
+            self._file.partitions[topic] = partitions
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        """The topic's partition count as created, grown or set (set_partition_count); None
+        when it was never recorded (a broker's partitions, or a topic of an older kstore)."""
+        return self._file.partitions.get(topic)
+
+    def created_here(self, topic: str) -> bool:
+        """The topic has a topic id in the config file: kstore created (or grew) it."""
+        return topic in self._file.topic_ids
+
+    def set_partition_count(self, topic: str, count: int) -> None:
+        """Record the topic's partition count; not persisted yet."""
+        self._file.partitions[topic] = count
+
+    def known_topics(self) -> frozenset[str]:
+        """Topics this store created or configured (in the topic config file)."""
+        f = self._file
+        return frozenset(f.topics) | frozenset(f.topic_ids) | frozenset(f.partitions)
 
     def topic_id(self, topic: str) -> str:
         """The topic's id, made (and kept, not persisted yet) if it has none."""
@@ -182,6 +207,7 @@ class TopicConfigs:
             f.deleting.append(topic)
         f.topics.pop(topic, None)
         f.topic_ids.pop(topic, None)
+        f.partitions.pop(topic, None)
         self.persist()
 
     def finish_deletions(self, topics: Iterable[str]) -> None:

@@ -6,7 +6,9 @@ NOW = 1_700_000_000_000
 
 
 def files(d):
-    return sorted(n for n in os.listdir(d) if not n.startswith(".kstore"))
+    """The segment files of a partition dir: not kstore's dot files, nor the
+    leader-epoch-checkpoint every writable open keeps (tests/test_leader_epoch.py)."""
+    return sorted(n for n in os.listdir(d) if not n.startswith(".kstore") and n != "leader-epoch-checkpoint")
 
 
 def values(log, start=None):

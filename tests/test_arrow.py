@@ -236,9 +236,11 @@ def test_append_batches_rebases_offsets_and_keeps_bytes(open_log):
     recs = [r for chunk in lg.iter_chunks(1) for r in chunk]
     assert [r.offset for r in recs] == list(range(1, 91))
     assert [r.key for r in recs] == [b"k%d" % (i // 3) for i in range(90)]
-    # bytes after the base offset are those staged (no re-encoding)
+    # bytes after the base offset are those staged (no re-encoding), but for the partition
+    # leader epoch a broker's leader sets (0: a new partition's)
     raw = bytes(lg.read_batches(1, 1 << 20))
-    assert raw[8:len(staged) // 30] == staged[8:len(staged) // 30]
+    assert raw[8:12] == staged[8:12] and raw[16:len(staged) // 30] == staged[16:len(staged) // 30]
+    assert struct.unpack(">i", raw[12:16]) == (0,) and struct.unpack(">i", staged[12:16]) == (-1,)
     assert struct.unpack(">q", raw[:8])[0] == 1
 
 

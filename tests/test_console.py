@@ -218,17 +218,68 @@ def test_consume_follow_goes_on_when_retention_deletes_what_it_was_reading(tmp_p
         f"Processed a total of {len(got)} messages"]
 
 
-def test_consume_past_the_log_end_resumes_at_the_end_not_the_start(tmp_path):
-    """A position past the log end (the writer truncated below it, or --offset too far) resumes
-    at the log end, as Kafka's consumer resets; it used to start over from the log start and
-    print every record again."""
+PAST_END = "offset 50 of t-0 is past the log end 30 (OffsetOutOfRange)"
+
+
+def test_consume_offset_past_the_log_end_says_so(tmp_path, capsys):
+    """--offset N past the log end is Kafka's OffsetOutOfRange: said as such (not "gone by
+    retention", not "truncated", not a restart from the log start), exit 1."""
+    from kstore.tools import cli
     d = str(tmp_path / "s")
     produce(d, b"".join(b"r%d\n" % i for i in range(30)), "--topic", "t", "--partition", "0")
-    rc, out, err = consume(d, "--topic", "t", "--partition", "0", "--offset", "50")
-    assert (rc, out) == (0, b"")
-    assert err.splitlines() == [
-        "kstore consume: offset 50 of t-0 is past the log end 30 (truncated); resuming there",
-        "Processed a total of 0 messages"]
+    with pytest.raises(kstore.OffsetOutOfRangeError) as ei:
+        consume(d, "--topic", "t", "--partition", "0", "--offset", "50")
+    assert str(ei.value) == PAST_END
+    capsys.readouterr()
+    assert cli.main(["consume", "--log-dirs", d, "--topic", "t", "--partition", "0", "--offset", "50"]) == 1
+    assert capsys.readouterr() == ("", f"kstore: error: {PAST_END}\n")
+
+
+def test_consume_follow_waits_at_an_offset_past_the_log_end(tmp_path, watchdog):
+    """With --follow the consumer says so and waits at N: once another process appends up to
+    it, it prints the records from N, none before."""
+    watchdog(120)
+    d = str(tmp_path / "s")
+    msg = PAST_END
+    produce(d, b"".join(b"r%d\n" % i for i in range(30)), "--topic", "t", "--partition", "0")
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                          "--partition", "0", "--offset", "50", "--follow", "--max-messages", "2",
+                          "--timeout-ms", "60000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert c.stderr.readline().decode() == f"kstore consume: {msg}; waiting for it\n"
+        produce(d, b"".join(b"r%d\n" % i for i in range(30, 52)), "--topic", "t", "--partition", "0")
+        out, err = c.communicate(timeout=60)
+    finally:
+        if c.poll() is None:
+            c.kill()
+            c.wait(timeout=30)
+    assert (c.returncode, out, err) == (0, b"r50\nr51\n", b"Processed a total of 2 messages\n")
+
+
+def test_consume_usage_errors_exit_2_with_the_usage(tmp_path, capsys):
+    """Options that do not make a consume (or produce) command exit 2 with the subcommand's
+    usage, as argparse's own usage errors; errors of the data or the store exit 1."""
+    from kstore.tools import cli
+    d = str(tmp_path / "s")
+    produce(d, b"a\n", "--topic", "t", "--partition", "0")
+    capsys.readouterr()
+    for argv, why in [
+            (["--offset", "3"], "--offset with a number needs --partition (as Kafka's console consumer)"),
+            (["--offset", "earliest", "--from-beginning"], "give at most one of --from-beginning, --offset and --time"),
+            (["--partition", "0", "--offset", "-3"], "--offset -3: must not be negative"),
+            (["--partition", "0", "--offset", "soon"], "--offset 'soon': expected earliest, latest or a number")]:
+        with pytest.raises(SystemExit) as ei:
+            cli.main(["consume", "--log-dirs", d, "--topic", "t", *argv])
+        assert ei.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: kstore consume ") and err.endswith(f"kstore consume: error: {why}\n")
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["produce", "--log-dirs", d, "--topic", "t", "--key-separator", ""])
+    assert ei.value.code == 2
+    assert capsys.readouterr().err.endswith("kstore produce: error: --key-separator must not be empty\n")
+    assert cli.main(["consume", "--log-dirs", d, "--topic", "nope", "--from-beginning"]) == 1
 
 
 def test_consume_follow_prints_a_record_appended_after_it_started(tmp_path, watchdog):

@@ -322,8 +322,9 @@ def test_time_lookups_give_kafkas_answers_on_non_monotonic_timestamps(tmp_path, 
 
 
 def test_time_lookups_on_log_append_time_control_legacy_and_compressed_batches(tmp_path, remember):
-    """LogAppendTime: every record has the batch's max timestamp; a control batch is skipped
-    (its marker is not a record); v0/v1 messages and compressed batches are decoded as before."""
+    """LogAppendTime: every record has the batch's max timestamp; a control batch's record
+    counts, as in Kafka's FileRecords.searchForTimestamp (consumers skip it, the time lookup
+    does not); v0/v1 messages and compressed batches are decoded as before."""
     lat = build([(b"a", b"x" * 300, NOW)] * 20, base=0, lat=True, now=NOW + 50).getvalue()
     control = bytearray(craft_v2([(0, 0, b"\x00\x00\x00\x00", b"\x00" * 300)], base_offset=20, base_ts=NOW + 60, attrs=32))
     v1 = b"".join(build([(b"k", b"v", NOW + 70 + i)], magic=1, base=21 + i).getvalue() for i in range(3))
@@ -334,7 +335,8 @@ def test_time_lookups_on_log_append_time_control_legacy_and_compressed_batches(t
     m, _ = _file_mapping(tmp_path, raw)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW, 0) == (0, NOW + 50)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 50, 7) == (7, NOW + 50)
-    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 51, 0) == (21, NOW + 70)   # control skipped
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 51, 0) == (20, NOW + 60)   # the marker
+    assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 61, 0) == (21, NOW + 70)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 72, 0) == (23, NOW + 72)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 81, 0) == _ts_oracle(raw, NOW + 81, 0)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 81, 40) == _ts_oracle(raw, NOW + 81, 40)

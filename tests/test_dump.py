@@ -21,7 +21,7 @@ def test_dump_log_prints_kafka_lines(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == [f"Dumping {log}", "Log starting offset: 0"]
     assert lines[2].startswith("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 "
-                               "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: -1 "
+                               "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 0 "
                                "isTransactional: false isControl: false deleteHorizonMs: "
                                "OptionalLong.empty position: 0 CreateTime: 1000 size: ")
     assert lines[2].endswith("magic: 2 compresscodec: none crc: " + lines[2].split("crc: ")[1].split()[0]

@@ -351,7 +351,7 @@ def test_a_second_writable_open_in_this_process_is_refused(tmp_path):
         assert [r.value for r in again] == [b"v", b"w"]
     assert sorted(os.listdir(path)) == [".kstore-clean-shutdown", ".kstore-notify",
                                         "00000000000000000000.index", "00000000000000000000.log",
-                                        "00000000000000000000.timeindex"]
+                                        "00000000000000000000.timeindex", "leader-epoch-checkpoint"]
 
 
 def test_a_refused_open_holds_no_lock(tmp_path):

@@ -219,6 +219,30 @@ def test_offset_for_timestamp(open_log):
     assert log.offset_for_timestamp(-2) == 50
 
 
+def test_offset_for_timestamp_counts_control_batches_as_kafka(open_log, log_dir):
+    """Kafka's searchForTimestamp walks control batches' records too: a KRaft metadata log
+    opens with a control batch (LeaderChange at offset 0), so the first offset at its timestamp
+    is 0, not the first data record's 1; a commit marker between two data batches is the answer
+    for a timestamp between theirs (offset, and the marker's own timestamp)."""
+    from broker_dirs import CONTROL, control_key, end_txn_marker, leader_change, v2_batch
+    data = (v2_batch(0, [(0, 0, control_key(2), leader_change(1, [1]))], attrs=CONTROL)
+            + v2_batch(1, [(0, 0, b"k", b"a"), (1, 0, b"k", b"b")])
+            + v2_batch(3, [(0, 0, control_key(1), end_txn_marker(7))], base_ts=NOW + 5, attrs=CONTROL)
+            + v2_batch(4, [(0, 0, b"k", b"c")], base_ts=NOW + 10))
+    os.makedirs(log_dir)
+    with open(os.path.join(log_dir, "00000000000000000000.log"), "wb") as f:
+        f.write(data)
+    log = open_log()
+    assert [r.offset for r in log.read(0)] == [1, 2, 4]          # consumers skip control records
+    assert log.fetch_offset_by_timestamp(NOW) == (0, NOW)
+    assert log.fetch_offset_by_timestamp(NOW + 1) == (3, NOW + 5)
+    assert log.fetch_offset_by_timestamp(NOW + 5) == (3, NOW + 5)
+    assert log.fetch_offset_by_timestamp(NOW + 6) == (4, NOW + 10)
+    assert log.offset_for_timestamp(NOW + 11) is None
+    log.delete_records(1)
+    assert log.fetch_offset_by_timestamp(NOW) == (1, NOW)       # from the log start, as Kafka
+
+
 def test_max_timestamp_lookup_with_out_of_order_timestamps(open_log):
     log = open_log()
     log.append([(None, b"a", NOW + 5), (None, b"b", NOW + 50), (None, b"c", NOW + 7)])
@@ -499,12 +523,22 @@ GOLDEN = {
 
 
 def test_append_writes_the_same_bytes_as_before(tmp_path):
+    """The bytes main wrote, except that every batch now carries the partition leader epoch
+    (0, from the leader-epoch-checkpoint a new partition starts with) where it carried -1: the
+    field (outside the CRC) is checked and put back to -1 before hashing."""
     d = str(tmp_path / "g-0")
     _golden_workload(d)
     got = {}
     for name in sorted(os.listdir(d)):
         if name.endswith((".log", ".index", ".timeindex")):
             with open(os.path.join(d, name), "rb") as f:
-                data = f.read()
+                data = bytearray(f.read())
+            pos = 0
+            while name.endswith(".log") and pos < len(data):
+                assert struct.unpack_from(">i", data, pos + 12)[0] == 0
+                struct.pack_into(">i", data, pos + 12, -1)
+                pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
             got[name] = (len(data), hashlib.sha256(data).hexdigest())
     assert got == GOLDEN
+    with open(os.path.join(d, "leader-epoch-checkpoint"), "rb") as f:
+        assert f.read() == b"0\n1\n0 0\n"

@@ -425,6 +425,53 @@ def test_topic_with_holes_appends_by_key_and_names_the_missing_partition(tmp_pat
         assert [r.value for r in m.read("t", 2, 0)] == [b"a", b"b", b"e", b"rr", b"rr"]
 
 
+def test_a_brokers_partition_alone_opens_reads_and_appends_by_number(tmp_path, mock):
+    """A log dir holding partition 3 of a broker's topic (the rest live on other brokers): it
+    is read and appended to by number; a keyed append needs the topic's partition count, which
+    the dir does not know: a kstore error saying so (never a KeyError) until the count is given,
+    then keys map over it as Kafka's partitioner does; the count is kept."""
+    from broker_dirs import v2_batch, write_partition
+    from kstore.errors import UnknownPartitionCountError
+    d = str(tmp_path)
+    write_partition(d, "t-3", v2_batch(0, [(0, 0, b"k0", b"a"), (1, 1, b"k1", b"b")], leader_epoch=5))
+    keys = {p: next(b"k%d" % i for i in range(200) if partition_for_key(b"k%d" % i, 8) == p)
+            for p in (0, 3)}
+    with manager(d, mock=mock) as m:
+        assert (m.topics(), m.partitions("t"), m.partition_count("t")) == (["t"], [3], None)
+        assert [(r.offset, r.value) for r in m.read("t", 3, 0)] == [(0, b"a"), (1, b"b")]
+        assert m.append("t", b"k", b"c", partition=3).offset == 2
+        assert m.append_batch("t", 3, [(None, b"d")]).first_offset == 3
+        assert m.append("t", None, b"e").partition == 3          # round robin over those here
+        with pytest.raises(UnknownPartitionCountError) as ei:
+            m.append("t", keys[3], b"x")
+        assert str(ei.value) == (
+            "the partition count of topic 't' is unknown: this store holds its partitions [3] "
+            "(a broker's log dirs hold some of a topic's partitions), and a key is mapped to a "
+            "partition by the count; give the partition, or the count with "
+            "LogManager.set_partition_count('t', n)")
+        with pytest.raises(UnknownPartitionCountError):
+            m.ensure_topic("t")
+        assert m.ensure_topic("t", 3) == 4
+        with pytest.raises(UnknownTopicError) as ei:
+            m.append("t", None, b"x", partition=0)
+        assert str(ei.value) == "partition 0 of topic 't' is not in this store (its log dirs hold partitions [3])"
+        with pytest.raises(InvalidTopicError, match="must exceed its highest partition 3"):
+            m.set_partition_count("t", 3)
+        m.set_partition_count("t", 8)
+        assert m.append("t", keys[3], b"f").offset == 5
+        with pytest.raises(UnknownTopicError, match="partition 0 of topic 't' is not in this store"):
+            m.append("t", keys[0], b"x")
+        with pytest.raises(UnknownTopicError, match=r"partition 8 of 't' does not exist \(8 partitions\)"):
+            m.append("t", None, b"x", partition=8)
+    with manager(d, mock=mock) as m:
+        assert m.partition_count("t") == 8 and m.ensure_topic("t") == 8
+        assert [r.value for r in m.read("t", 3, 0)] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+        m.create_topic("u", 2)
+        assert m.partition_count("u") == 2 and m.add_partitions("u", 5) == [2, 3, 4]
+    with manager(d, mock=mock) as m:
+        assert m.partition_count("u") == 5
+
+
 def test_a_hostile_partition_is_isolated_and_says_why(tmp_path, mock, watchdog, caplog):
     """A FIFO named like a segment in t-1 and a symlinked partition dir u-0: both isolated
     (ERROR logged, failed_partitions, PartitionLoadError on use); the dir stays online, the

@@ -56,3 +56,23 @@ def test_a_topic_being_deleted_is_not_offered(tmp_path):
         assert [r.value for r in r.log("keep", 0).read(0)] == [b"k"]
     with kstore.LogManager(d, read_only=True) as m:
         assert m.topics() == ["keep"]
+
+
+def test_a_read_only_open_of_a_garbage_log_warns_through_the_kstore_logger(tmp_path, caplog):
+    """A StoreReader user (no CLI) hears of a .log that is no batches through the `kstore.log`
+    logger, with file, position and what is wrong, instead of an empty partition without a
+    word; a sound partition (its zero runway included) logs nothing."""
+    import logging
+    d = tmp_path / "d"
+    with kstore.LogManager(str(d)) as m:
+        m.create_topic("t", 2)
+        m.append("t", None, b"v", partition=1)
+    garbage = d / "t-0" / "00000000000000000000.log"
+    garbage.write_bytes(b"\x00" * 8 + b"\x00\x00\x00\x30" + b"\x07" * 40)
+    with caplog.at_level(logging.WARNING, logger="kstore"):
+        with kstore.StoreReader(str(d)) as s:
+            assert s.log("t", 0).read(0) == []
+            assert [r.value for r in s.log("t", 1).read(0)] == [b"v"]
+    warnings = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [("kstore.log", f"read-only open of {d / 't-0'}: {garbage}: position 0: 52 bytes "
+                         f"that are not a valid batch (unknown magic byte 7); the log's data ends there")]

@@ -21,7 +21,7 @@ from kstore.broker_config import BrokerConfig
 from kstore.errors import InvalidConfigError, KStoreError, UnknownTopicError
 from kstore.manager import LogManager
 from kstore.properties import load_properties
-from kstore.tools.dump import tail_problem
+from kstore.log_tail import tail_problem
 from kstore.tools.progress import Progress
 from kstore.reader import StoreReader, split_log_dirs
 from kstore.topics import read_topic_config_file

@@ -14,7 +14,7 @@ import time
 from typing import IO, Optional
 
 from kstore import _core, notify
-from kstore.tools.admin import open_manager, open_reader, parse_time
+from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError
 from kstore.tools.progress import Progress
 
@@ -37,13 +37,13 @@ def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Op
     if args.parse_key and sep is None:
         sep = b"\t"                                  # Kafka's key.separator default
     if sep is not None and not sep:
-        raise InvalidConfigError("--key-separator must not be empty")
+        raise UsageError("--key-separator must not be empty")
     batch_bytes = args.batch_size
     total = _regular_file_size(stdin)
     produced = 0
     line_no = 0
     with open_manager(args) as m, Progress(f"producing to {args.topic}", total, "B") as bar:
-        n_parts = m.ensure_topic(args.topic)
+        n_parts = m.ensure_topic(args.topic, args.partition)
         if args.partition is not None and not 0 <= args.partition < n_parts:
             raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist "
                                     f"({n_parts} partitions)")
@@ -136,9 +136,9 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
     err = err or sys.stderr
     starts = [s for s in (args.from_beginning, args.offset is not None, args.time is not None) if s]
     if len(starts) > 1:
-        raise InvalidConfigError("give at most one of --from-beginning, --offset and --time")
+        raise UsageError("give at most one of --from-beginning, --offset and --time")
     if args.offset is not None and args.offset not in ("earliest", "latest") and args.partition is None:
-        raise InvalidConfigError("--offset with a number needs --partition (as Kafka's console consumer)")
+        raise UsageError("--offset with a number needs --partition (as Kafka's console consumer)")
     fmt = Formatter(args)
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
@@ -148,12 +148,18 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
             if not args.follow:
                 raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         positions: dict[int, int] = {}
+        ahead: set[int] = set()     # --offset past the log end with --follow: waiting there
 
         def discover(first: bool) -> None:
             for _t, p in store.partitions(args.topic):
                 if p in positions or (args.partition is not None and p != args.partition):
                     continue
-                positions[p] = _start_offset(store.log(args.topic, p), args, appeared=not first)
+                lg = store.log(args.topic, p)
+                positions[p] = _start_offset(lg, args, appeared=not first)
+                if positions[p] > lg.log_end_offset:
+                    ahead.add(p)
+                    print(f"kstore consume: {_past_end(positions[p], f'{args.topic}-{p}', lg.log_end_offset)}"
+                          "; waiting for it", file=err, flush=True)
             if first and args.partition is not None and args.partition not in positions and not args.follow:
                 raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist")
 
@@ -176,8 +182,11 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         del positions[p]
                         continue
                     except OffsetOutOfRangeError:
+                        if p in ahead and positions[p] > lg.log_end_offset:
+                            continue             # not there yet: the wait below is for it
                         positions[p] = _resume_at(lg, positions[p], f"{args.topic}-{p}", err)
                         continue
+                    ahead.discard(p)
                     if not recs:
                         # the end, or nothing left at or after the position in its segment (a
                         # compacted tail): go on at the next segment
@@ -304,6 +313,10 @@ def _resume_at(lg, pos: int, name: str, err) -> int:
     return lg.log_start_offset
 
 
+def _past_end(pos: int, name: str, end: int) -> str:
+    return f"offset {pos} of {name} is past the log end {end} (OffsetOutOfRange)"
+
+
 def _past_gap(lg, pos: int) -> int:
     if pos >= lg.log_end_offset:
         return pos
@@ -324,9 +337,13 @@ def _start_offset(lg, args, appeared: bool) -> int:
         try:
             off = int(args.offset)
         except ValueError:
-            raise InvalidConfigError(f"--offset {args.offset!r}: expected earliest, latest or a number") from None
+            raise UsageError(f"--offset {args.offset!r}: expected earliest, latest or a number") from None
         if off < 0:
-            raise InvalidConfigError(f"--offset {off}: must not be negative")
+            raise UsageError(f"--offset {off}: must not be negative")
+        if off > lg.log_end_offset and not args.follow:
+            # Kafka's fetch answers OFFSET_OUT_OF_RANGE; without --follow there is nothing to
+            # wait for (with it, the caller waits there)
+            raise OffsetOutOfRangeError(_past_end(off, f"{args.topic}-{args.partition}", lg.log_end_offset))
         return max(off, lg.log_start_offset)
     if args.time is not None:
         ts = parse_time(args.time)
