@@ -82,10 +82,12 @@ def test_commit_is_one_batch_of_kafka_records(tmp_path):
                                          TP("t", 1): OffsetAndMetadata(7, "meta", 3, NOW)}
         assert gc.fetch_offsets("g", [("t", 1), TP("x", 0)]) == {TP("t", 1): OffsetAndMetadata(7, "meta", 3, NOW)}
         assert gc.fetch_offsets("other") == {}
-    # the partition directory is Kafka's: partition.metadata, no kstore marker, no lock files
+    # the partition directory is Kafka's: partition.metadata, the leader epoch cache (epoch 0
+    # from offset 0, as a broker's first leader), no kstore marker, no lock files
     names = sorted(os.listdir(p))
     assert names == [".kstore-notify", "00000000000000000000.index", "00000000000000000000.log",
-                     "00000000000000000000.timeindex", "partition.metadata"]
+                     "00000000000000000000.timeindex", "leader-epoch-checkpoint", "partition.metadata"]
+    assert open(os.path.join(p, "leader-epoch-checkpoint")).read() == "0\n1\n0 0\n"
     rec = json.loads(open(os.path.join(d, GROUPS_DIR, TOPIC_FILE)).read())
     assert rec["num_partitions"] == 50
     assert open(os.path.join(p, "partition.metadata")).read() == f"version: 0\ntopic_id: {rec['topic_id']}\n"
