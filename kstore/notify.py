@@ -34,7 +34,8 @@ from kstore import _notify
 from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 
-__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "LogNotifier", "wait_any", "writer_bell"]
+__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "LogNotifier", "ring_hints", "wait_any",
+           "writer_bell"]
 
 log = logging.getLogger("kstore.notify")
 
@@ -70,7 +71,10 @@ class WaitableLog(Protocol):
     def log_start_offset(self) -> int: ...
     @property
     def active_segment(self) -> "_Based": ...
-    def refresh(self) -> None: ...
+    @property
+    def segments(self) -> Sequence: ...
+    def refresh(self, log_start_offset: Optional[int] = None, *,
+                tail: Optional[tuple[int, int]] = None) -> None: ...
 
 # the Bell of a log not loaded yet or read-only: rung, never waited on (no mapping per log)
 _NOBODY = _Bell.private()
@@ -121,6 +125,14 @@ def _reader_bell(io: FileOps, path: str, ident: Optional[tuple[int, int]],
     return (bell, new) if bell.valid else (None, None)
 
 
+def ring_hints(segs: Sequence, log_end: int, log_start: int) -> tuple[int, int, int, int]:
+    """Bell.ring's arguments for a log whose segment list is segs: (log end, active base, log
+    start, active size)."""
+    if segs:
+        return (log_end, segs[-1].base_offset, log_start, segs[-1].size)
+    return (log_end, -1, log_start, 0)
+
+
 def _state(lg: WaitableLog) -> tuple[int, int, int]:
     """What a reader knows, in the hints' shape: (log end, active base, log start)."""
     try:
@@ -148,6 +160,11 @@ class LogNotifier:
         self._checked = float("-inf")       # when the reader last looked at the file
         self._seen = -1                     # the word's counter at the last catch-up
         self._refreshed = time.monotonic()  # about when the log last refreshed (its open)
+        # the page's list stamp read before the last full refresh (-1: none usable), and when
+        # that refresh was: while the stamp stays the same, appends are learnt from the size hint
+        # alone (catch_up), for at most RECHECK_S between full refreshes
+        self._stamp = -1
+        self._listed = float("-inf")
         self._lock = threading.Lock()
         self.attached = False
 
@@ -162,10 +179,11 @@ class LogNotifier:
         """A closing log (lock held): wake its in-process waiters (and, read-only, the file's:
         they check the hints and sleep again), then unmap its pages (a writable shared mapping
         holds the file open for writing; a sleeper keeps it mapped until it wakes)."""
-        self.bell.ring(*_state(self._log))
+        lg = self._log
+        self.bell.ring(*ring_hints(lg.segments, lg.log_end_offset, lg.log_start_offset))
         reader = self._reader
         if reader is not None:
-            reader.bump_end(*reader.hints()[:2])
+            reader.nudge()
             reader.close()
         if self.bell is not _NOBODY:
             self.bell.close()
@@ -184,7 +202,8 @@ class LogNotifier:
             old = self._reader
             bell, ident = _reader_bell(self._io, self._path, self._ident, old)
             if ident != self._ident:
-                self._seen = -1          # a new file: its counter says nothing yet
+                self._seen = -1          # a new file: its counter and stamp say nothing yet
+                self._stamp = -1
             self._reader, self._ident = bell, ident
             if old is not None and old is not bell:
                 old.close()              # a sleeper on it keeps it mapped until it wakes
@@ -194,6 +213,9 @@ class LogNotifier:
         """A read-only log: refresh unless the word is unchanged since the last catch-up or the
         hints show nothing new; after a quiet slice (quiet) the hints are compared whatever the
         word, and a refresh made anyway if the last is RECHECK_S old; with no Bell, always.
+        While the page's list stamp is the one read before the last full refresh (less than
+        RECHECK_S ago), the refresh is the tail one: the active base and size hints passed on,
+        the new bytes validated through the kept descriptor (ro_refresh.py), no listing.
         Writable logs: nothing to do."""
         lg = self._log
         if not lg.read_only:
@@ -205,11 +227,18 @@ class LogNotifier:
             if bell is not None and (not quiet or now - self._refreshed < RECHECK_S):
                 if counter == self._seen and not quiet:
                     return
+                stamp, base, size = bell.tail()
+                if stamp == self._stamp >= 0 and now - self._listed < RECHECK_S:
+                    self._seen = counter
+                    self._refreshed = now
+                    lg.refresh(tail=(base, size))
+                    return
                 if tuple(bell.hints()) == _state(lg):
                     self._seen = counter
                     return
             self._seen = counter
-            self._refreshed = now
+            self._refreshed = self._listed = now
+            self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
             lg.refresh()
 
     def _check_open(self) -> None:

@@ -35,6 +35,9 @@ _INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "of
 _PROBE = 4096
 _MAX_WINDOW = 256 << 10
 
+#: the most a tail refresh (extend_tail) reads in one pread; more goes through the windows
+_TAIL_MAX = 4 << 20
+
 #: descriptors kept open across refreshes, one per read-only log's last segment at most: a
 #: StoreReader of 1000 partitions stays far below the usual 1024 limit (past the cap a refresh
 #: opens and closes the file as before); one idle for KEEP_QUIET_S is closed
@@ -186,6 +189,39 @@ class ReadOnlySegment(LogSegment):
             self.view.corrupt = corrupt
             self._max_ts = best
             if first or grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
+                self._load_index_prefix()
+            return True
+
+    def extend_tail(self, end: int) -> bool:
+        """The tail refresh of the last segment (ro_refresh.ReadOnlyRefresh.scan): the writer's
+        notification page says the segment's data ends at `end` and nothing but appends changed
+        since this view was listed. The bytes from the valid size to `end` are read through the
+        kept descriptor (one pread: no stat, no open) and validated as any refresh validates
+        them (CRC, offsets following the last one, in C); they become visible only if they
+        validate whole. Returns False, changing nothing, when the full refresh must look: no kept
+        descriptor, a size hint below the valid size or more than _TAIL_MAX past it, bytes that
+        do not validate whole (short, torn, corrupt: refresh_read_only tells which), data past
+        the mapping. The hint is never trusted for what is read, only for where to look."""
+        with self._lock:
+            fd, size = self._ro_fd, self.size
+            if fd is None or self.closed or self.view.corrupt is not None:
+                return False
+            if end <= size:
+                return end == size
+            if end - size > _TAIL_MAX or self._map is None or self._map.length < end:
+                return False
+            data = self._io.pread(fd, end - size, size)
+            valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
+                                                               self._ro_last_offset)
+            if valid != end - size:
+                return False
+            best = self._max_ts
+            if best is None or mts > best[0]:
+                self._max_ts = (mts, moff)
+            self._ro_last_offset = last
+            self._ro_grown_at = _time.monotonic()
+            self.size = end
+            if end - 1 > self._ro_indexed + self._config.index_interval_bytes:
                 self._load_index_prefix()
             return True
 

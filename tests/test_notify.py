@@ -65,8 +65,9 @@ def test_an_armed_word_is_cleared_by_the_next_bump():
     w = b.load()
     armed = b.arm()
     assert armed == w | 1 and b.load() == armed and b.arm() == armed
-    b.bump_end(7, 0)
+    b.bump_end(7, 0, 130)
     assert b.load() == (w | 1) + 1 and b.hints() == (7, 0, 0)
+    assert b.tail() == (-1, 0, 130)            # a private page's stamp has no owner: unusable
     assert b.sleep(armed, 5.0) != 0            # the word changed: EAGAIN at once
     assert b.spin(b.load(), 0.001) is False
 

@@ -57,7 +57,7 @@ def _writer(mode: str, path: str, n: int, batch: int, rate: float, conn, ready, 
         _pace(start, i, rate)
         ts = _now().to_bytes(8, "little")
         if bell is not None:
-            bell.ring(int.from_bytes(ts, "little"), 0, 0)
+            bell.bump_end(int.from_bytes(ts, "little"), 0, 0)
         elif lg is None:
             conn.send_bytes(ts)
         else:
