@@ -14,7 +14,7 @@ The page starts with a header (native byte order; the page is never shared betwe
     40  8  the writer's pid (informative)
     48  8  hint: the active segment's size (bytes of whole batches the writer appended)
     56  8  the list stamp: changed by every change of the log other than an append (a roll,
-           truncation, deletion, swap, new log start, close) and by every writer's open
+           truncation, deletion, swap, new log start) and by every writer's open
     64  8  the pid that wrote the stamp: a writer of an older kstore (which does not keep the
            stamp) rewrites the pid at 40 only, so the stamp is ignored until they agree again
 

@@ -180,7 +180,8 @@ class LogNotifier:
         they check the hints and sleep again), then unmap its pages (a writable shared mapping
         holds the file open for writing; a sleeper keeps it mapped until it wakes)."""
         lg = self._log
-        self.bell.ring(*ring_hints(lg.segments, lg.log_end_offset, lg.log_start_offset))
+        end, base, _, size = ring_hints(lg.segments, lg.log_end_offset, lg.log_start_offset)
+        self.bell.bump_end(end, base, size)     # the segment list is unchanged: the same stamp
         reader = self._reader
         if reader is not None:
             reader.nudge()
@@ -215,7 +216,9 @@ class LogNotifier:
         word, and a refresh made anyway if the last is RECHECK_S old; with no Bell, always.
         While the page's list stamp is the one read before the last full refresh (less than
         RECHECK_S ago), the refresh is the tail one: the active base and size hints passed on,
-        the new bytes validated through the kept descriptor (ro_refresh.py), no listing.
+        the new bytes validated through the kept descriptor (ro_refresh.py), no listing. Equal
+        hints skip the refresh only under that stamp (or a page without one): a truncation
+        followed by appends can restore all three, and the first catch-up learns the stamp.
         Writable logs: nothing to do."""
         lg = self._log
         if not lg.read_only:
@@ -228,13 +231,14 @@ class LogNotifier:
                 if counter == self._seen and not quiet:
                     return
                 stamp, base, size = bell.tail()
-                if stamp == self._stamp >= 0 and now - self._listed < RECHECK_S:
+                same = stamp == self._stamp >= 0
+                if (same or stamp < 0) and tuple(bell.hints()) == _state(lg):
+                    self._seen = counter      # (a moved stamp: a truncation can restore them)
+                    return
+                if same and now - self._listed < RECHECK_S:
                     self._seen = counter
                     self._refreshed = now
                     lg.refresh(tail=(base, size))
-                    return
-                if tuple(bell.hints()) == _state(lg):
-                    self._seen = counter
                     return
             self._seen = counter
             self._refreshed = self._listed = now

@@ -200,21 +200,22 @@ class ReadOnlySegment(LogSegment):
         them (CRC, offsets following the last one, in C); they become visible only if they
         validate whole. Returns False, changing nothing, when the full refresh must look: no kept
         descriptor, a size hint below the valid size or more than _TAIL_MAX past it, bytes that
-        do not validate whole (short, torn, corrupt: refresh_read_only tells which), data past
-        the mapping. The hint is never trusted for what is read, only for where to look."""
+        do not validate whole (short, torn, corrupt: refresh_read_only tells which). The hint is never trusted for what is read, only for where to look."""
         with self._lock:
             fd, size = self._ro_fd, self.size
             if fd is None or self.closed or self.view.corrupt is not None:
                 return False
             if end <= size:
                 return end == size
-            if end - size > _TAIL_MAX or self._map is None or self._map.length < end:
+            if end - size > _TAIL_MAX or self._map is None:
                 return False
             data = self._io.pread(fd, end - size, size)
             valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
                                                                self._ro_last_offset)
             if valid != end - size:
                 return False
+            if self._map.length < end:
+                self._remap(fd, end, end)    # the file holds them: the pread returned them
             best = self._max_ts
             if best is None or mts > best[0]:
                 self._max_ts = (mts, moff)
