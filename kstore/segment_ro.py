@@ -38,6 +38,12 @@ _MAX_WINDOW = 256 << 10
 #: the most a tail refresh (extend_tail) reads in one pread; more goes through the windows
 _TAIL_MAX = 4 << 20
 
+#: a tail refresh extends the index copies (two opens, preads and a stat: more than the rest of
+#: it) only every _TAIL_INDEX_EVERY refreshes or once the data runs _TAIL_INDEX_LAG bytes past the
+#: last entry copied: reads in between scan at most that many batch headers from the last entry
+_TAIL_INDEX_EVERY = 128
+_TAIL_INDEX_LAG = 1 << 20
+
 #: descriptors kept open across refreshes, one per read-only log's last segment at most: a
 #: StoreReader of 1000 partitions stays far below the usual 1024 limit (past the cap a refresh
 #: opens and closes the file as before); one idle for KEEP_QUIET_S is closed
@@ -95,6 +101,7 @@ class ReadOnlySegment(LogSegment):
         # it was idle for KEEP_QUIET_S
         self._ro_fd: Optional[int] = None
         self._ro_grown_at = 0.0          # time.monotonic() of the last refresh that found bytes
+        self._ro_tails = 0               # tail refreshes since the index copies were extended
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -222,7 +229,10 @@ class ReadOnlySegment(LogSegment):
             self._ro_last_offset = last
             self._ro_grown_at = _time.monotonic()
             self.size = end
-            if end - 1 > self._ro_indexed + self._config.index_interval_bytes:
+            self._ro_tails += 1
+            if end - 1 > self._ro_indexed + self._config.index_interval_bytes and (
+                    self._ro_tails >= _TAIL_INDEX_EVERY or end - self._ro_indexed > _TAIL_INDEX_LAG):
+                self._ro_tails = 0
                 self._load_index_prefix()
             return True
 

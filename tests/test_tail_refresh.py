@@ -119,17 +119,29 @@ def test_an_append_is_learnt_from_the_size_hint_alone(open_log, log_dir):
         assert _records(ro) == _records(lg)
 
 
-def test_the_index_copies_follow_tail_refreshes(open_log, log_dir):
+def test_the_index_copies_follow_tail_refreshes(open_log, log_dir, monkeypatch):
+    # extended now and then (segment_ro._TAIL_INDEX_EVERY / _LAG): always a prefix of the
+    # writer's entries, reads and time lookups the same as the writer's meanwhile
     lg, ro, ops = _tailing(open_log, log_dir, {"index.interval.bytes": 300})
+
+    def entries(seg):
+        return [idx.entries_array().tobytes() for idx in (seg.offset_index, seg.time_index)]
+    copied = set()
     for i in range(60):
         lg.append([(b"%016d" % i, b"v" * 100)] * (1 + i % 3 * 400))
         _catch_up(ro)
         assert ro.log_end_offset == lg.log_end_offset
-    w, r = lg.segments[-1], ro.segments[-1]
-    assert r.offset_index.entries_array().tobytes() == w.offset_index.entries_array().tobytes()
-    assert r.time_index.entries_array().tobytes() == w.time_index.entries_array().tobytes()
-    assert r.offset_index.entries > 30
-    assert ro.offset_for_timestamp(0) == lg.offset_for_timestamp(0)
+        mine, theirs = entries(ro.segments[-1]), entries(lg.segments[-1])
+        assert all(t.startswith(m) for m, t in zip(mine, theirs))
+        copied.add(ro.segments[-1].offset_index.entries)
+        assert _records(ro, lg.log_end_offset - 3) == _records(lg, lg.log_end_offset - 3)
+        assert ro.offset_for_timestamp(0) == lg.offset_for_timestamp(0)
+    assert len(copied) > 3                       # extended along the way, not only at the start
+    monkeypatch.setattr(segment_ro, "_TAIL_INDEX_EVERY", 1)
+    lg.append([REC] * 10)
+    _catch_up(ro)
+    assert entries(ro.segments[-1]) == entries(lg.segments[-1])
+    assert ro.segments[-1].offset_index.entries > 30
     assert _records(ro, 500) == _records(lg, 500)
 
 
