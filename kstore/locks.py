@@ -12,7 +12,8 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 (create/delete/add/alter topics, start-up's publishing); appends,
                                 the scheduled tasks and the cleaner read the registry without it
   LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
-                                takes Log._lock) and re-opening its notification file (notify.py)
+                                takes Log._lock) and re-opening its notification file, and the
+                                list stamp it trusts for tail refreshes (notify.py)
   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
   Log._lock                     the append lock: in-memory state, the segment list, the bytes
                                 of an append. No fsync/msync waits and no scheduler hand-off
@@ -42,7 +43,10 @@ marker's unlink and directory fsync begun at the open, under whatever locks its 
 The removal's thread takes no kstore lock.
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
-and at most one FUTEX_WAKE), waiters sleep on it holding no lock.
+and at most one FUTEX_WAKE), waiters sleep on it holding no lock. The page's hints (log end,
+active base and size, log start) and list stamp are stored by the writer under Log._lock before
+the bump and read by waiters without a lock: they only say where to look (the bytes read are
+validated), and a torn read of them is followed by the bump that completes it.
 Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
 (delete_topic closes logs under it, so Log code never calls into the manager).

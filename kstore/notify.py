@@ -55,6 +55,8 @@ _Bell = _notify.Bell
 class _Based(Protocol):
     @property
     def base_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
 
 
 class WaitableLog(Protocol):
@@ -245,6 +247,31 @@ class LogNotifier:
             self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
             lg.refresh()
 
+    def _tail(self, bell: _notify.Bell, offset: int) -> bool:
+        """A read-only waiter just woken: catch_up's tail refresh without its other checks, when
+        the page's stamp is the trusted one and its hints name new bytes in the log's last
+        segment; True if the log end then passes offset. False: the wait's loop looks (nothing
+        changed)."""
+        word = bell.arm()
+        stamp, base, size = bell.tail()
+        if stamp != self._stamp or stamp < 0:
+            return False
+        lg = self._log
+        with self._lock:
+            now = time.monotonic()
+            if lg.closed or self._reader is not bell or now - self._listed >= RECHECK_S:
+                return False
+            try:
+                seg = lg.active_segment
+            except IndexError:           # no segment yet
+                return False
+            if seg.base_offset != base or seg.size >= size:
+                return False
+            self._seen = word >> 1
+            self._refreshed = now
+            lg.refresh(tail=(base, size))
+        return lg.log_end_offset > offset
+
     def _check_open(self) -> None:
         if self._log.closed:
             raise KStoreStateError(f"log {self._log.dir} is closed")
@@ -286,6 +313,8 @@ class LogNotifier:
                 bell.spin(word, min(left, spin_until - now))
                 continue
             r = bell.sleep(word, min(left, SLICE_S))
+            if (r == 0 or r == errno.EAGAIN) and lg.read_only and self._tail(bell, offset):
+                return True
             if r == errno.ETIMEDOUT:
                 quiet = True           # a quiet slice: look at the hints whatever the word
             elif r == errno.ENOSYS:

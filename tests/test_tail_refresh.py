@@ -23,6 +23,7 @@ class Ops(FileOps):
 
     def __init__(self):
         self.reset()
+        self.maps: list = []
 
     def reset(self):
         self.read = collections.Counter()
@@ -40,6 +41,15 @@ class Ops(FileOps):
     def open(self, path, flags, mode=0o644):
         self.meta["open"] += 1
         return super().open(path, flags, mode)
+
+    def close(self, fd):
+        self.meta["close"] += 1
+        return super().close(fd)
+
+    def map(self, fd, length, writable):
+        m = super().map(fd, length, writable)
+        self.maps.append(m)
+        return m
 
     def stat(self, fd):
         self.meta["fstat"] += 1
@@ -117,6 +127,46 @@ def test_an_append_is_learnt_from_the_size_hint_alone(open_log, log_dir):
         assert ro.log_end_offset == lg.log_end_offset
         assert ro.segments[-1].size == lg.segments[-1].size
         assert _records(ro) == _records(lg)
+
+
+def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
+    # another thread's append wakes the waiter, which learns it with one pread: nothing listed,
+    # stat'd or opened
+    watchdog(60)
+    lg, ro, ops = _tailing(open_log, log_dir)
+    for n in (1, 1000):
+        end = lg.log_end_offset
+        before = ro.segments[-1].size
+        ops.reset()
+        t = threading.Thread(target=lambda n=n: (time.sleep(0.05), lg.append([REC] * n)))
+        t.start()
+        assert ro.wait_for(end, timeout=30) is True
+        join_all([t], 30)
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
+        assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
+
+
+def test_every_descriptor_and_mapping_of_tail_refreshes_is_released(open_log, log_dir):
+    # big batches pass the reader's mapping: remapped by the tail refresh (the old mapping
+    # closed at once); a roll makes a new last segment; at close nothing is left open or mapped
+    # (a segment dropped for a replaced file keeps its mapping for the readers still on it
+    # until it is freed: not done here, ops.maps holds them)
+    ops = Ops()
+    lg = open_log()
+    lg.append([REC])
+    ro = open_log(path=log_dir, read_only=True, io=ops)
+    opens_before = ops.meta["open"]
+    for i in range(12):
+        lg.append([REC] * 1000)
+        _catch_up(ro)
+        assert ro.log_end_offset == lg.log_end_offset
+        if i == 5:
+            lg.roll()
+        assert sum(not m.closed for m in ops.maps) <= 2 * len(ro.segments) + 1
+    assert _records(ro, 6000) == _records(lg, 6000)
+    ro.close()
+    assert ops.meta["open"] > opens_before and ops.meta["open"] == ops.meta["close"]
+    assert [m for m in ops.maps if not m.closed] == [] and len(ops.maps) > 4
 
 
 def test_the_index_copies_follow_tail_refreshes(open_log, log_dir, monkeypatch):
