@@ -232,16 +232,20 @@ class LogNotifier:
             if bell is not None and (not quiet or now - self._refreshed < RECHECK_S):
                 if counter == self._seen and not quiet:
                     return
+                hints = tuple(bell.hints())   # (before the size: it is stored after them)
                 stamp, base, size = bell.tail()
                 same = stamp == self._stamp >= 0
-                if (same or stamp < 0) and tuple(bell.hints()) == _state(lg):
+                if (same or stamp < 0) and hints == _state(lg):
                     self._seen = counter      # (a moved stamp: a truncation can restore them)
                     return
                 if same and now - self._listed < RECHECK_S:
                     self._seen = counter
                     self._refreshed = now
                     lg.refresh(tail=(base, size))
-                    return
+                    if lg.log_end_offset >= hints[0]:
+                        return
+                    # the size hint does not explain the end hint (a writer that does not
+                    # keep them, under a reused pid): the full refresh
             self._seen = counter
             self._refreshed = self._listed = now
             self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
@@ -253,6 +257,7 @@ class LogNotifier:
         segment; True if the log end then passes offset. False: the wait's loop looks (nothing
         changed)."""
         word = bell.arm()
+        end = bell.hints()[0]
         stamp, base, size = bell.tail()
         if stamp != self._stamp or stamp < 0:
             return False
@@ -267,9 +272,10 @@ class LogNotifier:
                 return False
             if seg.base_offset != base or seg.size >= size:
                 return False
-            self._seen = word >> 1
             self._refreshed = now
             lg.refresh(tail=(base, size))
+            if lg.log_end_offset >= end:
+                self._seen = word >> 1       # else the loop's catch-up looks again
         return lg.log_end_offset > offset
 
     def _check_open(self) -> None:

@@ -240,6 +240,21 @@ def test_a_page_written_by_an_older_writer_is_not_trusted(open_log, log_dir):
     page.close()
 
 
+def test_a_size_hint_that_does_not_explain_the_end_hint_takes_the_full_refresh(open_log, log_dir):
+    # a writer that stores the end but not the size (an older kstore under a reused pid): the
+    # tail refresh finds nothing at the stale size, the end hint says there is more
+    lg, ro, ops = _tailing(open_log, log_dir)
+    page = _page(log_dir)
+    stale = page.tail()[2]
+    lg.append([REC] * 3)
+    page.bump_end(lg.log_end_offset, 0, stale)
+    ops.reset()
+    _catch_up(ro)
+    assert ops.meta["stat_path"] >= 1 and ro.log_end_offset == lg.log_end_offset == 5
+    assert _records(ro) == _records(lg)
+    page.close()
+
+
 def test_a_truncation_back_to_the_same_size_is_seen(open_log, log_dir):
     # the size hint alone cannot tell a replaced file of the same length: the stamp does
     lg, ro, ops = _tailing(open_log, log_dir)
