@@ -12,6 +12,15 @@ The page starts with a header (native byte order; the page is never shared betwe
     24  8  hint: the active segment's base } uses them only to skip a refresh that cannot
     32  8  hint: the log start offset      } find anything, never as data
     40  8  the writer's pid (informative)
+    48  8  hint: the active segment's size (bytes of whole batches the writer appended)
+    56  8  the list stamp: changed by every change of the log other than an append (a roll,
+           truncation, deletion, swap, new log start) and by every writer's open
+    64  8  the pid that wrote the stamp: a writer of an older kstore (which does not keep the
+           stamp) rewrites the pid at 40 only, so the stamp is ignored until they agree again
+
+A read-only reader that listed the segments while the stamp was S, and sees it still S with
+the same active base, learns an append by validating the bytes from its valid end to the size
+hint through its kept descriptor (ro_refresh.py): no directory listing, no stat.
 
 The writer bumps the word after every change of the log end, in one atomic step that also
 clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). A waiter
@@ -118,26 +127,57 @@ cdef class Bell:
         memcpy(self.base, _MAGIC, 8)
         memcpy(self.base + 8, &version, 4)
         kn_store64(<int64_t*>(self.base + 40), pid)
+        self._restamp(pid)
 
-    cpdef void bump_end(self, int64_t log_end, int64_t active_base) noexcept:
-        """After an append (the hot path): store the end and active base hints, bump, and wake
-        only if a waiter is armed."""
+    cdef void _restamp(self, int64_t pid) noexcept:
+        # the list stamp moves on (a writer's open may have completed swaps, removed files)
+        cdef int64_t stamp = kn_load64(<int64_t*>(self.base + 56))
+        kn_store64(<int64_t*>(self.base + 56), stamp + 1 if 0 < stamp < (1LL << 62) else 1)
+        kn_store64(<int64_t*>(self.base + 64), pid)
+
+    cpdef void bump_end(self, int64_t log_end, int64_t active_base, int64_t active_size) noexcept:
+        """After an append (the hot path): store the end, active base and active size hints,
+        bump, and wake only if a waiter is armed."""
         if self.closed:
             return
         kn_store64(<int64_t*>(self.base + 16), log_end)
         kn_store64(<int64_t*>(self.base + 24), active_base)
+        kn_store64(<int64_t*>(self.base + 48), active_size)
         if kn_bump(self.word):
             kn_wake(self.word)
 
-    cpdef void ring(self, int64_t log_end, int64_t active_base, int64_t log_start) noexcept:
-        """After any other change of the log (roll, truncation, a new log start, close)."""
+    cpdef void ring(self, int64_t log_end, int64_t active_base, int64_t log_start,
+                    int64_t active_size) noexcept:
+        """After any other change of the log (roll, truncation, a new log start, close): the
+        hints, a new list stamp, bump."""
         if self.closed:
             return
         kn_store64(<int64_t*>(self.base + 16), log_end)
         kn_store64(<int64_t*>(self.base + 24), active_base)
         kn_store64(<int64_t*>(self.base + 32), log_start)
+        kn_store64(<int64_t*>(self.base + 48), active_size)
+        self._restamp(kn_load64(<int64_t*>(self.base + 40)))
         if kn_bump(self.word):
             kn_wake(self.word)
+
+    def nudge(self):
+        """Bump the word without changing a hint (a closing reader wakes the file's other
+        sleepers: they look again)."""
+        if not self.closed and kn_bump(self.word):
+            kn_wake(self.word)
+
+    def tail(self) -> tuple:
+        """(list stamp, active base, active size) as the writer last stored them; the stamp is
+        -1 when it cannot be used (never written, or not by the writer whose pid the page
+        holds: an older kstore writer, which does not keep it)."""
+        cdef int64_t stamp, owner
+        if self.closed:
+            return (-1, -1, -1)
+        stamp = kn_load64(<int64_t*>(self.base + 56))
+        owner = kn_load64(<int64_t*>(self.base + 64))
+        if owner <= 0 or stamp <= 0 or owner != kn_load64(<int64_t*>(self.base + 40)):
+            stamp = -1
+        return (stamp, kn_load64(<int64_t*>(self.base + 24)), kn_load64(<int64_t*>(self.base + 48)))
 
     def load(self) -> int:
         """The word now."""

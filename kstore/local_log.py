@@ -24,7 +24,7 @@ from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from kstore.log_loader import STANDALONE_CLEAN_MARKER
 from kstore.log_segments import LogSegments
-from kstore.notify import LogNotifier
+from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
 
 log = logging.getLogger("kstore.log")
@@ -144,8 +144,7 @@ class LocalLog:
 
     def _ring(self) -> None:
         """Wake wait_for's waiters after a change other than an append (lock held)."""
-        bases = self._segments.bases
-        self._bell.ring(self._leo, bases[-1] if bases else -1, self._log_start_offset)
+        self._bell.ring(*ring_hints(self._segments.segs, self._leo, self._log_start_offset))
 
     def wait_for(self, offset: int, timeout: Optional[float] = None, *, spin: float = 0.0) -> bool:
         """Block until the log end is above offset (True) or timeout seconds pass (False; None

@@ -20,7 +20,8 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 (create/delete/add/alter topics, start-up's publishing); appends,
                                 the scheduled tasks and the cleaner read the registry without it
   LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
-                                takes Log._lock) and re-opening its notification file (notify.py)
+                                takes Log._lock) and re-opening its notification file, and the
+                                list stamp it trusts for tail refreshes (notify.py)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
@@ -76,7 +77,10 @@ no lock of its own; it calls GroupMember and GroupCoordinator (their locks) and 
 and waits holding nothing.
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
-and at most one FUTEX_WAKE), waiters sleep on it holding no lock.
+and at most one FUTEX_WAKE), waiters sleep on it holding no lock. The page's hints (log end,
+active base and size, log start) and list stamp are stored by the writer under Log._lock before
+the bump and read by waiters without a lock: they only say where to look (the bytes read are
+validated), and a torn read of them is followed by the bump that completes it.
 Order that matters most: _flush_lock before Log._lock (a flush holds the first while waiting
 for the second, so nothing under Log._lock may flush); LogRegistry.lock before Log._lock
 (delete_topic closes logs under it, so Log code never calls into the manager).

@@ -120,16 +120,16 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self.refresh(log_start_offset)
         warn_unreadable(self)          # a garbage .log is said, not shown as empty (log_tail.py)
 
-    def refresh(self, log_start_offset: Optional[int] = None) -> None:
-        """Read-only logs: pick up segments and batches another process added, segments it
-        deleted and files it replaced (compaction, truncation: a new segment reads the new
-        file; readers still holding the old one finish on it). A no-op for a writable log.
-        UnknownTopicError if the partition directory itself is gone (topic deleted)."""
+    def refresh(self, log_start_offset: Optional[int] = None, *,
+                tail: Optional[tuple[int, int]] = None) -> None:
+        """Read-only logs: pick up the segments and batches another process added, deleted or
+        replaced (readers of an old file finish on it); tail: the writer's (active base, size)
+        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone."""
         if not self.read_only:
             return
         with self._lock:
             segs = self._ro_refresh.scan(self._segments, lambda: LogLoader(
-                self.dir, self._config, io=self._io, time=self._time, rng=self._rng))
+                self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail)
             if segs is not self._segments:
                 self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
@@ -266,7 +266,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             seg = self._roll_locked(b.base_offset)
         seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
         self._leo = last + 1
-        self._bell.bump_end(self._leo, seg.base_offset)     # wait_for's waiters (notify.py)
+        self._bell.bump_end(self._leo, seg.base_offset, seg.size)   # wait_for's (notify.py)
 
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config

@@ -34,7 +34,8 @@ from kstore import _notify
 from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 
-__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "LogNotifier", "wait_any", "writer_bell"]
+__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "LogNotifier", "ring_hints", "wait_any",
+           "writer_bell"]
 
 log = logging.getLogger("kstore.notify")
 
@@ -54,6 +55,8 @@ _Bell = _notify.Bell
 class _Based(Protocol):
     @property
     def base_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
 
 
 class WaitableLog(Protocol):
@@ -70,7 +73,10 @@ class WaitableLog(Protocol):
     def log_start_offset(self) -> int: ...
     @property
     def active_segment(self) -> "_Based": ...
-    def refresh(self) -> None: ...
+    @property
+    def segments(self) -> Sequence: ...
+    def refresh(self, log_start_offset: Optional[int] = None, *,
+                tail: Optional[tuple[int, int]] = None) -> None: ...
 
 # the Bell of a log not loaded yet or read-only: rung, never waited on (no mapping per log)
 _NOBODY = _Bell.private()
@@ -121,6 +127,14 @@ def _reader_bell(io: FileOps, path: str, ident: Optional[tuple[int, int]],
     return (bell, new) if bell.valid else (None, None)
 
 
+def ring_hints(segs: Sequence, log_end: int, log_start: int) -> tuple[int, int, int, int]:
+    """Bell.ring's arguments for a log whose segment list is segs: (log end, active base, log
+    start, active size)."""
+    if segs:
+        return (log_end, segs[-1].base_offset, log_start, segs[-1].size)
+    return (log_end, -1, log_start, 0)
+
+
 def _state(lg: WaitableLog) -> tuple[int, int, int]:
     """What a reader knows, in the hints' shape: (log end, active base, log start)."""
     try:
@@ -148,6 +162,11 @@ class LogNotifier:
         self._checked = float("-inf")       # when the reader last looked at the file
         self._seen = -1                     # the word's counter at the last catch-up
         self._refreshed = time.monotonic()  # about when the log last refreshed (its open)
+        # the page's list stamp read before the last full refresh (-1: none usable), and when
+        # that refresh was: while the stamp stays the same, appends are learnt from the size hint
+        # alone (catch_up), for at most RECHECK_S between full refreshes
+        self._stamp = -1
+        self._listed = float("-inf")
         self._lock = threading.Lock()
         self.attached = False
 
@@ -162,10 +181,12 @@ class LogNotifier:
         """A closing log (lock held): wake its in-process waiters (and, read-only, the file's:
         they check the hints and sleep again), then unmap its pages (a writable shared mapping
         holds the file open for writing; a sleeper keeps it mapped until it wakes)."""
-        self.bell.ring(*_state(self._log))
+        lg = self._log
+        end, base, _, size = ring_hints(lg.segments, lg.log_end_offset, lg.log_start_offset)
+        self.bell.bump_end(end, base, size)     # the segment list is unchanged: the same stamp
         reader = self._reader
         if reader is not None:
-            reader.bump_end(*reader.hints()[:2])
+            reader.nudge()
             reader.close()
         if self.bell is not _NOBODY:
             self.bell.close()
@@ -184,7 +205,8 @@ class LogNotifier:
             old = self._reader
             bell, ident = _reader_bell(self._io, self._path, self._ident, old)
             if ident != self._ident:
-                self._seen = -1          # a new file: its counter says nothing yet
+                self._seen = -1          # a new file: its counter and stamp say nothing yet
+                self._stamp = -1
             self._reader, self._ident = bell, ident
             if old is not None and old is not bell:
                 old.close()              # a sleeper on it keeps it mapped until it wakes
@@ -194,6 +216,11 @@ class LogNotifier:
         """A read-only log: refresh unless the word is unchanged since the last catch-up or the
         hints show nothing new; after a quiet slice (quiet) the hints are compared whatever the
         word, and a refresh made anyway if the last is RECHECK_S old; with no Bell, always.
+        While the page's list stamp is the one read before the last full refresh (less than
+        RECHECK_S ago), the refresh is the tail one: the active base and size hints passed on,
+        the new bytes validated through the kept descriptor (ro_refresh.py), no listing. Equal
+        hints skip the refresh only under that stamp (or a page without one): a truncation
+        followed by appends can restore all three, and the first catch-up learns the stamp.
         Writable logs: nothing to do."""
         lg = self._log
         if not lg.read_only:
@@ -205,12 +232,51 @@ class LogNotifier:
             if bell is not None and (not quiet or now - self._refreshed < RECHECK_S):
                 if counter == self._seen and not quiet:
                     return
-                if tuple(bell.hints()) == _state(lg):
-                    self._seen = counter
+                hints = tuple(bell.hints())   # (before the size: it is stored after them)
+                stamp, base, size = bell.tail()
+                same = stamp == self._stamp >= 0
+                if (same or stamp < 0) and hints == _state(lg):
+                    self._seen = counter      # (a moved stamp: a truncation can restore them)
                     return
+                if same and now - self._listed < RECHECK_S:
+                    self._seen = counter
+                    self._refreshed = now
+                    lg.refresh(tail=(base, size))
+                    if lg.log_end_offset >= hints[0]:
+                        return
+                    # the size hint does not explain the end hint (a writer that does not
+                    # keep them, under a reused pid): the full refresh
             self._seen = counter
-            self._refreshed = now
+            self._refreshed = self._listed = now
+            self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
             lg.refresh()
+
+    def _tail(self, bell: _notify.Bell, offset: int) -> bool:
+        """A read-only waiter just woken: catch_up's tail refresh without its other checks, when
+        the page's stamp is the trusted one and its hints name new bytes in the log's last
+        segment; True if the log end then passes offset. False: the wait's loop looks (nothing
+        changed)."""
+        word = bell.arm()
+        end = bell.hints()[0]
+        stamp, base, size = bell.tail()
+        if stamp != self._stamp or stamp < 0:
+            return False
+        lg = self._log
+        with self._lock:
+            now = time.monotonic()
+            if lg.closed or self._reader is not bell or now - self._listed >= RECHECK_S:
+                return False
+            try:
+                seg = lg.active_segment
+            except IndexError:           # no segment yet
+                return False
+            if seg.base_offset != base or seg.size >= size:
+                return False
+            self._refreshed = now
+            lg.refresh(tail=(base, size))
+            if lg.log_end_offset >= end:
+                self._seen = word >> 1       # else the loop's catch-up looks again
+        return lg.log_end_offset > offset
 
     def _check_open(self) -> None:
         if self._log.closed:
@@ -253,6 +319,8 @@ class LogNotifier:
                 bell.spin(word, min(left, spin_until - now))
                 continue
             r = bell.sleep(word, min(left, SLICE_S))
+            if (r == 0 or r == errno.EAGAIN) and lg.read_only and self._tail(bell, offset):
+                return True
             if r == errno.ETIMEDOUT:
                 quiet = True           # a quiet slice: look at the hints whatever the word
             elif r == errno.ENOSYS:

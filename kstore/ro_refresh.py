@@ -107,10 +107,25 @@ class ReadOnlyRefresh:
     def __init__(self, io: FileOps, path: str) -> None:
         self.watch = DirWatch(io, path)
 
-    def scan(self, old: LogSegments, make_loader: Callable[[], LogLoader]) -> LogSegments:
+    def scan(self, old: LogSegments, make_loader: Callable[[], LogLoader],
+             tail: Optional[tuple[int, int]] = None) -> LogSegments:
         """The log's segments now: old itself when the directory cannot have changed and its
         last segment is still the file validated (validated on, for new batches), else a full
-        scan (LogLoader.scan_read_only, retried while the directory changes under it)."""
+        scan (LogLoader.scan_read_only, retried while the directory changes under it).
+
+        tail: (active base, active size) from the writer's notification page, whose list stamp
+        is the one read before the listing of old (notify.LogNotifier.catch_up): the writer
+        changed nothing but the active segment's data since, so when that is old's last segment
+        the new bytes up to the size are validated through its kept descriptor
+        (ReadOnlySegment.extend_tail), without a stat; anything else takes the path above."""
+        if tail is not None and len(old):
+            last = old.segs[-1]
+            try:
+                if last.base_offset == tail[0] and isinstance(last, ReadOnlySegment) \
+                        and last.extend_tail(tail[1]):
+                    return old
+            except SegmentGoneError:
+                pass
         if len(old) and self.watch.unchanged():
             last = old.segs[-1]
             try:

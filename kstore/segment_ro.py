@@ -35,6 +35,15 @@ _INVALID = {"crc": "CRC mismatch", "corrupt": "malformed batch", "overflow": "of
 _PROBE = 4096
 _MAX_WINDOW = 256 << 10
 
+#: the most a tail refresh (extend_tail) reads in one pread; more goes through the windows
+_TAIL_MAX = 4 << 20
+
+#: a tail refresh extends the index copies (two opens, preads and a stat: more than the rest of
+#: it) only every _TAIL_INDEX_EVERY refreshes or once the data runs _TAIL_INDEX_LAG bytes past the
+#: last entry copied: reads in between scan at most that many batch headers from the last entry
+_TAIL_INDEX_EVERY = 128
+_TAIL_INDEX_LAG = 1 << 20
+
 #: descriptors kept open across refreshes, one per read-only log's last segment at most: a
 #: StoreReader of 1000 partitions stays far below the usual 1024 limit (past the cap a refresh
 #: opens and closes the file as before); one idle for KEEP_QUIET_S is closed
@@ -92,6 +101,7 @@ class ReadOnlySegment(LogSegment):
         # it was idle for KEEP_QUIET_S
         self._ro_fd: Optional[int] = None
         self._ro_grown_at = 0.0          # time.monotonic() of the last refresh that found bytes
+        self._ro_tails = 0               # tail refreshes since the index copies were extended
 
     def mapping(self) -> _core.Mapping:
         """The mapping of the validated bytes (validating them first: deferred from the open)."""
@@ -186,6 +196,43 @@ class ReadOnlySegment(LogSegment):
             self.view.corrupt = corrupt
             self._max_ts = best
             if first or grew and pos - 1 > self._ro_indexed + self._config.index_interval_bytes:
+                self._load_index_prefix()
+            return True
+
+    def extend_tail(self, end: int) -> bool:
+        """The tail refresh of the last segment (ro_refresh.ReadOnlyRefresh.scan): the writer's
+        notification page says the segment's data ends at `end` and nothing but appends changed
+        since this view was listed. The bytes from the valid size to `end` are read through the
+        kept descriptor (one pread: no stat, no open) and validated as any refresh validates
+        them (CRC, offsets following the last one, in C); they become visible only if they
+        validate whole. Returns False, changing nothing, when the full refresh must look: no kept
+        descriptor, a size hint below the valid size or more than _TAIL_MAX past it, bytes that
+        do not validate whole (short, torn, corrupt: refresh_read_only tells which). The hint is never trusted for what is read, only for where to look."""
+        with self._lock:
+            fd, size = self._ro_fd, self.size
+            if fd is None or self.closed or self.view.corrupt is not None:
+                return False
+            if end <= size:
+                return end == size
+            if end - size > _TAIL_MAX or self._map is None:
+                return False
+            data = self._io.pread(fd, end - size, size)
+            valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
+                                                               self._ro_last_offset)
+            if valid != end - size:
+                return False
+            if self._map.length < end:
+                self._remap(fd, end, end)    # the file holds them: the pread returned them
+            best = self._max_ts
+            if best is None or mts > best[0]:
+                self._max_ts = (mts, moff)
+            self._ro_last_offset = last
+            self._ro_grown_at = _time.monotonic()
+            self.size = end
+            self._ro_tails += 1
+            if end - 1 > self._ro_indexed + self._config.index_interval_bytes and (
+                    self._ro_tails >= _TAIL_INDEX_EVERY or end - self._ro_indexed > _TAIL_INDEX_LAG):
+                self._ro_tails = 0
                 self._load_index_prefix()
             return True
 

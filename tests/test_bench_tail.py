@@ -13,6 +13,8 @@ def test_bench_tail_modes_see_every_record(tmp_path, watchdog, mode, n, batch):
     assert row["records"] == n * batch if mode != "bell" else 0 < row["records"] <= n
     assert (row["mode"], row["batches"], row["batch"]) == (mode, n, batch)
     assert 0 < row["p50_us"] <= row["p99_us"] <= row["p999_us"]
+    # from the append's return: at most the latency from its call (nan for the bare word)
+    assert (row["ret_p50_us"] <= row["p50_us"]) if mode != "bell" else row["ret_p50_us"] != row["ret_p50_us"]
     assert (row["idle_cpu_per_s"] is None) == (mode in ("pipe", "bell"))
     assert (row["refreshes"] > 0) == (mode not in ("pipe", "bell"))
     assert list(tmp_path.iterdir()) == []            # its store removed

@@ -1,0 +1,324 @@
+"""The tail refresh of a read-only log (notify.LogNotifier.catch_up -> ro_refresh.scan ->
+ReadOnlySegment.extend_tail): while the notification page's list stamp is the one read before
+the reader's last full refresh, an append is learnt from the writer's size hint alone (one pread
+of the new bytes through the kept descriptor, validated); every other change moves the stamp
+and takes the full refresh, and hints that do not match the bytes change nothing."""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+
+from kstore import _notify, segment_ro
+from kstore.fileio import FileOps, get_file_ops
+from kstore.notify import NOTIFY_FILE
+from thread_watchdog import join_all
+
+REC = (b"k" * 16, b"v" * 100)
+
+
+class Ops(FileOps):
+    """The reader's I/O, counted."""
+
+    def __init__(self):
+        self.reset()
+        self.maps: list = []
+
+    def reset(self):
+        self.read = collections.Counter()
+        self.meta = collections.Counter()
+
+    def pread(self, fd, n, offset):
+        data = super().pread(fd, n, offset)
+        self.read[os.readlink(f"/proc/self/fd/{fd}").rsplit(".", 1)[1]] += len(data)
+        return data
+
+    def listdir(self, path):
+        self.meta["listdir"] += 1
+        return super().listdir(path)
+
+    def open(self, path, flags, mode=0o644):
+        self.meta["open"] += 1
+        return super().open(path, flags, mode)
+
+    def close(self, fd):
+        self.meta["close"] += 1
+        return super().close(fd)
+
+    def map(self, fd, length, writable):
+        m = super().map(fd, length, writable)
+        self.maps.append(m)
+        return m
+
+    def stat(self, fd):
+        self.meta["fstat"] += 1
+        return super().stat(fd)
+
+    def stat_path(self, path, follow_symlinks=False):
+        self.meta["stat_path"] += 1
+        return super().stat_path(path, follow_symlinks)
+
+
+def _page(path: str) -> _notify.Bell:
+    """Another mapping of the partition's notification page (a second process's view)."""
+    io = get_file_ops()
+    fd = io.open(os.path.join(path, NOTIFY_FILE), os.O_RDWR)
+    try:
+        return _notify.Bell(io.map(fd, _notify.SIZE, True))
+    finally:
+        io.close(fd)
+
+
+def _catch_up(ro) -> None:
+    """What a waiter does after a wake: arm, then catch up on the word and hints."""
+    n = ro.notifier
+    bell = n.current_bell(time.monotonic())
+    n.catch_up(bell, bell.arm())
+
+
+def _records(lg, start=0):
+    return [(r.offset, r.key, r.value) for r in lg.read(start, max_bytes=1 << 24)]
+
+
+def _tailing(open_log, log_dir, cfg=None):
+    """A writer and a read-only reader whose next catch-up is a tail refresh."""
+    lg = open_log(cfg)
+    lg.append([REC])
+    ops = Ops()
+    ro = open_log(cfg, path=log_dir, read_only=True, io=ops)
+    lg.append([REC])
+    _catch_up(ro)                     # a full refresh: the stamp read before it is trusted
+    assert ro.log_end_offset == 2
+    return lg, ro, ops
+
+
+def test_the_stamp_moves_on_every_change_but_an_append(open_log, log_dir):
+    lg = open_log()
+    page = _page(log_dir)
+    stamps = [page.tail()[0]]
+    assert stamps[0] > 0
+    lg.append([REC])
+    assert page.tail() == (stamps[0], 0, lg.segments[-1].size) and lg.segments[-1].size > 0
+    lg.append([REC] * 1000)
+    assert page.tail() == (stamps[0], 0, lg.segments[-1].size)
+    for change in (lambda: lg.roll(), lambda: lg.truncate_to(1)):
+        change()
+        stamps.append(page.tail()[0])
+    word = page.load()
+    lg.close()                          # wakes, changes no segment: the same stamp
+    assert page.tail()[0] == stamps[-1] and page.load() != word
+    lg = open_log()                                  # a restarted writer: a new stamp
+    stamps.append(page.tail()[0])
+    assert stamps == sorted(set(stamps)) and len(stamps) == 4
+    assert page.tail()[1:] == (lg.segments[-1].base_offset, lg.segments[-1].size)
+    page.close()
+
+
+def test_an_append_is_learnt_from_the_size_hint_alone(open_log, log_dir):
+    lg, ro, ops = _tailing(open_log, log_dir, {"index.interval.bytes": 1 << 20})
+    for n in (1, 1000, 3, 1):
+        before = ro.segments[-1].size
+        lg.append([(b"%016d" % i, b"v" * 100) for i in range(n)])
+        ops.reset()
+        _catch_up(ro)
+        # no listing, no stat, no open: one pread of exactly the new bytes
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
+        assert ro.log_end_offset == lg.log_end_offset
+        assert ro.segments[-1].size == lg.segments[-1].size
+        assert _records(ro) == _records(lg)
+
+
+def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
+    # another thread's append wakes the waiter, which learns it with one pread: nothing listed,
+    # stat'd or opened
+    watchdog(60)
+    lg, ro, ops = _tailing(open_log, log_dir)
+    for n in (1, 1000):
+        end = lg.log_end_offset
+        before = ro.segments[-1].size
+        ops.reset()
+        t = threading.Thread(target=lambda n=n: (time.sleep(0.05), lg.append([REC] * n)))
+        t.start()
+        assert ro.wait_for(end, timeout=30) is True
+        join_all([t], 30)
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
+        assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
+
+
+def test_every_descriptor_and_mapping_of_tail_refreshes_is_released(open_log, log_dir):
+    # big batches pass the reader's mapping: remapped by the tail refresh (the old mapping
+    # closed at once); a roll makes a new last segment; at close nothing is left open or mapped
+    # (a segment dropped for a replaced file keeps its mapping for the readers still on it
+    # until it is freed: not done here, ops.maps holds them)
+    ops = Ops()
+    lg = open_log()
+    lg.append([REC])
+    ro = open_log(path=log_dir, read_only=True, io=ops)
+    opens_before = ops.meta["open"]
+    for i in range(12):
+        lg.append([REC] * 1000)
+        _catch_up(ro)
+        assert ro.log_end_offset == lg.log_end_offset
+        if i == 5:
+            lg.roll()
+        assert sum(not m.closed for m in ops.maps) <= 2 * len(ro.segments) + 1
+    assert _records(ro, 6000) == _records(lg, 6000)
+    ro.close()
+    assert ops.meta["open"] > opens_before and ops.meta["open"] == ops.meta["close"]
+    assert [m for m in ops.maps if not m.closed] == [] and len(ops.maps) > 4
+
+
+def test_the_index_copies_follow_tail_refreshes(open_log, log_dir, monkeypatch):
+    # extended now and then (segment_ro._TAIL_INDEX_EVERY / _LAG): always a prefix of the
+    # writer's entries, reads and time lookups the same as the writer's meanwhile
+    lg, ro, ops = _tailing(open_log, log_dir, {"index.interval.bytes": 300})
+
+    def entries(seg):
+        return [idx.entries_array().tobytes() for idx in (seg.offset_index, seg.time_index)]
+    copied = set()
+    for i in range(60):
+        lg.append([(b"%016d" % i, b"v" * 100)] * (1 + i % 3 * 400))
+        _catch_up(ro)
+        assert ro.log_end_offset == lg.log_end_offset
+        mine, theirs = entries(ro.segments[-1]), entries(lg.segments[-1])
+        assert all(t.startswith(m) for m, t in zip(mine, theirs))
+        copied.add(ro.segments[-1].offset_index.entries)
+        assert _records(ro, lg.log_end_offset - 3) == _records(lg, lg.log_end_offset - 3)
+        assert ro.offset_for_timestamp(0) == lg.offset_for_timestamp(0)
+    assert len(copied) > 3                       # extended along the way, not only at the start
+    monkeypatch.setattr(segment_ro, "_TAIL_INDEX_EVERY", 1)
+    lg.append([REC] * 10)
+    _catch_up(ro)
+    assert entries(ro.segments[-1]) == entries(lg.segments[-1])
+    assert ro.segments[-1].offset_index.entries > 30
+    assert _records(ro, 500) == _records(lg, 500)
+
+
+def test_hints_that_do_not_match_the_bytes_change_nothing(open_log, log_dir):
+    lg, ro, ops = _tailing(open_log, log_dir)
+    page = _page(log_dir)
+    stamp, base, size = page.tail()
+    # a size hint past the data (zeros there): the full refresh looks, finds nothing new
+    page.bump_end(lg.log_end_offset + 5, base, size + 500)
+    ops.reset()
+    _catch_up(ro)
+    assert ops.meta["stat_path"] >= 1 and ro.log_end_offset == lg.log_end_offset == 2
+    assert ro.segments[-1].size == size
+    # a hint inside a batch (the writer's, spoiled after it): nothing half-seen, the full
+    # refresh learns the whole batch
+    lg.append([REC] * 1000)
+    stamp, base, size = page.tail()
+    page.bump_end(lg.log_end_offset, base, size - 10)
+    _catch_up(ro)
+    assert ro.log_end_offset == 1002 and ro.segments[-1].size == size
+    # more than a tail refresh reads at once: the full refresh's windows
+    assert ro.segments[-1].extend_tail(size + segment_ro._TAIL_MAX + 1) is False
+    assert ro.segments[-1].size == size
+    # a base that is not the reader's last segment's: the full refresh
+    lg.append([REC])
+    page.bump_end(lg.log_end_offset, base + 7, lg.segments[-1].size)
+    ops.reset()
+    _catch_up(ro)
+    assert ops.meta["stat_path"] >= 1 and _records(ro) == _records(lg)
+    page.close()
+
+
+def test_a_page_written_by_an_older_writer_is_not_trusted(open_log, log_dir):
+    lg, ro, ops = _tailing(open_log, log_dir)
+    page = _page(log_dir)
+    assert page.tail()[0] > 0
+    page.init_header(0)            # an older kstore's writer: its pid at 40, the stamp's not
+    with open(os.path.join(log_dir, NOTIFY_FILE), "r+b") as f:
+        f.seek(40)
+        f.write((os.getpid() + 1).to_bytes(8, "little"))
+    assert page.tail()[0] == -1
+    lg.append([REC])
+    ops.reset()
+    _catch_up(ro)
+    assert ops.meta["stat_path"] >= 1 and ro.log_end_offset == 3
+    page.close()
+
+
+def test_a_size_hint_that_does_not_explain_the_end_hint_takes_the_full_refresh(open_log, log_dir):
+    # a writer that stores the end but not the size (an older kstore under a reused pid): the
+    # tail refresh finds nothing at the stale size, the end hint says there is more
+    lg, ro, ops = _tailing(open_log, log_dir)
+    page = _page(log_dir)
+    stale = page.tail()[2]
+    lg.append([REC] * 3)
+    page.bump_end(lg.log_end_offset, 0, stale)
+    ops.reset()
+    _catch_up(ro)
+    assert ops.meta["stat_path"] >= 1 and ro.log_end_offset == lg.log_end_offset == 5
+    assert _records(ro) == _records(lg)
+    page.close()
+
+
+def test_a_truncation_back_to_the_same_size_is_seen(open_log, log_dir):
+    # the size hint alone cannot tell a replaced file of the same length: the stamp does
+    lg, ro, ops = _tailing(open_log, log_dir)
+    lg.append([(b"k" * 16, b"old%04d" % i + b"v" * 93) for i in range(3)])
+    _catch_up(ro)
+    assert ro.log_end_offset == 5
+    size = lg.segments[-1].size
+    lg.truncate_to(2)
+    lg.append([(b"k" * 16, b"new%04d" % i + b"v" * 93) for i in range(3)])
+    assert lg.segments[-1].size == size and lg.log_end_offset == 5
+    _catch_up(ro)
+    assert _records(ro, 2) == _records(lg, 2) and _records(ro, 2)[0][2].startswith(b"new")
+
+
+def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log, log_dir, watchdog):
+    # the reader waits and reads while another thread appends, rolls and truncates: every record
+    # it is handed is the one written at its offset (the value names it), offsets contiguous;
+    # at the end it sees exactly what a fresh read-only open sees
+    watchdog(120)
+    lg = open_log({"segment.bytes": 64 << 10})
+    lg.append([(b"k", b"0:0")])
+    ro = open_log(path=log_dir, read_only=True)
+    gen = [0]
+    done = threading.Event()
+    errors: list = []
+
+    def write():
+        try:
+            for i in range(600):
+                end = lg.log_end_offset
+                if i % 97 == 96:
+                    lg.truncate_to(max(1, end - 5))
+                    gen[0] += 1
+                    continue
+                n = 1 if i % 4 else 200
+                lg.append([(b"k", b"%d:%d" % (gen[0], end + j)) for j in range(n)])
+                if i % 50 == 49:
+                    lg.roll()
+        except BaseException as e:       # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            done.set()
+
+    def read():
+        try:
+            nxt = 0
+            while not done.is_set() or ro.log_end_offset < lg.log_end_offset:
+                if not ro.wait_for(nxt, timeout=0.2):
+                    ro.refresh() if done.is_set() else None
+                    continue
+                recs = ro.read(nxt, max_bytes=1 << 20)
+                for k, r in enumerate(recs):
+                    assert r.offset == nxt + k and r.value.split(b":")[1] == b"%d" % r.offset
+                nxt += len(recs)
+                nxt = min(nxt, ro.log_end_offset)
+        except BaseException as e:       # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    join_all(threads, 100)
+    assert errors == []
+    ro.refresh()
+    fresh = open_log(path=log_dir, read_only=True)
+    assert _records(ro) == _records(fresh) == _records(lg)
+    assert [s.base_offset for s in ro.segments] == [s.base_offset for s in lg.segments]
