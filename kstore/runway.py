@@ -77,6 +77,25 @@ class Runway:
                 self.io.zero_fill(self.fd, self.alloc, new_alloc - self.alloc)
             self.alloc = new_alloc
 
+    def fill(self, chunk: int) -> bool:
+        """The pretoucher's step (kstore/pretouch.py): zero-fill up to chunk bytes at alloc,
+        towards target, and pre-fault the mapping's pages there; publish the new alloc.
+        Returns whether more is wanted. Never writes below alloc (data may be there) nor
+        after stop(); an OSError (a full disk) propagates with alloc unchanged."""
+        with self.lock:
+            if self.stopped:
+                return False
+            start = self.alloc
+            limit = min(self.target, self.mapping.length)
+            end = min(limit, start + chunk)
+            if end <= start:
+                return False
+            self.io.zero_fill(self.fd, start, end - start)
+            self.alloc = end
+            if self.io.populate(self.mapping, start, end):
+                self.populated = end
+            return end < limit
+
     def stop(self) -> None:
         """No growth runs or starts after this returns (the segment is about to truncate,
         remap or close the descriptor)."""
