@@ -8,7 +8,13 @@ core, it does not remove it (the zero-fill and the pre-faulting cost as much CPU
 write-path allocation they replace, more on tmpfs), and it keeps up to `ahead` bytes of zeroed
 page cache per active segment that takes appends.
 
-How: after an append, a segment whose runway (runway.py) reaches less than half the window
+Only appends of segment.PWRITE_MIN_BYTES (16 KiB) or more ask for it: the producer-batched
+case it is for. Small appends keep the runway the writer grows itself (zero-filled, in
+proportion to the segment's size), so a process with many small partitions holds no more
+zeroed page cache than without it; a partition taking large batches holds at most `ahead`
+plus one step.
+
+How: after a large append, a segment whose runway (runway.py) reaches less than half the window
 ahead of its end submits it here with a new target (end + window, the window 32 appends of that
 size within [2 CHUNK, ahead]). The thread grows the runway CHUNK bytes at a time under the
 runway's lock: zero-fill at `alloc` (FileOps.zero_fill), pre-fault those pages writable

@@ -217,7 +217,8 @@ class LogSegment(SegmentReader):
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
         rw: Runway = self._runway  # type: ignore[assignment]
-        if n >= PWRITE_MIN_BYTES and end > rw.populated:
+        large = n >= PWRITE_MIN_BYTES
+        if large and end > rw.populated:
             if end > rw.alloc:
                 self._ensure_capacity(n, True)
             self._io.pwrite(self._fd, memoryview(builder), pos)  # type: ignore[arg-type]
@@ -229,7 +230,7 @@ class LogSegment(SegmentReader):
                 self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
             else:
                 builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
-        pt = pretouch.ACTIVE
+        pt = pretouch.ACTIVE if large else None
         if pt is not None:
             pt.submit(rw, end, n)       # grow the runway ahead in the background
         if pos == 0:
