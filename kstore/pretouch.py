@@ -124,7 +124,10 @@ class Pretoucher:
             t.join(timeout)
 
     def _after_fork(self) -> None:
-        """In a forked child: no thread, a fresh lock, an empty queue."""
+        """In a forked child: no thread, a fresh lock, an empty queue (its runways may ask
+        again)."""
+        for rw in self._queue:
+            rw.queued = False
         self._cv = threading.Condition(threading.Lock())
         self._queue = collections.deque()
         self._thread = None
