@@ -16,9 +16,9 @@ descriptor: the segment may then truncate, remap or close it.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
-from kstore._core import Mapping
+from kstore._core import BatchBuilder, Mapping
 from kstore.fileio import FileOps
 
 #: the largest step the runway grows by at once
@@ -95,6 +95,21 @@ class Runway:
             if self.io.populate(self.mapping, start, end):
                 self.populated = end
             return end < limit
+
+    def write_large(self, builder: BatchBuilder, pos: int, n: int,
+                    ensure: Callable[[int, bool], None]) -> None:
+        """A large append's bytes at pos (the writer, under Log._lock): copied into the
+        mapping where the pretoucher pre-faulted the pages (no fault, no syscall), else
+        pwritten from the builder's buffer, the runway grown first (ensure) if short."""
+        end = pos + n
+        if end > self.populated:
+            if end > self.alloc:
+                ensure(n, True)
+            self.io.pwrite(self.fd, memoryview(builder), pos)
+        elif self.io.intercept_map_writes:
+            self.io.map_write(self.mapping, pos, builder.getvalue())
+        else:
+            builder.copy_to(self.mapping, pos)
 
     def stop(self) -> None:
         """No growth runs or starts after this returns (the segment is about to truncate,

@@ -190,8 +190,7 @@ class LogSegment(SegmentReader):
         m.close()
 
     def _ensure_capacity(self, n: int, pwrite: bool = False) -> None:
-        """Grow the runway (runway.py) for an append of n bytes at the end, and the mapping
-        first if segment.bytes grew past it."""
+        """Grow the runway (runway.py) for n bytes at the end (the mapping first if needed)."""
         need = self.size + n
         _fd, m = self._active_file()
         if need > m.length:
@@ -202,12 +201,11 @@ class LogSegment(SegmentReader):
     def append(self, builder: _core.BatchBuilder, largest_offset: int, largest_timestamp: int,
                offset_of_max_timestamp: int) -> None:
         """Write an encoded append at the end and maintain both indexes (Kafka's rules). From
-        PWRITE_MIN_BYTES on, a pwrite from the builder's buffer (no page faults through the
-        mapping: half a fresh-page memcpy's cost on tmpfs, ~10-20% less on ext4) unless the
-        pretoucher (pretouch.py) has pre-faulted the pages there; below, or there, a copy into
-        the mapping (no syscall). The bytes are in the shared page cache before the size
-        is published: in-process readers see whole batches; other processes validate what
-        they pread (a batch being written is incomplete or fails its CRC, so invisible)."""
+        PWRITE_MIN_BYTES on, a pwrite (no page faults: half a fresh-page memcpy's cost on
+        tmpfs, ~10-20% less on ext4) unless the pretoucher pre-faulted the pages there; else a
+        copy into the mapping. The bytes are in the shared page cache before the size is
+        published: in-process readers see whole batches; other processes validate what they
+        pread (a batch being written is incomplete or fails its CRC, so invisible)."""
         v = self.view
         n = builder.size
         pos = v.size
@@ -216,23 +214,19 @@ class LogSegment(SegmentReader):
             raise LogSegmentOffsetOverflowError(
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
-        rw: Runway = self._runway  # type: ignore[assignment]
-        large = n >= PWRITE_MIN_BYTES
-        if large and end > rw.populated:
-            if end > rw.alloc:
-                self._ensure_capacity(n, True)
-            self._io.pwrite(self._fd, memoryview(builder), pos)  # type: ignore[arg-type]
+        if n >= PWRITE_MIN_BYTES:
+            rw: Runway = self._runway  # type: ignore[assignment]
+            rw.write_large(builder, pos, n, self._ensure_capacity)
+            if (pt := pretouch.ACTIVE) is not None:
+                pt.submit(rw, end, n)       # grow the runway ahead in the background
         else:
-            if end > rw.alloc:
+            if end > self._runway.alloc:  # type: ignore[union-attr]
                 self._ensure_capacity(n)
             # v.log_map is the writable mapping (make_active): no check on the hot path
             if self._io.intercept_map_writes:
                 self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
             else:
                 builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
-        pt = pretouch.ACTIVE if large else None
-        if pt is not None:
-            pt.submit(rw, end, n)       # grow the runway ahead in the background
         if pos == 0:
             self._rolling_ts = largest_timestamp
         if not v.max_ts_known:
@@ -512,9 +506,9 @@ class LogSegment(SegmentReader):
 
     def _stop_runway(self) -> None:
         """No runway growth (the writer's or the pretoucher's) touches the descriptor after this."""
-        rw, self._runway = self._runway, None
-        if rw is not None:
+        if (rw := self._runway) is not None:
             rw.stop()
+        self._runway = None
 
     def _drop_mapping(self) -> None:
         self._stop_runway()
