@@ -8,6 +8,11 @@ from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
 from libc.errno cimport errno
 from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED, MS_SYNC
+
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void* addr, size_t length, int advice)
+
+cdef int MADV_POPULATE_WRITE_ = 23       # linux/mman.h, Linux 5.14+
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBuffer_FillInfo
@@ -228,6 +233,33 @@ cdef class Mapping:
         if rc != 0:
             e = errno
             raise OSError(e, os.strerror(e))
+
+    def populate_write(self, Py_ssize_t start, Py_ssize_t end):
+        """Pre-fault the pages covering [start, end) writable (MADV_POPULATE_WRITE), so later
+        stores there take no page fault; the bytes are unchanged. The range must lie inside
+        the file (past its end the kernel fails with EFAULT, raised as OSError). Returns False
+        where the kernel lacks the advice (EINVAL) or the mapping is read-only."""
+        cdef Py_ssize_t a
+        cdef int rc
+        if not self.writable or self.addr == NULL or self.closing:
+            return False
+        if start < 0 or end > self.length or start > end:
+            raise ValueError(f"populate of [{start}, {end}) outside mapping of {self.length}")
+        a = (start // PAGE) * PAGE
+        if end <= a:
+            return True
+        self.pin()
+        try:
+            with nogil:
+                rc = madvise(self.addr + a, <size_t>(end - a), MADV_POPULATE_WRITE_)
+        finally:
+            self.unpin()
+        if rc != 0:
+            e = errno
+            if e == 22:      # EINVAL: no MADV_POPULATE_WRITE on this kernel
+                return False
+            raise OSError(e, os.strerror(e))
+        return True
 
     def write(self, Py_ssize_t pos, data):
         """Copy a bytes-like object into the mapping at pos (bounds-checked)."""

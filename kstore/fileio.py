@@ -276,6 +276,12 @@ class FileOps:
     def map_flush(self, mapping: Mapping, start: int = 0, end: int = -1) -> None:
         mapping.flush(start, end)
 
+    def populate(self, mapping: Mapping, start: int, end: int) -> bool:
+        """Pre-fault a writable mapping's pages over [start, end) (MADV_POPULATE_WRITE: the
+        pretoucher's, kstore/pretouch.py), so the writer's later copy there takes no page
+        fault. Changes no byte; the range must lie inside the file. False where unsupported."""
+        return mapping.populate_write(start, end)
+
     def map_write(self, mapping: Mapping, position: int, data) -> None:
         """Slow path used when intercept_map_writes is set."""
         mapping.write(position, data)

@@ -55,12 +55,21 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 (extended past their published count; readers take no lock),
                                 the kept .log fd of a read-only last segment (segment_ro.py)
   AbstractIndex._lock           an index's mapping, entries and length
+  Runway.lock                   an active segment's runway (runway.py): alloc, populated, the
+                                mapping it pre-faults, stopped. Taken by the writer's growth
+                                (under Log._lock), by stop() at roll/close/truncation/unmap
+                                (under LogSegment._lock) and by the pretoucher's thread holding
+                                nothing else; takes no kstore lock (its FileOps calls may wait
+                                on MarkerGate's leaves). Held for one step of zero-fill and
+                                pre-faulting (pretouch.CHUNK, 1 MiB): what a writer or a roll
+                                can wait for it
   leaves: AsyncWaiter._lock (async_consumer.py: the pending waits of every AsyncConsumer and
           the waiter thread's life; never held while it arms, refreshes or sleeps),
           Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
           GroupCoordinator._mutex / OffsetsTopic._mutex (their per-partition maps), the flock of
           .kstore-groups/offsets-topic.lock (taken before a writer lock, around one atomic write),
           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
+          Pretoucher._cv (pretouch.py: its queue, each runway's queued/target),
           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
           the crash harness's, while a removal runs)

@@ -24,13 +24,14 @@ import os
 import numpy as np
 from typing import Optional
 
-from kstore import _core
+from kstore import _core, pretouch
 from kstore.config import LogConfig
 from kstore.errors import CorruptRecordError, KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
 from kstore.index import AbstractIndex
+from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
@@ -39,7 +40,6 @@ log = logging.getLogger("kstore.segment")
 
 INT32_MAX = (1 << 31) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-PREALLOCATE_CHUNK = 4 << 20
 #: a truncation's new .log is written under this suffix, then renamed over the segment (the
 #: load removes a leftover one)
 TRUNCATE_TEMP_SUFFIX = ".tmp"
@@ -81,8 +81,7 @@ class LogSegment(SegmentReader):
         self._time = time
         self._fd: Optional[int] = None
         self._map_writable = False
-        self._alloc = 0
-        self._memory_fs: Optional[bool] = None   # the .log is on tmpfs/ramfs (asked when needed)
+        self._runway: Optional[Runway] = None     # the active segment's (runway.py)
         self.roll_jitter_ms = config.random_segment_jitter(rng)
         self.created = time.milliseconds()
         self._rolling_ts: Optional[int] = None     # None: not loaded yet
@@ -151,19 +150,18 @@ class LogSegment(SegmentReader):
                     self._io.truncate(fd, self.size)
                     flen = self.size
                 self._zero_runway = 0
-                self._alloc = flen
                 map_len = _page_round_up(max(self._config.segment_bytes, flen, 1))
                 old = self._map
                 self._fd = fd
                 self._map = self._io.map(fd, map_len, True)
                 self._map_writable = True
+                self._runway = Runway(self._io, fd, self._map, flen, self.log_path)
                 if old is not None:
                     old.close()
-                if self._config.preallocate:
+                if self._config.preallocate and map_len > flen:
                     # Kafka's preallocate: reserve the whole segment up front (fallocate)
-                    if map_len > self._alloc:
-                        self._io.allocate(fd, self._alloc, map_len - self._alloc)
-                        self._alloc = map_len
+                    self._io.allocate(fd, flen, map_len - flen)
+                    self._runway.alloc = map_len
                 # the zero-filled runway is grown by the first appends (_ensure_capacity), so
                 # opening thousands of partitions writes nothing
             except BaseException:
@@ -188,42 +186,26 @@ class LogSegment(SegmentReader):
         fd, m = self._active_file()
         new_len = _page_round_up(max(need, self._config.segment_bytes))
         self._map = self._io.map(fd, new_len, True)
+        self._runway.set_mapping(self._map)  # type: ignore[union-attr]
         m.close()
 
     def _ensure_capacity(self, n: int, pwrite: bool = False) -> None:
-        """Grow the runway ahead of the data in proportion to the segment's size (64 KiB
-        doubling up to 4 MiB: small partitions stay small). Under copies into the mapping it
-        is written zeros (a store into an unwritten extent costs ~10x more on ext4); ahead of
-        a pwrite it is fallocated (ext4: ~10% cheaper than growing the file), except on tmpfs,
-        where fallocate zeroes pages the write then fills, so the pwrite grows the file. A
-        full disk fails here or in the pwrite, never as SIGBUS."""
+        """Grow the runway (runway.py) for n bytes at the end (the mapping first if needed)."""
         need = self.size + n
-        fd, m = self._active_file()
+        _fd, m = self._active_file()
         if need > m.length:
             self._grow_mapping(need)
-            m = self._map  # type: ignore[assignment]
-        step = min(PREALLOCATE_CHUNK, max(64 << 10, self._alloc))
-        new_alloc = min(m.length, max(need, self._alloc + step))
-        if pwrite:
-            if self._memory_fs is None:
-                self._memory_fs = self._io.memory_backed(fd)
-            if self._memory_fs:
-                new_alloc = need          # tmpfs: the pwrite grows the file (one pass)
-            else:
-                self._io.allocate(fd, self._alloc, new_alloc - self._alloc)
-        else:
-            self._io.zero_fill(fd, self._alloc, new_alloc - self._alloc)
-        self._alloc = new_alloc
+        self._runway.grow(self.size, n, pwrite)  # type: ignore[union-attr]
 
     # -- append ----------------------------------------------------------------------------
     def append(self, builder: _core.BatchBuilder, largest_offset: int, largest_timestamp: int,
                offset_of_max_timestamp: int) -> None:
         """Write an encoded append at the end and maintain both indexes (Kafka's rules). From
-        PWRITE_MIN_BYTES on, a pwrite from the builder's buffer (no page faults through the
-        mapping: half a fresh-page memcpy's cost on tmpfs, ~10-20% less on ext4); below, a copy
-        into the mapping (no syscall). The bytes are in the shared page cache before the size
-        is published: in-process readers see whole batches; other processes validate what
-        they pread (a batch being written is incomplete or fails its CRC, so invisible)."""
+        PWRITE_MIN_BYTES on, a pwrite (no page faults: half a fresh-page memcpy's cost on
+        tmpfs, ~10-20% less on ext4) unless the pretoucher pre-faulted the pages there; else a
+        copy into the mapping. The bytes are in the shared page cache before the size is
+        published: in-process readers see whole batches; other processes validate what they
+        pread (a batch being written is incomplete or fails its CRC, so invisible)."""
         v = self.view
         n = builder.size
         pos = v.size
@@ -233,11 +215,12 @@ class LogSegment(SegmentReader):
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
         if n >= PWRITE_MIN_BYTES:
-            if end > self._alloc:
-                self._ensure_capacity(n, True)
-            self._io.pwrite(self._fd, memoryview(builder), pos)  # type: ignore[arg-type]
+            rw: Runway = self._runway  # type: ignore[assignment]
+            rw.write_large(builder, pos, n, self._ensure_capacity)
+            if (pt := pretouch.ACTIVE) is not None:
+                pt.submit(rw, end, n)       # grow the runway ahead in the background
         else:
-            if end > self._alloc:
+            if end > self._runway.alloc:  # type: ignore[union-attr]
                 self._ensure_capacity(n)
             # v.log_map is the writable mapping (make_active): no check on the hot path
             if self._io.intercept_map_writes:
@@ -313,8 +296,8 @@ class LogSegment(SegmentReader):
             self.time_index.trim_to_valid_size()
             if self._map_writable:
                 fd, old = self._active_file()
+                self._stop_runway()
                 self._io.truncate(fd, self.size)
-                self._alloc = self.size
                 self._map = self._io.map(fd, self.size, False)
                 self._map_writable = False
                 old.close()
@@ -472,6 +455,7 @@ class LogSegment(SegmentReader):
             except OSError:
                 pass
             raise
+        self._stop_runway()       # the old file is gone: nothing grows it any more
         self.size = position
         map_len = _page_round_up(max(self._config.segment_bytes, position, 1))
         try:
@@ -485,7 +469,7 @@ class LogSegment(SegmentReader):
         self._map = new_map
         if writable:
             self._fd = fd
-            self._alloc = position
+            self._runway = Runway(io, fd, new_map, position, self.log_path)
             if old_fd is not None:
                 io.close(old_fd)
         else:
@@ -496,7 +480,7 @@ class LogSegment(SegmentReader):
             src.close()
         if writable and self._config.preallocate and map_len > position:
             io.allocate(fd, position, map_len - position)
-            self._alloc = map_len
+            self._runway.alloc = map_len  # type: ignore[union-attr]
         io.fsync_dir(self.dir)
 
     # -- durability and life cycle -----------------------------------------------------------
@@ -520,7 +504,14 @@ class LogSegment(SegmentReader):
             if self._tidx is not None:
                 self._tidx.flush()
 
+    def _stop_runway(self) -> None:
+        """No runway growth (the writer's or the pretoucher's) touches the descriptor after this."""
+        if (rw := self._runway) is not None:
+            rw.stop()
+        self._runway = None
+
     def _drop_mapping(self) -> None:
+        self._stop_runway()
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -540,6 +531,7 @@ class LogSegment(SegmentReader):
                     if ts >= 0:
                         self.time_index.maybe_append(ts, off, skip_full_check=True)
                     fd, _m = self._active_file()
+                    self._stop_runway()
                     self._io.truncate(fd, self.size)
                     # durable before a clean-shutdown marker can be: a lost trim would bring
                     # the preallocated zeros back behind a marker that skips recovery
