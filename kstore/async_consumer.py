@@ -78,7 +78,7 @@ class AsyncWaiter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kstore-async-waiter", daemon=True)
                 self._thread.start()
-        self._kick.bump_end(0, 0)
+        self._kick.bump_end(0, 0, 0)
         return fut
 
     def _run(self) -> None:

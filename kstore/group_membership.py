@@ -276,7 +276,7 @@ class GroupMember:
                     self._owned.discard(tp)
                     self._revoking.discard(tp)
             if released:
-                bell.ring(self._generation, 0, 0)
+                bell.ring(self._generation, 0, 0, 0)
 
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         """coordinator.commit_offsets for partitions this member owns (CommitFailedError for
@@ -509,7 +509,7 @@ class GroupMember:
         gdir.write_state(new)
         ring = bell or self._bell
         if ring is not None:
-            ring.ring(generation, 0, 0)
+            ring.ring(generation, 0, 0, 0)
         self._store(new, plan)
         return new
 

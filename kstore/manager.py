@@ -22,11 +22,12 @@ from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
-from kstore.fileio import FileOps, get_file_ops
+from kstore.fileio import FileOps, get_file_ops, is_nfs
 from kstore.files import OFFSETS_TOPIC
 from kstore.local_log import LOG_DIR_LOCK
 from kstore.log import Log
-from kstore.log_dir_failure import PARTITION_ERRNOS, LogDirFailureChannel
+from kstore.log_deleter import delete_due
+from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
 from kstore.marker_gate import MarkerGate
@@ -45,20 +46,6 @@ log = logging.getLogger("kstore.manager")
 # The lock hierarchy (every lock in kstore, and the order they are taken in) is kstore/locks.py.
 
 LOCK_FILE = LOG_DIR_LOCK
-
-
-def _is_fs_nfs(path: str) -> bool:
-    try:
-        with open("/proc/mounts") as f:
-            mounts = [line.split()[:3] for line in f]
-    except OSError:
-        return False
-    path = os.path.realpath(path)
-    best, fstype = "", ""
-    for m in mounts:
-        if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
-            best, fstype = m[1], m[2]
-    return fstype.startswith("nfs")
 
 
 class LogManager:
@@ -160,7 +147,7 @@ class LogManager:
                     self._io.fsync_dir(os.path.dirname(d))
                 elif not os.path.isdir(d):
                     raise UnusableFileError(d, "a log dir that is not a directory")
-                if _is_fs_nfs(d):
+                if is_nfs(d):
                     log.warning("log dir %s is on NFS: its lock is not reliable; use a local filesystem", d)
                 if not self.read_only:
                     self._acquire_lock(d)
@@ -527,33 +514,8 @@ class LogManager:
 
     def delete_logs(self) -> int:
         """Remove `-delete` dirs renamed at least file.delete.delay.ms ago; returns how many."""
-        delay = self._cfg.log_config().file_delete_delay_ms
-        now = self._time.milliseconds()
-        n = 0
-        # each entry once (start-up queues them by rename time, in no order); delete_topic
-        # may append meanwhile: its entries wait for the next run
-        for _ in range(len(self._logs_to_delete)):
-            path, at = self._logs_to_delete.popleft()
-            if at + delay > now:
-                self._logs_to_delete.append((path, at))
-                continue
-            try:
-                self._io.check_dir(path)         # never follow a symlink out of the log dir
-                for name in self._io.listdir(path):
-                    self._io.unlink(os.path.join(path, name))
-                self._io.rmdir(path)
-                self._io.fsync_dir(os.path.dirname(path))
-                n += 1
-            except FileNotFoundError:
-                n += 1
-            except UnusableFileError as e:
-                log.error("not removing deleted partition %s: %s", path, e)
-            except OSError as e:
-                if e.errno in PARTITION_ERRNOS:     # e.g. a directory inside: not a disk fault
-                    log.error("could not remove deleted partition %s: %s", path, e)
-                else:
-                    self._failures.mark_offline(os.path.dirname(path), e)
-        return n
+        return delete_due(self._logs_to_delete, self._io, self._failures, self._time.milliseconds(),
+                          self._cfg.log_config().file_delete_delay_ms)
 
     # -- shutdown --------------------------------------------------------------------------------
     def close(self) -> None:
