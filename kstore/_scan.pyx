@@ -12,7 +12,7 @@ from kstore._format cimport *
 from kstore._mapping cimport Mapping
 
 import os
-import threading
+import _thread
 
 import numpy as np
 
@@ -199,18 +199,22 @@ cdef Py_ssize_t _first_bad_crc(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end)
     return -1
 
 
-def _crc_span(Mapping m, Py_ssize_t start, Py_ssize_t end, list out):
+def _crc_span(Mapping m, Py_ssize_t start, Py_ssize_t end, list out, done):
     """Thread body of recover_scan's parallel CRC pass: out.append(the first bad batch's
-    position in [start, end), or -1), the mapping pinned and the GIL released."""
+    position in [start, end), or -1), the mapping pinned and the GIL released; done (a lock
+    the starter holds) released at the end, whatever happened."""
     cdef const uint8_t* p = m.ptr()
     cdef Py_ssize_t bad
-    m.pin()
     try:
-        with nogil:
-            bad = _first_bad_crc(p, start, end)
+        m.pin()
+        try:
+            with nogil:
+                bad = _first_bad_crc(p, start, end)
+        finally:
+            m.unpin()
+        out.append(bad)
     finally:
-        m.unpin()
-    out.append(bad)
+        done.release()
 
 
 cdef Py_ssize_t _split_point(const uint8_t* p, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
@@ -250,13 +254,17 @@ def _crcs_ok(Mapping m, Py_ssize_t start, Py_ssize_t end, res, int64_t base_offs
             return False
         with nogil:
             split = _split_point(p, start, valid)
-        t = threading.Thread(target=_crc_span, args=(m, split, valid, out), daemon=True)
-        t.start()
+        # a bare thread, waited for through a lock it releases: Thread.start() would first
+        # wait until the new thread runs (a context switch, milliseconds on a loaded machine)
+        # before this thread starts hashing its half
+        done = _thread.allocate_lock()
+        done.acquire()
+        _thread.start_new_thread(_crc_span, (m, split, valid, out, done))
         try:
             with nogil:
                 bad = _first_bad_crc(p, start, split)
         finally:
-            t.join()
+            done.acquire()
     finally:
         m.unpin()
     return bad < 0 and out == [-1]
