@@ -256,7 +256,8 @@ class LogDirLoader:
             small: list[tuple[TopicPartition, str]] = []
             for job in jobs:
                 (big if threads > 1 and not clean and bytes_to_recover(
-                    job[1], recovery.get(job[0], 0)) >= PARALLEL_RECOVERY_BYTES
+                    io, job[1], recovery.get(job[0], 0), PARALLEL_RECOVERY_BYTES)
+                 >= PARALLEL_RECOVERY_BYTES
                  else small).append(job)
             for job in small:
                 load(job)
@@ -283,20 +284,28 @@ def _isolate(d: str, tp: TopicPartition, path: str, e: BaseException,
     return FailedPartition(d, path, why, recovery, start)
 
 
-def bytes_to_recover(path: str, recovery_point: int) -> int:
+def bytes_to_recover(io: FileOps, path: str, recovery_point: int,
+                     enough: Optional[int] = None) -> int:
     """Size of the .log files at or above the segment holding the recovery point (only those
-    are stat'ed: usually the last one or two of a partition's segments)."""
+    are stat'ed: usually the last one or two of a partition's segments), through io (a fault-
+    injecting FileOps sees these calls too) and without following a symlink (a symlinked
+    .log is refused by the load itself; its target's size is nothing to plan by). Counting
+    stops once it reaches `enough`, if given."""
     try:
-        names = os.listdir(path)
-    except OSError:
-        return 0
+        names = io.listdir(path)
+    except (OSError, KStoreError):
+        return 0                # the load that follows reports what is wrong with the dir
     bases = sorted(int(n[:20]) for n in names
                    if len(n) == 24 and n.endswith(".log") and n[:20].isascii() and n[:20].isdigit())
     i = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     total = 0
     for base in bases[i:]:
         try:
-            total += os.stat(os.path.join(path, f"{base:020d}.log")).st_size
+            st = io.stat_path(os.path.join(path, f"{base:020d}.log"))
         except OSError:
-            pass
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if enough is not None and total >= enough:
+                break
     return total

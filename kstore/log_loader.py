@@ -174,6 +174,9 @@ class LogLoader:
         kept = segs[:i]
         todo = segs[i:]
         truncated = False
+        # the log end as the last kept segment's recovery found it: no second mapping and
+        # header scan of the segment just validated
+        leo: Optional[int] = None
         while todo:
             seg = todo.pop(0)
             if truncated:
@@ -186,12 +189,15 @@ class LogLoader:
                 todo[:0] = self._split_overflowed_segment(seg)
                 continue
             kept.append(seg)
+            leo = res.next_offset if res.next_offset >= 0 else seg.base_offset
             if res.truncated_bytes > 0 and not (not todo and res.tail_zero):
                 if todo:
                     log.warning("corruption in segment %s (%s): deleting %d later segment(s)",
                                 seg.log_path, res.reason, len(todo))
                 truncated = True
-        return kept, kept[-1].read_next_offset() if kept else 0
+        if leo is None:
+            leo = kept[-1].read_next_offset() if kept else 0
+        return kept, leo
 
     def _recover_missing_indexes(self, segs: list[LogSegment]) -> list[LogSegment]:
         """Segments whose .index or .timeindex is missing are recovered whatever the shutdown."""

@@ -22,7 +22,11 @@ def test_crc32c_kafka_vector():
     assert _core.crc32c_table(b"123456789") == 0xE3069283
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 63, 1023, 3071, 3072, 3073, 4096, 9216, 65536, 100_003])
+# the hardware path's tiers (three streams of 16 KiB, 4 KiB, 1 KiB, then one stream): lengths
+# at and beside each tier's 3-block boundary, and a 126 KB batch that passes through all four
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 63, 1023, 3071, 3072, 3073, 4096, 9216, 12287,
+                               12288, 12289, 49151, 49152, 49153, 49152 + 12288 + 3072 + 5,
+                               65536, 100_003, 126_979])
 def test_crc32c_matches_crcmod_both_paths(n):
     data = random.Random(n).randbytes(n)
     want = CRC32C(data)

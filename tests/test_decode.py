@@ -109,6 +109,22 @@ def test_recover_scan_result_is_typed_and_still_a_dict():
     assert {"corrupt": 1}.get(res.status) == 1 and f"{res.status}" == "corrupt"
 
 
+@pytest.mark.parametrize("tail", [0, 1, 7, 63, 64, 65, 200, 4096 + 13])
+def test_recover_scan_tail_zero_sees_one_nonzero_byte_anywhere(tail):
+    """tail_zero (a preallocated runway kept, else garbage cut) is checked 64 bytes a step: a
+    single nonzero byte at any position of the tail, across the step boundaries and in the
+    bytes after the last whole step, makes it False."""
+    batch = build([(b"k", b"v")], base=7).getvalue()
+    zero = _core.recover_scan(_core.Mapping.from_bytes(batch + bytes(tail)), len(batch) + tail,
+                              7, 4096, 10, 10)
+    assert zero.valid_bytes == len(batch) and zero.tail_zero
+    for at in range(tail):
+        raw = bytearray(batch + bytes(tail))
+        raw[len(batch) + at] = 0x01
+        res = _core.recover_scan(_core.Mapping.from_bytes(bytes(raw)), len(raw), 7, 4096, 10, 10)
+        assert (res.valid_bytes, res.next_offset, res.tail_zero) == (len(batch), 8, False), at
+
+
 # -- record tables: CRC verified once per mapping, reads start at their record ---------------------
 NO_LIMIT = 1 << 62
 
