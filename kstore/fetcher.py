@@ -156,7 +156,7 @@ class Fetcher:
             if not recs:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or a compacted segment's empty tail
-                    nxt = _past_gap(lg, skip_control_batches(lg, pos))
+                    nxt = past_gap(lg, skip_control_batches(lg, pos))
                 if nxt != pos:
                     self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
                 continue
@@ -276,7 +276,7 @@ def _catch_up(lg: Log) -> None:
     n.catch_up(bell, bell.load() if bell is not None else 0)
 
 
-def _past_gap(lg: Log, pos: int) -> int:
+def past_gap(lg: Log, pos: int) -> int:
     """Where a read that returned nothing below the log end goes on: the next segment's base
     (a compacted segment whose records at and after pos are gone)."""
     if pos >= lg.log_end_offset:

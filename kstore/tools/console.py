@@ -16,6 +16,7 @@ from typing import IO, Optional
 from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError
+from kstore.fetcher import past_gap
 from kstore.tools.progress import Progress
 
 READ_CHUNK = 1 << 20
@@ -190,7 +191,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     if not recs:
                         # the end, or nothing left at or after the position in its segment (a
                         # compacted tail): go on at the next segment
-                        positions[p] = _past_gap(lg, positions[p])
+                        positions[p] = past_gap(lg, positions[p])
                         continue
                     if limit is not None and count + len(recs) > limit:
                         recs = recs[:limit - count]
@@ -315,15 +316,6 @@ def _resume_at(lg, pos: int, name: str, err) -> int:
 
 def _past_end(pos: int, name: str, end: int) -> str:
     return f"offset {pos} of {name} is past the log end {end} (OffsetOutOfRange)"
-
-
-def _past_gap(lg, pos: int) -> int:
-    if pos >= lg.log_end_offset:
-        return pos
-    for s in lg.segments:
-        if s.base_offset > pos:
-            return s.base_offset
-    return pos
 
 
 def _start_offset(lg, args, appeared: bool) -> int:
