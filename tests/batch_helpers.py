@@ -4,6 +4,8 @@ import crcmod.predefined
 
 from kstore import _core
 
+from broker_dirs import varint as _varint  # noqa: F401 (test_consumer imports it from here)
+
 CRC32C = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
 NOW = 1_700_000_000_000
 ANY_TS = (-(1 << 62), 1 << 62)
@@ -15,14 +17,6 @@ def build(records, magic=2, base=0, now=NOW, lat=False, codec=0, require_key=Fal
     return b
 
 
-def _varint(v: int) -> bytes:
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 def _blob(b) -> bytes:
