@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 import kstore
 from kstore.errors import OffsetOutOfRangeError
 from kstore.segment import PWRITE_MIN_BYTES
@@ -98,15 +100,17 @@ while True:
 """
 
 
-def test_read_only_reader_and_kill_9_see_whole_pwritten_batches(tmp_path, watchdog):
+@pytest.mark.parametrize("pretouch", ["0", "1"])
+def test_read_only_reader_and_kill_9_see_whole_pwritten_batches(tmp_path, watchdog, pretouch):
     """A writer process appends large and small batches; this process refreshes a read-only log
     beside it (whole batches only, whatever it catches mid-pwrite), then kills the writer with
-    SIGKILL: the reopened log holds every acknowledged batch and only whole ones."""
+    SIGKILL: the reopened log holds every acknowledged batch and only whole ones. With
+    KSTORE_PRETOUCH=1 the writer's pretoucher pre-faults a zero runway ahead: it reads as the end."""
     watchdog(300)
     d = str(tmp_path / "t-0")
     here = os.path.dirname(os.path.abspath(__file__))
     p = subprocess.Popen([sys.executable, "-c", WRITER, d, here], stdout=subprocess.PIPE,
-                         cwd=str(tmp_path))
+                         cwd=str(tmp_path), env=dict(os.environ, KSTORE_PRETOUCH=pretouch))
     acked = -1
     try:
         assert p.stdout.readline()                  # the log exists
