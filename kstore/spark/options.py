@@ -3,7 +3,9 @@ parsed and checked once on the driver into picklable ReadOptions and WriteOption
 TopicPlan per topic: how a write task encodes for it)."""
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import re
 import uuid
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 Options = Mapping[str, Any]
+
+log = logging.getLogger("kstore.spark")
 
 FORMAT = "kstore"
 STAGING_DIR = ".kstore-staging"
@@ -79,6 +83,116 @@ def _partition_map(opts: Options, key: str) -> dict[TopicPartition, int]:
     return out
 
 
+# -- option names: one table per side ------------------------------------------------------------
+# Spark hands a Python data source its options with lower-cased keys; each table maps the
+# lower-cased name to its spelling in the docs (for messages). An option in none of a side's
+# tables is refused, naming it (and the nearest known name): a typo must never change silently
+# what is read or written.
+
+@dataclass(frozen=True)
+class OptionTable:
+    """The option names one side (source or sink) knows.
+
+    known: options it implements. ignored: Spark Kafka options with no meaning here (no broker,
+    no consumer group), accepted with one logged note naming them, so a job written for Spark's
+    Kafka connector runs unchanged. refused: options refused with the reason (Spark's Kafka
+    source refuses the same). passthrough_prefix: a prefix whose options are all accepted as
+    ignored (Kafka client settings, ``kafka.*``) unless refused by name."""
+    side: str
+    known: Mapping[str, str]
+    ignored: Mapping[str, str] = field(default_factory=dict)
+    refused: Mapping[str, str] = field(default_factory=dict)
+    passthrough_prefix: Optional[str] = None
+
+
+def _names(*names: str) -> dict[str, str]:
+    return {n.lower(): n for n in names}
+
+
+_KAFKA_CONSUMER_REFUSED = {     # as KafkaSourceProvider.validateGeneralOptions refuses them
+    "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported: set the "
+                               "source option 'startingOffsets' to 'earliest' or 'latest'",
+    "kafka.key.deserializer": "Kafka option 'key.deserializer' is not supported: keys are read "
+                              "as bytes; deserialize them with DataFrame operations",
+    "kafka.value.deserializer": "Kafka option 'value.deserializer' is not supported: values are "
+                                "read as bytes; deserialize them with DataFrame operations",
+    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported: offsets "
+                                "live in the query's checkpoint",
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+
+READ_TABLE = OptionTable(
+    side="source",
+    known=_names(
+        "path", "assign", "subscribe", "subscribePattern",
+        "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
+        "failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition",
+        "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+        "pushFilters", "waitForDataMs"),            # the last two are kstore's own
+    ignored=_names("groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+                   "kafkaConsumer.pollTimeoutMs"),
+    refused=_KAFKA_CONSUMER_REFUSED,
+    passthrough_prefix="kafka.",        # kafka.bootstrap.servers, kafka.group.id, kafka.security.*
+)
+# The sink's table (WRITE_TABLE) belongs with WriteOptions: define it like READ_TABLE (topic,
+# includeHeaders?, kstore.* as its passthrough of broker settings, kafka.* ignored) and call
+# check_options(opts, WRITE_TABLE) at the top of WriteOptions.parse.
+
+
+def check_options(opts: Options, table: OptionTable, unused: tuple[str, ...] = ()) -> list[str]:
+    """Refuse the options `table` does not know (InvalidConfigError naming each, with the nearest
+    known name), and log ONE note naming the accepted options that do nothing here: the table's
+    ignored ones, its passthrough prefix's, and `unused` (known names this query has no use for,
+    e.g. trigger limits in a batch read). `opts` has lower-cased keys. Returns the names noted."""
+    unknown, ignored = [], []
+    for key in sorted(opts):
+        if key in table.refused:
+            raise InvalidConfigError(f"kstore {table.side}: option '{key}' is refused: "
+                                     f"{table.refused[key]}")
+        if key in table.known:
+            if key in unused:
+                ignored.append(table.known[key])
+            continue
+        if key in table.ignored:
+            ignored.append(table.ignored[key])
+        elif table.passthrough_prefix and key.startswith(table.passthrough_prefix):
+            ignored.append(key)
+        else:
+            unknown.append(key)
+    if unknown:
+        hints = []
+        for key in unknown:
+            near = difflib.get_close_matches(key, list(table.known), n=1, cutoff=0.75)
+            hints.append(f"'{key}'" + (f" (did you mean '{table.known[near[0]]}'?)" if near else ""))
+        raise InvalidConfigError(
+            f"kstore {table.side}: unknown option(s) {', '.join(hints)}; it takes "
+            + ", ".join(sorted(table.known.values(), key=str.lower))
+            + (f", and {table.passthrough_prefix}* settings (ignored)" if table.passthrough_prefix
+               else ""))
+    if ignored:
+        log.warning("kstore %s: ignoring option(s) of Spark's Kafka connector that do not apply "
+                    "to a local store: %s", table.side, ", ".join(ignored))
+    return ignored
+
+
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000,
+                "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(opts: Options, key: str, default: str) -> int:
+    """Option `key` as a duration in ms, in Spark's format (JavaUtils.timeStringAsMs): a whole
+    number with an optional unit us, ms, s, m/min, h or d (no unit: ms), e.g. 15m, 10s, 500ms."""
+    raw = str(opts.get(key, default))
+    m = _DURATION.fullmatch(raw.strip().lower())
+    if m is None:
+        raise InvalidConfigError(f"option '{key}' must be a duration such as 15m, 10s or 500ms "
+                                 f"(units us, ms, s, m, min, h, d), got {raw!r}")
+    return int(int(m.group(1)) * _DURATION_MS[m.group(2)])
+
+
 class OffsetKind(Enum):
     """How an OffsetSpec names its offsets (Spark's Kafka source options)."""
     EARLIEST = "earliest"
@@ -117,6 +231,27 @@ def _offset_spec(opts: Options, prefix: str, default: str, is_end: bool) -> Offs
     return OffsetSpec(OffsetKind.OFFSETS, offsets=offs)
 
 
+def _check_start_not_after_end(start: OffsetSpec, end: OffsetSpec) -> None:
+    """Spark's checkOffsetLimitValidity: per-partition starting and ending offsets (or
+    timestamps) name the same partitions, and no start lies after its end (-2/-1 aside)."""
+    if start.kind is not end.kind or start.kind not in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):
+        return
+    what = "offsets" if start.kind is OffsetKind.OFFSETS else "timestamps"
+    if set(start.offsets) != set(end.offsets):
+        raise InvalidConfigError(
+            f"the starting and ending {what} name different partitions: "
+            + ", ".join(f"{t}-{p}" for t, p in sorted(set(start.offsets) ^ set(end.offsets))))
+    for tp, s in sorted(start.offsets.items()):
+        e = end.offsets[tp]
+        if s >= 0 and e >= 0 and s > e:
+            raise InvalidConfigError(f"the starting {what[:-1]} {s} of {tp[0]}-{tp[1]} is after "
+                                     f"its ending {what[:-1]} {e}")
+
+
+# trigger limits: a batch read accepts them and notes that they do nothing (as Spark's Kafka source)
+_STREAMING_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "waitfordatams")
+
+
 @dataclass
 class ReadOptions:
     """The source options of one query, parsed and checked once on the driver (picklable)."""
@@ -132,12 +267,15 @@ class ReadOptions:
     min_partitions: Optional[int] = None
     max_records_per_partition: Optional[int] = None
     max_offsets_per_trigger: Optional[int] = None
+    min_offsets_per_trigger: Optional[int] = None
+    max_trigger_delay_ms: int = 15 * 60_000  # Spark's default maxTriggerDelay, 15m
     push_filters: bool = True
     wait_for_data_ms: int = 500              # streaming: how long latestOffset waits for news
 
     @classmethod
     def parse(cls, opts: Options, streaming: bool) -> "ReadOptions":
         opts = {str(k).lower(): v for k, v in dict(opts).items()}
+        check_options(opts, READ_TABLE, () if streaming else _STREAMING_ONLY)
         if not opts.get("path"):
             raise InvalidConfigError("kstore source: give the log dirs with .load(path) or the "
                                      "'path' option (comma-separated)")
@@ -175,6 +313,7 @@ class ReadOptions:
                 raise InvalidConfigError("option 'startingOffsets': latest (-1) is not allowed "
                                          "for batch queries")
             o.ending = _offset_spec(opts, "ending", "latest", True)
+            _check_start_not_after_end(o.starting, o.ending)
         strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).lower()
         if strategy not in ("error", "latest"):
             raise InvalidConfigError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
@@ -184,6 +323,13 @@ class ReadOptions:
         o.min_partitions = _int(opts, "minpartitions")
         o.max_records_per_partition = _int(opts, "maxrecordsperpartition")
         o.max_offsets_per_trigger = _int(opts, "maxoffsetspertrigger")
+        o.min_offsets_per_trigger = _int(opts, "minoffsetspertrigger", 0)
+        o.max_trigger_delay_ms = parse_duration_ms(opts, "maxtriggerdelay", "15m")
+        if (o.min_offsets_per_trigger is not None and o.max_offsets_per_trigger is not None
+                and o.min_offsets_per_trigger > o.max_offsets_per_trigger):
+            raise InvalidConfigError(
+                f"option 'minOffsetsPerTrigger' ({o.min_offsets_per_trigger}) is higher than "
+                f"'maxOffsetsPerTrigger' ({o.max_offsets_per_trigger})")
         o.push_filters = parse_bool(opts, "pushfilters", True)
         o.wait_for_data_ms = _int(opts, "waitfordatams", 0) or (0 if "waitfordatams" in opts else 500)
         return o

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterable, Iterator, Optional, Sequence
+import time
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, Filter,
                                     InputPartition)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
 from kstore import notify
@@ -58,6 +59,29 @@ def _resolve(store: StoreReader, tp: TopicPartition, spec: OffsetSpec, is_end: b
         f"no record of {tp[0]}-{tp[1]} has a timestamp >= {ts} (set "
         f"startingOffsetsByTimestampStrategy=latest to start at the end instead)")
 
+
+
+def check_named_partitions(spec: OffsetSpec, side: str, tps: Sequence[TopicPartition]) -> None:
+    """Spark's Kafka source rule, the same for batch and streaming queries: offsets (or
+    timestamps) given per partition must name exactly the partitions the query reads
+    (KafkaOffsetReader's "If startingOffsets contains specific offsets, you must specify all
+    TopicPartitions"); -2 and -1 say earliest and latest for a partition one does not care about."""
+    if spec.kind is OffsetKind.OFFSETS:
+        name = f"{side}Offsets"
+    elif spec.kind is OffsetKind.TIMESTAMPS:
+        name = f"{side}OffsetsByTimestamp"
+    else:
+        return
+    missing = sorted(set(tps) - set(spec.offsets))
+    extra = sorted(set(spec.offsets) - set(tps))
+    if missing or extra:
+        raise InvalidConfigError(
+            f"{name} gives specific partitions, so it must name every TopicPartition the query "
+            "reads and no other"
+            + (" (-2 for earliest, -1 for latest)" if spec.kind is OffsetKind.OFFSETS else "")
+            + "".join(f"; {what}: " + ", ".join(f"{t}-{p}" for t, p in tps_)
+                      for what, tps_ in (("missing", missing), ("not read by the query", extra))
+                      if tps_))
 
 
 class KStoreRange(InputPartition):
@@ -150,14 +174,8 @@ class KStoreBatchReader(DataSourceReader):
         ranges = []
         with StoreReader(o.paths) as store:
             tps = o.topic_partitions(store)
-            for name, spec in (("startingOffsets", o.starting), ("endingOffsets", o.ending)):
-                if spec.kind is OffsetKind.OFFSETS and spec.offsets:
-                    missing = [tp for tp in tps if tp not in spec.offsets]
-                    if missing:
-                        raise InvalidConfigError(
-                            f"{name} gives specific offsets, so it must name every "
-                            "TopicPartition (-2 for earliest, -1 for latest); missing: "
-                            + ", ".join(f"{t}-{p}" for t, p in missing))
+            check_named_partitions(o.starting, "starting", tps)
+            check_named_partitions(o.ending, "ending", tps)
             for tp in tps:
                 if not pr.keeps(tp):
                     continue
@@ -198,6 +216,22 @@ class KStorePushdownReader(KStoreBatchReader):
                 yield f
 
 
+def rate_limit(begin: dict[TopicPartition, int], latest: dict[TopicPartition, int],
+               max_rows: int) -> dict[TopicPartition, int]:
+    """Spark's KafkaMicroBatchStream.rateLimit: at most max_rows new offsets in all, shared out
+    in proportion to each partition's backlog; a partition owed less than one still gets one."""
+    sizes = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
+    total = sum(sizes.values())
+    if total <= max_rows:
+        return dict(latest)
+    ends = {}
+    for tp, size in sizes.items():
+        prorate = max_rows * (size / total)
+        take = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        ends[tp] = min(latest[tp], begin[tp] + take)
+    return ends
+
+
 class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming read. Offsets are {"topic": {"partition": next_offset}}, as Kafka's source
     keeps them; partitions that appear later start at their earliest offset."""
@@ -206,6 +240,10 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._store: Optional[StoreReader] = None
         self._target: Optional[dict] = None
+        # minOffsetsPerTrigger: when the last batch was let through (clock() seconds), None
+        # before the first trigger, which, as in Spark's Kafka source, is never delayed
+        self._last_trigger: Optional[float] = None
+        self.clock: Callable[[], float] = time.monotonic     # tests substitute a fake clock
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -236,12 +274,21 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         store = self._fresh_store()
         o = self.opts
+        tps = o.topic_partitions(store)
+        check_named_partitions(o.starting, "starting", tps)
         return self._to_json({tp: _resolve(store, tp, o.starting, False, o.timestamp_strategy)
-                              for tp in o.topic_partitions(store)})
+                              for tp in tps})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        m = self.opts.max_offsets_per_trigger
-        return ReadMaxRows(m) if m else ReadAllAvailable()
+        """maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as ReadMinRows.
+        PySpark has no composite limit (Spark's Kafka source passes both): latestOffset applies
+        the options' other bound itself, and maxTriggerDelay, which ReadMinRows cannot carry."""
+        o = self.opts
+        if o.max_offsets_per_trigger:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._to_json(self._latest(self._fresh_store()))
@@ -250,6 +297,10 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._to_json(self._latest(self._fresh_store()))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next batch, as Spark's Kafka source decides it: everything new, held
+        back while fewer than minOffsetsPerTrigger records are new (until maxTriggerDelay has
+        passed since the last batch), cut to maxOffsetsPerTrigger shared out by backlog.
+        ReadAllAvailable (Trigger.Once) lifts both bounds; AvailableNow never holds back."""
         begin = self._from_json(start)
         store = self._fresh_store()
         latest = self._latest(store)
@@ -261,29 +312,57 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in latest:
             if tp not in begin:
                 begin[tp] = store.offsets(*tp, refresh=False)[0]    # new partition: earliest
-        ends = dict(latest)
-        if isinstance(limit, ReadMaxRows):
-            sizes = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
-            total = sum(sizes.values())
-            if total > limit.max_rows:
-                for tp, size in sizes.items():
-                    prorate = limit.max_rows * (size / total)
-                    take = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
-                    ends[tp] = min(latest[tp], begin[tp] + take)
-        return self._to_json(ends)
+        if isinstance(limit, ReadAllAvailable):
+            return self._to_json(latest)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else \
+            self.opts.max_offsets_per_trigger
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else \
+            self.opts.min_offsets_per_trigger
+        if min_rows and self._target is None:
+            admitted = self._admit(min_rows, begin, latest, store)
+            if admitted is None:
+                return start            # as Spark's: the start offsets, so no batch runs
+            latest = admitted
+        return self._to_json(rate_limit(begin, latest, max_rows) if max_rows else latest)
 
-    def _wait_for_data(self, store: StoreReader, latest: dict[TopicPartition, int]
-                       ) -> dict[TopicPartition, int]:
-        """Nothing new since the last batch: wait up to waitForDataMs on the partitions'
-        notification words (notify.wait_any) instead of returning at once to be polled again by
-        Spark's trigger loop, so a record appended meanwhile starts a batch within microseconds.
-        A partition that appears or goes away meanwhile is found by the next call."""
+    def _admit(self, min_rows: int, begin: dict[TopicPartition, int],
+               latest: dict[TopicPartition, int], store: StoreReader
+               ) -> Optional[dict[TopicPartition, int]]:
+        """Spark's KafkaMicroBatchStream.delayBatch: the offsets to read up to, or None to hold
+        the batch back because fewer than min_rows records are new in total and maxTriggerDelay
+        has not passed since the last batch let through (the first trigger always passes). While
+        holding back it waits up to waitForDataMs (never past the delay) for enough records on
+        the partitions' notification words, so Spark's trigger loop does not spin on it."""
+        delay = self.opts.max_trigger_delay_ms / 1000
+        now = self.clock()
+        deadline = now + self.opts.wait_for_data_ms / 1000
+        if self._last_trigger is not None:
+            deadline = min(deadline, self._last_trigger + delay)
+        while True:
+            if (self._last_trigger is None or now - self._last_trigger >= delay
+                    or sum(latest[tp] - begin[tp] for tp in latest) >= min_rows):
+                self._last_trigger = now
+                return latest
+            if now >= deadline:
+                return None
+            latest = self._wait_for_data(store, latest, deadline - now)
+            now = self.clock()
+
+    def _wait_for_data(self, store: StoreReader, latest: dict[TopicPartition, int],
+                       timeout: Optional[float] = None) -> dict[TopicPartition, int]:
+        """Wait up to `timeout` seconds (default waitForDataMs) for a record past `latest` on
+        any partition, on the partitions' notification words (notify.wait_any) instead of
+        returning at once to be polled again by Spark's trigger loop, so a record appended
+        meanwhile starts a batch within microseconds. A partition that appears or goes away
+        meanwhile is found by the next call."""
         tps = sorted(latest)
-        if not self.opts.wait_for_data_ms or not tps:
+        if timeout is None:
+            timeout = self.opts.wait_for_data_ms / 1000
+        if timeout <= 0 or not tps:
             return latest
         try:
             if notify.wait_any([store.log(*tp) for tp in tps], [latest[tp] for tp in tps],
-                               self.opts.wait_for_data_ms / 1000):
+                               timeout):
                 return self._latest(store)
         except (UnknownTopicError, SegmentGoneError):
             pass
