@@ -359,7 +359,7 @@ def test_push_filters_returns_the_very_objects_it_does_not_handle(tmp_path):
                    EqualTo(("value",), b"p1-2"), EqualTo(("timestampType",), 0),
                    EqualNullSafe(("topic",), None), In(("topic",), ("t", None)),
                    EqualTo(("partition",), True), EqualTo(("key", "x"), 1)]
-    r = ks.KStoreDataSource({"path": d, "subscribe": "t"}).reader(None)
+    r = ks.KStoreDataSource({"path": d, "subscribe": "t", "pushFilters": "true"}).reader(None)
     rest = list(r.pushFilters(handled + not_handled))
     assert len(rest) == len(not_handled) and all(a is b for a, b in zip(rest, not_handled))
     assert [(x.partition, x.start, x.end) for x in r.partitions()] == [(1, 2, 3)]
@@ -388,11 +388,9 @@ PUSHDOWN_QUERIES = [
 ]
 
 
-def test_pushdown_gives_exactly_the_rows_spark_gives_without_it(spark, tmp_path):
-    """Each filter kind (and AND/OR combinations) through Spark with pushdown and with
-    pushFilters=false: the same rows. Timestamps of partition p grow by 1 s per offset from
-    p * 10 s, so a timestamp bound prunes a different range in each partition."""
-    d = str(tmp_path / "pd")
+def pushdown_store(d):
+    """Topic t: 3 partitions of 50 records, timestamps of partition p growing by 1 s per offset
+    from p * 10 s (a timestamp bound prunes a different range in each partition); topic u: one."""
     with kstore.LogManager(d, {"log.segment.bytes": 2048}) as m:
         m.create_topic("t", 3)
         m.create_topic("u", 1)
@@ -400,17 +398,41 @@ def test_pushdown_gives_exactly_the_rows_spark_gives_without_it(spark, tmp_path)
             for i in range(50):
                 m.log("t", p).append([(b"k%d" % i, b"p%d-%d" % (p, i), p * 10_000 + 1000 * i)])
         m.log("u", 0).append([(None, b"u", 5)])
-    on = spark.read.format("kstore").option("subscribePattern", "t|u").load(d)
-    off = (spark.read.format("kstore").option("subscribePattern", "t|u")
-           .option("pushFilters", "false").load(d))
+    return d
+
+
+def rows(df, q):
+    return sorted(tuple(r) for r in df.where(q).select("topic", "partition", "offset").collect())
+
+
+def test_pushdown_gives_exactly_the_rows_spark_gives_without_it(spark, tmp_path):
+    """Each filter kind (and AND/OR combinations) through Spark with pushFilters=true and
+    without pushdown: the same rows. One DataFrame per query with pushdown: PySpark 4.3 keeps a
+    pushdown's read plan on the DataFrame's data source (see the next test)."""
+    d = pushdown_store(str(tmp_path / "pd"))
+    off = spark.read.format("kstore").option("subscribePattern", "t|u").load(d)
     for q in PUSHDOWN_QUERIES:
-        cols = "topic, partition, offset"
-        want = sorted(tuple(r) for r in off.where(q).selectExpr(*cols.split(", ")).collect())
-        got = sorted(tuple(r) for r in on.where(q).selectExpr(*cols.split(", ")).collect())
-        assert got == want, q
+        on = (spark.read.format("kstore").option("subscribePattern", "t|u")
+              .option("pushFilters", "true").load(d))
+        assert rows(on, q) == rows(off, q), q
     # the handled ones prune the plan (fewer tasks), the others leave it whole
-    assert on.where("partition = 1 AND offset >= 45").rdd.getNumPartitions() == 1
-    assert on.where("partition != 1").rdd.getNumPartitions() == 4
+    on = spark.read.format("kstore").option("subscribePattern", "t|u").option("pushFilters", "true")
+    assert on.load(d).where("partition = 1 AND offset >= 45").rdd.getNumPartitions() == 1
+    assert on.load(d).where("partition != 1").rdd.getNumPartitions() == 4
+
+
+def test_a_dataframe_reused_across_queries_reads_every_row_by_default(spark, tmp_path):
+    """The default (no pushdown): a DataFrame queried first with pushable filters, then with
+    none Spark can push (an OR) and none at all, gives every query its rows. (With
+    pushFilters=true PySpark 4.3 answered the OR query from the first query's pruned plan:
+    [(t, 1, 48), (t, 1, 49)] instead of 52 rows.)"""
+    d = pushdown_store(str(tmp_path / "re"))
+    df = spark.read.format("kstore").option("subscribePattern", "t|u").load(d)
+    assert rows(df, "topic = 't' AND partition IN (1, 2) AND offset >= 48") == \
+        [("t", p, o) for p in (1, 2) for o in (48, 49)]
+    assert rows(df, "(partition = 1 OR offset = 3)") == \
+        sorted([("t", 0, 3), ("t", 2, 3)] + [("t", 1, o) for o in range(50)])
+    assert df.count() == 151
 
 
 # -- minOffsetsPerTrigger / maxTriggerDelay in a running query ------------------------------------

@@ -269,7 +269,10 @@ class ReadOptions:
     max_offsets_per_trigger: Optional[int] = None
     min_offsets_per_trigger: Optional[int] = None
     max_trigger_delay_ms: int = 15 * 60_000  # Spark's default maxTriggerDelay, 15m
-    push_filters: bool = True
+    # off by default: PySpark 4.3's JVM keeps the read plan a pushdown produced on the data
+    # source instance (PythonDataSourceV2.setReadInfo), and a later scan of the same DataFrame
+    # with no pushable filter reuses it, reading only the earlier query's rows
+    push_filters: bool = False
     wait_for_data_ms: int = 500              # streaming: how long latestOffset waits for news
 
     @classmethod
@@ -330,7 +333,7 @@ class ReadOptions:
             raise InvalidConfigError(
                 f"option 'minOffsetsPerTrigger' ({o.min_offsets_per_trigger}) is higher than "
                 f"'maxOffsetsPerTrigger' ({o.max_offsets_per_trigger})")
-        o.push_filters = parse_bool(opts, "pushfilters", True)
+        o.push_filters = parse_bool(opts, "pushfilters", False)
         o.wait_for_data_ms = _int(opts, "waitfordatams", 0) or (0 if "waitfordatams" in opts else 500)
         return o
 
