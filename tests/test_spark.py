@@ -174,7 +174,7 @@ def test_user_schema_is_rejected(spark, tmp_path):
 def test_pushdown_prunes_partitions_offsets_and_timestamps(tmp_path):
     import datetime as dt
     d = make_store(str(tmp_path / "p"), partitions=3)
-    opts = {"path": d, "subscribe": "t"}
+    opts = {"path": d, "subscribe": "t", "pushFilters": "true"}
 
     def plan(*filters):
         r = ks.KStoreDataSource(opts).reader(None)
@@ -195,7 +195,7 @@ def test_pushdown_prunes_partitions_offsets_and_timestamps(tmp_path):
 
 def test_pushdown_leaves_not_and_null_checks_to_spark(spark, tmp_path):
     d = make_store(str(tmp_path / "pn"), partitions=3)
-    r = ks.KStoreDataSource({"path": d, "subscribe": "t"}).reader(None)
+    r = ks.KStoreDataSource({"path": d, "subscribe": "t", "pushFilters": "true"}).reader(None)
     filters = [Not(EqualTo(("partition",), 1)), IsNotNull(("offset",))]
     assert list(r.pushFilters(filters)) == filters
     assert len(r.partitions()) == 3
@@ -205,11 +205,12 @@ def test_pushdown_leaves_not_and_null_checks_to_spark(spark, tmp_path):
 
 def test_pushdown_in_spark_plans_fewer_tasks(spark, tmp_path):
     d = make_store(str(tmp_path / "ps"), partitions=3)
-    df = load(spark, d, subscribe="t")
+    df = load(spark, d, subscribe="t", pushFilters="true")
     assert df.rdd.getNumPartitions() == 3
     q = df.where("partition = 1 and offset >= 90")
     assert q.rdd.getNumPartitions() == 1
     assert offsets(q) == [(1, o) for o in range(90, 100)]
+    df = load(spark, d, subscribe="t", pushFilters="true")   # one query per DataFrame (4.3)
     q = df.where(F.col("timestamp") >= F.lit("1970-01-01 00:01:35").cast("timestamp"))
     assert offsets(q) == [(p, o) for p in range(3) for o in range(95, 100)]
 
