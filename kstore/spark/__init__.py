@@ -60,9 +60,10 @@ __all__ = [
 
 def register(spark: SparkSession) -> None:
     """Register the ``kstore`` format with a SparkSession and turn on Python filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), which the reader implements: Spark refuses to
-    plan a Python reader with pushFilters while that setting is off. Sessions that must keep it
-    off can read with the option ``pushFilters=false``."""
+    (``spark.sql.python.filterPushdown.enabled``), which the reader implements when read with
+    ``pushFilters=true``: Spark refuses to plan a Python reader with pushFilters while that
+    setting is off. pushFilters is off by default: PySpark 4.3 reuses a pushdown's read plan for
+    later scans of the same DataFrame (see ReadOptions.push_filters)."""
     spark.dataSource.register(KStoreDataSource)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
