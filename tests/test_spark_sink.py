@@ -313,3 +313,33 @@ def test_spark_streaming_sink_leaves_no_staging(spark, tmp_path):
     assert len(q.recentProgress) >= 3                   # several micro-batches, several commits
     assert read_all(d, "out") == read_all(d, "in")
     assert not os.path.exists(os.path.join(d, ks.STAGING_DIR))
+
+
+@pytest.mark.spark
+def test_spark_two_concurrent_writes_both_land(spark, tmp_path, watchdog):
+    """Two jobs writing at once: each one's planning collects stale staging, never the other's."""
+    import threading
+
+    from thread_watchdog import join_all
+    watchdog(300)
+    d = str(tmp_path / "cc")
+    kstore.LogManager(d).close()
+    errors = []
+
+    def job(topic):
+        try:
+            # a Python thread is a new JVM thread: without the active session Spark does not
+            # find the registered Python data source there
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+            df = spark.range(2000).selectExpr("cast(id as string) AS key", "cast(id as string) AS value")
+            df.repartition(4).write.format("kstore").mode("append").option("topic", topic).save(d)
+        except Exception as e:           # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=job, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    join_all(threads, 240)
+    assert errors == []
+    for topic in ("a", "b"):
+        assert sorted(int(v) for _p, _o, v in read_all(d, topic)) == list(range(2000))
+    assert not os.path.exists(os.path.join(d, ks.STAGING_DIR))

@@ -76,15 +76,17 @@ class _Stager:
     """A write task: encodes rows into v2 batches per (topic, partition) and appends them to
     staging files. Nothing reaches the log until the driver commits."""
 
-    def __init__(self, wo: WriteOptions, task_id: str):
+    def __init__(self, wo: WriteOptions, task_id: str, streaming: bool = False):
         self.wo = wo
         self.task_id = task_id
         self.io = get_file_ops()
         self.files: dict[TopicPartition, _StagingFile] = {}
         self.builder = _core.BatchBuilder()
         self.rr = 0
-        # a micro-batch's tasks share q-<query>-b<batch>; a batch write's the planned id
-        wid = streaming_write_id()
+        # a streaming sink's micro-batch: q-<query>-b<batch>, which every task and the commit's
+        # messages know; a batch write (foreachBatch's too: it may write twice in a batch): the
+        # id drawn at planning
+        wid = streaming_write_id() if streaming else None
         self.dir = os.path.join(staging_root(wo.paths[0]), wid) if wid else wo.staging
         self.dir_lock: Optional[int] = None
 
@@ -209,9 +211,10 @@ def _task_id() -> str:
     return uuid.uuid4().hex
 
 
-def stage_batches(wo: WriteOptions, batches: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
+def stage_batches(wo: WriteOptions, batches: Iterator[pa.RecordBatch],
+                  streaming: bool = False) -> KStoreCommitMessage:
     """A write task: stage every batch; on failure remove what this task staged."""
-    st = _Stager(wo, _task_id())
+    st = _Stager(wo, _task_id(), streaming)
     try:
         for b in batches:
             st.add(b)
@@ -374,7 +377,7 @@ class KStoreStreamWriter(DataSourceStreamArrowWriter):
         _collect(wo)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
-        return stage_batches(self.wo, iterator)
+        return stage_batches(self.wo, iterator, streaming=True)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
         commit_staged(self.wo, messages)
