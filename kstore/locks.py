@@ -4,6 +4,12 @@ Kept in one place so a new lock gets a place in the order (ARCHITECTURE.md summa
 
 A thread holding a lock may take only locks listed
 below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+  Spark staging dir flock       one write's staging directory (spark/staging.py), across
+                                processes and hosts: held shared by a task while it stages (no
+                                other kstore lock under it) and by the driver's commit across
+                                its LogManager open (the store's .lock, waited on with backoff)
+                                and appends; the collector only tries it exclusively, never
+                                waits, and takes nothing under it (a rename)
   GroupMember._lock             one group member's state (group_membership.py): its owned
                                 partitions and descriptors; held across its group.lock wait
   group.lock flock              a consumer group's exclusive flock, across processes and threads

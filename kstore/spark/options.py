@@ -369,34 +369,97 @@ class TopicPlan:
 
 
 
+#: Sink options kstore reads (lower-cased, as Spark hands them), and those it accepts without
+#: effect: Spark's (checkpointLocation) and Spark's Kafka sink's that mean nothing here.
+WRITE_OPTIONS = frozenset({"path", "topic", "locktimeoutms", "stalestagingms", "checkpointlocation"})
+WRITE_OPTIONS_NOT_APPLICABLE = frozenset({"includeheaders"})
+#: Default of lockTimeoutMs: how long a commit waits for the store's writer lock.
+DEFAULT_LOCK_TIMEOUT_MS = 5000
+#: Default of staleStagingMs: staging no task or commit holds, untouched this long, is collected.
+DEFAULT_STALE_STAGING_MS = 3_600_000
+
+
+def _check_write_options(opts: Options) -> None:
+    """Refuse options the sink does not know, naming them (a typo must not pass silently);
+    Kafka's own (`kafka.*`, ...) are accepted with one logged note, as they do not apply."""
+    unknown = sorted(k for k in opts if k not in WRITE_OPTIONS and k not in WRITE_OPTIONS_NOT_APPLICABLE
+                     and not k.startswith(("kstore.", "kafka.", "__")))
+    if unknown:
+        raise InvalidConfigError(
+            f"kstore sink: unknown option(s) {unknown}; it takes path, topic, lockTimeoutMs, "
+            "staleStagingMs and kstore.<broker key> (Kafka's kafka.* are accepted and ignored)")
+    ignored = sorted(k for k in opts if k.startswith("kafka.") or k in WRITE_OPTIONS_NOT_APPLICABLE)
+    if ignored:
+        import logging
+        logging.getLogger("kstore.spark").info(
+            "kstore sink: option(s) %s do not apply to a kstore store and are ignored", ignored)
+
+
+def check_sink_schema(schema: StructType, topic_option: bool) -> list[str]:
+    """Spark's Kafka sink's rules for its input, checked when the write is planned (before any
+    task runs), with its messages: value (string or binary) required, key string or binary,
+    topic string (unless the 'topic' option is set: then the column is not used), partition
+    int, headers array<struct<key string, value binary>>. Other columns are ignored, as Kafka's
+    sink does, except kstore's one addition: a `timestamp` column of timestamp type sets the
+    records' CreateTime. Returns the columns a task uses, in the schema's order."""
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType, StructField,
+                                   StructType as ST, TimestampNTZType, TimestampType)
+    fields = {f.name: f.dataType for f in schema.fields}
+    headers_type = ArrayType(ST([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+    def same(a, b) -> bool:          # Spark's sameType: nullability aside
+        if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+            return same(a.elementType, b.elementType)
+        if isinstance(a, ST) and isinstance(b, ST):
+            return ([f.name for f in a.fields] == [f.name for f in b.fields]
+                    and all(same(x.dataType, y.dataType) for x, y in zip(a.fields, b.fields)))
+        return type(a) is type(b)
+
+    rules = [("key", (StringType(), BinaryType())), ("value", (StringType(), BinaryType())),
+             ("headers", (headers_type,)), ("partition", (IntegerType(),))]
+    if not topic_option:
+        if "topic" not in fields:
+            raise InvalidConfigError("topic option required when no 'topic' attribute is present. "
+                                     "Use the topic option for setting a topic.")
+        rules.append(("topic", (StringType(),)))
+    if "value" not in fields:
+        raise InvalidConfigError("Required attribute 'value' not found")
+    for name, desired in rules:
+        t = fields.get(name)
+        if t is not None and not any(same(t, d) for d in desired):
+            raise InvalidConfigError(
+                f"{name} attribute unsupported type {t.simpleString()}. {name} must be a(n) "
+                + " or ".join(d.simpleString() for d in desired))
+    used = {n for n, _ in rules} | ({"timestamp"} if isinstance(fields.get("timestamp"),
+                                                               (TimestampType, TimestampNTZType)) else set())
+    return [f.name for f in schema.fields if f.name in used]
+
+
 @dataclass
 class WriteOptions:
     paths: list
     topic: Optional[str]
     broker: dict
-    staging: str
+    staging: str                # a batch write's staging dir (a micro-batch's: staging.py)
     plans: dict                 # topic -> TopicPlan (topics known when the write was planned)
     default_plan: TopicPlan     # for topics that appear only in the data (auto-created)
     auto_create: bool
+    columns: list = field(default_factory=lambda: ["key", "value", "topic", "partition", "headers"])
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    stale_staging_ms: int = DEFAULT_STALE_STAGING_MS
 
     @classmethod
     def parse(cls, opts: Options, schema: StructType) -> "WriteOptions":
         opts = {str(k).lower(): v for k, v in dict(opts).items()}
+        _check_write_options(opts)
         if not opts.get("path"):
             raise InvalidConfigError("kstore sink: give the log dirs with .save(path) or the "
                                      "'path' option (comma-separated)")
         paths = split_log_dirs(opts["path"])
-        names = {f.name for f in schema.fields}
-        if "value" not in names:
-            raise InvalidConfigError("kstore sink: the data needs a 'value' column (binary or string)")
         topic = opts.get("topic")
-        if topic is None and "topic" not in names:
-            raise InvalidConfigError("kstore sink: no topic: set the 'topic' option or give the "
-                                     "data a 'topic' column")
-        unknown = names - {"key", "value", "topic", "partition", "headers", "timestamp"}
-        if unknown:
-            raise InvalidConfigError(f"kstore sink: unexpected column(s) {sorted(unknown)}; it takes "
-                                     "key, value, topic, partition, headers and timestamp")
+        columns = check_sink_schema(schema, topic is not None)
+        lock_timeout = _int(opts, "locktimeoutms", 0)
+        stale = _int(opts, "stalestagingms", 0)
         broker = {k[len("kstore."):]: v for k, v in opts.items() if k.startswith("kstore.")}
         bc = BrokerConfig(broker)
         from kstore.topics import read_topic_config_file
@@ -417,5 +480,7 @@ class WriteOptions:
         if topic is not None and topic not in plans and not auto:
             raise UnknownTopicError(f"topic {topic!r} does not exist in {paths} and "
                                     "auto.create.topics.enable is false")
-        return cls(paths, topic, broker, os.path.join(paths[0], STAGING_DIR, uuid.uuid4().hex),
-                   plans, plan(bc.log_config(None), bc["num.partitions"], False), auto)
+        return cls(paths, topic, broker, os.path.join(paths[0], STAGING_DIR, "w-" + uuid.uuid4().hex),
+                   plans, plan(bc.log_config(None), bc["num.partitions"], False), auto, columns,
+                   DEFAULT_LOCK_TIMEOUT_MS if lock_timeout is None else lock_timeout,
+                   DEFAULT_STALE_STAGING_MS if stale is None else stale)
