@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 # cython: embedsignature=True
 """Columnar decode: records straight into Arrow-layout buffers (Columns), the Spark / Arrow
-read path; uncompressed v2 batches decode without the GIL."""
+read path; uncompressed v2 batches decode without the GIL. A Columns can leave out keys, values,
+timestamps and headers (a query that does not need them); one that keeps only offsets is filled
+from batch headers alone wherever a batch has no gaps (see decode_columns)."""
 from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t
 from libc.string cimport memcpy, memset
 from libc.stdlib cimport realloc, free
@@ -141,16 +143,30 @@ cdef class Columns:
     timestamp type int32, key / value as (int32 offsets, data, validity bytes) and, with
     headers=True, the list<struct<key string, value binary>> buffers. Filled by decode_columns;
     arrays() hands numpy copies out, views() zero-copy views (kstore.arrow turns them into a
-    pyarrow RecordBatch)."""
+    pyarrow RecordBatch).
+
+    keys / values / timestamps=False leave those columns empty (nothing is copied for them), for
+    a read that does not need them. With all three False and headers False the Columns holds
+    offsets only (offsets_only): decode_columns then takes a batch without gaps (record count =
+    offset span) from its header alone, without parsing its records."""
     cdef Buf b[16]
     cdef readonly Py_ssize_t count
     cdef readonly Py_ssize_t header_count
     cdef readonly bint headers
+    cdef readonly bint keys
+    cdef readonly bint values
+    cdef readonly bint timestamps
+    cdef readonly bint offsets_only
     cdef readonly Py_ssize_t live_views    # views() alive: while > 0 the columns are frozen
 
-    def __cinit__(self, bint headers=False):
+    def __cinit__(self, bint headers=False, *, bint keys=True, bint values=True,
+                  bint timestamps=True):
         memset(self.b, 0, sizeof(self.b))
         self.headers = headers
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.offsets_only = not (headers or keys or values or timestamps)
         self.clear()
 
     def __dealloc__(self):
@@ -178,12 +194,32 @@ cdef class Columns:
                  Py_ssize_t klen, const uint8_t* v, Py_ssize_t vlen) noexcept nogil:
         """One record without its headers (add_header / end_headers follow when headers=True)."""
         cdef Buf* b = self.b
-        if (_put_i64(&b[COL_OFFSET], offset) < 0 or _put_i64(&b[COL_TS], ts_ms * 1000) < 0 or
-                _put_i32(&b[COL_TSTYPE], tstype) < 0 or
-                _put_binary(&b[COL_KDAT], &b[COL_KOFF], &b[COL_KVAL], k, klen) < 0 or
-                _put_binary(&b[COL_VDAT], &b[COL_VOFF], &b[COL_VVAL], v, vlen) < 0):
+        if _put_i64(&b[COL_OFFSET], offset) < 0:
+            return -1
+        if self.timestamps and (_put_i64(&b[COL_TS], ts_ms * 1000) < 0 or
+                                _put_i32(&b[COL_TSTYPE], tstype) < 0):
+            return -1
+        if self.keys and _put_binary(&b[COL_KDAT], &b[COL_KOFF], &b[COL_KVAL], k, klen) < 0:
+            return -1
+        if self.values and _put_binary(&b[COL_VDAT], &b[COL_VOFF], &b[COL_VVAL], v, vlen) < 0:
             return -1
         self.count += 1
+        return 0
+
+    cdef int add_run(self, int64_t first, int64_t n) noexcept nogil:
+        """Offsets first .. first+n-1 (an offsets-only Columns: a batch without gaps)."""
+        cdef Buf* b = &self.b[COL_OFFSET]
+        cdef int64_t* q
+        cdef int64_t i
+        if n <= 0:
+            return 0
+        if _grow(b, n * 8) < 0:
+            return -1
+        q = <int64_t*>(b.p + b.n)
+        for i in range(n):
+            q[i] = first + i
+        b.n += n * 8
+        self.count += n
         return 0
 
     cdef int add_header(self, const uint8_t* k, Py_ssize_t klen, const uint8_t* v,
@@ -294,6 +330,32 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
     return C_DONE
 
 
+cdef int _offset_run(Columns c, BatchHeader* h, int64_t min_offset, int64_t stop_offset,
+                     Py_ssize_t max_records, int64_t* next_offset) noexcept nogil:
+    """An offsets-only Columns takes the offsets of a v2 batch without gaps within
+    [min_offset, stop_offset), up to max_records in all: C_DONE (the batch is consumed), C_LIMIT
+    or C_STOP with next_offset set, as _cols_v2 returns them."""
+    cdef int64_t lo = h.base_offset if h.base_offset > min_offset else min_offset
+    cdef int64_t hi = h.last_offset + 1
+    cdef int64_t take
+    if hi > stop_offset:
+        hi = stop_offset
+    take = hi - lo
+    if take > max_records - c.count:
+        take = max_records - c.count
+    if take < 0:
+        take = 0
+    if c.add_run(lo, take) < 0:
+        return C_NOMEM
+    if lo + take < hi:
+        next_offset[0] = lo + take
+        return C_LIMIT
+    if hi <= h.last_offset:
+        next_offset[0] = hi
+        return C_STOP
+    return C_DONE
+
+
 def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
                    int64_t stop_offset, Columns cols, Py_ssize_t max_records=NO_LIMIT,
                    Py_ssize_t max_data=NO_LIMIT, bint verify_crc=True):
@@ -304,6 +366,9 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
     Returns (position, next_offset, status), status a ColumnsStatus: END (the range is consumed;
     position is end), LIMIT (resume with min_offset=next_offset at position) or STOP
     (stop_offset reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified first.
+    An offsets-only cols (Columns.offsets_only) takes a v2 batch whose record count equals its
+    offset span from the header (count and offsets checked, CRC verified, records not parsed),
+    so a query that needs no record data never decompresses or walks such batches.
     """
     cdef const uint8_t* p
     cdef const uint8_t* rp
@@ -353,7 +418,14 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 if h.count > h.last_offset - h.base_offset + 1:
                     raise corrupt(f"record count {h.count} exceeds the batch's offset range", pos)
                 codec = h.attrs & CODEC_MASK
-                if codec == 0:
+                if codec > 4:
+                    raise corrupt(f"invalid compression codec {codec}", pos)
+                if cols.offsets_only and h.count == h.last_offset - h.base_offset + 1:
+                    # no gaps: the offsets are base .. last, known without the records (their
+                    # bytes are covered by the CRC checked above); a compacted batch (fewer
+                    # records than offsets) goes the record-by-record way below
+                    r = _offset_run(cols, &h, min_offset, stop_offset, max_records, &next_offset)
+                elif codec == 0:
                     with nogil:
                         r = _cols_v2(cols, p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
                                      h.base_timestamp, h.max_timestamp,
@@ -361,8 +433,6 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                                      (h.attrs & TS_TYPE_BIT) != 0, min_offset, stop_offset,
                                      max_records, max_data, &next_offset, &why)
                 else:
-                    if codec > 4:
-                        raise corrupt(f"invalid compression codec {codec}", pos)
                     inner = decompress_value(codec, p + pos + V2_OVERHEAD, h.size - V2_OVERHEAD, pos)
                     mv = inner
                     n = mv.shape[0]

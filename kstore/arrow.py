@@ -67,56 +67,97 @@ def _constant_string(value: str, n: int) -> pa.Array:
                                                   pa.py_buffer(b * n)], null_count=0)
 
 
+#: Columns of Spark's Kafka source schema that need record bytes, and the flag of a Columns that
+#: keeps them (topic, partition and offset come from the range and the batch headers).
+RECORD_COLUMNS = {"key": "keys", "value": "values", "timestamp": "timestamps",
+                  "timestampType": "timestamps", "headers": "headers"}
+
+
+def columns_for(schema: pa.Schema) -> _core.Columns:
+    """An empty Columns that decodes only what `schema` (a subset of kafka_schema's fields)
+    needs: without key, value, timestamp or headers it keeps offsets only, taken from batch
+    headers wherever a batch has no gaps."""
+    flags = {"headers": False, "keys": False, "values": False, "timestamps": False}
+    for name in schema.names:
+        if name in RECORD_COLUMNS:
+            flags[RECORD_COLUMNS[name]] = True
+    return _core.Columns(flags.pop("headers"), **flags)
+
+
+def _headers_array(a: dict, cols: _core.Columns, topic: str, partition: int, n: int) -> pa.Array:
+    m = cols.header_count
+    hkeys = _binary(pa.string(), m, a["header_key_offsets"], a["header_key_data"], None)
+    try:
+        hkeys.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise InvalidRecordError(
+            f"a header key of {topic}-{partition} near offset "
+            f"{int(a['offset'][0]) if n else -1} is not valid UTF-8: {e}") from None
+    hvals = _binary(pa.binary(), m, a["header_value_offsets"], a["header_value_data"],
+                    a["header_value_valid"])
+    items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE.value_type))
+    bitmap, nulls = _bitmap(a["headers_valid"])
+    return pa.Array.from_buffers(HEADER_TYPE, n, [bitmap, pa.py_buffer(a["headers_offsets"])],
+                                 null_count=nulls, children=[items])
+
+
 def columns_to_batch(cols: _core.Columns, topic: str, partition: int,
                      schema: Optional[pa.Schema] = None, copy: bool = True) -> pa.RecordBatch:
-    """A RecordBatch in Spark's Kafka source schema from decoded columns: over copies of them,
-    or with copy=False over their memory (cols stays frozen until the batch is released)."""
+    """A RecordBatch from decoded columns, in Spark's Kafka source schema or in `schema` (any
+    subset of its fields, in any order; cols must hold the record columns it names, see
+    columns_for): over copies of them, or with copy=False over their memory (cols stays frozen
+    until the batch is released)."""
+    if schema is None:
+        schema = kafka_schema(cols.headers)
     a = cols.arrays() if copy else cols.views()
     n = cols.count
-    arrays = [
-        _binary(pa.binary(), n, a["key_offsets"], a["key_data"], a["key_valid"]),
-        _binary(pa.binary(), n, a["value_offsets"], a["value_data"], a["value_valid"]),
-        _constant_string(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(a["offset"]),
-        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
-                              [None, pa.py_buffer(a["timestamp"])], null_count=0),
-        pa.array(a["timestampType"]),
-    ]
-    if cols.headers:
-        m = cols.header_count
-        hkeys = _binary(pa.string(), m, a["header_key_offsets"], a["header_key_data"], None)
-        try:
-            hkeys.validate(full=True)
-        except pa.ArrowInvalid as e:
-            raise InvalidRecordError(
-                f"a header key of {topic}-{partition} near offset "
-                f"{int(a['offset'][0]) if n else -1} is not valid UTF-8: {e}") from None
-        hvals = _binary(pa.binary(), m, a["header_value_offsets"], a["header_value_data"],
-                        a["header_value_valid"])
-        items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE.value_type))
-        bitmap, nulls = _bitmap(a["headers_valid"])
-        arrays.append(pa.Array.from_buffers(HEADER_TYPE, n, [bitmap, pa.py_buffer(a["headers_offsets"])],
-                                            null_count=nulls, children=[items]))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema or kafka_schema(cols.headers))
+    arrays = []
+    for name in schema.names:
+        if name == "key":
+            arr = _binary(pa.binary(), n, a["key_offsets"], a["key_data"], a["key_valid"])
+        elif name == "value":
+            arr = _binary(pa.binary(), n, a["value_offsets"], a["value_data"], a["value_valid"])
+        elif name == "topic":
+            arr = _constant_string(topic, n)
+        elif name == "partition":
+            arr = pa.array(np.full(n, partition, dtype=np.int32))
+        elif name == "offset":
+            arr = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(a["offset"])],
+                                        null_count=0)
+        elif name == "timestamp":
+            arr = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                                        [None, pa.py_buffer(a["timestamp"])], null_count=0)
+        elif name == "timestampType":
+            arr = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(a["timestampType"])],
+                                        null_count=0)
+        elif name == "headers":
+            arr = _headers_array(a, cols, topic, partition, n)
+        else:
+            raise ValueError(f"'{name}' is not a column of the Kafka source schema")
+        arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
                  include_headers: bool = False, batch_records: int = DEFAULT_BATCH_RECORDS,
                  batch_bytes: int = DEFAULT_BATCH_BYTES, verify_crc: bool = True,
                  schema: Optional[pa.Schema] = None) -> Iterator[pa.RecordBatch]:
-    """RecordBatches of the records with start <= offset < stop (stopping at the log end).
+    """RecordBatches of the records with start <= offset < stop (stopping at the log end), in
+    `schema` (default: kafka_schema(include_headers); any subset of its fields, of which only the
+    named columns are decoded: see columns_for).
 
     The batches are zero-copy views of decode buffers, which are reused once the batches over
     them are released: a consumer that sends each batch on (as Spark does) keeps two or three
     buffers in use, and one that keeps every batch gets a fresh buffer per batch (the pool stays
     at POOL_SIZE, so finding a free one never scans more)."""
+    if schema is None:
+        schema = kafka_schema(include_headers)
     pool: list[_core.Columns] = []
     offset = start
     while offset < stop:
         cols = next((c for c in pool if not c.live_views), None)
         if cols is None:
-            cols = _core.Columns(include_headers)
+            cols = columns_for(schema)
             if len(pool) < POOL_SIZE:
                 pool.append(cols)
         cols.clear()

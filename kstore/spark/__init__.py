@@ -32,6 +32,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("kstore.spark needs PySpark >= 4.2 and pyarrow: "
                       "pip install 'kstore[spark]'") from e
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -68,6 +69,14 @@ def register(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
+def _spark_types(headers: bool) -> dict[str, str]:
+    """Column name -> Spark type (simpleString) of the source's fixed schema."""
+    types = {"key": "binary", "value": "binary", "topic": "string", "partition": "int",
+             "offset": "bigint", "timestamp": "timestamp", "timestampType": "int"}
+    if headers:
+        types["headers"] = "array<struct<key:string,value:binary>>"
+    return types
+
 
 class KStoreDataSource(DataSource):
     """The ``kstore`` format. Options: see the module docstring and README's Spark section."""
@@ -82,19 +91,45 @@ class KStoreDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA_DDL + (HEADERS_DDL if self._headers() else "")
 
-    def _check_schema(self, schema: Optional[StructType]) -> None:
-        want = kafka_schema(self._headers()).names
-        if schema is not None and [f.name for f in schema.fields] != want:
-            raise InvalidConfigError("the kstore source has a fixed schema (Spark's Kafka source "
-                                     f"schema: {', '.join(want)}); it cannot be set with .schema()")
+    def _projection(self, schema: Optional[StructType]) -> pa.Schema:
+        """The Arrow schema a read produces: the fixed schema, or the subset of its columns a
+        user schema names (`.schema("partition int, offset long")`), which decodes only those
+        (Spark skips schema() then, and the data source API has no other column-pruning hook).
+        A column the source does not have, of another type, or named twice is refused here,
+        at planning, naming it."""
+        headers = self._headers()
+        fixed = kafka_schema(headers)
+        if schema is None:
+            return fixed
+        types = _spark_types(headers)
+        seen: set = set()
+        fields = []
+        for f in schema.fields:
+            want = types.get(f.name)
+            if want is None:
+                hint = " (set includeHeaders=true)" if f.name == "headers" else ""
+                raise InvalidConfigError(
+                    f"column '{f.name}' is not in the kstore source's schema{hint}: a user schema "
+                    f"may name only columns of {', '.join(fixed.names)}")
+            if f.dataType.simpleString() != want:
+                raise InvalidConfigError(f"column '{f.name}' is {want} in the kstore source, not "
+                                         f"{f.dataType.simpleString()}")
+            if f.name in seen:
+                raise InvalidConfigError(f"column '{f.name}' is named twice in the schema")
+            seen.add(f.name)
+            fields.append(fixed.field(f.name).with_nullable(f.nullable))
+        return pa.schema(fields)
 
     def reader(self, schema: Optional[StructType]) -> DataSourceReader:
-        self._check_schema(schema)
+        projection = self._projection(schema)
         opts = ReadOptions.parse(self.options, streaming=False)
-        return KStorePushdownReader(opts) if opts.push_filters else KStoreBatchReader(opts)
+        return KStorePushdownReader(opts, projection) if opts.push_filters \
+            else KStoreBatchReader(opts, projection)
 
     def streamReader(self, schema: Optional[StructType]) -> DataSourceStreamReader:
-        self._check_schema(schema)
+        if self._projection(schema) != kafka_schema(self._headers()):
+            raise InvalidConfigError("a schema naming a subset of the columns is for batch reads; "
+                                     "streaming reads have the fixed schema")
         return KStoreStreamReader(ReadOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> KStoreBatchWriter:

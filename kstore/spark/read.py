@@ -165,9 +165,12 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
 class KStoreBatchReader(DataSourceReader):
     """Batch read: one task per partition or offset range."""
 
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, schema: Optional[pa.Schema] = None):
         self.opts = opts
         self.pruning = Pruning()
+        #: what read() yields: the fixed schema or the subset a user schema named (only its
+        #: columns are decoded; without key, value, timestamp and headers, only batch headers)
+        self.schema = schema if schema is not None else kafka_schema(opts.include_headers)
 
     def plan(self) -> list[KStoreRange]:
         o, pr = self.opts, self.pruning
@@ -204,7 +207,7 @@ class KStoreBatchReader(DataSourceReader):
         return self.plan()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition, kafka_schema(self.opts.include_headers))
+        return read_range(self.opts, partition, self.schema)
 
 
 class KStorePushdownReader(KStoreBatchReader):

@@ -12,6 +12,10 @@ of every row through Spark's `noop` sink. Three sources are read in the same ses
   Spark's Python data source path costs with no decoding at all (Spark copies each Arrow batch
   into rows in the JVM), so kstore / ceiling shows how much of a read is kstore's own work.
 
+The count query, `groupBy("partition").count()`, runs over kstore with its fixed schema (every
+column decoded), over kstore with the subset schema ``partition int`` (only batch headers read)
+and over the Parquet copy.
+
 Each source is read `warmup` times first (JIT, Python workers, page cache);
 figures are medians of `repeats` runs after that, and ratios are of medians from the same run.
 """
@@ -170,6 +174,31 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
                 for name, df in sources.items():
                     times[name].append(_timed(read(df)))
                 say(f"  read run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()))
+            # the count query, groupBy(partition).count(): kstore with its fixed schema (every
+            # column decoded), kstore with the subset schema "partition int" (offsets from batch
+            # headers only) and Parquet (which reads only that column)
+            counts = {
+                "kstore": sources["kstore"],
+                "kstore_subset": spark.read.format("kstore").option("subscribe", "bench")
+                .schema("partition int").load(store),
+                "parquet": sources["parquet"],
+            }
+
+            def count(df):
+                return lambda: df.groupBy("partition").count().collect()
+
+            per = {tuple(sorted(tuple(r) for r in count(df)())) for df in counts.values()}
+            if len(per) != 1 or sum(c for _p, c in next(iter(per))) != rows:
+                raise AssertionError(f"the count queries differ (expected {rows:,} rows): {per}")
+            for _ in range(warmup):
+                for df in counts.values():
+                    count(df)()
+            c_times: dict = {name: [] for name in counts}
+            for i in range(repeats):
+                for name, df in counts.items():
+                    c_times[name].append(_timed(count(df)))
+                say(f"  count run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s"
+                                                        for k, v in c_times.items()))
             # the write source is cached, so the write runs time the sink, not a Parquet scan
             src = sources["parquet"].select("key", "value").repartition(cores).cache()
             src.count()
@@ -184,6 +213,7 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
                 spark.stop()
         k, p, c, w = (statistics.median(t) for t in
                       (times["kstore"], times["parquet"], times["ceiling"], w_times))
+        ck, cs, cp = (statistics.median(c_times[x]) for x in ("kstore", "kstore_subset", "parquet"))
         return {
             "records": rows, "partitions": partitions, "cores": cores, "warmup": warmup,
             "kstore_read_s": times["kstore"], "parquet_read_s": times["parquet"],
@@ -192,6 +222,12 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             "parquet_read_rec_s": rows / p, "ceiling_read_rec_s": rows / c,
             "kstore_over_parquet": p / k, "kstore_over_ceiling": c / k,
             "ceiling_over_parquet": p / c, "kstore_write_rec_s": rows / w,
+            "kstore_count_s": c_times["kstore"], "kstore_count_subset_s": c_times["kstore_subset"],
+            "parquet_count_s": c_times["parquet"],
+            "kstore_count_rec_s": rows / ck, "kstore_count_subset_rec_s": rows / cs,
+            "parquet_count_rec_s": rows / cp,
+            "kstore_count_over_parquet": cp / ck, "kstore_count_subset_over_parquet": cp / cs,
+            "count_subset_speedup": ck / cs,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -212,6 +248,15 @@ def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p(f"  ceiling / parquet: {out['ceiling_over_parquet']:.2f}x (the most any Python data source "
       f"reaches here)")
     p(f"  write kstore: {out['kstore_write_rec_s']:,.0f} rec/s")
+    p("  groupBy(partition).count():")
+    p(f"    kstore, fixed schema        : {statistics.median(out['kstore_count_s']):.2f} s "
+      f"({out['kstore_count_rec_s']:,.0f} rec/s), {out['kstore_count_over_parquet']:.2f}x parquet")
+    p(f"    kstore, schema 'partition int': {statistics.median(out['kstore_count_subset_s']):.2f} s "
+      f"({out['kstore_count_subset_rec_s']:,.0f} rec/s), "
+      f"{out['kstore_count_subset_over_parquet']:.2f}x parquet, "
+      f"{out['count_subset_speedup']:.2f}x the fixed schema")
+    p(f"    parquet                     : {statistics.median(out['parquet_count_s']):.2f} s "
+      f"({out['parquet_count_rec_s']:,.0f} rec/s)")
     per_core = out["kstore_read_rec_s_per_core"]
     p(f"  [{'ok' if per_core >= 1e6 else 'SHORT'}] read >= 1M rec/s per core: {per_core:,.0f}")
     r = out["kstore_over_parquet"]
