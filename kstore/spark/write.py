@@ -22,6 +22,7 @@ from kstore.config import NO_LIMIT
 from kstore.errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError
 from kstore.fileio import get_file_ops
 from kstore.log import split_rows
+from kstore.spark.deploy import check, check_writer_fs, identify
 from kstore.spark.options import TopicPartition, TopicPlan, WriteOptions
 
 #: Target size of one staged record batch (the broker-side batch a Spark row group becomes).
@@ -247,8 +248,11 @@ class KStoreBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, wo: WriteOptions):
         self.wo = wo
+        check_writer_fs(wo.paths)       # planned on the driver: refuse an unsafe filesystem
+        self.store = identify(wo.paths, make_dirs=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
+        check(self.store)               # never stage on a disk that is not the store
         return stage_batches(self.wo, iterator)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
@@ -264,8 +268,11 @@ class KStoreStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, wo: WriteOptions):
         self.wo = wo
+        check_writer_fs(wo.paths)
+        self.store = identify(wo.paths, make_dirs=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
+        check(self.store)
         return stage_batches(self.wo, iterator)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
