@@ -182,7 +182,7 @@ def check(ident: StoreIdentity, partition_dir: Optional[str] = None,
             raise StoreNotVisibleError(
                 host, d, f"the directory there has no store identity ({ID_FILE}): it is empty "
                 f"or another directory, not the store the driver (on {ident.driver_host}) "
-                "planned on; is the shared storage mounted here?")
+                "planned on (the shared storage is not mounted here)")
         if got != want:
             raise StoreNotVisibleError(
                 host, d, f"it is another store (identity {got}; the driver, on "
