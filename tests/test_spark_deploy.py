@@ -125,3 +125,67 @@ def test_nfs_without_shared_locks_is_refused_for_writes(tmp_path, monkeypatch):
         deploy.check_writer_fs([str(tmp_path / "s")], io)
     deploy.check_writer_fs([str(tmp_path / "v4" / "s")], io)     # NFSv4: locks in the protocol
     deploy.check_writer_fs([str(tmp_path)], FileOps())           # this machine's real mounts
+
+
+def _store(tmp_path, n=10):
+    import kstore
+    d = str(tmp_path / "st")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(b"k%d" % i, b"v%d" % i) for i in range(n)])
+    return d
+
+
+def test_task_checks_identity_before_opening_the_store(tmp_path):
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreRange, read_range
+    d = _store(tmp_path)
+    ident = identify([d])
+    opts = ReadOptions(paths=[d], fail_on_data_loss=False)
+    rows = sum(b.num_rows for b in read_range(opts, KStoreRange("t", 0, 0, 10, ident)))
+    assert rows == 10
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    elsewhere = StoreIdentity((str(empty),), ident.ids, "driver-h")
+    opts_e = ReadOptions(paths=[str(empty)], fail_on_data_loss=False)
+    with pytest.raises(StoreNotVisibleError, match=f"cannot see the kstore store at {empty}"):
+        list(read_range(opts_e, KStoreRange("t", 0, 0, 10, elsewhere)))
+
+
+def test_task_on_another_host_seeing_a_shorter_partition_fails(tmp_path):
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreRange, read_range, split_ranges
+    d = _store(tmp_path)
+    ident = identify([d])
+    opts = ReadOptions(paths=[d])
+    other = StoreIdentity(ident.dirs, ident.ids, "driver-host-elsewhere")
+    parts = split_ranges([KStoreRange("t", 0, 0, 20, other)], 2, None)
+    assert [p.store for p in parts] == [other, other]          # splits keep the identity
+    with pytest.raises(StoreNotVisibleError, match="ends at offset 10 here.*up to 20"):
+        list(read_range(opts, parts[1]))
+    assert sum(b.num_rows for b in read_range(opts, parts[0])) == 10
+    # on the driver's own host a shorter log is a truncation: the reader's existing handling
+    assert sum(b.num_rows for b in read_range(opts, KStoreRange("t", 0, 0, 20, ident))) == 10
+
+
+def test_create_id_races_between_threads_and_a_process(tmp_path):
+    import subprocess
+    import sys
+    import threading
+
+    from thread_watchdog import join_all
+    for round_ in range(5):
+        d = tmp_path / f"r{round_}"
+        d.mkdir()
+        got: list = []
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from kstore.spark.deploy "
+                                 "import create_id; print(create_id(sys.argv[1]))", str(d)],
+                                stdout=subprocess.PIPE, text=True)
+        threads = [threading.Thread(target=lambda g=got, p=str(d): g.append(create_id(p)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        join_all(threads, 30)
+        out, _ = proc.communicate(timeout=60)
+        assert len(got) == 4 and set(got) == {out.strip()} == {read_id(str(d))}
+        assert sorted(os.listdir(d)) == [ID_FILE]

@@ -230,3 +230,21 @@ def check_writer_fs(paths: Sequence[str], io: Optional[FileOps] = None) -> None:
                 f"({', '.join(sorted(o for o in options if 'lock' in o))}): writers on two nodes "
                 "would both hold the store's lock. Mount it with locking (NFSv4, or NFSv3 with "
                 "lockd) to commit writes to it")
+
+
+def check_end(ident: StoreIdentity, partition: str, visible_end: int, planned_end: int) -> None:
+    """A task on another host than the driver's that sees a partition end below the end the
+    driver planned: the writer's appends are not visible here yet (shared storage shows one
+    node's writes to another once they reach the server: NFS close-to-open, after the
+    writer's flush), or the partition was truncated. Reading on would return fewer rows than
+    planned, silently (and a streaming query would checkpoint past them), so it fails naming
+    host, path and offsets. On the driver's host it is a truncation, left to the caller."""
+    host = socket.gethostname()
+    if visible_end >= planned_end or host == ident.driver_host:
+        return
+    raise StoreNotVisibleError(
+        host, ",".join(ident.dirs),
+        f"partition {partition} ends at offset {visible_end} here, while the driver (on "
+        f"{ident.driver_host}) planned a read up to {planned_end}: the writer's appends are not "
+        "visible on this host yet (flush them to the shared storage: flush.ms/flush.messages "
+        "or Log.flush) or the partition was truncated")
