@@ -19,7 +19,7 @@ from kstore.errors import (DataLossError, InvalidConfigError, OffsetOutOfRangeEr
                            SegmentGoneError, UnknownTopicError)
 from kstore.reader import StoreReader
 from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicPartition
-from kstore.spark.deploy import StoreIdentity, check, identify
+from kstore.spark.deploy import StoreIdentity, check, check_end, identify
 from kstore.spark.pushdown import Pruning
 
 log = logging.getLogger("kstore.spark")
@@ -122,6 +122,8 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
             _data_loss(opts, f"partition {part.topic}-{part.partition} no longer exists")
             return
         start = part.start
+        if part.store is not None:      # fewer offsets here than the driver saw: not silently
+            check_end(part.store, f"{part.topic}-{part.partition}", lg.log_end_offset, part.end)
         if start < lg.log_start_offset:
             _data_loss(opts, f"offsets {start}..{lg.log_start_offset - 1} of "
                              f"{part.topic}-{part.partition} are gone")
