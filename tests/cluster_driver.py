@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 import kstore
@@ -60,11 +61,13 @@ def main() -> None:
 
     def case(name):
         def wrap(fn):
+            t0 = time.monotonic()
             try:
                 res[name] = {"ok": True, **fn()}
             except Exception as e:          # the test module asserts on what happened
                 res[name] = {"ok": False, "error": f"{type(e).__name__}: {e}",
                              "trace": traceback.format_exc()[-4000:]}
+            res[name]["secs"] = round(time.monotonic() - t0, 1)
             with open(OUT, "w") as f:
                 json.dump(res, f)
             return fn

@@ -43,6 +43,8 @@ def results(tmp_path_factory):
         with open(out) as f:
             res = json.load(f)
         res["_base"] = base
+        print("cluster case seconds:", {k: v.get("secs") for k, v in res.items()
+                                        if isinstance(v, dict)})
         yield res
     finally:
         cluster.stop()
