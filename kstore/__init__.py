@@ -38,6 +38,7 @@ from kstore.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord
                              OffsetAndTimestamp)
 from kstore.async_consumer import AsyncConsumer  # noqa: E402
 from kstore.errors import NoOffsetForPartitionError  # noqa: E402
+from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -50,5 +51,5 @@ __all__ = [
     "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",
     "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
     "Consumer", "AsyncConsumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp",
-    "NoOffsetForPartitionError",
+    "NoOffsetForPartitionError", "StoreNotVisibleError", "UnsafeFilesystemError",
 ]

@@ -136,3 +136,21 @@ class InvalidTopicError(KStoreError, ValueError):
 class DataLossError(KStoreError):
     """Offsets a reader was asked for are gone (deleted by retention, or the partition was
     recreated); raised when failOnDataLoss is true, as Spark's Kafka source does."""
+
+
+class StoreNotVisibleError(KStoreError):
+    """A process (a Spark task on an executor) cannot see the store it was planned on: a log
+    dir is missing at that path on its host, or what stands there is empty or another store
+    (the store identity differs). Names the host and the path; never a DataLossError."""
+
+    def __init__(self, host: str, path: str, why: str):
+        self.host, self.path = host, str(path)
+        super().__init__(
+            f"host {host} cannot see the kstore store at {self.path}: {why}. Every node of a "
+            "cluster must mount the store's shared storage at the same path (README: Running "
+            "on a cluster)")
+
+
+class UnsafeFilesystemError(KStoreError):
+    """A store on a filesystem that cannot give what an operation needs (e.g. an NFS mount
+    whose locks are local to one client, so two writers on two nodes would both hold them)."""

@@ -183,6 +183,12 @@ class FileOps:
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
 
+    def link(self, src: str, dst: str) -> None:
+        """A second name for a file; FileExistsError if dst exists. Unlike rename it never
+        replaces: a file published this way (tmp written and fsynced, then linked) is created
+        atomically and only once, however many processes race to create it."""
+        os.link(src, dst, follow_symlinks=False)
+
     def unlink(self, path: str) -> None:
         """Remove a regular file. Anything else kstore would remove by its name (an orphaned
         index, a leftover .deleted) is refused with UnusableFileError: a hostile file is left

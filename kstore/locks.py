@@ -81,6 +81,9 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
           the crash harness's, while a removal runs)
   no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked
           up, evicted and freed under the GIL, never released in between; freed at unmap
+  no lock: a log dir's store identity (.kstore-id, spark/deploy.py): published once by
+          link(2), which never replaces, so racing drivers agree on the first one linked; read
+          by Spark tasks without a lock; no in-process state or cache
 
 The first change to a file after a clean open (MarkerGate) waits for the clean-shutdown
 marker's unlink and directory fsync begun at the open, under whatever locks its caller holds

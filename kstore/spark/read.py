@@ -20,6 +20,7 @@ from kstore.errors import (DataLossError, InvalidConfigError, OffsetOutOfRangeEr
                            SegmentGoneError, UnknownTopicError)
 from kstore.reader import StoreReader
 from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicPartition
+from kstore.spark.deploy import StoreIdentity, check, check_end, identify
 from kstore.spark.pushdown import Pruning
 
 log = logging.getLogger("kstore.spark")
@@ -87,9 +88,11 @@ def check_named_partitions(spec: OffsetSpec, side: str, tps: Sequence[TopicParti
 class KStoreRange(InputPartition):
     """One task: the records of topic-partition with start <= offset < end."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
+    def __init__(self, topic: str, partition: int, start: int, end: int,
+                 store: Optional[StoreIdentity] = None):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.store = store      # the driver's store identity, checked by the task (deploy.py)
 
     def __repr__(self) -> str:
         return f"KStoreRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
@@ -125,7 +128,8 @@ def _cut(r: KStoreRange, parts: int) -> list[KStoreRange]:
         return [r]
     parts = min(parts, n)
     bounds = [r.start + (n * i) // parts for i in range(parts + 1)]
-    return [KStoreRange(r.topic, r.partition, bounds[i], bounds[i + 1]) for i in range(parts)]
+    return [KStoreRange(r.topic, r.partition, bounds[i], bounds[i + 1], r.store)
+            for i in range(parts)]
 
 
 def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Schema] = None
@@ -133,6 +137,8 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
     """A task's work: open the store read-only and yield the range as Arrow batches."""
     if not isinstance(part, KStoreRange):
         return          # Spark plans one empty InputPartition(None) when there is nothing to read
+    if part.store is not None:      # a host that cannot see the store fails, naming itself
+        check(part.store, f"{part.topic}-{part.partition}")
     with StoreReader(opts.paths) as store:
         try:
             lg = store.log(part.topic, part.partition)
@@ -140,6 +146,8 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
             _data_loss(opts, f"partition {part.topic}-{part.partition} no longer exists")
             return
         start = part.start
+        if part.store is not None:      # fewer offsets here than the driver saw: not silently
+            check_end(part.store, f"{part.topic}-{part.partition}", lg.log_end_offset, part.end)
         if start < lg.log_start_offset:
             _data_loss(opts, f"offsets {start}..{lg.log_start_offset - 1} of "
                              f"{part.topic}-{part.partition} are gone")
@@ -175,6 +183,7 @@ class KStoreBatchReader(DataSourceReader):
     def plan(self) -> list[KStoreRange]:
         o, pr = self.opts, self.pruning
         ranges = []
+        ident = identify(o.paths)
         with StoreReader(o.paths) as store:
             tps = o.topic_partitions(store)
             check_named_partitions(o.starting, "starting", tps)
@@ -200,7 +209,7 @@ class KStoreBatchReader(DataSourceReader):
                     start = max(start, end if off is None else off)
                 start, end = max(start, pr.offset_lo), min(end, pr.offset_hi)
                 if start < end:
-                    ranges.append(KStoreRange(tp[0], tp[1], start, end))
+                    ranges.append(KStoreRange(tp[0], tp[1], start, end, ident))
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -374,6 +383,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = self._from_json(start), self._from_json(end)
         store = self._fresh_store()
+        ident = identify(self.opts.paths)
         ranges = []
         for tp, e in stop.items():
             try:
@@ -391,7 +401,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                       f"(the partition was recreated?)")
                 continue
             if s < e:
-                ranges.append(KStoreRange(tp[0], tp[1], s, e))
+                ranges.append(KStoreRange(tp[0], tp[1], s, e, ident))
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

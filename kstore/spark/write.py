@@ -25,6 +25,7 @@ from kstore.errors import (InvalidConfigError, InvalidRecordError, KStoreError, 
 from kstore.fileio import get_file_ops
 from kstore.log import split_rows
 from kstore.offsets_topic import flock_holder
+from kstore.spark.deploy import check, check_writer_fs, identify
 from kstore.spark.options import TopicPartition, TopicPlan, WriteOptions
 from kstore.spark.staging import (collect_stale, lock_dir, remove_dirs, staging_root,
                                   streaming_write_id)
@@ -354,9 +355,12 @@ class KStoreBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, wo: WriteOptions):
         self.wo = wo
+        check_writer_fs(wo.paths)       # planned on the driver: refuse an unsafe filesystem
+        self.store = identify(wo.paths, make_dirs=True)
         _collect(wo)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
+        check(self.store)               # never stage on a disk that is not the store
         return stage_batches(self.wo, iterator)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
@@ -374,9 +378,12 @@ class KStoreStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, wo: WriteOptions):
         self.wo = wo
+        check_writer_fs(wo.paths)
+        self.store = identify(wo.paths, make_dirs=True)
         _collect(wo)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KStoreCommitMessage:
+        check(self.store)
         return stage_batches(self.wo, iterator, streaming=True)
 
     def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
