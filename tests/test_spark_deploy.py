@@ -178,7 +178,7 @@ def test_create_id_races_between_threads_and_a_process(tmp_path):
         d = tmp_path / f"r{round_}"
         d.mkdir()
         got: list = []
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from kstore.spark.deploy "
+        proc = subprocess.Popen([sys.executable, "-P", "-c", "import sys; from kstore.spark.deploy "
                                  "import create_id; print(create_id(sys.argv[1]))", str(d)],
                                 stdout=subprocess.PIPE, text=True)
         threads = [threading.Thread(target=lambda g=got, p=str(d): g.append(create_id(p)))

@@ -44,7 +44,7 @@ def read_all(d, topic):
 
 
 def run(script, *args, timeout=60):
-    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-P", "-c", script, *args], stdout=subprocess.PIPE,
                             stdin=subprocess.PIPE, text=True)
 
 
