@@ -14,18 +14,7 @@ ks = pytest.importorskip("kstore.spark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.datasource import (EqualTo, GreaterThanOrEqual, In, IsNotNull,  # noqa: E402
                                     LessThan, Not)
-
-
-def make_store(path, topic="t", partitions=2, n=100, ts0=0):
-    """n records per partition; record i of a partition has key k<i>, value p<p>-<i>, timestamp
-    ts0 + 1000*i."""
-    with kstore.LogManager(path, {"log.segment.bytes": 2048}) as m:
-        m.create_topic(topic, partitions)
-        for p in range(partitions):
-            lg = m.log(topic, p)
-            for i in range(n):
-                lg.append([(b"k%d" % i, b"p%d-%d" % (p, i), ts0 + 1000 * i)])
-    return path
+from spark_helpers import make_store  # noqa: E402
 
 
 def load(spark, path, **opts):

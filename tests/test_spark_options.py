@@ -22,22 +22,23 @@ from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan,  # noqa
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,  # noqa: E402
                                               ReadMinRows)
 from thread_watchdog import join_all  # noqa: E402
+from spark_helpers import make_store  # noqa: E402
+
+
+def batch_and_stream_refuse(opts, match):
+    """A batch read's planning and a streaming read's first offsets both refuse opts alike."""
+    with pytest.raises(InvalidConfigError, match=match):
+        ks.KStoreDataSource(opts).reader(None).partitions()
+    stream = ks.KStoreDataSource(opts).streamReader(None)
+    try:
+        with pytest.raises(InvalidConfigError, match=match):
+            stream.initialOffset()
+    finally:
+        stream.stop()
 
 from kstore.errors import InvalidConfigError  # noqa: E402
 from kstore.spark.options import ReadOptions, check_options, READ_TABLE  # noqa: E402
 from kstore.spark.read import KStoreStreamReader, rate_limit  # noqa: E402
-
-
-def make_store(path, topic="t", partitions=2, n=100, ts0=0):
-    """n records per partition; record i of a partition has key k<i>, value p<p>-<i>, timestamp
-    ts0 + 1000*i."""
-    with kstore.LogManager(path, {"log.segment.bytes": 2048}) as m:
-        m.create_topic(topic, partitions)
-        for p in range(partitions):
-            lg = m.log(topic, p)
-            for i in range(n):
-                lg.append([(b"k%d" % i, b"p%d-%d" % (p, i), ts0 + 1000 * i)])
-    return path
 
 
 def parse(streaming=False, **opts):
@@ -173,28 +174,13 @@ def test_json_that_leaves_out_a_partition_fails_batch_and_streaming_alike(tmp_pa
     starting offsets name exactly the partitions read: t-1 left out fails both, naming it."""
     d = make_store(str(tmp_path / "s"), n=10)
     opts = {"path": d, "subscribe": "t", key: value}
-    batch = ks.KStoreDataSource(opts).reader(None)
-    with pytest.raises(InvalidConfigError, match=f"{key} gives specific partitions.*missing: t-1$"):
-        batch.partitions()
-    stream = ks.KStoreDataSource(opts).streamReader(None)
-    try:
-        with pytest.raises(InvalidConfigError, match=f"{key} gives specific partitions.*missing: t-1$"):
-            stream.initialOffset()
-    finally:
-        stream.stop()
+    batch_and_stream_refuse(opts, f"{key} gives specific partitions.*missing: t-1$")
 
 
 def test_json_naming_a_partition_the_query_does_not_read_fails_both(tmp_path):
     d = make_store(str(tmp_path / "s"), n=10)
     opts = {"path": d, "assign": '{"t": [0]}', "startingOffsets": '{"t": {"0": 1, "1": 2}}'}
-    with pytest.raises(InvalidConfigError, match="not read by the query: t-1"):
-        ks.KStoreDataSource(opts).reader(None).partitions()
-    stream = ks.KStoreDataSource(opts).streamReader(None)
-    try:
-        with pytest.raises(InvalidConfigError, match="not read by the query: t-1"):
-            stream.initialOffset()
-    finally:
-        stream.stop()
+    batch_and_stream_refuse(opts, "not read by the query: t-1")
 
 
 def test_json_naming_every_partition_starts_batch_and_streaming_at_the_same_offsets(tmp_path):

@@ -2,6 +2,7 @@
 the commit and stale staging collected (never a live job's); a failed commit creates no topic;
 the commit waits for the store's lock with a bound and names its holder; extra columns are
 ignored and the input schema is checked when the write is planned, as Spark's Kafka sink."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -222,37 +223,38 @@ m.close()
 """
 
 
+@contextlib.contextmanager
+def staged_while_held(d, hold, lock_timeout_ms):
+    """Topic t, 4 records staged for it, and another process holding the store's lock for
+    `hold` seconds (or until told, "forever"): yields (write options, message, holder)."""
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+    wo = plan(d, lockTimeoutMs=lock_timeout_ms)
+    msg = ks.stage_batches(wo, iter([batch(4)]))
+    holder = run(HOLDER, d, hold)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield wo, msg, holder
+    finally:
+        if holder.poll() is None:
+            holder.communicate("\n", timeout=30)
+
+
 def test_commit_retries_while_an_application_holds_the_store_briefly(tmp_path, watchdog):
     watchdog(120)
     d = str(tmp_path)
-    with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-    wo = plan(d, lockTimeoutMs="20000")
-    msg = ks.stage_batches(wo, iter([batch(4)]))
-    holder = run(HOLDER, d, "0.5")
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with staged_while_held(d, "0.5", "20000") as (wo, msg, holder):
         t0 = time.monotonic()
         assert ks.commit_staged(wo, [msg]) == 4
         assert time.monotonic() - t0 < 20
         assert holder.wait(30) == 0
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(10)
     assert [v for _p, _o, v in read_all(d, "t")] == [b"v0", b"v1", b"v2", b"v3"]
 
 
 def test_commit_fails_within_the_bound_naming_the_holder(tmp_path, watchdog):
     watchdog(120)
     d = str(tmp_path)
-    with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-    wo = plan(d, lockTimeoutMs="1000")
-    msg = ks.stage_batches(wo, iter([batch(4)]))
-    holder = run(HOLDER, d, "forever")
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with staged_while_held(d, "forever", "1000") as (wo, msg, holder):
         t0 = time.monotonic()
         with pytest.raises(kstore.LogDirLockedError) as e:
             ks.commit_staged(wo, [msg])
@@ -260,8 +262,6 @@ def test_commit_fails_within_the_bound_naming_the_holder(tmp_path, watchdog):
         assert 1.0 <= waited < 30
         assert f"held by pid {holder.pid} on " in str(e.value)
         assert "lockTimeoutMs=1000" in str(e.value)
-    finally:
-        holder.communicate("\n", timeout=30)
     assert read_all(d, "t") == []
     assert not os.path.exists(os.path.join(d, ks.STAGING_DIR))
 
