@@ -76,7 +76,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
     def open(cls, path: str | os.PathLike, config: Optional[Mapping[str, Any] | LogConfig] = None, *,
              recovery_point: Optional[int] = None, log_start_offset: Optional[int] = None,
              clean_shutdown: Optional[bool] = None, io: Optional[FileOps] = None, time=None,
-             scheduler=None, read_only: bool = False) -> "Log":
+             scheduler=None, read_only: bool = False,
+             listing: Optional[list[str]] = None) -> "Log":
         """Open (creating if missing) the partition directory at path.
 
         A log owned by a LogManager passes recovery_point, log_start_offset and clean_shutdown
@@ -87,6 +88,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         read_only=True writes nothing (no recovery, no marker, no index resizing): the valid end
         of each segment is found by a CRC-validating scan, so a batch that another process is
         still writing is never returned; refresh() (or a read at the end) picks up new data.
+
+        listing: the directory's names, listed by the caller just before (a LogManager's
+        start-up), so that a writable open does not list it again.
         """
         cfg = config if isinstance(config, LogConfig) else LogConfig(config)
         io = LogLoader.file_ops(io or get_file_ops(), clean_shutdown is None, read_only)
@@ -99,7 +103,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             log_._load_read_only(log_start_offset)
         else:
             try:
-                log_._load(recovery_point, log_start_offset, clean_shutdown)
+                log_._load(recovery_point, log_start_offset, clean_shutdown, listing)
             except OSError as e:
                 log_.close_handlers()
                 if isinstance(e, KStoreError) or e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
@@ -138,14 +142,15 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             self._recovery_point = self._leo
 
     def _load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
-              clean_shutdown: Optional[bool]) -> None:
+              clean_shutdown: Optional[bool], listing: Optional[list[str]] = None) -> None:
         """A writable open: the directory created if missing, a standalone log's flocks
         taken, the loader's segments and offsets published."""
         self._create_dir()
         if not self._managed:
             self._take_locks()
         loaded = LogLoader(self.dir, self._config, io=self._io, time=self._time,
-                           rng=self._rng).load(recovery_point, log_start_offset, clean_shutdown)
+                           rng=self._rng).load(recovery_point, log_start_offset, clean_shutdown,
+                                               listing)
         self._set_segments(loaded.segments)
         self._leo = loaded.log_end_offset
         self._log_start_offset = loaded.log_start_offset

@@ -225,6 +225,10 @@ class LogDirLoader:
             # one LogConfig per topic, shared by its partitions (immutable; an alter replaces it)
             configs: dict[str, Any] = {}
 
+            #: each partition's listing, made when planning (bytes_to_recover) and reused by
+            #: its load: nothing else changes a partition directory during start-up
+            listings: dict[str, list[str]] = {}
+
             def load(job: tuple[TopicPartition, str]) -> None:
                 tp, path = job
                 try:
@@ -235,7 +239,7 @@ class LogDirLoader:
                     lg = Log.open(path, cfg, recovery_point=recovery.get(tp, 0),
                                   log_start_offset=starts.get(tp), clean_shutdown=clean, io=io,
                                   time=self._time, scheduler=self._scheduler,
-                                  read_only=self._read_only)
+                                  read_only=self._read_only, listing=listings.pop(path, None))
                 except (OSError, KStoreError) as e:
                     if self._read_only and not io.exists(path):
                         # the writer deleted the topic since the scan: not an error of this dir
@@ -255,10 +259,16 @@ class LogDirLoader:
             big: list[tuple[TopicPartition, str]] = []
             small: list[tuple[TopicPartition, str]] = []
             for job in jobs:
-                (big if threads > 1 and not clean and bytes_to_recover(
-                    io, job[1], recovery.get(job[0], 0), PARALLEL_RECOVERY_BYTES)
-                 >= PARALLEL_RECOVERY_BYTES
-                 else small).append(job)
+                if threads > 1 and not clean:
+                    names = list_partition(io, job[1])
+                    if names is not None:
+                        listings[job[1]] = names
+                    if names is not None and bytes_to_recover(
+                            io, job[1], recovery.get(job[0], 0), PARALLEL_RECOVERY_BYTES,
+                            names) >= PARALLEL_RECOVERY_BYTES:
+                        big.append(job)
+                        continue
+                small.append(job)
             for job in small:
                 load(job)
             if big:
@@ -284,17 +294,27 @@ def _isolate(d: str, tp: TopicPartition, path: str, e: BaseException,
     return FailedPartition(d, path, why, recovery, start)
 
 
+def list_partition(io: FileOps, path: str) -> Optional[list[str]]:
+    """The names in a partition directory, through io; None if it cannot be listed (the load
+    that follows lists it again and reports what is wrong with the dir)."""
+    try:
+        return io.listdir(path)
+    except (OSError, KStoreError):
+        return None
+
+
 def bytes_to_recover(io: FileOps, path: str, recovery_point: int,
-                     enough: Optional[int] = None) -> int:
+                     enough: Optional[int] = None, names: Optional[list[str]] = None) -> int:
     """Size of the .log files at or above the segment holding the recovery point (only those
     are stat'ed: usually the last one or two of a partition's segments), through io (a fault-
     injecting FileOps sees these calls too) and without following a symlink (a symlinked
     .log is refused by the load itself; its target's size is nothing to plan by). Counting
-    stops once it reaches `enough`, if given."""
-    try:
-        names = io.listdir(path)
-    except (OSError, KStoreError):
-        return 0                # the load that follows reports what is wrong with the dir
+    stops once it reaches `enough`, if given. names: the directory's listing, if the caller
+    has it (list_partition)."""
+    if names is None:
+        names = list_partition(io, path)
+        if names is None:
+            return 0
     bases = sorted(int(n[:20]) for n in names
                    if len(n) == 24 and n.endswith(".log") and n[:20].isascii() and n[:20].isdigit())
     i = max(0, bisect.bisect_right(bases, recovery_point) - 1)

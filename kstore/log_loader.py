@@ -72,19 +72,21 @@ class LogLoader:
 
     # -- writable logs -----------------------------------------------------------------------
     def load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
-             clean_shutdown: Optional[bool]) -> LoadedLogOffsets:
+             clean_shutdown: Optional[bool], listing: Optional[list[str]] = None) -> LoadedLogOffsets:
         """Load the directory (which exists). clean_shutdown None: a standalone log, whose
-        clean close is told by its marker file (removed here). If the load fails, no segment
-        it opened keeps a mapping or descriptor."""
+        clean close is told by its marker file (removed here). listing: the directory's names
+        if the caller listed it just before (a LogManager's start-up, which holds the log dir:
+        nothing else changes the directory), so it is not listed again. If the load fails, no
+        segment it opened keeps a mapping or descriptor."""
         try:
-            return self._load(recovery_point, log_start_offset, clean_shutdown)
+            return self._load(recovery_point, log_start_offset, clean_shutdown, listing)
         except BaseException:
             for seg in self._made:
                 seg.close_handlers()
             raise
 
     def _load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
-              clean_shutdown: Optional[bool]) -> LoadedLogOffsets:
+              clean_shutdown: Optional[bool], listing: Optional[list[str]]) -> LoadedLogOffsets:
         io = self._io
         marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
         if clean_shutdown is None:
@@ -101,7 +103,7 @@ class LogLoader:
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
                 # durably gone before any file changes: in the background (marker_gate)
                 remove_marker(io, marker, self.dir)
-        names = swap.complete_swaps(io, self.dir, self._swap_end)
+        names = swap.complete_swaps(io, self.dir, self._swap_end, listing)
         segs = self._load_segment_files(names)
         # Kafka: logStart = max(checkpoint, first base)
         start = log_start_offset or 0

@@ -95,14 +95,18 @@ def swap_in(io: FileOps, dir_: str, new_bases: Iterable[int], old: Iterable[LogS
                     io.unlink(stale)
 
 
-def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int]) -> Optional[list[str]]:
+def complete_swaps(io: FileOps, dir_: str, swap_end: Callable[[int], int],
+                   names: Optional[list[str]] = None) -> Optional[list[str]]:
     """Kafka's LogLoader steps 1-2: drop `.deleted`, `.cleaned` and temporary files, discard
     the swaps that did not finish their promotion, complete the others. swap_end(base) is one
     past the last offset in the `.log.swap` at base: the segments in [base, end) are replaced.
 
     Returns the directory's names after it when it only removed files (the usual load: the
-    loader parses this listing instead of making another), None when it completed a swap."""
-    names = io.listdir(dir_)
+    loader parses this listing instead of making another), None when it completed a swap.
+    names: the directory's listing if the caller just made it (start-up: no other process
+    changes the directory meanwhile), else it is listed here."""
+    if names is None:
+        names = io.listdir(dir_)
     swaps, cleaned_offsets, cleaned_paths = [], [], []
     removed = set()
     for name in names:

@@ -246,3 +246,44 @@ def test_a_symlinked_log_is_not_followed_and_a_missing_dir_counts_nothing(tmp_pa
     f = tmp_path / "file"
     f.write_bytes(b"")
     assert bytes_to_recover(FileOps(), str(f), 0) == 0
+
+
+class ListingCounter(FileOps):
+    """Counts the listings of each directory."""
+
+    def __init__(self):
+        self.listed = {}
+
+    def listdir(self, path):
+        self.listed[path] = self.listed.get(path, 0) + 1
+        return super().listdir(path)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_unclean_start_up_lists_each_partition_once(tmp_path, threads):
+    """The listing the start-up planning makes (bytes_to_recover, with recovery threads) is the
+    one the partition's load uses: one listdir per partition dir. The load still acts on it: a
+    `.deleted` leftover named there is removed, an index missing there is rebuilt, and every
+    batch is recovered (log end, records)."""
+    d = str(tmp_path / "logs")
+    with manager(d) as m:
+        m.create_topic("t", 3)
+        for p in range(3):
+            m.log("t", p).append([(b"k%d" % i, b"v%d" % i, 1000 + i) for i in range(3)])
+            m.log("t", p).append([(b"k%d" % i, b"v%d" % i, 1000 + i) for i in range(2)])
+    # unclean, nothing checkpointed: every segment is recovered
+    os.unlink(os.path.join(d, ".kafka_cleanshutdown"))
+    os.unlink(os.path.join(d, "recovery-point-offset-checkpoint"))
+    parts = [os.path.join(d, f"t-{p}") for p in range(3)]
+    open(os.path.join(parts[1], f"{7:020d}.log.deleted"), "wb").close()
+    os.unlink(os.path.join(parts[2], f"{0:020d}.index"))
+    io = ListingCounter()
+    with manager(d, {"num.recovery.threads.per.data.dir": threads}, io=io) as m:
+        assert {p: io.listed.get(p) for p in parts} == {p: 1 for p in parts}
+        for p in range(3):
+            lg = m.log("t", p)
+            assert (lg.log_start_offset, lg.log_end_offset) == (0, 5)
+            assert [r.key for r in lg.read(0, max_bytes=1 << 20)] == [b"k0", b"k1", b"k2", b"k0", b"k1"]
+            assert lg.segments[0].offset_index.lookup(4) == (0, 0)
+    assert sorted(os.listdir(parts[1])) == sorted(os.listdir(parts[0]))
+    assert sorted(os.listdir(parts[2])) == sorted(os.listdir(parts[0]))
