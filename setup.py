@@ -22,6 +22,7 @@ MODULES = {
     "_format": [],
     "_decode": [],
     "_scan": [],
+    "_listing": [],
     "_lines": [],
     "_column_input": [],
     "_encode": [],

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
+from kstore._listing import split_listing
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                CheckpointError, OffsetCheckpointFile)
@@ -315,8 +316,7 @@ def bytes_to_recover(io: FileOps, path: str, recovery_point: int,
         names = list_partition(io, path)
         if names is None:
             return 0
-    bases = sorted(int(n[:20]) for n in names
-                   if len(n) == 24 and n.endswith(".log") and n[:20].isascii() and n[:20].isdigit())
+    bases = split_listing(names)[0]
     i = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     total = 0
     for base in bases[i:]:

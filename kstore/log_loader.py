@@ -14,10 +14,11 @@ import random
 from typing import Callable, Optional
 
 from kstore import _core, swap
+from kstore._listing import split_listing
 from kstore.config import LogConfig
 from kstore.errors import LogSegmentOffsetOverflowError, SegmentGoneError, UnknownTopicError
 from kstore.fileio import FileOps
-from kstore.files import (CLEANED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, SWAP_SUFFIX,
+from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
                           TIME_INDEX_SUFFIX, parse_name, segment_file)
 from kstore.log_segments import LogSegments
 from kstore.marker_gate import gate_for, remove_marker
@@ -31,6 +32,9 @@ INT64_MAX = (1 << 63) - 1
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+#: the names swap.complete_swaps acts on (removes, discards or completes): a listing without
+#: one needs no pass of it
+_SWAP_LEFTOVERS = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +107,13 @@ class LogLoader:
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
                 # durably gone before any file changes: in the background (marker_gate)
                 remove_marker(io, marker, self.dir)
-        names = swap.complete_swaps(io, self.dir, self._swap_end, listing)
-        segs = self._load_segment_files(names)
+        names = listing if listing is not None else io.listdir(self.dir)
+        split = split_listing(names)
+        if any(n.endswith(_SWAP_LEFTOVERS) for n in split[2]):
+            # only a suffixed or temporary name gives complete_swaps work: most loads skip it
+            done = swap.complete_swaps(io, self.dir, self._swap_end, names)
+            split = split_listing(done if done is not None else io.listdir(self.dir))
+        segs = self._load_segment_files(split)
         # Kafka: logStart = max(checkpoint, first base)
         start = log_start_offset or 0
         if segs:
@@ -145,25 +154,27 @@ class LogLoader:
         finally:
             swap_seg.close_handlers()
 
-    def _load_segment_files(self, names: Optional[list[str]] = None) -> list[LogSegment]:
-        """A segment per live .log (names: the directory's listing, if the caller has it);
-        orphaned indexes deleted; a segment missing an index is marked for recovery."""
+    def _load_segment_files(self, split: tuple[list[int], list[tuple[int, str]], list[str]]
+                            ) -> list[LogSegment]:
+        """A segment per live .log (split: the directory's listing as split_listing splits
+        it); orphaned indexes deleted; a segment missing an index is marked for recovery."""
         io = self._io
-        if names is None:
-            names = io.listdir(self.dir)
-        logs, indexes = segment_names(names, self.dir)
+        logs, indexes = segment_names(split, self.dir)
+        live = set(logs)
+        with_index, with_time = set(), set()
         for base, name in sorted(indexes):
-            if base not in logs:
+            if base not in live:
                 log.warning("deleting orphaned index file %s", os.path.join(self.dir, name))
                 io.unlink(os.path.join(self.dir, name))
+            elif name.endswith(INDEX_SUFFIX):
+                with_index.add(base)
+            elif name.endswith(TIME_INDEX_SUFFIX):
+                with_time.add(base)
         segs = []
-        present = set(names)
-        for base in sorted(logs):
+        for base in logs:
             seg = self._segment(base, file_already_exists=True)
             # Kafka: a missing .index means recovery; a missing .timeindex is recreated too
-            prefix = f"{base:020d}"
-            seg.needs_recovery = (prefix + INDEX_SUFFIX not in present
-                                  or prefix + TIME_INDEX_SUFFIX not in present)
+            seg.needs_recovery = base not in with_index or base not in with_time
             segs.append(seg)
         return segs
 
@@ -377,20 +388,15 @@ class LogLoader:
                                rng=self._rng, suffix=suffix)
 
 
-def segment_names(names: list[str], dir_: str) -> tuple[set[int], list[tuple[int, str]]]:
-    """The base offsets of the live `.log` files among names, and (base, name) of the live
-    index files (files.parse_name, which reads the plain names by their shape and refuses an
-    impossible base offset)."""
-    logs: set[int] = set()
-    indexes: list[tuple[int, str]] = []
-    for name in names:
-        p = parse_name(name, dir_)
-        if not p or p[2]:
-            continue
-        if p[1] == LOG_SUFFIX:
-            logs.add(p[0])
-        elif p[1] in INDEX_SUFFIXES:
-            indexes.append((p[0], name))
+def segment_names(split: tuple[list[int], list[tuple[int, str]], list[str]],
+                  dir_: str) -> tuple[list[int], list[tuple[int, str]]]:
+    """The base offsets of the live `.log` files (sorted) and (base, name) of the live index
+    files, from a listing as _scan.split_listing splits it (the plain names read in one
+    compiled pass); the other names go through files.parse_name, which refuses a 20-digit
+    base offset above 2^63-1 by name."""
+    logs, indexes, others = split
+    for name in others:
+        parse_name(name, dir_)
     return logs, indexes
 
 

@@ -1,0 +1,3 @@
+"""Type stubs for kstore/_listing.pyx: a partition directory's listing split in one pass."""
+
+def split_listing(names: list[str]) -> tuple[list[int], list[tuple[int, str]], list[str]]: ...
