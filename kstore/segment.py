@@ -396,13 +396,6 @@ class LogSegment(SegmentReader):
                 offset_of_max_timestamp=res["offset_of_max_timestamp"],
                 first_batch_timestamp=res["first_batch_timestamp"])
 
-    def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
-        """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
-        self.offset_index.sanity_check()
-        if time_index_file_newly_created:
-            self.time_index.resize(0)
-        self.time_index.sanity_check()
-
     # -- truncation ------------------------------------------------------------------------
     def truncate_to(self, offset: int, replace: bool = False) -> int:
         """Remove batches with last offset >= offset (batch-granular); returns bytes removed.

@@ -60,6 +60,13 @@ class SegmentReader:
         """Called when an index is first opened (lock held): LogSegment checks it against the
         .log and rebuilds it if it fails."""
 
+    def sanity_check(self, time_index_file_newly_created: bool = False) -> None:
+        """Kafka's sanityCheck: both indexes well-formed (raises CorruptIndexError)."""
+        self.offset_index.sanity_check()
+        if time_index_file_newly_created:
+            self.time_index.resize(0)
+        self.time_index.sanity_check()
+
     @property
     def size(self) -> int:
         """Bytes of valid batches in the .log (the logical size)."""
