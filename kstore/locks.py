@@ -59,7 +59,11 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);
                                 a read-only segment's validation and private index copies
                                 (extended past their published count; readers take no lock),
-                                the kept .log fd of a read-only last segment (segment_ro.py)
+                                the kept .log fd of a read-only last segment (segment_ro.py);
+                                a lazy segment's size, read on first use (segment_reader.py
+                                _load_size: a stat, or the fstat of mapping()) and settled
+                                before a rename or deletion of its files (settle_size); the
+                                flag is read without it and cleared after the size is set
   AbstractIndex._lock           an index's mapping, entries and length
   Runway.lock                   an active segment's runway (runway.py): alloc, populated, the
                                 mapping it pre-faults, stopped. Taken by the writer's growth

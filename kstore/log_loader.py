@@ -172,7 +172,9 @@ class LogLoader:
                 with_time.add(base)
         segs = []
         for base in logs:
-            seg = self._segment(base, file_already_exists=True)
+            # lazy_size: no stat now; the segments the load recovers (or makes active) read
+            # their size then, the others on first use
+            seg = self._segment(base, file_already_exists=True, lazy_size=True)
             # Kafka: a missing .index means recovery; a missing .timeindex is recreated too
             seg.needs_recovery = base not in with_index or base not in with_time
             segs.append(seg)

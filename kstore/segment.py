@@ -26,7 +26,7 @@ from typing import Optional
 
 from kstore import _core, pretouch
 from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, KStoreStateError, LogSegmentOffsetOverflowError
+from kstore.errors import KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
 from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                           segment_file)
@@ -76,7 +76,7 @@ class LogSegment(SegmentReader):
     """A segment: the reads of SegmentReader, and append, roll, recover, truncate, flush, close."""
 
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
-                 rng, file_already_exists: bool = False, suffix: str = ""):
+                 rng, file_already_exists: bool = False, suffix: str = "", lazy_size: bool = False):
         super().__init__(dir_, base_offset, config, io=io, suffix=suffix)
         self._time = time
         self._fd: Optional[int] = None
@@ -93,9 +93,10 @@ class LogSegment(SegmentReader):
         self.needs_recovery = False
         self._zero_runway = 0    # recover(): file length whose bytes past size are all zero
         if file_already_exists:
-            self.size = io.getsize(self.log_path)
-            if self.size > INT32_MAX:
-                raise CorruptRecordError(f"segment file {self.log_path} is larger than 2^31-1 bytes")
+            # lazy_size (the load's segments): read on first use (_load_size), not stat'ed now
+            self.view.size, self._size_unknown = -1, True
+            if not lazy_size:
+                self._load_size()
         else:
             fd = io.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             io.close(fd)
@@ -359,6 +360,7 @@ class LogSegment(SegmentReader):
             fd = self._io.open(self.log_path, os.O_RDWR)
             try:
                 flen = self._io.size(fd)
+                self.check_length(flen)
                 m = self._io.map(fd, flen, False)
                 try:
                     max_index = self._config.max_index_size
@@ -539,6 +541,7 @@ class LogSegment(SegmentReader):
 
     def close_handlers(self) -> None:
         """Release maps and descriptors without trimming (used before deleting files)."""
+        self.settle_size()
         with self._lock:
             self._drop_mapping()
             self.view.index = None
@@ -555,6 +558,7 @@ class LogSegment(SegmentReader):
 
     def change_file_suffixes(self, old: str, new: str) -> None:
         """Rename every file of the segment from suffix `old` to `new` (e.g. '' → '.deleted')."""
+        self.settle_size()
         with self._lock:
             for path in self._paths():
                 if not path.endswith(old) and old:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from kstore import _core
 from kstore.config import LogConfig
-from kstore.errors import CorruptRecordError, SegmentGoneError, with_path
+from kstore.errors import CorruptRecordError, KStoreError, SegmentGoneError, with_path
 from kstore.fileio import FileOps
 from kstore.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from kstore.index import AbstractIndex
@@ -20,6 +20,8 @@ from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 
 log = logging.getLogger("kstore.segment")
+
+INT32_MAX = (1 << 31) - 1
 
 
 class ColumnsEnd(enum.Enum):
@@ -67,14 +69,56 @@ class SegmentReader:
             self.time_index.resize(0)
         self.time_index.sanity_check()
 
+    #: the size is not read yet: a segment the load left lazy (below the recovery point, see
+    #: LogSegment's lazy_size) has view.size == -1 until _load_size reads its file's length
+    _size_unknown = False
+
     @property
     def size(self) -> int:
         """Bytes of valid batches in the .log (the logical size)."""
+        if self._size_unknown:
+            self._load_size()
         return self.view.size
 
     @size.setter
     def size(self, n: int) -> None:
         self.view.size = n
+        self._size_unknown = False
+
+    def _load_size(self, flen: Optional[int] = None) -> None:
+        """Materialise a lazy segment's size: the .log's length (flen if the caller has the
+        file open, else a stat through FileOps), refused above 2^31-1 bytes as an eager open
+        refuses it. Under the segment's lock, so it never races a rename or a deletion (which
+        materialise it first, see settle_size); the flag is cleared after view.size is set, so
+        a lock-free reader that sees it cleared sees the size."""
+        with self._lock:
+            if not self._size_unknown:
+                return
+            if flen is None:
+                try:
+                    flen = self._io.getsize(self.log_path)
+                except FileNotFoundError:
+                    raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
+            self.check_length(flen)
+            self.view.size = flen
+            self._size_unknown = False
+
+    def check_length(self, flen: int) -> None:
+        """A .log longer than 32-bit positions can address is refused (CorruptRecordError)."""
+        if flen > INT32_MAX:
+            raise CorruptRecordError(f"segment file {self.log_path} is larger than 2^31-1 bytes")
+
+    def settle_size(self) -> None:
+        """Before the .log is renamed, replaced or removed: a lazy size is read while the file
+        is there (what an eager open read at load); if it cannot be, the segment has no bytes."""
+        if self._size_unknown:
+            try:
+                self._load_size()
+            except (OSError, KStoreError):
+                with self._lock:
+                    if self._size_unknown:
+                        self.view.size = 0
+                        self._size_unknown = False
 
     @property
     def _max_ts(self) -> Optional[tuple[int, int]]:
@@ -165,7 +209,10 @@ class SegmentReader:
                     except FileNotFoundError:
                         raise SegmentGoneError(f"segment {self.log_path} was deleted") from None
                     try:
-                        self._map = self._io.map(fd, self._io.size(fd), False)
+                        flen = self._io.size(fd)
+                        if self._size_unknown:
+                            self._load_size(flen)    # the file mapped: no second stat
+                        self._map = self._io.map(fd, flen, False)
                     finally:
                         self._io.close(fd)
                 m = self._map
