@@ -33,6 +33,11 @@ ALLOCATION_STEP = 64 << 10
 PAGE = 4096
 
 
+def _nonzero(b: bytes) -> bool:
+    """b holds a byte other than zero (counted in C, not by iterating ints)."""
+    return b.count(0) != len(b)
+
+
 class CorruptIndexError(CorruptRecordError):
     """An index failed its sanity check."""
 
@@ -247,7 +252,9 @@ class AbstractIndex:
         (the segment is made active next): a file still at its preallocated length keeps it,
         the entries written over the old ones, which are zeroed up to the first zero page
         (no two truncations of 10 MiB, ~1.4 ms each, nor regrowth; bytes past the entries are
-        never read: an active segment is recovered after a crash, trimmed at roll and close)."""
+        never read: an active segment is recovered after a crash, trimmed at roll and close).
+        A sound index, already these entries (the usual case after a crash: the writer indexed
+        the batches recovery validates), is read and left as it is: no write, no truncation."""
         with self._lock:
             data = np.ascontiguousarray(raw, dtype=self.DTYPE).tobytes()   # on-disk layout, always
             self._entries = 0     # first: a reader never pairs the old count with a shorter map
@@ -255,15 +262,24 @@ class AbstractIndex:
             fd = self._io.open(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 full = self._round(self._max_index_size)
-                keep = keep_preallocated and len(data) <= full == self._io.size(fd) > 0
-                if not keep:
-                    self._io.truncate(fd, len(data))
-                if data:
-                    self._io.pwrite(fd, data, 0)
+                flen = self._io.size(fd)
+                keep = keep_preallocated and len(data) <= full == flen > 0
                 pos = len(data)
-                while keep and pos < full and any(page := self._io.pread(fd, PAGE - pos % PAGE, pos)):
-                    self._io.pwrite(fd, bytes(len(page)), pos)
-                    pos += len(page)
+                sound = False
+                if keep or flen == pos:
+                    # a sound index (these entries, then zeros to the page end when it keeps
+                    # its preallocated length) is read, never rewritten
+                    have = self._io.pread(fd, pos + PAGE - pos % PAGE if keep else pos, 0)
+                    sound = (have[:pos] == data and have.count(0, pos) == len(have) - pos
+                             and (keep or len(have) == pos))
+                if not sound:
+                    if not keep:
+                        self._io.truncate(fd, len(data))
+                    if data:
+                        self._io.pwrite(fd, data, 0)
+                    while keep and pos < full and _nonzero(page := self._io.pread(fd, PAGE - pos % PAGE, pos)):
+                        self._io.pwrite(fd, bytes(len(page)), pos)
+                        pos += len(page)
                 self._pending_length = None
                 self.load_problem = None
                 self._allocated = 0 if keep else len(data)

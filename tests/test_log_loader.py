@@ -339,3 +339,62 @@ def test_kill_9_reopen_keeps_the_active_segments_preallocated_indexes(tmp_path):
     with kstore.Log.open(d, {"segment.bytes": 1 << 20}) as lg:
         assert lg.recovery_report == [] and lg.log_end_offset == 4001
         assert os.path.getsize(idx) == 8 * lg.active_segment.offset_index.entries
+
+
+# -- a sound index is never rebuilt --------------------------------------------------------------
+def test_recovery_leaves_sound_indexes_unwritten(tmp_path):
+    """After a crash the recovered segments' indexes already hold what recovery computes: they
+    are read and kept (no pwrite, no truncate), byte for byte; a damaged one is rewritten."""
+    from kstore.fileio import FileOps
+
+    class Writes(FileOps):
+        def __init__(self):
+            self.fds, self.writes = {}, []
+
+        def open(self, path, flags, mode=0o644):
+            fd = super().open(path, flags, mode)
+            self.fds[fd] = path
+            return fd
+
+        def pwrite(self, fd, data, offset):
+            self.writes.append(self.fds.get(fd))
+            return super().pwrite(fd, data, offset)
+
+        def truncate(self, fd, length):
+            self.writes.append(self.fds.get(fd))
+            return super().truncate(fd, length)
+
+    d = str(tmp_path / "t-0")
+    cfg = {"segment.bytes": 4000, "index.interval.bytes": 100}
+    lg = kstore.Log.open(d, cfg, recovery_point=0, clean_shutdown=False)
+    for i in range(150):
+        lg.append([(b"k%d" % i, b"v" * 40, NOW + i)])
+    rp = lg.segments[-2].base_offset
+    lg.close_handlers()                                   # kill -9: active indexes preallocated
+    idx = [p for n in sorted(os.listdir(d)) if n.endswith("index") for p in [os.path.join(d, n)]]
+    before = {p: open(p, "rb").read() for p in idx}
+    io = Writes()
+    lg = kstore.Log.open(d, cfg, recovery_point=rp, clean_shutdown=False, io=io)
+    try:
+        assert len(lg.recovery_report) == 2
+        assert [p for p in io.writes if p and p.endswith("index")] == []
+        assert {p: open(p, "rb").read() for p in idx} == before
+        assert os.path.getsize(lg.active_segment.offset_index_path) == 10485760
+        assert lg.segments[-2].offset_index.entries == os.path.getsize(lg.segments[-2].offset_index_path) // 8 > 3
+        assert [r.offset for r in lg.read(0, 10 ** 6)] == list(range(150))
+        assert lg.offset_for_timestamp(NOW + 120) == 120
+    finally:
+        lg.close_handlers()
+    # one entry damaged (the second segment's, positions no longer increasing): rewritten
+    p = os.path.join(d, f"{rp:020d}.index")
+    raw = bytearray(open(p, "rb").read())
+    raw[12:16] = (0).to_bytes(4, "big")
+    open(p, "wb").write(bytes(raw))
+    io = Writes()
+    lg = kstore.Log.open(d, cfg, recovery_point=rp, clean_shutdown=False, io=io)
+    try:
+        assert p in io.writes
+        assert open(p, "rb").read() == before[p]
+        assert [r.offset for r in lg.read(0, 10 ** 6)] == list(range(150))
+    finally:
+        lg.close()
