@@ -107,12 +107,15 @@ class LeaderEpochFileCache:
         """The cache of a partition directory: its file's entries, none if it is missing;
         LeaderEpochCheckpointError if it is malformed (or not a regular file)."""
         path = os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
-        if not io.exists(path):
+        try:
+            # read without a stat first (one per partition at start-up): a missing file is the
+            # open's FileNotFoundError; anything but a regular file (a symlink, dangling or
+            # not, too) is refused by the open
+            data = io.read_file(path)
+        except FileNotFoundError:
             cache = cls(path, io)
             cache._dirty = True          # Kafka creates the file when it loads the log
             return cache
-        try:
-            data = io.read_file(path)
         except UnusableFileError as e:
             raise LeaderEpochCheckpointError(str(e)) from None
         return cls(path, io, parse_checkpoint(path, data))

@@ -214,3 +214,21 @@ def test_the_file_follows_appends_truncations_and_deletions_on_other_threads(tmp
     assert {e for _b, e in epochs_on_disk(d)} == {0}
     with kstore.Log.open(d) as again:
         assert again.leader_epoch_cache.entries == entries
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_symlinked_checkpoint_is_refused_and_a_missing_one_created(tmp_path, dangling):
+    """The load reads the file without a stat first: a missing file gives a new cache (the
+    file written at epoch 0 from the log end), a symlink, dangling or not, is refused (never
+    read or written through), naming the file."""
+    d = str(tmp_path / "t-0")
+    os.makedirs(d)
+    assert LeaderEpochFileCache.load(d, kstore.fileio.FileOps()).entries == []
+    target = str(tmp_path / "elsewhere")
+    if not dangling:
+        with open(target, "wb") as f:
+            f.write(b"0\n1\n0 0\n")
+    os.symlink(target, os.path.join(d, CKPT))
+    with pytest.raises(LeaderEpochCheckpointError, match=CKPT):
+        LeaderEpochFileCache.load(d, kstore.fileio.FileOps())
+    assert os.path.exists(target) != dangling
