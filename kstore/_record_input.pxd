@@ -6,7 +6,7 @@ no headers. Anything else (Record, lists, other bytes-likes, headers, a value th
 check) is not "plain": the builder's general path takes it and validates it with the usual
 messages. Inline and raising nothing: no Python call and no reference count per record."""
 from libc.stdint cimport uint8_t, int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memmove
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM, PyTuple_CheckExact
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -34,9 +34,42 @@ cdef extern from *:
         return -1;
     }
     #define ks_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
+
+    /* n bytes from s to d (no overlap), n >= 0: fixed-size moves the compiler makes plain
+       loads and stores of, overlapping at the tail, never touching a byte outside either
+       range; memcpy past 128 bytes. A key or value of the usual few to 100 bytes is a handful
+       of instructions instead of a libc call. */
+    static inline void ks_copy(uint8_t *d, const uint8_t *s, Py_ssize_t n) {
+        if (n > 128) { memcpy(d, s, (size_t)n); return; }
+        if (n > 64) {
+            memcpy(d, s, 64); memcpy(d + n - 64, s + n - 64, 64);
+        } else if (n > 32) {
+            memcpy(d, s, 32); memcpy(d + n - 32, s + n - 32, 32);
+        } else if (n >= 16) {
+            memcpy(d, s, 16); memcpy(d + n - 16, s + n - 16, 16);
+        } else if (n >= 8) {
+            memcpy(d, s, 8); memcpy(d + n - 8, s + n - 8, 8);
+        } else if (n >= 4) {
+            memcpy(d, s, 4); memcpy(d + n - 4, s + n - 4, 4);
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++) d[i] = s[i];
+        }
+    }
+
+    /* A zig-zagged varint at p[pos] (the loop's bytes), the one- and two-byte cases (lengths,
+       deltas and offsets under 8192) without the loop; returns the position after it. */
+    static inline Py_ssize_t ks_vput(uint8_t *p, Py_ssize_t pos, unsigned long long u) {
+        if (u < 0x80) { p[pos] = (uint8_t)u; return pos + 1; }
+        if (u < 0x4000) { p[pos] = (uint8_t)(u | 0x80); p[pos + 1] = (uint8_t)(u >> 7); return pos + 2; }
+        while (u >= 0x80) { p[pos++] = (uint8_t)((u & 0x7f) | 0x80); u >>= 7; }
+        p[pos] = (uint8_t)u;
+        return pos + 1;
+    }
     """
     long long ks_small_nonneg_long(PyObject* o) noexcept nogil
     void ks_prefetch(const void* p) noexcept nogil
+    void ks_copy(uint8_t* d, const uint8_t* s, Py_ssize_t n) noexcept nogil
+    Py_ssize_t ks_vput(uint8_t* p, Py_ssize_t pos, unsigned long long u) noexcept nogil
     int __builtin_clzll(unsigned long long x) noexcept nogil
 
 
@@ -106,6 +139,13 @@ cdef struct PlainRun:
     int64_t max_ts
 
 
+#: bytes a plain record may take beyond its key and value: a length varint of up to 5 bytes
+#: (written 2 bytes in, then moved), attributes, timestamp delta (10), offset delta (5), key and
+#: value lengths (5 each), header count
+cdef enum:
+    RECORD_SLACK = 5 + 2 + 1 + 10 + 5 + 5 + 5 + 1
+
+
 cdef inline uint64_t _zz(int64_t v) noexcept nogil:
     return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
 
@@ -115,14 +155,6 @@ cdef inline Py_ssize_t _vsize(uint64_t u) noexcept nogil:
     (bits * 9 + 64 >> 6 is that for 1..64 bits); no loop, no division."""
     return ((64 - __builtin_clzll(u | 1)) * 9 + 64) >> 6
 
-
-cdef inline Py_ssize_t _vput(uint8_t* p, Py_ssize_t pos, uint64_t u) noexcept nogil:
-    while u >= 0x80:
-        p[pos] = <uint8_t>((u & 0x7f) | 0x80)
-        pos += 1
-        u >>= 7
-    p[pos] = <uint8_t>u
-    return pos + 1
 
 
 
@@ -138,8 +170,8 @@ cdef inline Py_ssize_t plain_run(PyObject** items, Py_ssize_t i, Py_ssize_t n, u
     the tuples a few records ahead are prefetched (they are scattered over the heap). The
     bytes are exactly put_record_head's (kstore/_format.pxd)."""
     cdef PlainRecord r
-    cdef Py_ssize_t pos = st.pos, body, lead
-    cdef uint64_t zts, zoff, zk, zv
+    cdef Py_ssize_t pos = st.pos, q, body, lead, kl, vl
+    cdef uint64_t zb
     cdef PyObject* ahead
     while i < n:
         if i + 8 < n:
@@ -151,34 +183,42 @@ cdef inline Py_ssize_t plain_run(PyObject** items, Py_ssize_t i, Py_ssize_t n, u
                 ks_prefetch(PyTuple_GET_ITEM(<object>ahead, 2))
         if not plain_record(items[i], require_key, log_append_time, now, ts_min, ts_max, &r):
             break
+        kl = r.klen if r.klen > 0 else 0
+        vl = r.vlen if r.vlen > 0 else 0
+        if pos + kl + vl + RECORD_SLACK > cap:      # room for the largest encoding
+            st.need = pos + kl + vl + RECORD_SLACK
+            break
         if i == 0:
             st.base_ts = r.ts
-        zts = _zz(r.ts - st.base_ts)
-        zoff = <uint64_t>i << 1
-        zk = _zz(r.klen)
-        zv = _zz(r.vlen)
-        body = 2 + _vsize(zts) + _vsize(zoff) + _vsize(zk) + _vsize(zv) + \
-            (r.klen if r.klen > 0 else 0) + (r.vlen if r.vlen > 0 else 0)
-        lead = _vsize(_zz(body))
-        if pos + lead + body > cap:
-            st.need = pos + lead + body
-            break
         if r.ts > st.max_ts:
             st.max_ts = r.ts
-        pos = _vput(buf, pos, _zz(body))
-        buf[pos] = 0                            # attributes
-        pos = _vput(buf, pos + 1, zts)
-        pos = _vput(buf, pos, zoff)
-        pos = _vput(buf, pos, zk)
-        if r.klen > 0:
-            memcpy(buf + pos, r.key, r.klen)
-            pos += r.klen
-        pos = _vput(buf, pos, zv)
-        if r.vlen > 0:
-            memcpy(buf + pos, r.value, r.vlen)
-            pos += r.vlen
-        buf[pos] = 0                            # header count
-        pos += 1
+        # the fields after a provisional two-byte length (the usual one: bodies of 64 to 8191
+        # bytes), moved if the length's varint turns out another size
+        q = pos + 2
+        buf[q] = 0                              # attributes
+        q = ks_vput(buf, q + 1, _zz(r.ts - st.base_ts))
+        q = ks_vput(buf, q, <uint64_t>i << 1)
+        q = ks_vput(buf, q, _zz(r.klen))
+        if kl:
+            ks_copy(buf + q, r.key, kl)
+            q += kl
+        q = ks_vput(buf, q, _zz(r.vlen))
+        if vl:
+            ks_copy(buf + q, r.value, vl)
+            q += vl
+        buf[q] = 0                              # header count
+        q += 1
+        body = q - pos - 2
+        zb = <uint64_t>body << 1
+        if zb >= 0x80 and zb < 0x4000:
+            buf[pos] = <uint8_t>(zb | 0x80)
+            buf[pos + 1] = <uint8_t>(zb >> 7)
+            pos = q
+        else:
+            lead = _vsize(zb)
+            memmove(buf + pos + lead, buf + pos + 2, body)
+            ks_vput(buf, pos, zb)
+            pos += lead + body
         i += 1
     st.pos = pos
     return i
