@@ -47,3 +47,24 @@ def test_records_that_change_size_during_the_append_are_refused():
     assert len(recs) == 5
     b = build(recs[:2])                              # the builder is still usable
     assert [r.offset for r in _core.decode_batches(b.getvalue())] == [0, 1]
+
+
+def test_every_key_and_value_length_up_to_the_inline_copy_limit():
+    # ks_copy moves 1-3 bytes one by one, 4-127 bytes in overlapping fixed-size pieces, and
+    # calls memcpy past 128: every length, with distinct bytes so a misplaced piece shows
+    recs = [(bytes(range(k)), bytes((7 * j + k) & 0xFF for j in range(v)), NOW + k)
+            for k in (0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64, 65, 128, 129)
+            for v in range(0, 140)]
+    fast = _same_bytes(recs)
+    assert [(r.key, r.value, r.timestamp) for r in _core.decode_batches(fast)] == recs
+    assert CRC32C(fast[21:]) == struct.unpack(">I", fast[17:21])[0]
+
+
+def test_record_lengths_of_one_two_and_three_byte_varints():
+    # a record's length is written as two bytes, then moved when its varint has another size:
+    # bodies under 64 bytes (1), 64..8191 (2) and 8192 on (3), side by side in one batch
+    recs = [(b"k", b"v" * n, NOW) for n in (0, 50, 54, 55, 56, 57, 100, 8180, 8185, 8186, 8187, 9000, 3)]
+    fast = _same_bytes(recs)
+    out = _core.decode_batches(fast)
+    assert [r.value for r in out] == [r[1] for r in recs]
+    assert [r.offset for r in out] == list(range(len(recs)))
