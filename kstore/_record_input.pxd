@@ -139,11 +139,11 @@ cdef struct PlainRun:
     int64_t max_ts
 
 
-#: bytes a plain record may take beyond its key and value: a length varint of up to 5 bytes
-#: (written 2 bytes in, then moved), attributes, timestamp delta (10), offset delta (5), key and
-#: value lengths (5 each), header count
+#: bytes a plain record may take beyond its key and value: its length's varint (written 2 bytes
+#: in, then moved), attributes, the timestamp delta's, offset delta's, key and value lengths'
+#: varints (10 bytes each at most, whatever the lengths), header count
 cdef enum:
-    RECORD_SLACK = 5 + 2 + 1 + 10 + 5 + 5 + 5 + 1
+    RECORD_SLACK = 10 + 2 + 1 + 10 + 10 + 10 + 10 + 1
 
 
 cdef inline uint64_t _zz(int64_t v) noexcept nogil:
@@ -156,8 +156,6 @@ cdef inline Py_ssize_t _vsize(uint64_t u) noexcept nogil:
     return ((64 - __builtin_clzll(u | 1)) * 9 + 64) >> 6
 
 
-
-
 cdef inline Py_ssize_t plain_run(PyObject** items, Py_ssize_t i, Py_ssize_t n, uint8_t* buf,
                                  Py_ssize_t cap, bint require_key, bint log_append_time,
                                  int64_t now, int64_t ts_min, int64_t ts_max,
@@ -166,7 +164,8 @@ cdef inline Py_ssize_t plain_run(PyObject** items, Py_ssize_t i, Py_ssize_t n, u
     (no headers) at st.pos while they are plain and fit below cap; returns the index of the
     first record not written (n when all were). It stops at a record that is not plain (the
     general path takes it) or, with st.need set, at one that does not fit. One pass per
-    record: the tuple's items read in C, loop-free varint sizes, key and value copied once;
+    record: the tuple's items read in C, fields written after a provisional two-byte length
+    (moved when the length's varint has another size), key and value copied once inline;
     the tuples a few records ahead are prefetched (they are scattered over the heap). The
     bytes are exactly put_record_head's (kstore/_format.pxd)."""
     cdef PlainRecord r
