@@ -299,17 +299,6 @@ class AbstractIndex:
             self._io.close(fd)
         self._allocated = new
 
-    def reserve_next_entry(self) -> None:
-        """Reserve the next entry's blocks now (the segment's append, before it writes the batch
-        the entry will index), so a full disk fails the append before any of its bytes is
-        written rather than after; the entry's own append then makes no syscall."""
-        with self._lock:
-            n = self.state.entries
-            end = (n + 1) * self.ENTRY_SIZE
-            if end > self._allocated and n < self.max_entries:
-                self._apply_pending()
-                self._ensure_allocated(end, zero_fill=True)
-
     def _write(self, position: int, data: bytes) -> None:
         self._apply_pending()
         self._ensure_allocated(position + len(data))
