@@ -10,12 +10,13 @@ from cpython.buffer cimport PyObject_CheckBuffer, PyBuffer_FillInfo
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.object cimport PyObject
+from cpython.sequence cimport PySequence_Fast_ITEMS, PySequence_Fast_GET_SIZE
 
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record, AppendInfo
 from kstore._column_input cimport ColumnInput
-from kstore._record_input cimport PlainRecord, plain_record
+from kstore._record_input cimport PlainRun, plain_run
 
 from kstore.errors import InvalidRecordError, UnsupportedCodecError
 
@@ -276,33 +277,35 @@ cdef class BatchBuilder:
     cdef int _build_v2(self, object records, bint is_list, Py_ssize_t n, int64_t base_offset,
                        int64_t now, bint lat, int64_t ts_min, int64_t ts_max, bint require_key,
                        int codec, int32_t leader_epoch, list keep) except -1:
-        """Encode the records after the 61-byte header. A record of the plain shape
-        (_record_input.plain_record: checked in C, no Python call, no reference count) is
-        written inline with one capacity test; any other record, and every record that fails
-        a check, goes through _put_v2_slow, which validates and raises exactly as before.
-        Both write the same bytes."""
-        cdef Py_ssize_t i, pos, body
-        cdef PyObject* item
-        cdef PlainRecord r
-        cdef int64_t delta, base_ts = 0, max_ts = NO_TIMESTAMP
+        """Encode the records after the 61-byte header. Runs of records of the plain shape
+        (_record_input.plain_run: checked and written in C in one pass, no Python call, no
+        reference count) alternate with single records of any other shape, and records that
+        fail a check, which go through _put_v2_slow: it validates and raises exactly as
+        before. Both write the same bytes."""
+        cdef Py_ssize_t i = 0
+        cdef PyObject** items = PySequence_Fast_ITEMS(records)
+        cdef PlainRun st
+        st.pos = V2_OVERHEAD
+        st.need = 0
+        st.base_ts = 0
+        st.max_ts = NO_TIMESTAMP
         self._ensure(V2_OVERHEAD + 64)
-        pos = V2_OVERHEAD
-        for i in range(n):
-            item = PyList_GET_ITEM(records, i) if is_list else PyTuple_GET_ITEM(records, i)
-            if not plain_record(item, require_key, lat, now, ts_min, ts_max, &r):
-                pos = self._put_v2_slow(<object>item, i, pos, now, lat, ts_min, ts_max,
-                                        require_key, &base_ts, &max_ts, keep)
+        while i < n:
+            i = plain_run(items, i, n, self.buf, self.cap, require_key, lat, now, ts_min, ts_max, &st)
+            if i >= n:
+                break
+            if st.need:
+                self._ensure(st.need)
+                st.need = 0
                 continue
-            if i == 0:
-                base_ts = r.ts
-            if r.ts > max_ts:
-                max_ts = r.ts
-            delta = r.ts - base_ts
-            body = record_body_size(delta, i, r.klen, r.vlen, 0, 0)
-            if pos + body + 10 > self.cap:
-                self._ensure(pos + body + 10)
-            pos = put_record_head(self.buf, pos, body, delta, i, r.key, r.klen, r.value, r.vlen, 0)
-        return self._finish_v2(pos, n, base_offset, base_ts, max_ts, lat, codec, leader_epoch)
+            st.pos = self._put_v2_slow(<object>items[i], i, st.pos, now, lat, ts_min, ts_max,
+                                       require_key, &st.base_ts, &st.max_ts, keep)
+            i += 1
+            # the general path may run Python code (buffers, headers) that changes the input
+            items = PySequence_Fast_ITEMS(records)
+            if PySequence_Fast_GET_SIZE(records) != n:
+                raise RuntimeError("the records changed size during the append")
+        return self._finish_v2(st.pos, n, base_offset, st.base_ts, st.max_ts, lat, codec, leader_epoch)
 
     cdef Py_ssize_t _put_v2_slow(self, object item, Py_ssize_t i, Py_ssize_t pos, int64_t now,
                                  bint lat, int64_t ts_min, int64_t ts_max, bint require_key,

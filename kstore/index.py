@@ -289,16 +289,28 @@ class AbstractIndex:
             self._entries = len(raw)
             self._after_truncate()
 
-    def _ensure_allocated(self, end: int) -> None:
+    def _ensure_allocated(self, end: int, zero_fill: bool = False) -> None:
         """Reserve disk blocks under [0, end) before storing through the mapping: the file is
         sparse past its entries (as Kafka's), and a store into an unallocated page on a full disk
-        would be SIGBUS. Blocks are reserved 64 KiB at a time, so appends make no syscall."""
+        would be SIGBUS. Blocks are reserved 64 KiB at a time, so appends make no syscall.
+
+        zero_fill (the append paths, where every byte past the entries is zero): the part past
+        the entries is written zeros rather than fallocated. The first store through the mapping
+        into a fallocated (unwritten) extent cost ~5 ms of CPU per index on ext4 (measured:
+        a new segment's first index entries, 10 ms of a 1000-record append, against 0.4 ms)."""
         if end <= self._allocated:
             return
         new = min(self._length, max(end, self._allocated + ALLOCATION_STEP))
+        start = self._allocated
         fd = self._io.open(self.path, os.O_RDWR)
         try:
-            self._io.allocate(fd, self._allocated, new - self._allocated)
+            if zero_fill:
+                data_end = min(new, max(start, self._entries * self.ENTRY_SIZE))
+                if data_end > start:
+                    self._io.allocate(fd, start, data_end - start)
+                self._io.zero_fill(fd, data_end, new - data_end)
+            else:
+                self._io.allocate(fd, start, new - start)
         finally:
             self._io.close(fd)
         self._allocated = new

@@ -61,7 +61,7 @@ class OffsetIndex(AbstractIndex):
                 end = (n + 1) * 8
                 if end > self._allocated:
                     self._apply_pending()
-                    self._ensure_allocated(end)
+                    self._ensure_allocated(end, zero_fill=True)
                 _core.put_offset_entry(self._mapping(), n, rel, position)
                 st.entries = n + 1
                 self._last_offset = offset

@@ -75,7 +75,7 @@ class TimeIndex(AbstractIndex):
                 end = (n + 1) * 12
                 if end > self._allocated:
                     self._apply_pending()
-                    self._ensure_allocated(end)
+                    self._ensure_allocated(end, zero_fill=True)
                 _core.put_time_entry(self._mapping(), n, timestamp, rel)
                 st.entries = n + 1
                 self._last_entry = (timestamp, offset)

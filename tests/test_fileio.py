@@ -108,23 +108,41 @@ class TornWriteOps(RecordingOps):
         return super().pwrite(fd, data, offset)
 
 
+class ZeroFillFails(TornWriteOps):
+    """zero_fill of the file whose name ends in `suffix` fails with ENOSPC once armed."""
+    def __init__(self, suffix):
+        super().__init__()
+        self.suffix = suffix
+        self.armed = False
+
+    def zero_fill(self, fd, offset, length):
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(self.suffix):
+            self.armed = False
+            self._rec("zero_fill-failed", offset, length)
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return super().zero_fill(fd, offset, length)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 @pytest.mark.parametrize("where", ["runway", "pwrite-enospc", "pwrite-eio"])
 def test_enospc_on_preallocation_fails_append_cleanly(tmp_path, where):
-    """A small append grows the zero-filled runway (zero_fill); a large one is pwritten (torn
-    here: half written, then the error). Either failure fails the append and the log (until
-    reopened), leaves the acknowledged records readable, and the reopen cuts the torn bytes."""
-    ops = TornWriteOps()
+    """A small append grows the zero-filled runway (zero_fill of the .log: the indexes'
+    blocks are zero-filled too); a large one is pwritten (torn here: half written, then the
+    error). Either failure fails the append and the log (until reopened), leaves the
+    acknowledged records readable, and the reopen cuts the torn bytes."""
+    ops = ZeroFillFails(".log")
     d = str(tmp_path / "t-0")
     log = kstore.Log.open(d, {"max.message.bytes": 10 << 20}, io=ops)
     log.append([(None, b"first")])
     small = [(None, os.urandom(4000))] * 3        # under PWRITE_MIN_BYTES: copied into the mapping
     if where == "runway":
-        ops.fail = {"zero_fill": 1}
+        ops.armed = True
         err = errno.ENOSPC
         with pytest.raises(OSError) as ei:
             for _ in range(20):                  # the first runway (64 KiB) fills up
                 log.append(small)
         acked = log.log_end_offset
+        assert not ops.armed and [o[0] for o in ops.ops].count("zero_fill-failed") == 1
     else:
         log.append(small)
         acked = log.log_end_offset

@@ -1,5 +1,6 @@
 """OffsetIndex and TimeIndex: Kafka's OffsetIndexTest/TimeIndexTest cases, floor search against
 numpy.searchsorted, preallocation, trimming, and files written by a broker."""
+import errno
 import os
 import random
 import struct
@@ -9,6 +10,7 @@ import pytest
 
 from kstore import _core
 from kstore.errors import InvalidOffsetError, KStoreStateError
+from kstore.fileio import FileOps
 from kstore.index import CorruptIndexError
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
@@ -379,3 +381,66 @@ def test_a_reader_never_pairs_an_old_entry_count_with_a_rewritten_index(tmp_path
         assert idx.entries == 2
     finally:
         lg.close()
+
+
+class _AllocRecorder(FileOps):
+    """Records how index blocks are reserved; zero_fill fails with ENOSPC while `full`."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+        self.full = False
+
+    def allocate(self, fd, offset, length):
+        self.ops.append(("allocate", offset, length))
+        return super().allocate(fd, offset, length)
+
+    def zero_fill(self, fd, offset, length):
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.ops.append(("zero_fill", offset, length))
+        return super().zero_fill(fd, offset, length)
+
+
+@pytest.mark.parametrize("kind", ["offset", "time"])
+def test_appends_reserve_blocks_past_the_entries_as_written_zeros(tmp_path, kind):
+    """An append's blocks past the entries are written zeros (a store into a fallocated,
+    unwritten extent through the mapping costs ~5 ms of CPU on ext4), 64 KiB at a time; the
+    entries already there are only reserved (fallocate), never rewritten."""
+    ops = _AllocRecorder()
+    cls, es = (OffsetIndex, 8) if kind == "offset" else (TimeIndex, 12)
+    p = str(tmp_path / f"00000000000000000045.{kind}")
+    idx = cls(p, BASE, 1 << 20, io=ops)
+    add = idx.append if kind == "offset" else idx.maybe_append
+    step = 64 << 10
+    for i in range(3):
+        add(BASE + i, i * 10) if kind == "offset" else add(1000 + i, BASE + i)
+    assert ops.ops == [("zero_fill", 0, step)]
+    idx.close()                                   # trimmed to its 3 entries
+    before = open(p, "rb").read()
+    assert len(before) == 3 * es
+    ops.ops.clear()
+    idx = cls(p, BASE, 1 << 20, io=ops)
+    idx.resize(1 << 20)                           # as make_active grows the active index back
+    add = idx.append if kind == "offset" else idx.maybe_append
+    add(BASE + 3, 30) if kind == "offset" else add(1003, BASE + 3)
+    assert ops.ops == [("allocate", 0, 3 * es), ("zero_fill", 3 * es, step - 3 * es)]
+    with open(p, "rb") as f:
+        data = f.read(step + 16)
+    assert data[:3 * es] == before and data[4 * es:] == bytes(len(data) - 4 * es)
+    assert idx.entries == 4
+    idx.close_handler()
+
+
+def test_a_full_disk_at_an_index_append_fails_it_and_the_next_one_works(tmp_path):
+    ops = _AllocRecorder()
+    p = str(tmp_path / "00000000000000000045.index")
+    idx = OffsetIndex(p, BASE, 1 << 20, io=ops)
+    ops.full = True
+    with pytest.raises(OSError) as e:
+        idx.append(BASE + 1, 100)
+    assert e.value.errno == errno.ENOSPC and idx.entries == 0
+    ops.full = False
+    idx.append(BASE + 1, 100)
+    assert idx.entries == 1 and idx.lookup(BASE + 5) == (BASE + 1, 100)
+    idx.close_handler()
