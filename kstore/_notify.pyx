@@ -31,6 +31,7 @@ sleeper leaves).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp, memcpy
 from libc.stdlib cimport malloc, free
+from libc.errno cimport EAGAIN
 
 from kstore._mapping cimport Mapping
 
@@ -46,6 +47,8 @@ cdef extern from "_notify.h" nogil:
     uint32_t kn_arm(uint32_t* w)
     uint32_t kn_bump(uint32_t* w)
     int kn_wake(uint32_t* w)
+    uint32_t kn_prewake(uint32_t* w)
+    int kn_settle(uint32_t* w, uint32_t armed, int64_t ns)
     int kn_wait(uint32_t* w, uint32_t val, int64_t timeout_ns)
     int kn_spin(uint32_t* w, uint32_t val, int64_t ns)
     int kn_wait_any(kn_waitv* v, unsigned n, int64_t timeout_ns)
@@ -160,6 +163,15 @@ cdef class Bell:
         if kn_bump(self.word):
             kn_wake(self.word)
 
+    cpdef bint prewake(self) noexcept:
+        """Before an append (Log.append): if a waiter is armed, clear the bit and wake the
+        sleepers now, the counter unchanged, so that their wake-up overlaps the append; they
+        spin (sleep's settle) for the bump, which then needs no syscall. A load when nobody
+        waits. True if it woke anyone."""
+        if self.closed:
+            return False
+        return kn_prewake(self.word) != 0
+
     def nudge(self):
         """Bump the word without changing a hint (a closing reader wakes the file's other
         sleepers: they look again)."""
@@ -194,16 +206,20 @@ cdef class Bell:
         return (kn_load64(<int64_t*>(self.base + 16)), kn_load64(<int64_t*>(self.base + 24)),
                 kn_load64(<int64_t*>(self.base + 32)))
 
-    def sleep(self, uint32_t armed, double timeout) -> int:
+    def sleep(self, uint32_t armed, double timeout, double settle=0.0) -> int:
         """FUTEX_WAIT while the word is `armed`, at most timeout seconds, GIL released. 0 woken,
-        EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system)."""
+        EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system). settle: when
+        woken by a writer's pre-wake (the word is `armed` less the waiter bit), spin up to that
+        many seconds more for its bump (still without the GIL)."""
         cdef int r
-        cdef int64_t ns = _ns(timeout)
+        cdef int64_t ns = _ns(timeout), sns = _ns(settle)
         if self.closed:
             return 0
         self.mapping.pin()
         with nogil:
             r = kn_wait(self.word, armed, ns)
+            if sns > 0 and (r == 0 or r == EAGAIN):
+                kn_settle(self.word, armed, sns)
         self.mapping.unpin()
         return r
 
