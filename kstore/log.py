@@ -167,6 +167,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 raise KStoreStateError(f"log {self.dir} is open read-only")
             if self._failed is not None:
                 raise failed_error(self.dir, self._failed)
+            self._bell.prewake()         # sleepers wake while the batch is built (notify.py)
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
