@@ -137,6 +137,19 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
 
+    def refresh_tail(self, base: int, size: int) -> bool:
+        """A read-only log's waiter just woken by the writer (notify.py), the page's list stamp
+        the trusted one: refresh's tail step alone, without its other layers (this is on the
+        append-to-visible path). True if the last segment is the active one (base) and now
+        holds the validated bytes up to size (the log end moved on with them); False: the
+        full refresh must look."""
+        with self._lock:
+            if self._closed or not self.read_only or \
+                    not self._ro_refresh.extend(self._segments, base, size):
+                return False
+            self._leo = self._recovery_point = self._segments.segs[-1].read_next_offset()
+            return True
+
     def _load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
               clean_shutdown: Optional[bool]) -> None:
         """A writable open: the directory created if missing, a standalone log's flocks

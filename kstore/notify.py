@@ -81,6 +81,7 @@ class WaitableLog(Protocol):
     def segments(self) -> Sequence: ...
     def refresh(self, log_start_offset: Optional[int] = None, *,
                 tail: Optional[tuple[int, int]] = None) -> None: ...
+    def refresh_tail(self, base: int, size: int) -> bool: ...
 
 # the Bell of a log not loaded yet or read-only: rung, never waited on (no mapping per log)
 _NOBODY = _Bell.private()
@@ -268,19 +269,15 @@ class LogNotifier:
         lg = self._log
         with self._lock:
             now = time.monotonic()
-            if lg.closed or self._reader is not bell or now - self._listed >= RECHECK_S:
+            if self._reader is not bell or now - self._listed >= RECHECK_S:
                 return False
-            try:
-                seg = lg.active_segment
-            except IndexError:           # no segment yet
-                return False
-            if seg.base_offset != base or seg.size >= size:
+            if not lg.refresh_tail(base, size):     # (closed, no segment, rolled, torn...)
                 return False
             self._refreshed = now
-            lg.refresh(tail=(base, size))
-            if lg.log_end_offset >= end:
+            leo = lg.log_end_offset
+            if leo >= end:
                 self._seen = word >> 1       # else the loop's catch-up looks again
-        return lg.log_end_offset > offset
+        return leo > offset
 
     def _check_open(self) -> None:
         if self._log.closed:

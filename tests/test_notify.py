@@ -417,8 +417,9 @@ def test_a_read_only_waiter_refreshes_only_when_the_hints_show_news(tmp_path, wa
     lg.append([(b"k", b"a")])
     with kstore.Log.open(path, read_only=True) as ro:
         calls: list = []
-        plain = ro.refresh
+        plain, tail = ro.refresh, ro.refresh_tail
         ro.refresh = lambda *a, **kw: (calls.append(a), plain(*a, **kw))[1]
+        ro.refresh_tail = lambda *a: (calls.append(a), tail(*a))[1]    # a woken waiter's
         assert ro.wait_for(1, timeout=0.3) is False and len(calls) == 1
         t = later(0.05, lambda: lg.append([(b"k", b"b")]))
         assert ro.wait_for(1, timeout=20) is True and len(calls) == 2
