@@ -82,6 +82,7 @@ class WaitableLog(Protocol):
     def refresh(self, log_start_offset: Optional[int] = None, *,
                 tail: Optional[tuple[int, int]] = None) -> None: ...
     def refresh_tail(self, base: int, size: int) -> bool: ...
+    def catch_up_index(self) -> None: ...
 
 # the Bell of a log not loaded yet or read-only: rung, never waited on (no mapping per log)
 _NOBODY = _Bell.private()
@@ -319,6 +320,8 @@ class LogNotifier:
             if spinning:
                 bell.spin(word, min(left, spin_until - now))
                 continue
+            if lg.read_only:
+                lg.catch_up_index()    # what the woken path left (the word is armed: no loss)
             r = bell.sleep(word, min(left, SLICE_S), SETTLE_S)
             if (r == 0 or r == errno.EAGAIN) and lg.read_only and self._tail(bell, offset):
                 return True

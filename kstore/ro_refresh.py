@@ -140,17 +140,18 @@ class ReadOnlyRefresh:
         raise SegmentGoneError(f"the segments of {self.watch.path} keep changing; try again")
 
     @staticmethod
-    def extend(old: LogSegments, base: int, size: int) -> bool:
+    def extend(old: LogSegments, base: int, size: int, index: bool = True) -> bool:
         """scan's tail step alone (Log.refresh_tail, a waiter just woken by its writer): True
         if old's last segment is the active one the page names (base) and holds the validated
-        bytes up to size now; False when the full refresh must look."""
+        bytes up to size now; False when the full refresh must look. index: as
+        ReadOnlySegment.extend_tail's."""
         segs = old.segs
         if not segs:
             return False
         last = segs[-1]
         try:
             return last.base_offset == base and isinstance(last, ReadOnlySegment) \
-                and last.extend_tail(size)
+                and last.extend_tail(size, index)
         except SegmentGoneError:
             return False
 
