@@ -236,15 +236,16 @@ cdef class Bell:
         return r != 0
 
 
-def wait_any(list bells, list values, double timeout) -> int:
+def wait_any(list bells, list values, double timeout, double settle=0.002) -> int:
     """futex_waitv: sleep until any bell's word differs from its value (each armed first), at
     most timeout seconds, GIL released. 0 woken, EAGAIN changed already, ETIMEDOUT, EINTR,
-    ENOSYS (kernel before 5.16, or not Linux: the caller waits another way)."""
+    ENOSYS (kernel before 5.16, or not Linux: the caller waits another way). settle: as
+    Bell.sleep's, for each word found pre-woken (one wake-up per append, not two)."""
     cdef Py_ssize_t n = len(bells), i
     cdef kn_waitv* v
     cdef Bell b
     cdef int r
-    cdef int64_t ns = _ns(timeout)
+    cdef int64_t ns = _ns(timeout), sns = _ns(settle)
     if n != len(values):
         raise ValueError("one value per bell")
     if n == 0 or n > WAIT_ANY_MAX:
@@ -264,6 +265,9 @@ def wait_any(list bells, list values, double timeout) -> int:
     try:
         with nogil:
             r = kn_wait_any(v, <unsigned>n, ns)
+            if sns > 0 and (r == 0 or r == EAGAIN):
+                for i in range(n):
+                    kn_settle(<uint32_t*><size_t>v[i].uaddr, <uint32_t>v[i].val, sns)
     finally:
         free(v)
         for b in held:

@@ -362,7 +362,7 @@ def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
             return ready
         r = errno.ENOSYS
         if None not in bells and len(bells) <= _notify.WAIT_ANY_MAX:
-            r = _notify.wait_any(bells, words, min(left, SLICE_S))
+            r = _notify.wait_any(bells, words, min(left, SLICE_S), SETTLE_S)
         if r == errno.ETIMEDOUT:
             quiet = True
         elif r == errno.ENOSYS:

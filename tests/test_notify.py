@@ -110,6 +110,26 @@ def test_a_sleeper_woken_by_a_pre_wake_settles_on_the_bump(watchdog):
     assert seen[0][0] in (0, errno.EAGAIN) and seen[0][1] == (armed & ~1) + 2
 
 
+def test_wait_any_woken_by_a_pre_wake_settles_on_the_bump(watchdog):
+    # one wake-up per append for futex_waitv sleepers too (the async waiter, fetchers)
+    watchdog(60)
+    b1, b2 = _notify.Bell.private(), _notify.Bell.private()
+    a1, a2 = b1.arm(), b2.arm()
+    seen: list = []
+    t = threading.Thread(target=lambda: seen.append(
+        (_notify.wait_any([b1, b2], [a1, a2], 10.0, 5.0), b1.load(), b2.load())))
+    t.start()
+    time.sleep(0.1)
+    assert b2.prewake() is True
+    time.sleep(0.2)
+    assert seen == []
+    b2.bump_end(4, 0, 100)
+    join_all([t], 20)
+    r, w1, w2 = seen[0]
+    if r != errno.ENOSYS:              # (a kernel without futex_waitv: the caller polls)
+        assert r in (0, errno.EAGAIN) and (w1, w2) == (a1, (a2 & ~1) + 2)
+
+
 def test_a_pre_wake_without_a_bump_ends_the_settling(watchdog):
     watchdog(60)
     b = _notify.Bell.private()
