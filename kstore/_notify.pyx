@@ -23,7 +23,9 @@ the same active base, learns an append by validating the bytes from its valid en
 hint through its kept descriptor (ro_refresh.py): no directory listing, no stat.
 
 The writer bumps the word after every change of the log end, in one atomic step that also
-clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). A waiter
+clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). Before an
+append it may pre-wake (prewake: clear the bit, FUTEX_WAKE, the counter unchanged); a sleeper
+that wakes to its armed value less the bit settles (spins, yielding) for the bump. A waiter
 arms (sets the bit), checks its condition, then sleeps with FUTEX_WAIT on the armed value, in
 bounded slices, with the GIL released and the mapping pinned (close() unmaps after the last
 sleeper leaves).

@@ -8,6 +8,15 @@ syscall only when a waiter has armed the word. A waiter, in any process, arms th
 its condition (a read-only log refreshes first if the hints say it can learn something), then
 sleeps on the armed value with FUTEX_WAIT, GIL released: no polling, ~0 CPU while idle.
 
+The wake-up (the kernel bringing an idle CPU back and scheduling the sleeper: 15-30 µs here) is
+overlapped with the append: Log.append starts with a pre-wake (Bell.prewake: if the waiter bit
+is set, clear it and FUTEX_WAKE, the counter unchanged), and a waiter that wakes to find its
+armed value less the bit spins (yielding its CPU) up to SETTLE_S for the append's bump, which
+then needs no syscall. A pre-wake whose append fails ends in a settle that times out: the
+waiter re-arms and sleeps. A woken read-only waiter learns the append through
+Log.refresh_tail (one pread of the new bytes, validated) and leaves the index copies for its
+next idle moment (Log.catch_up_index, before it sleeps again).
+
 Nothing here is trusted for correctness: the hints only let a reader skip a refresh that cannot
 find anything, every sleep is a bounded slice (SLICE_S) after which a read-only waiter re-opens
 the file if it was replaced and compares the hints again, and it refreshes at least every
