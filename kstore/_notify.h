@@ -12,6 +12,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <sched.h>
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449            /* the same number on every architecture */
 #endif
@@ -46,6 +47,25 @@ static inline uint32_t kn_bump(uint32_t *w) {
                                         __ATOMIC_RELAXED)) {
     }
     return v & 1u;
+}
+
+static inline int kn_wake(uint32_t *w);
+
+/* Pre-wake: a writer about to change the log clears the waiter bit (the counter unchanged)
+ * and, if it was set, wakes the sleepers now, so that their wake-up (tens of µs: the IPI, the
+ * idle CPU coming back, the scheduler) overlaps the writer's own work instead of following it.
+ * A woken waiter that finds the word at its armed value less the bit spins (kn_settle) for the
+ * bump that follows; the bump then finds no bit and makes no syscall. Returns nonzero if it
+ * woke anyone. */
+static inline uint32_t kn_prewake(uint32_t *w) {
+    uint32_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
+    while (v & 1u) {
+        if (__atomic_compare_exchange_n(w, &v, v & ~1u, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            kn_wake(w);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static inline int kn_wake(uint32_t *w) {
@@ -91,6 +111,28 @@ static inline int kn_spin(uint32_t *w, uint32_t val, int64_t ns) {
 #endif
         }
         if (kn_now_ns() >= end) return 0;
+    }
+}
+
+/* After a sleep on `armed` ended (woken, or the word had changed): if the word is `armed`
+ * less the waiter bit (a writer's pre-wake: its change is under way), spin at most ns for the
+ * bump. 1 if the word then differs from `armed` less the bit, else 0. */
+static inline int kn_settle(uint32_t *w, uint32_t armed, int64_t ns) {
+    uint32_t pre = armed & ~1u;
+    int64_t end;
+    if (ns <= 0 || __atomic_load_n(w, __ATOMIC_ACQUIRE) != pre) return 1;
+    end = kn_now_ns() + ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (__atomic_load_n(w, __ATOMIC_ACQUIRE) != pre) return 1;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (kn_now_ns() >= end) return 0;
+#ifdef __linux__
+        sched_yield();      /* the writer may share this CPU: let it finish its append */
+#endif
     }
 }
 

@@ -23,7 +23,9 @@ the same active base, learns an append by validating the bytes from its valid en
 hint through its kept descriptor (ro_refresh.py): no directory listing, no stat.
 
 The writer bumps the word after every change of the log end, in one atomic step that also
-clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). A waiter
+clears the waiter bit; only when the bit was set does it make a syscall (FUTEX_WAKE). Before an
+append it may pre-wake (prewake: clear the bit, FUTEX_WAKE, the counter unchanged); a sleeper
+that wakes to its armed value less the bit settles (spins, yielding) for the bump. A waiter
 arms (sets the bit), checks its condition, then sleeps with FUTEX_WAIT on the armed value, in
 bounded slices, with the GIL released and the mapping pinned (close() unmaps after the last
 sleeper leaves).
@@ -31,6 +33,7 @@ sleeper leaves).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcmp, memcpy
 from libc.stdlib cimport malloc, free
+from libc.errno cimport EAGAIN
 
 from kstore._mapping cimport Mapping
 
@@ -46,6 +49,8 @@ cdef extern from "_notify.h" nogil:
     uint32_t kn_arm(uint32_t* w)
     uint32_t kn_bump(uint32_t* w)
     int kn_wake(uint32_t* w)
+    uint32_t kn_prewake(uint32_t* w)
+    int kn_settle(uint32_t* w, uint32_t armed, int64_t ns)
     int kn_wait(uint32_t* w, uint32_t val, int64_t timeout_ns)
     int kn_spin(uint32_t* w, uint32_t val, int64_t ns)
     int kn_wait_any(kn_waitv* v, unsigned n, int64_t timeout_ns)
@@ -160,6 +165,15 @@ cdef class Bell:
         if kn_bump(self.word):
             kn_wake(self.word)
 
+    cpdef bint prewake(self) noexcept:
+        """Before an append (Log.append): if a waiter is armed, clear the bit and wake the
+        sleepers now, the counter unchanged, so that their wake-up overlaps the append; they
+        spin (sleep's settle) for the bump, which then needs no syscall. A load when nobody
+        waits. True if it woke anyone."""
+        if self.closed:
+            return False
+        return kn_prewake(self.word) != 0
+
     def nudge(self):
         """Bump the word without changing a hint (a closing reader wakes the file's other
         sleepers: they look again)."""
@@ -194,16 +208,20 @@ cdef class Bell:
         return (kn_load64(<int64_t*>(self.base + 16)), kn_load64(<int64_t*>(self.base + 24)),
                 kn_load64(<int64_t*>(self.base + 32)))
 
-    def sleep(self, uint32_t armed, double timeout) -> int:
+    def sleep(self, uint32_t armed, double timeout, double settle=0.0) -> int:
         """FUTEX_WAIT while the word is `armed`, at most timeout seconds, GIL released. 0 woken,
-        EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system)."""
+        EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system). settle: when
+        woken by a writer's pre-wake (the word is `armed` less the waiter bit), spin up to that
+        many seconds more for its bump (still without the GIL)."""
         cdef int r
-        cdef int64_t ns = _ns(timeout)
+        cdef int64_t ns = _ns(timeout), sns = _ns(settle)
         if self.closed:
             return 0
         self.mapping.pin()
         with nogil:
             r = kn_wait(self.word, armed, ns)
+            if sns > 0 and (r == 0 or r == EAGAIN):
+                kn_settle(self.word, armed, sns)
         self.mapping.unpin()
         return r
 
@@ -220,15 +238,16 @@ cdef class Bell:
         return r != 0
 
 
-def wait_any(list bells, list values, double timeout) -> int:
+def wait_any(list bells, list values, double timeout, double settle=0.002) -> int:
     """futex_waitv: sleep until any bell's word differs from its value (each armed first), at
     most timeout seconds, GIL released. 0 woken, EAGAIN changed already, ETIMEDOUT, EINTR,
-    ENOSYS (kernel before 5.16, or not Linux: the caller waits another way)."""
+    ENOSYS (kernel before 5.16, or not Linux: the caller waits another way). settle: as
+    Bell.sleep's, for each word found pre-woken (one wake-up per append, not two)."""
     cdef Py_ssize_t n = len(bells), i
     cdef kn_waitv* v
     cdef Bell b
     cdef int r
-    cdef int64_t ns = _ns(timeout)
+    cdef int64_t ns = _ns(timeout), sns = _ns(settle)
     if n != len(values):
         raise ValueError("one value per bell")
     if n == 0 or n > WAIT_ANY_MAX:
@@ -248,6 +267,9 @@ def wait_any(list bells, list values, double timeout) -> int:
     try:
         with nogil:
             r = kn_wait_any(v, <unsigned>n, ns)
+            if sns > 0 and (r == 0 or r == EAGAIN):
+                for i in range(n):
+                    kn_settle(<uint32_t*><size_t>v[i].uaddr, <uint32_t>v[i].val, sns)
     finally:
         free(v)
         for b in held:

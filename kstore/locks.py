@@ -27,7 +27,11 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 the scheduled tasks and the cleaner read the registry without it
   LogNotifier._lock             a read-only log's wait_for catch-up (hints, then refresh, which
                                 takes Log._lock) and re-opening its notification file, and the
-                                list stamp it trusts for tail refreshes (notify.py)
+                                list stamp it trusts for tail refreshes (notify.py); a woken
+                                waiter's Log.refresh_tail runs under it (Log._lock, then
+                                LogSegment._lock), its idle Log.catch_up_index without it. The
+                                notification word is lock-free (atomics: arm, bump, the
+                                writer's pre-wake at the start of Log.append, under Log._lock)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a

@@ -32,6 +32,7 @@ from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TI
                                     TimestampLookup)
 from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
+from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
@@ -141,6 +142,28 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
 
+    def refresh_tail(self, base: int, size: int) -> bool:
+        """A read-only log's waiter just woken by the writer (notify.py), the page's list stamp
+        the trusted one: refresh's tail step alone, without its other layers (this is on the
+        append-to-visible path). True if the last segment is the active one (base) and now
+        holds the validated bytes up to size (the log end moved on with them); False: the
+        full refresh must look. The index copies are left for catch_up_index (up to a bound)."""
+        with self._lock:
+            if self._closed or not self.read_only or \
+                    not self._ro_refresh.extend(self._segments, base, size, False):
+                return False
+            self._leo = self._recovery_point = self._segments.segs[-1].read_next_offset()
+            return True
+
+    def catch_up_index(self) -> None:
+        """A read-only log's waiter with nothing new, about to sleep (notify.py): copy the index
+        entries refresh_tail left for later, off the append-to-visible path."""
+        if self.read_only:
+            with self._lock:
+                segs = self._segments.segs
+                if not self._closed and segs and isinstance(segs[-1], ReadOnlySegment):
+                    segs[-1].catch_up_index()
+
     def _load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
               clean_shutdown: Optional[bool], listing: Optional[list[str]] = None) -> None:
         """A writable open: the directory created if missing, a standalone log's flocks
@@ -172,6 +195,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 raise KStoreStateError(f"log {self.dir} is open read-only")
             if self._failed is not None:
                 raise failed_error(self.dir, self._failed)
+            self._bell.prewake()         # sleepers wake while the batch is built (notify.py)
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder

@@ -118,14 +118,8 @@ class ReadOnlyRefresh:
         changed nothing but the active segment's data since, so when that is old's last segment
         the new bytes up to the size are validated through its kept descriptor
         (ReadOnlySegment.extend_tail), without a stat; anything else takes the path above."""
-        if tail is not None and len(old):
-            last = old.segs[-1]
-            try:
-                if last.base_offset == tail[0] and isinstance(last, ReadOnlySegment) \
-                        and last.extend_tail(tail[1]):
-                    return old
-            except SegmentGoneError:
-                pass
+        if tail is not None and self.extend(old, tail[0], tail[1]):
+            return old
         if len(old) and self.watch.unchanged():
             last = old.segs[-1]
             try:
@@ -144,6 +138,22 @@ class ReadOnlyRefresh:
                 self._release_kept(old, segs)
                 return LogSegments(segs)
         raise SegmentGoneError(f"the segments of {self.watch.path} keep changing; try again")
+
+    @staticmethod
+    def extend(old: LogSegments, base: int, size: int, index: bool = True) -> bool:
+        """scan's tail step alone (Log.refresh_tail, a waiter just woken by its writer): True
+        if old's last segment is the active one the page names (base) and holds the validated
+        bytes up to size now; False when the full refresh must look. index: as
+        ReadOnlySegment.extend_tail's."""
+        segs = old.segs
+        if not segs:
+            return False
+        last = segs[-1]
+        try:
+            return last.base_offset == base and isinstance(last, ReadOnlySegment) \
+                and last.extend_tail(size, index)
+        except SegmentGoneError:
+            return False
 
     @staticmethod
     def _release_kept(old: LogSegments, segs: list) -> None:

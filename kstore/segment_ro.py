@@ -43,6 +43,9 @@ _TAIL_MAX = 4 << 20
 #: last entry copied: reads in between scan at most that many batch headers from the last entry
 _TAIL_INDEX_EVERY = 128
 _TAIL_INDEX_LAG = 1 << 20
+#: a tail refresh told to leave the index copies for later (index=False: a woken waiter's, on
+#: the append-to-visible path; the copy costs ~150-250 µs cold) still extends them past this lag
+_TAIL_INDEX_LAG_MAX = 4 << 20
 
 #: descriptors kept open across refreshes, one per read-only log's last segment at most: a
 #: StoreReader of 1000 partitions stays far below the usual 1024 limit (past the cap a refresh
@@ -199,7 +202,7 @@ class ReadOnlySegment(LogSegment):
                 self._load_index_prefix()
             return True
 
-    def extend_tail(self, end: int) -> bool:
+    def extend_tail(self, end: int, index: bool = True) -> bool:
         """The tail refresh of the last segment (ro_refresh.ReadOnlyRefresh.scan): the writer's
         notification page says the segment's data ends at `end` and nothing but appends changed
         since this view was listed. The bytes from the valid size to `end` are read through the
@@ -207,7 +210,9 @@ class ReadOnlySegment(LogSegment):
         them (CRC, offsets following the last one, in C); they become visible only if they
         validate whole. Returns False, changing nothing, when the full refresh must look: no kept
         descriptor, a size hint below the valid size or more than _TAIL_MAX past it, bytes that
-        do not validate whole (short, torn, corrupt: refresh_read_only tells which). The hint is never trusted for what is read, only for where to look."""
+        do not validate whole (short, torn, corrupt: refresh_read_only tells which). The hint is never trusted for what is read, only for where to look.
+        index False: the index copies are extended only past _TAIL_INDEX_LAG_MAX; catch_up_index
+        does it at an idle moment."""
         with self._lock:
             fd, size = self._ro_fd, self.size
             if fd is None or self.closed or self.view.corrupt is not None:
@@ -230,10 +235,24 @@ class ReadOnlySegment(LogSegment):
             self._ro_grown_at = _time.monotonic()
             self.size = end
             self._ro_tails += 1
+            lag = end - self._ro_indexed
             if end - 1 > self._ro_indexed + self._config.index_interval_bytes and (
-                    self._ro_tails >= _TAIL_INDEX_EVERY or end - self._ro_indexed > _TAIL_INDEX_LAG):
+                    lag > _TAIL_INDEX_LAG_MAX or index and (
+                        self._ro_tails >= _TAIL_INDEX_EVERY or lag > _TAIL_INDEX_LAG)):
                 self._ro_tails = 0
                 self._load_index_prefix()
+            return True
+
+    def catch_up_index(self) -> bool:
+        """Extend the index copies over what tail refreshes validated since they were last
+        extended, if that passed an index interval (Log.catch_up_index: a waiter with nothing
+        new, about to sleep). True if it read the indexes."""
+        with self._lock:
+            if self._ro_tails == 0 or self.closed or self.view.corrupt is not None or \
+                    self.size - 1 <= self._ro_indexed + self._config.index_interval_bytes:
+                return False
+            self._ro_tails = 0
+            self._load_index_prefix()
             return True
 
     def release_fd(self) -> None:

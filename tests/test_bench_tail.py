@@ -18,3 +18,13 @@ def test_bench_tail_modes_see_every_record(tmp_path, watchdog, mode, n, batch):
     assert (row["idle_cpu_per_s"] is None) == (mode in ("pipe", "bell"))
     assert (row["refreshes"] > 0) == (mode not in ("pipe", "bell"))
     assert list(tmp_path.iterdir()) == []            # its store removed
+
+
+def test_bench_tail_pins_writer_and_reader_to_two_cpus_it_may_use(tmp_path, watchdog):
+    import os
+    watchdog(240)
+    allowed = sorted(os.sched_getaffinity(0))
+    assert bench_tail._cpus(False) == (None, None)
+    assert bench_tail._cpus(True) == ((allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None))
+    row = bench_tail.run_mode("wait", 20, 1, 200.0, dir_=str(tmp_path), pin=True)
+    assert row["records"] == 20 and row["refreshes"] > 0 and 0 < row["p50_us"] <= row["p99_us"]

@@ -3,6 +3,7 @@ timeouts, the writer's restart, roll, truncation, topic delete and re-create, ho
 many waiters, closed logs. No timing assertions beyond "returned before its timeout"."""
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import subprocess
@@ -70,6 +71,98 @@ def test_an_armed_word_is_cleared_by_the_next_bump():
     assert b.tail() == (-1, 0, 130)            # a private page's stamp has no owner: unusable
     assert b.sleep(armed, 5.0) != 0            # the word changed: EAGAIN at once
     assert b.spin(b.load(), 0.001) is False
+
+
+def test_a_pre_wake_clears_the_waiter_bit_and_keeps_the_counter():
+    b = _notify.Bell.private()
+    w = b.load()
+    assert b.prewake() is False and b.load() == w          # nobody armed: nothing changes
+    armed = b.arm()
+    assert b.prewake() is True and b.load() == armed & ~1   # the counter is the same
+    assert b.prewake() is False and b.load() == armed & ~1
+    assert b.sleep(armed, 5.0) == errno.EAGAIN             # the word changed: at once
+    b.bump_end(9, 0, 130)                                  # the append's bump: counter + 1
+    assert b.load() == (armed & ~1) + 2 and b.hints()[0] == 9
+
+
+def _sleeper(b, armed: int, settle: float, seen: list) -> threading.Thread:
+    def run():
+        r = b.sleep(armed, 10.0, settle)
+        seen.append((r, b.load()))
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_a_sleeper_woken_by_a_pre_wake_settles_on_the_bump(watchdog):
+    watchdog(60)
+    b = _notify.Bell.private()
+    armed = b.arm()
+    seen: list = []
+    t = _sleeper(b, armed, 5.0, seen)
+    time.sleep(0.1)
+    assert b.prewake() is True
+    time.sleep(0.2)                    # the writer's append under way: the sleeper spins
+    assert seen == []
+    b.bump_end(3, 0, 200)
+    join_all([t], 20)
+    # it returned only after the bump (woken at the pre-wake, or EAGAIN if not asleep yet)
+    assert seen[0][0] in (0, errno.EAGAIN) and seen[0][1] == (armed & ~1) + 2
+
+
+def test_wait_any_woken_by_a_pre_wake_settles_on_the_bump(watchdog):
+    # one wake-up per append for futex_waitv sleepers too (the async waiter, fetchers)
+    watchdog(60)
+    b1, b2 = _notify.Bell.private(), _notify.Bell.private()
+    a1, a2 = b1.arm(), b2.arm()
+    seen: list = []
+    t = threading.Thread(target=lambda: seen.append(
+        (_notify.wait_any([b1, b2], [a1, a2], 10.0, 5.0), b1.load(), b2.load())))
+    t.start()
+    time.sleep(0.1)
+    assert b2.prewake() is True
+    time.sleep(0.2)
+    assert seen == []
+    b2.bump_end(4, 0, 100)
+    join_all([t], 20)
+    r, w1, w2 = seen[0]
+    if r != errno.ENOSYS:              # (a kernel without futex_waitv: the caller polls)
+        assert r in (0, errno.EAGAIN) and (w1, w2) == (a1, (a2 & ~1) + 2)
+
+
+def test_a_pre_wake_without_a_bump_ends_the_settling(watchdog):
+    watchdog(60)
+    b = _notify.Bell.private()
+    armed = b.arm()
+    seen: list = []
+    t = _sleeper(b, armed, 0.05, seen)
+    time.sleep(0.1)
+    assert b.prewake() is True         # an append that then fails: no bump comes
+    join_all([t], 20)
+    assert seen[0][0] in (0, errno.EAGAIN) and seen[0][1] == armed & ~1
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_waiter_pre_woken_by_a_failed_append_still_wakes_on_the_next(tmp_path, watchdog,
+                                                                      read_only):
+    watchdog(60)
+    path = str(tmp_path / "t-0")
+    with kstore.Log.open(path, {"max.message.bytes": 1000}) as lg, \
+            kstore.Log.open(path, read_only=True) as ro:
+        lg.append([(b"k", b"a")])
+        waiter = ro if read_only else lg
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(waiter.wait_for(1, timeout=20)))
+        t.start()
+        time.sleep(0.2)
+        with pytest.raises(kstore.RecordTooLargeError):
+            lg.append([(b"k", b"x" * 2000)])      # pre-wakes the waiter, then no bump
+        time.sleep(0.2)
+        assert got == [] and lg.log_end_offset == 1
+        lg.append([(b"k", b"b")])
+        join_all([t], 20)
+        assert got == [True]
+        assert [(r.offset, r.value) for r in waiter.read(1)] == [(1, b"b")]
 
 
 def test_wait_for_returns_at_once_when_the_data_is_there(tmp_path):
@@ -344,8 +437,9 @@ def test_a_read_only_waiter_refreshes_only_when_the_hints_show_news(tmp_path, wa
     lg.append([(b"k", b"a")])
     with kstore.Log.open(path, read_only=True) as ro:
         calls: list = []
-        plain = ro.refresh
+        plain, tail = ro.refresh, ro.refresh_tail
         ro.refresh = lambda *a, **kw: (calls.append(a), plain(*a, **kw))[1]
+        ro.refresh_tail = lambda *a: (calls.append(a), tail(*a))[1]    # a woken waiter's
         assert ro.wait_for(1, timeout=0.3) is False and len(calls) == 1
         t = later(0.05, lambda: lg.append([(b"k", b"b")]))
         assert ro.wait_for(1, timeout=20) is True and len(calls) == 2

@@ -224,6 +224,74 @@ def test_hints_that_do_not_match_the_bytes_change_nothing(open_log, log_dir):
     page.close()
 
 
+def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open_log, log_dir):
+    # Log.refresh_tail, what a woken waiter calls: the writer's (base, size) hints name the new
+    # bytes; True only when the last segment is that base and the bytes up to size validate
+    lg, ro, ops = _tailing(open_log, log_dir)
+    base, size = lg.segments[-1].base_offset, lg.segments[-1].size
+    assert ro.refresh_tail(base, size) is True and ro.log_end_offset == 2   # nothing new
+    lg.append([(b"%016d" % i, b"v" * 100) for i in range(1000)])
+    end = lg.segments[-1].size
+    ops.reset()
+    assert ro.refresh_tail(base + 1, end) is False            # not the reader's last segment
+    assert ro.refresh_tail(base, end - 10) is False            # inside a batch: nothing half-seen
+    assert ro.refresh_tail(base, end + 61) is False            # past the data (zeros there)
+    assert (ro.log_end_offset, ro.segments[-1].size) == (2, size) and ops.meta == {}
+    ops.reset()
+    assert ro.refresh_tail(base, end) is True
+    assert ops.meta == {} and ops.read == {"log": end - size}  # one pread, nothing listed
+    assert ro.log_end_offset == 1002 and ro.segments[-1].size == end
+    assert _records(ro, 2) == _records(lg, 2)
+    # a torn batch (a writer killed mid-copy): its bytes never become visible
+    with open(lg.segments[-1].log_path, "r+b") as f:
+        f.seek(end)
+        f.write(bytes(range(90)))
+    assert ro.refresh_tail(base, end + 90) is False and ro.log_end_offset == 1002
+    assert lg.refresh_tail(base, end) is False                # a writable log: not its path
+    ro.close()
+    assert ro.refresh_tail(base, end) is False
+
+
+def _entries(seg) -> list:
+    return [seg.offset_index.entry(i) for i in range(seg.offset_index.entries)]
+
+
+def test_a_woken_waiters_tail_refresh_leaves_the_index_copies_for_its_idle_moment(
+        open_log, log_dir, watchdog):
+    # refresh_tail (on the append-to-visible path) does not read the indexes (~150-250 µs
+    # cold); the waiter copies them when it finds nothing new and is about to sleep; past
+    # _TAIL_INDEX_LAG_MAX they are copied at once
+    watchdog(60)
+    lg, ro, ops = _tailing(open_log, log_dir, {"index.interval.bytes": 4096})
+    base = lg.segments[-1].base_offset
+    before = _entries(ro.segments[-1])
+    for _ in range(3):
+        lg.append([REC] * 1000)
+        assert ro.refresh_tail(base, lg.segments[-1].size) is True
+    assert len(_entries(lg.segments[-1])) >= len(before) + 2     # (one entry a batch at most)
+    assert _entries(ro.segments[-1]) == before and ro.log_end_offset == 3002
+    ops.reset()
+    assert ro.wait_for(ro.log_end_offset, timeout=0.05) is False   # idle: copies them
+    assert _entries(ro.segments[-1]) == _entries(lg.segments[-1])
+    assert ops.read["index"] > 0 and ops.read["timeindex"] > 0
+    ops.reset()
+    ro.catch_up_index()                                             # nothing left to copy
+    assert ops.read == {} and ops.meta == {}
+    # past the bound the tail refresh copies them itself, not before
+    seg = ro.segments[-1]
+    indexed = _entries(seg)[-1][1]
+    while True:
+        lg.append([REC] * 1000)
+        end = lg.segments[-1].size
+        assert ro.refresh_tail(base, end) is True
+        if _entries(seg)[-1][1] != indexed:
+            break
+        assert end - indexed <= segment_ro._TAIL_INDEX_LAG_MAX
+    assert end - indexed > segment_ro._TAIL_INDEX_LAG_MAX
+    assert _entries(seg) == _entries(lg.segments[-1])
+    assert _records(ro, 3000) == _records(lg, 3000)
+
+
 def test_a_page_written_by_an_older_writer_is_not_trusted(open_log, log_dir):
     lg, ro, ops = _tailing(open_log, log_dir)
     page = _page(log_dir)
