@@ -248,8 +248,11 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming read. Offsets are {"topic": {"partition": next_offset}}, as Kafka's source
     keeps them; partitions that appear later start at their earliest offset."""
 
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, schema: Optional[pa.Schema] = None):
         self.opts = opts
+        #: what read() yields, as in KStoreBatchReader: the fixed schema or a user schema's
+        #: subset of it (only its columns decoded; offsets-only from batch headers)
+        self.schema = schema if schema is not None else kafka_schema(opts.include_headers)
         self._store: Optional[StoreReader] = None
         self._target: Optional[dict] = None
         # minOffsetsPerTrigger: when the last batch was let through (clock() seconds), None
@@ -405,7 +408,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition, kafka_schema(self.opts.include_headers))
+        return read_range(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: like Spark's Kafka source, offsets live in the query's checkpoint."""
