@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence
 
 from kstore.arrow import ColumnsPool
+from kstore.errors import UnknownTopicError
 from kstore.fileio import get_file_ops
 from kstore.log import Log
 from kstore.reader import StoreReader
@@ -64,19 +65,23 @@ class Entry:
         inode), the reader is replaced by a fresh one first, so nothing of the old partition
         (its log start offset, its mappings) carries over."""
         lg = self.reader.log(topic, partition, refresh=True)
-        if self._same_dir(lg):
+        if self._same_dir(lg, topic, partition):
             return lg
         paths = self.reader.log_dirs
         self.reader.close()
         self.reader = StoreReader(paths)
         self.dirs.clear()
         lg = self.reader.log(topic, partition)
-        self._same_dir(lg)
+        self._same_dir(lg, topic, partition)
         return lg
 
-    def _same_dir(self, lg: Log) -> bool:
+    def _same_dir(self, lg: Log, topic: str, partition: int) -> bool:
         """Whether lg's directory is the one this reader opened (recorded on first use)."""
-        st = get_file_ops().stat_path(lg.dir, follow_symlinks=False)
+        try:
+            st = get_file_ops().stat_path(lg.dir, follow_symlinks=False)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"partition {topic}-{partition} was deleted under the read "
+                                    f"({lg.dir} is gone)") from None
         ident = (st.st_dev, st.st_ino)
         return self.dirs.setdefault(lg.dir, ident) == ident
 
