@@ -146,7 +146,18 @@ def _tree_cpu(root: int) -> float:
     """CPU seconds (user + system, with the reaped children's) of root's descendants: the JVM
     that Spark's session runs in and the Python workers under it (the driver excluded)."""
     io = get_file_ops()
-    tick = os.sysconf("SC_CLK_TCK")
+    for _ in range(20):
+        stats = _proc_stats(io)
+        tree = _descendants(root, stats)
+        # a process that exited and was reaped during the scan may be counted twice (its own
+        # line, then in its parent's cutime): scan again until none of the tree went away
+        if all(io.exists(f"/proc/{pid}") for pid in tree):
+            break
+    return sum(stats[pid][1] for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats(io) -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, utime + stime + cutime + cstime in clock ticks) of every process."""
     stats = {}
     for name in io.listdir("/proc"):
         if not name.isdigit():
@@ -158,15 +169,19 @@ def _tree_cpu(root: int) -> float:
         f = text[text.rindex(")") + 2:].split()
         # fields after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
         stats[int(name)] = (int(f[1]), sum(int(x) for x in f[11:15]))
+    return stats
+
+
+def _descendants(root: int, stats: dict[int, tuple[int, int]]) -> list[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _t) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0, list(children.get(root, []))
+    out, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += stats[pid][1]
+        out.append(pid)
         todo += children.get(pid, [])
-    return total / tick
+    return out
 
 
 def _timed(fn) -> tuple[float, float]:
