@@ -27,6 +27,7 @@ def test_bench_spark_sources_hold_the_same_rows(spark, tmp_path):
     assert out["kstore_read_cpu_s"][0] > 0
     assert out["kstore_read_rec_cpu_s"] == 4000 / out["kstore_read_cpu_s"][0]
     assert out["kstore_over_ceiling_cpu"] == out["ceiling_read_cpu_s"][0] / out["kstore_read_cpu_s"][0]
+    assert len(out["kstore_read_py_cpu_s"]) == 1 and out["kstore_read_py_cpu_s"][0] >= 0
     assert out["warmup_rounds"] == 0 and out["warmup_kstore_s"] == [] and len(out["load_avg"]) == 2
     assert os.listdir(str(tmp_path)) == []                  # cleaned up
     assert spark.range(3).count() == 3                      # the session is left running
@@ -37,7 +38,7 @@ def test_warm_up_runs_on_while_times_still_fall(monkeypatch):
     5% faster than its best earlier one, up to max_warmup."""
     from kstore.tools import bench_spark
     falling = iter([5.0, 4.0, 3.0, 2.0, 1.9, 1.95, 1.0, 1.0])
-    monkeypatch.setattr(bench_spark, "_timed", lambda fn: (fn(), 0.0))
+    monkeypatch.setattr(bench_spark, "_timed", lambda fn: (fn(), 0.0, 0.0))
     times = bench_spark._warm({"kstore": lambda: next(falling), "ceiling": lambda: 1.0}, 3, 15,
                               ("kstore", "ceiling"))
     assert times["kstore"] == [5.0, 4.0, 3.0, 2.0, 1.9]      # 1.9 is within 5% of 2.0: stop
@@ -57,7 +58,7 @@ def test_tree_cpu_counts_a_busy_child():
                           "while time.process_time() - t < 0.3: pass\ntime.sleep(60)"])
     try:
         deadline = time.monotonic() + 30
-        while bench_spark._tree_cpu(os.getpid()) - before < 0.25:
+        while bench_spark._tree_cpu(os.getpid())[1] - before[1] < 0.25:    # a python child
             assert time.monotonic() < deadline, "the child's CPU time never showed"
             time.sleep(0.05)
     finally:

@@ -142,9 +142,10 @@ def _fingerprint(df) -> tuple:
     return tuple(row)
 
 
-def _tree_cpu(root: int) -> float:
+def _tree_cpu(root: int) -> tuple[float, float]:
     """CPU seconds (user + system, with the reaped children's) of root's descendants: the JVM
-    that Spark's session runs in and the Python workers under it (the driver excluded)."""
+    that Spark's session runs in and the Python workers under it (the driver excluded); and of
+    the Python processes among them (the workers: the data sources' own work is there)."""
     io = get_file_ops()
     for _ in range(20):
         stats = _proc_stats(io)
@@ -153,11 +154,13 @@ def _tree_cpu(root: int) -> float:
         # line, then in its parent's cutime): scan again until none of the tree went away
         if all(io.exists(f"/proc/{pid}") for pid in tree):
             break
-    return sum(stats[pid][1] for pid in tree) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(stats[pid][1] for pid in tree) / tick,
+            sum(stats[pid][1] for pid in tree if stats[pid][2].startswith("python")) / tick)
 
 
-def _proc_stats(io) -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, utime + stime + cutime + cstime in clock ticks) of every process."""
+def _proc_stats(io) -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, utime + stime + cutime + cstime in clock ticks, command) of every process."""
     stats = {}
     for name in io.listdir("/proc"):
         if not name.isdigit():
@@ -168,13 +171,14 @@ def _proc_stats(io) -> dict[int, tuple[int, int]]:
             continue        # exited meanwhile
         f = text[text.rindex(")") + 2:].split()
         # fields after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
-        stats[int(name)] = (int(f[1]), sum(int(x) for x in f[11:15]))
+        comm = text[text.find("(") + 1:text.rindex(")")]
+        stats[int(name)] = (int(f[1]), sum(int(x) for x in f[11:15]), comm)
     return stats
 
 
-def _descendants(root: int, stats: dict[int, tuple[int, int]]) -> list[int]:
+def _descendants(root: int, stats: dict[int, tuple[int, int, str]]) -> list[int]:
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _t) in stats.items():
+    for pid, (ppid, _t, _c) in stats.items():
         children.setdefault(ppid, []).append(pid)
     out, todo = [], list(children.get(root, []))
     while todo:
@@ -184,14 +188,16 @@ def _descendants(root: int, stats: dict[int, tuple[int, int]]) -> list[int]:
     return out
 
 
-def _timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the session's JVM and Python workers) of fn()."""
+def _timed(fn) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of the session's JVM and Python workers, of the Python
+    workers alone) of fn()."""
     me = os.getpid()
-    c0 = _tree_cpu(me)
+    c0, p0 = _tree_cpu(me)
     t0 = time.perf_counter()
     fn()
     t = time.perf_counter() - t0
-    return t, _tree_cpu(me) - c0
+    c1, p1 = _tree_cpu(me)
+    return t, c1 - c0, p1 - p0
 
 
 def _warm(fns: dict, warmup: int, max_warmup: int, watch: tuple[str, ...]) -> dict[str, list[float]]:
@@ -245,11 +251,13 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             load0 = os.getloadavg()[0]
             times: dict = {name: [] for name in sources}
             cpu: dict = {name: [] for name in sources}
+            py_cpu: dict = {name: [] for name in sources}
             for i in range(repeats):        # interleaved, so drift in the host hits all alike
                 for name, df in sources.items():
-                    t, c = _timed(read(df))
+                    t, c, py = _timed(read(df))
                     times[name].append(t)
                     cpu[name].append(c)
+                    py_cpu[name].append(py)
                 say(f"  read run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s ({cpu[k][-1]:.2f} "
                                                         "CPU s)" for k, v in times.items()))
             load1 = os.getloadavg()[0]
@@ -299,7 +307,8 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             "warmup_ceiling_s": warm["ceiling"], "warmup_parquet_s": warm["parquet"],
             "load_avg": [load0, load1],
             "kstore_read_cpu_s": cpu["kstore"], "parquet_read_cpu_s": cpu["parquet"],
-            "ceiling_read_cpu_s": cpu["ceiling"],
+            "ceiling_read_cpu_s": cpu["ceiling"], "kstore_read_py_cpu_s": py_cpu["kstore"],
+            "parquet_read_py_cpu_s": py_cpu["parquet"], "ceiling_read_py_cpu_s": py_cpu["ceiling"],
             "kstore_read_rec_cpu_s": rows / kc, "parquet_read_rec_cpu_s": rows / pc,
             "ceiling_read_rec_cpu_s": rows / cc, "kstore_over_ceiling_cpu": cc / kc,
             "kstore_over_parquet_cpu": pc / kc,
@@ -331,6 +340,9 @@ def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p(f"  read kstore : {out['kstore_read_rec_s']:,.0f} rec/s "
       f"({out['kstore_read_rec_s_per_core']:,.0f} per core by wall time, "
       f"{out['kstore_read_rec_cpu_s']:,.0f} per CPU-second)")
+    p(f"  Python workers' CPU per read (medians): kstore "
+      f"{statistics.median(out['kstore_read_py_cpu_s']):.3f} s, ceiling "
+      f"{statistics.median(out['ceiling_read_py_cpu_s']):.3f} s (the rest is the JVM's)")
     p(f"  read parquet: {out['parquet_read_rec_s']:,.0f} rec/s")
     p(f"  read ceiling: {out['ceiling_read_rec_s']:,.0f} rec/s (Spark's Python data source path, "
       f"no decoding)")
