@@ -142,10 +142,10 @@ def _fingerprint(df) -> tuple:
     return tuple(row)
 
 
-def _tree_cpu(root: int) -> tuple[float, float]:
-    """CPU seconds (user + system, with the reaped children's) of root's descendants: the JVM
-    that Spark's session runs in and the Python workers under it (the driver excluded); and of
-    the Python processes among them (the workers: the data sources' own work is there)."""
+def _tree_cpu(root: int) -> dict[int, tuple[int, bool]]:
+    """pid -> (CPU clock ticks: user + system with the reaped children's, whether it is a Python
+    process) of root's descendants: the JVM that Spark's session runs in and the Python workers
+    under it (the driver excluded)."""
     io = get_file_ops()
     for _ in range(20):
         stats = _proc_stats(io)
@@ -154,9 +154,22 @@ def _tree_cpu(root: int) -> tuple[float, float]:
         # line, then in its parent's cutime): scan again until none of the tree went away
         if all(io.exists(f"/proc/{pid}") for pid in tree):
             break
+    return {pid: (stats[pid][1], stats[pid][2].startswith("python")) for pid in tree}
+
+
+def _cpu_between(before: dict[int, tuple[int, bool]], after: dict[int, tuple[int, bool]]
+                 ) -> tuple[float, float]:
+    """(CPU seconds of the tree, of its Python processes) from one scan to the next, per
+    process: what each one still there used meanwhile, all of a new one's. A process gone by
+    the second scan is left out (a worker Spark stopped: its time may have gone with it, as
+    pyspark's daemon does not wait for its workers), so a run never reads negative."""
     tick = os.sysconf("SC_CLK_TCK")
-    return (sum(stats[pid][1] for pid in tree) / tick,
-            sum(stats[pid][1] for pid in tree if stats[pid][2].startswith("python")) / tick)
+    total = py = 0
+    for pid, (t, is_py) in after.items():
+        d = max(0, t - before.get(pid, (0, is_py))[0])
+        total += d
+        py += d if is_py else 0
+    return total / tick, py / tick
 
 
 def _proc_stats(io) -> dict[int, tuple[int, int, str]]:
@@ -192,12 +205,11 @@ def _timed(fn) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds of the session's JVM and Python workers, of the Python
     workers alone) of fn()."""
     me = os.getpid()
-    c0, p0 = _tree_cpu(me)
+    before = _tree_cpu(me)
     t0 = time.perf_counter()
     fn()
     t = time.perf_counter() - t0
-    c1, p1 = _tree_cpu(me)
-    return t, c1 - c0, p1 - p0
+    return (t, *_cpu_between(before, _tree_cpu(me)))
 
 
 def _warm(fns: dict, warmup: int, max_warmup: int, watch: tuple[str, ...]) -> dict[str, list[float]]:
