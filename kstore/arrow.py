@@ -77,11 +77,14 @@ def columns_for(schema: pa.Schema) -> _core.Columns:
     """An empty Columns that decodes only what `schema` (a subset of kafka_schema's fields)
     needs: without key, value, timestamp or headers it keeps offsets only, taken from batch
     headers wherever a batch has no gaps."""
-    flags = {"headers": False, "keys": False, "values": False, "timestamps": False}
-    for name in schema.names:
-        if name in RECORD_COLUMNS:
-            flags[RECORD_COLUMNS[name]] = True
-    return _core.Columns(flags.pop("headers"), **flags)
+    headers, keys, values, timestamps = _kind(schema)
+    return _core.Columns(headers, keys=keys, values=values, timestamps=timestamps)
+
+
+def _kind(schema: pa.Schema) -> tuple[bool, bool, bool, bool]:
+    """(headers, keys, values, timestamps): what a Columns for schema keeps."""
+    flags = {RECORD_COLUMNS[name] for name in schema.names if name in RECORD_COLUMNS}
+    return ("headers" in flags, "keys" in flags, "values" in flags, "timestamps" in flags)
 
 
 def _headers_array(a: dict, cols: _core.Columns, topic: str, partition: int, n: int) -> pa.Array:
@@ -138,10 +141,35 @@ def columns_to_batch(cols: _core.Columns, topic: str, partition: int,
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+class ColumnsPool:
+    """Decode buffers (Columns) kept for reuse by iter_batches, by the columns they keep. A
+    Columns is handed out again only once no batch over its memory is alive (live_views == 0),
+    so a batch a consumer still holds never changes; at most `size` of a kind are kept (more in
+    use at once are made and dropped). Reusing a pool across reads saves growing and first
+    touching the buffers (several MB per batch) on every read: a Spark task's read keeps one
+    (spark/task_cache.py). One thread at a time: a pool belongs to one read."""
+
+    def __init__(self, size: int = POOL_SIZE):
+        self.size = size
+        self._kinds: dict[tuple[bool, ...], list[_core.Columns]] = {}
+
+    def take(self, schema: pa.Schema) -> _core.Columns:
+        """An empty Columns that decodes what schema needs (columns_for) and no live batch uses."""
+        kept = self._kinds.setdefault(_kind(schema), [])
+        cols = next((c for c in kept if not c.live_views), None)
+        if cols is None:
+            cols = columns_for(schema)
+            if len(kept) < self.size:
+                kept.append(cols)
+        cols.clear()
+        return cols
+
+
 def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
                  include_headers: bool = False, batch_records: int = DEFAULT_BATCH_RECORDS,
                  batch_bytes: int = DEFAULT_BATCH_BYTES, verify_crc: bool = True,
-                 schema: Optional[pa.Schema] = None) -> Iterator[pa.RecordBatch]:
+                 schema: Optional[pa.Schema] = None, pool: Optional[ColumnsPool] = None
+                 ) -> Iterator[pa.RecordBatch]:
     """RecordBatches of the records with start <= offset < stop (stopping at the log end), in
     `schema` (default: kafka_schema(include_headers); any subset of its fields, of which only the
     named columns are decoded: see columns_for).
@@ -149,18 +177,15 @@ def iter_batches(log: Log, topic: str, partition: int, start: int, stop: int, *,
     The batches are zero-copy views of decode buffers, which are reused once the batches over
     them are released: a consumer that sends each batch on (as Spark does) keeps two or three
     buffers in use, and one that keeps every batch gets a fresh buffer per batch (the pool stays
-    at POOL_SIZE, so finding a free one never scans more)."""
+    at POOL_SIZE, so finding a free one never scans more). `pool`: buffers to reuse across
+    reads (default: a new ColumnsPool for this read)."""
     if schema is None:
         schema = kafka_schema(include_headers)
-    pool: list[_core.Columns] = []
+    if pool is None:
+        pool = ColumnsPool()
     offset = start
     while offset < stop:
-        cols = next((c for c in pool if not c.live_views), None)
-        if cols is None:
-            cols = columns_for(schema)
-            if len(pool) < POOL_SIZE:
-                pool.append(cols)
-        cols.clear()
+        cols = pool.take(schema)
         nxt = log.read_columns(offset, stop, cols, max_records=batch_records,
                                max_data=batch_bytes, verify_crc=verify_crc)
         if cols.count:

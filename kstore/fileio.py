@@ -336,19 +336,3 @@ def set_file_ops(ops: Optional[FileOps]) -> FileOps:
     prev = _default
     _default = ops if ops is not None else FileOps()
     return prev
-
-
-def is_nfs(path: str) -> bool:
-    """Whether path lies on an NFS mount (/proc/mounts, longest mount prefix): flock is not
-    reliable there, so a LogManager warns."""
-    try:
-        with open("/proc/mounts") as f:
-            mounts = [line.split()[:3] for line in f]
-    except OSError:
-        return False
-    path = os.path.realpath(path)
-    best, fstype = "", ""
-    for m in mounts:
-        if len(m) == 3 and (path == m[1] or path.startswith(m[1].rstrip("/") + "/")) and len(m[1]) > len(best):
-            best, fstype = m[1], m[2]
-    return fstype.startswith("nfs")

@@ -84,7 +84,10 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
           .kstore-groups/offsets-topic.lock (taken before a writer lock, around one atomic write),
           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
           Pretoucher._cv (pretouch.py: its queue, each runway's queued/target),
-          MarkerGate._lock (marker_gate.py: the marker removals in flight and their error)
+          MarkerGate._lock (marker_gate.py: the marker removals in flight and their error),
+          spark task_cache._lock (spark/task_cache.py: a worker's idle readers and its sweep
+          timer; readers are refreshed, opened and closed outside it; an entry checked out
+          belongs to one read, so its StoreReader and ColumnsPool take no lock)
           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
           the crash harness's, while a removal runs)
   no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked

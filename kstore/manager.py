@@ -22,7 +22,7 @@ from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
                            LogDirLockedError, LogDirOfflineError, UnusableFileError)
-from kstore.fileio import FileOps, get_file_ops, is_nfs
+from kstore.fileio import FileOps, get_file_ops
 from kstore.files import OFFSETS_TOPIC
 from kstore.local_log import LOG_DIR_LOCK
 from kstore.log import Log
@@ -31,6 +31,7 @@ from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
 from kstore.marker_gate import MarkerGate
+from kstore.mounts import warn_unsafe_lock
 from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler
@@ -147,8 +148,7 @@ class LogManager:
                     self._io.fsync_dir(os.path.dirname(d))
                 elif not os.path.isdir(d):
                     raise UnusableFileError(d, "a log dir that is not a directory")
-                if is_nfs(d):
-                    log.warning("log dir %s is on NFS: its lock is not reliable; use a local filesystem", d)
+                warn_unsafe_lock(d, self._io, log)
                 if not self.read_only:
                     self._acquire_lock(d)
             except LogDirLockedError:

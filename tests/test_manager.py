@@ -563,3 +563,50 @@ def test_a_hostile_clean_shutdown_marker_fails_the_start_naming_it(tmp_path, moc
     os.unlink(marker)
     with manager(str(tmp_path), mock=mock) as m:
         assert [r.value for r in m.read("t", 0, 0)] == [b"v"]
+
+
+def _mountinfo_io(tmp_path, **mounts):
+    """FileOps whose /proc/self/mountinfo shows the given mounts under tmp_path: name ->
+    (fstype, per-mount options, superblock options); / is ext4."""
+    lines = ["22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw"]
+    for i, (name, (fstype, opts, sopts)) in enumerate(sorted(mounts.items())):
+        (tmp_path / name).mkdir()
+        lines.append(f"{40 + i} 22 0:{50 + i} /export/{name} {tmp_path / name} {opts} shared:9 - "
+                     f"{fstype} srv:/export/{name} {sopts}")
+    text = "\n".join(lines) + "\n"
+
+    class Mounts(FileOps):
+        def read_file(self, path):
+            return text.encode() if path == "/proc/self/mountinfo" else super().read_file(path)
+    return Mounts()
+
+
+def test_only_nfs_mounts_with_local_locks_warn(tmp_path, caplog):
+    """The manager warns by kstore.mounts' rule, the one the Spark sink refuses writes by: an
+    NFS mount with client-local locks (nolock shows as local_lock=all; local_lock=flock) warns,
+    naming dir, mount and option; NFSv4, NFSv3 with lockd (local_lock=none) and local
+    filesystems do not."""
+    io = _mountinfo_io(tmp_path, v3nolock=("nfs", "rw,relatime", "rw,vers=3,local_lock=all"),
+                       v3flock=("nfs", "rw", "rw,vers=3,local_lock=flock,addr=1.2.3.4"),
+                       v3lockd=("nfs", "rw", "rw,vers=3,local_lock=none,addr=1.2.3.4"),
+                       v4=("nfs4", "rw,noatime", "rw,vers=4.2,local_lock=none"),
+                       tmp=("tmpfs", "rw", "rw,size=100k"))
+    warned = {}
+    for name in ("v3nolock", "v3flock", "v3lockd", "v4", "tmp"):
+        caplog.clear()
+        d = tmp_path / name / "store"
+        with caplog.at_level("WARNING", logger="kstore"):
+            LogManager(str(d), io=io).close()
+        warned[name] = [r.getMessage() for r in caplog.records if "lock does not keep" in r.message]
+    assert warned == {
+        "v3nolock": [f"log dir {d.parent.parent / 'v3nolock' / 'store'}: it is on an NFS mount "
+                     f"({tmp_path / 'v3nolock'}) whose locks are local to this client "
+                     "(local_lock=all), so its lock does not keep out writers on other nodes; "
+                     "mount it with locking (NFSv4, or NFSv3 with lockd) or keep one node "
+                     "writing"],
+        "v3flock": [f"log dir {tmp_path / 'v3flock' / 'store'}: it is on an NFS mount "
+                    f"({tmp_path / 'v3flock'}) whose locks are local to this client "
+                    "(local_lock=flock), so its lock does not keep out writers on other nodes; "
+                    "mount it with locking (NFSv4, or NFSv3 with lockd) or keep one node "
+                    "writing"],
+        "v3lockd": [], "v4": [], "tmp": []}

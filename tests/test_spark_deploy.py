@@ -111,12 +111,12 @@ def test_make_dirs_for_a_new_store(tmp_path):
 
 
 def test_nfs_without_shared_locks_is_refused_for_writes(tmp_path, monkeypatch):
-    mounts = (f"srv:/x {tmp_path} nfs rw,vers=3,local_lock=all,addr=1.2.3.4 0 0\n"
-              f"srv:/y {tmp_path}/v4 nfs4 rw,vers=4.2,local_lock=none 0 0\n")
+    mounts = (f"40 1 0:50 /x {tmp_path} rw - nfs srv:/x rw,vers=3,local_lock=all,addr=1.2.3.4\n"
+              f"41 40 0:51 /y {tmp_path}/v4 rw - nfs4 srv:/y rw,vers=4.2,local_lock=none\n")
 
     class Mounts(FileOps):
         def read_file(self, path):
-            return mounts.encode() if path == "/proc/self/mounts" else super().read_file(path)
+            return mounts.encode() if path == "/proc/self/mountinfo" else super().read_file(path)
 
     (tmp_path / "v4").mkdir()
     io = Mounts()

@@ -127,10 +127,8 @@ class KStoreDataSource(DataSource):
             else KStoreBatchReader(opts, projection)
 
     def streamReader(self, schema: Optional[StructType]) -> DataSourceStreamReader:
-        if self._projection(schema) != kafka_schema(self._headers()):
-            raise InvalidConfigError("a schema naming a subset of the columns is for batch reads; "
-                                     "streaming reads have the fixed schema")
-        return KStoreStreamReader(ReadOptions.parse(self.options, streaming=True))
+        projection = self._projection(schema)
+        return KStoreStreamReader(ReadOptions.parse(self.options, streaming=True), projection)
 
     def writer(self, schema: StructType, overwrite: bool) -> KStoreBatchWriter:
         if overwrite:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError, UnusableFileError
+from kstore import mounts
 from kstore.fileio import FileOps, get_file_ops
 from kstore.properties import parse_properties
 
@@ -195,41 +196,23 @@ def check(ident: StoreIdentity, partition_dir: Optional[str] = None,
 
 
 def mount_of(path: str, io: Optional[FileOps] = None) -> tuple[str, str, frozenset[str]]:
-    """(mount point, filesystem type, mount options) of the mount holding path, from
-    /proc/self/mounts (longest prefix); ("", "", {}) where that cannot be read."""
-    io = io or get_file_ops()
-    try:
-        text = io.read_file("/proc/self/mounts").decode("utf-8", "replace")
-    except (OSError, UnusableFileError):
-        return "", "", frozenset()
-    path = os.path.realpath(path)
-    best: tuple[str, str, frozenset[str]] = ("", "", frozenset())
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) < 4:
-            continue
-        mnt = f[1].replace("\\040", " ")
-        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[0]):
-            best = (mnt, f[2], frozenset(f[3].split(",")))
-    return best
+    """(mount point, filesystem type, mount options) of the mount holding path (kstore.mounts);
+    ("", "", {}) where the mount tables cannot be read."""
+    return tuple(mounts.mount_of(path, io))     # type: ignore[return-value]
 
 
 def check_writer_fs(paths: Sequence[str], io: Optional[FileOps] = None) -> None:
     """Refuse to commit into a store whose locks do not exclude writers on other nodes: an NFS
     mount with local locks (``nolock``, shown as ``local_lock=all`` or ``local_lock=flock``),
     where flock is granted by each client alone. NFSv4 (locks in the protocol) and NFSv3 with
-    lockd pass; so does every local filesystem."""
+    lockd pass; so does every local filesystem. The rule is kstore.mounts', which a LogManager
+    also warns by."""
     for d in paths:
-        io = io or get_file_ops()
-        mnt, fstype, options = mount_of(d if io.exists(d) else os.path.dirname(d) or ".", io)
-        if not fstype.startswith("nfs"):
-            continue
-        if "nolock" in options or "local_lock=all" in options or "local_lock=flock" in options:
+        why = mounts.unsafe_lock_reason(d, io)
+        if why is not None:
             raise UnsafeFilesystemError(
-                f"log dir {d} is on an NFS mount ({mnt}) whose locks are local to this client "
-                f"({', '.join(sorted(o for o in options if 'lock' in o))}): writers on two nodes "
-                "would both hold the store's lock. Mount it with locking (NFSv4, or NFSv3 with "
-                "lockd) to commit writes to it")
+                f"log dir {d}: {why}: writers on two nodes would both hold the store's lock. "
+                "Mount it with locking (NFSv4, or NFSv3 with lockd) to commit writes to it")
 
 
 def check_end(ident: StoreIdentity, partition: str, visible_end: int, planned_end: int) -> None:

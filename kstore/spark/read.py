@@ -21,6 +21,7 @@ from kstore.errors import (DataLossError, InvalidConfigError, OffsetOutOfRangeEr
 from kstore.reader import StoreReader
 from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicPartition
 from kstore.spark.deploy import StoreIdentity, check, check_end, identify
+from kstore.spark import task_cache
 from kstore.spark.pushdown import Pruning
 
 log = logging.getLogger("kstore.spark")
@@ -134,14 +135,15 @@ def _cut(r: KStoreRange, parts: int) -> list[KStoreRange]:
 
 def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Schema] = None
                ) -> Iterator[pa.RecordBatch]:
-    """A task's work: open the store read-only and yield the range as Arrow batches."""
+    """A task's work: yield the range as Arrow batches, through this worker's read-only reader
+    of the store and decode buffers (task_cache: refreshed, as a fresh open would see it)."""
     if not isinstance(part, KStoreRange):
         return          # Spark plans one empty InputPartition(None) when there is nothing to read
     if part.store is not None:      # a host that cannot see the store fails, naming itself
         check(part.store, f"{part.topic}-{part.partition}")
-    with StoreReader(opts.paths) as store:
+    with task_cache.store(opts.paths) as entry:     # this worker's reader and buffers, refreshed
         try:
-            lg = store.log(part.topic, part.partition)
+            lg = entry.partition_log(part.topic, part.partition)
         except UnknownTopicError:
             _data_loss(opts, f"partition {part.topic}-{part.partition} no longer exists")
             return
@@ -159,7 +161,8 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
         while True:
             try:
                 yield from iter_batches(lg, part.topic, part.partition, start, part.end,
-                                        include_headers=opts.include_headers, schema=schema)
+                                        include_headers=opts.include_headers, schema=schema,
+                                        pool=entry.pool)
                 return
             except OffsetOutOfRangeError as e:
                 # retention removed offsets under the read: everything yielded lies below the
@@ -184,8 +187,11 @@ class KStoreBatchReader(DataSourceReader):
         o, pr = self.opts, self.pruning
         ranges = []
         ident = identify(o.paths)
-        with StoreReader(o.paths) as store:
-            tps = o.topic_partitions(store)
+        with task_cache.store(o.paths) as entry:      # a reused planning worker's reader
+            tps = o.topic_partitions(entry.reader)
+            for tp in tps:
+                entry.partition_log(*tp)        # a partition created again: a fresh reader
+            store = entry.reader
             check_named_partitions(o.starting, "starting", tps)
             check_named_partitions(o.ending, "ending", tps)
             for tp in tps:
@@ -248,8 +254,11 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming read. Offsets are {"topic": {"partition": next_offset}}, as Kafka's source
     keeps them; partitions that appear later start at their earliest offset."""
 
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, schema: Optional[pa.Schema] = None):
         self.opts = opts
+        #: what read() yields, as in KStoreBatchReader: the fixed schema or a user schema's
+        #: subset of it (only its columns decoded; offsets-only from batch headers)
+        self.schema = schema if schema is not None else kafka_schema(opts.include_headers)
         self._store: Optional[StoreReader] = None
         self._target: Optional[dict] = None
         # minOffsetsPerTrigger: when the last batch was let through (clock() seconds), None
@@ -405,7 +414,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition, kafka_schema(self.opts.include_headers))
+        return read_range(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: like Spark's Kafka source, offsets live in the query's checkpoint."""

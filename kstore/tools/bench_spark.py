@@ -16,8 +16,17 @@ The count query, `groupBy("partition").count()`, runs over kstore with its fixed
 column decoded), over kstore with the subset schema ``partition int`` (only batch headers read)
 and over the Parquet copy.
 
-Each source is read `warmup` times first (JIT, Python workers, page cache);
-figures are medians of `repeats` runs after that, and ratios are of medians from the same run.
+Each source is read at least `warmup` times first (JIT, Python workers, page cache, the
+workers' cached readers), and more, up to `max_warmup`, while the last round's kstore or
+ceiling time still fell more than 5% below every earlier round's: the timings have stopped
+falling when the runs start (`warmup_rounds` says how many it took, `warmup_*_s` the times).
+Figures are medians of `repeats` runs after that, and ratios are of medians from the same run.
+
+Per core, two ways: by wall time (records / median wall seconds / cores) and by CPU time
+(records / median CPU seconds of the JVM and its Python workers during the run, i.e. records per
+CPU-second spent anywhere in Spark), which another load on a shared machine distorts less: it
+does not count the time a task waits for a core. `load_avg` gives the 1-minute load average
+before and after the read runs.
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ import kstore
 from kstore.tools.workload import BASE_TS, VALUE, key
 from kstore.arrow import kafka_schema
 from kstore.config import NO_LIMIT
+from kstore.errors import UnusableFileError
+from kstore.fileio import get_file_ops
 from kstore.spark import SCHEMA_DDL
 
 try:
@@ -131,14 +142,92 @@ def _fingerprint(df) -> tuple:
     return tuple(row)
 
 
-def _timed(fn) -> float:
+def _tree_cpu(root: int) -> dict[int, tuple[int, bool]]:
+    """pid -> (CPU clock ticks: user + system with the reaped children's, whether it is a Python
+    process) of root's descendants: the JVM that Spark's session runs in and the Python workers
+    under it (the driver excluded)."""
+    io = get_file_ops()
+    for _ in range(20):
+        stats = _proc_stats(io)
+        tree = _descendants(root, stats)
+        # a process that exited and was reaped during the scan may be counted twice (its own
+        # line, then in its parent's cutime): scan again until none of the tree went away
+        if all(io.exists(f"/proc/{pid}") for pid in tree):
+            break
+    return {pid: (stats[pid][1], stats[pid][2].startswith("python")) for pid in tree}
+
+
+def _cpu_between(before: dict[int, tuple[int, bool]], after: dict[int, tuple[int, bool]]
+                 ) -> tuple[float, float]:
+    """(CPU seconds of the tree, of its Python processes) from one scan to the next, per
+    process: what each one still there used meanwhile, all of a new one's. A process gone by
+    the second scan is left out (a worker Spark stopped: its time may have gone with it, as
+    pyspark's daemon does not wait for its workers), so a run never reads negative."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = py = 0
+    for pid, (t, is_py) in after.items():
+        d = max(0, t - before.get(pid, (0, is_py))[0])
+        total += d
+        py += d if is_py else 0
+    return total / tick, py / tick
+
+
+def _proc_stats(io) -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, utime + stime + cutime + cstime in clock ticks, command) of every process."""
+    stats = {}
+    for name in io.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = io.read_file(f"/proc/{name}/stat").decode("ascii", "replace")
+        except (OSError, UnusableFileError):
+            continue        # exited meanwhile
+        f = text[text.rindex(")") + 2:].split()
+        # fields after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        comm = text[text.find("(") + 1:text.rindex(")")]
+        stats[int(name)] = (int(f[1]), sum(int(x) for x in f[11:15]), comm)
+    return stats
+
+
+def _descendants(root: int, stats: dict[int, tuple[int, int, str]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _t, _c) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _timed(fn) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of the session's JVM and Python workers, of the Python
+    workers alone) of fn()."""
+    me = os.getpid()
+    before = _tree_cpu(me)
     t0 = time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    t = time.perf_counter() - t0
+    return (t, *_cpu_between(before, _tree_cpu(me)))
+
+
+def _warm(fns: dict, warmup: int, max_warmup: int, watch: tuple[str, ...]) -> dict[str, list[float]]:
+    """Run every fn at least `warmup` rounds, and on while the last round's time of a watched
+    one fell more than 5% below its best earlier round (up to max_warmup rounds)."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for i in range(max(warmup, 0) and max_warmup):
+        for name, fn in fns.items():
+            times[name].append(_timed(fn)[0])
+        if i + 1 >= warmup and all(times[w][-1] >= 0.95 * min(times[w][:-1], default=0)
+                                   for w in watch):
+            break
+    return times
 
 
 def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 5,
-        warmup: int = 3, dir_: Optional[str] = None, quiet: bool = False, spark=None) -> dict:
+        warmup: int = 3, dir_: Optional[str] = None, quiet: bool = False, spark=None,
+        max_warmup: int = 15) -> dict:
     """Build the data, measure, clean up. With `spark` given, runs in that session (with the
     kstore source registered) and leaves it running; otherwise starts local[cores] and stops it."""
     root = tempfile.mkdtemp(prefix="kstore-spark-bench-", dir=dir_)
@@ -166,14 +255,24 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             def read(df):
                 return lambda: df.write.format("noop").mode("overwrite").save()
 
-            for _ in range(warmup):
-                for df in sources.values():
-                    read(df)()
+            warm = _warm({name: read(df) for name, df in sources.items()}, warmup, max_warmup,
+                         ("kstore", "ceiling"))
+            say(f"  {len(warm['kstore'])} warm-up rounds: kstore "
+                + " ".join(f"{t:.2f}" for t in warm["kstore"]) + " s; ceiling "
+                + " ".join(f"{t:.2f}" for t in warm["ceiling"]) + " s")
+            load0 = os.getloadavg()[0]
             times: dict = {name: [] for name in sources}
+            cpu: dict = {name: [] for name in sources}
+            py_cpu: dict = {name: [] for name in sources}
             for i in range(repeats):        # interleaved, so drift in the host hits all alike
                 for name, df in sources.items():
-                    times[name].append(_timed(read(df)))
-                say(f"  read run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()))
+                    t, c, py = _timed(read(df))
+                    times[name].append(t)
+                    cpu[name].append(c)
+                    py_cpu[name].append(py)
+                say(f"  read run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s ({cpu[k][-1]:.2f} "
+                                                        "CPU s)" for k, v in times.items()))
+            load1 = os.getloadavg()[0]
             # the count query, groupBy(partition).count(): kstore with its fixed schema (every
             # column decoded), kstore with the subset schema "partition int" (offsets from batch
             # headers only) and Parquet (which reads only that column)
@@ -190,13 +289,12 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             per = {tuple(sorted(tuple(r) for r in count(df)())) for df in counts.values()}
             if len(per) != 1 or sum(c for _p, c in next(iter(per))) != rows:
                 raise AssertionError(f"the count queries differ (expected {rows:,} rows): {per}")
-            for _ in range(warmup):
-                for df in counts.values():
-                    count(df)()
+            _warm({name: count(df) for name, df in counts.items()}, warmup, max_warmup,
+                  ("kstore", "kstore_subset"))
             c_times: dict = {name: [] for name in counts}
             for i in range(repeats):
                 for name, df in counts.items():
-                    c_times[name].append(_timed(count(df)))
+                    c_times[name].append(_timed(count(df))[0])
                 say(f"  count run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s"
                                                         for k, v in c_times.items()))
             # the write source is cached, so the write runs time the sink, not a Parquet scan
@@ -206,7 +304,7 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
             for i in range(repeats):
                 w = (src.write.format("kstore").mode("append").option("topic", f"out{i}")
                      .option("kstore.num.partitions", str(partitions)))
-                w_times.append(_timed(lambda w=w: w.save(store)))
+                w_times.append(_timed(lambda w=w: w.save(store))[0])
                 say(f"  write run {i + 1}: {w_times[-1]:.2f} s")
         finally:
             if own:
@@ -214,8 +312,18 @@ def run(n: int = 1_000_000, partitions: int = 2, cores: int = 2, repeats: int = 
         k, p, c, w = (statistics.median(t) for t in
                       (times["kstore"], times["parquet"], times["ceiling"], w_times))
         ck, cs, cp = (statistics.median(c_times[x]) for x in ("kstore", "kstore_subset", "parquet"))
+        kc, pc, cc = (statistics.median(cpu[x]) for x in ("kstore", "parquet", "ceiling"))
         return {
             "records": rows, "partitions": partitions, "cores": cores, "warmup": warmup,
+            "warmup_rounds": len(warm["kstore"]), "warmup_kstore_s": warm["kstore"],
+            "warmup_ceiling_s": warm["ceiling"], "warmup_parquet_s": warm["parquet"],
+            "load_avg": [load0, load1],
+            "kstore_read_cpu_s": cpu["kstore"], "parquet_read_cpu_s": cpu["parquet"],
+            "ceiling_read_cpu_s": cpu["ceiling"], "kstore_read_py_cpu_s": py_cpu["kstore"],
+            "parquet_read_py_cpu_s": py_cpu["parquet"], "ceiling_read_py_cpu_s": py_cpu["ceiling"],
+            "kstore_read_rec_cpu_s": rows / kc, "parquet_read_rec_cpu_s": rows / pc,
+            "ceiling_read_rec_cpu_s": rows / cc, "kstore_over_ceiling_cpu": cc / kc,
+            "kstore_over_parquet_cpu": pc / kc,
             "kstore_read_s": times["kstore"], "parquet_read_s": times["parquet"],
             "ceiling_read_s": times["ceiling"], "kstore_write_s": w_times,
             "kstore_read_rec_s": rows / k, "kstore_read_rec_s_per_core": rows / k / cores,
@@ -238,13 +346,21 @@ def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
     p(f"Spark local[{out['cores']}], {out['records']:,} records (100-byte values), "
       f"{out['partitions']} partitions; medians of {len(out['kstore_read_s'])} runs after "
       f"{out['warmup']} warm-up runs")
+    p(f"  warm-up rounds: {out['warmup_rounds']} (kstore "
+      + " ".join(f"{t:.2f}" for t in out["warmup_kstore_s"]) + " s); load average "
+      f"{out['load_avg'][0]:.1f} -> {out['load_avg'][1]:.1f}")
     p(f"  read kstore : {out['kstore_read_rec_s']:,.0f} rec/s "
-      f"({out['kstore_read_rec_s_per_core']:,.0f} per core)")
+      f"({out['kstore_read_rec_s_per_core']:,.0f} per core by wall time, "
+      f"{out['kstore_read_rec_cpu_s']:,.0f} per CPU-second)")
+    p(f"  Python workers' CPU per read (medians): kstore "
+      f"{statistics.median(out['kstore_read_py_cpu_s']):.3f} s, ceiling "
+      f"{statistics.median(out['ceiling_read_py_cpu_s']):.3f} s (the rest is the JVM's)")
     p(f"  read parquet: {out['parquet_read_rec_s']:,.0f} rec/s")
     p(f"  read ceiling: {out['ceiling_read_rec_s']:,.0f} rec/s (Spark's Python data source path, "
       f"no decoding)")
     p(f"  kstore / parquet : {out['kstore_over_parquet']:.2f}x")
-    p(f"  kstore / ceiling : {out['kstore_over_ceiling']:.2f}x")
+    p(f"  kstore / ceiling : {out['kstore_over_ceiling']:.2f}x by wall time, "
+      f"{out['kstore_over_ceiling_cpu']:.2f}x by CPU time")
     p(f"  ceiling / parquet: {out['ceiling_over_parquet']:.2f}x (the most any Python data source "
       f"reaches here)")
     p(f"  write kstore: {out['kstore_write_rec_s']:,.0f} rec/s")
