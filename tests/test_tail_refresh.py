@@ -287,6 +287,12 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
     # writer records each such hole before it truncates; the reader may jump over exactly these.
     holes: dict[int, int] = {}
     batches: list[tuple[int, int]] = []
+    # once per run the reader is held behind the batch the first truncation cuts (gate = its
+    # base) until the cut and the next append are done, then follows the cut: the hole jump
+    # is taken every run, not only when load makes the reader lag
+    gate: list = [None]
+    parked, cut = threading.Event(), threading.Event()
+    jumps: list[int] = []
 
     def write():
         try:
@@ -301,8 +307,13 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
                     gen[0] += 1
                     continue
                 n = 1 if i % 4 else 200
+                if i == 92:
+                    gate[0] = end
+                    assert parked.wait(60)
                 batches.append((end, n))
                 lg.append([(b"k", b"%d:%d" % (gen[0], end + j)) for j in range(n)])
+                if i == 97:
+                    cut.set()
                 if i % 50 == 49:
                     lg.roll()
         except BaseException as e:       # pragma: no cover - reported below
@@ -314,6 +325,10 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
         try:
             nxt = 0
             while not done.is_set() or ro.log_end_offset < lg.log_end_offset:
+                if gate[0] is not None and not parked.is_set():
+                    parked.set()
+                    assert cut.wait(60)
+                    ro.refresh()
                 if not ro.wait_for(nxt, timeout=0.2):
                     ro.refresh() if done.is_set() else None
                     continue
@@ -323,6 +338,7 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
                     # truncation hole it falls in (a view from before the cut still has it)
                     if r.offset != nxt:
                         nxt = next((e for b, e in list(holes.items()) if b <= nxt < e), nxt)
+                        jumps.append(nxt)
                     assert r.offset == nxt and r.value.split(b":")[1] == b"%d" % r.offset
                     nxt += 1
                 nxt = min(nxt, ro.log_end_offset)
@@ -334,6 +350,7 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
         t.start()
     join_all(threads, 100)
     assert errors == []
+    assert len(holes) == 6 and jumps[0] == holes[gate[0]] and set(jumps) <= set(holes.values())
     ro.refresh()
     fresh = open_log(path=log_dir, read_only=True)
     assert _records(ro) == _records(fresh) == _records(lg)
