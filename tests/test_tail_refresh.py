@@ -339,7 +339,8 @@ def test_a_truncation_back_to_the_same_size_is_seen(open_log, log_dir):
 
 def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log, log_dir, watchdog):
     # the reader waits and reads while another thread appends, rolls and truncates: every record
-    # it is handed is the one written at its offset (the value names it), offsets contiguous;
+    # it is handed is the one written at its offset (the value names it), offsets contiguous
+    # but for the holes a cut inside a batch leaves (see below and the test after this one);
     # at the end it sees exactly what a fresh read-only open sees
     watchdog(120)
     lg = open_log({"segment.bytes": 64 << 10})
@@ -349,16 +350,38 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
     done = threading.Event()
     errors: list = []
 
+    # Kafka's truncateTo(t) drops whole batches and sets LEO = t: a cut inside a batch leaves
+    # the offsets [batch base, t) unused for good (the writer's own reads skip them too). The
+    # writer records each such hole before it truncates; the reader may jump over exactly these.
+    holes: dict[int, int] = {}
+    batches: list[tuple[int, int]] = []
+    # once per run the reader is held behind the batch the first truncation cuts (gate = its
+    # base) until the cut and the next append are done, then follows the cut: the hole jump
+    # is taken every run, not only when load makes the reader lag
+    gate: list = [None]
+    parked, cut = threading.Event(), threading.Event()
+    jumps: list[int] = []
+
     def write():
         try:
             for i in range(600):
                 end = lg.log_end_offset
                 if i % 97 == 96:
-                    lg.truncate_to(max(1, end - 5))
+                    t = max(1, end - 5)
+                    base = next((b for b, n in reversed(batches) if b <= t < b + n), t)
+                    if base < t:
+                        holes[base] = t
+                    lg.truncate_to(t)
                     gen[0] += 1
                     continue
                 n = 1 if i % 4 else 200
+                if i == 92:
+                    gate[0] = end
+                    assert parked.wait(60)
+                batches.append((end, n))
                 lg.append([(b"k", b"%d:%d" % (gen[0], end + j)) for j in range(n)])
+                if i == 97:
+                    cut.set()
                 if i % 50 == 49:
                     lg.roll()
         except BaseException as e:       # pragma: no cover - reported below
@@ -370,13 +393,22 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
         try:
             nxt = 0
             while not done.is_set() or ro.log_end_offset < lg.log_end_offset:
+                if gate[0] is not None and not parked.is_set():
+                    parked.set()
+                    assert cut.wait(60)
+                    ro.refresh()
                 if not ro.wait_for(nxt, timeout=0.2):
                     ro.refresh() if done.is_set() else None
                     continue
                 recs = ro.read(nxt, max_bytes=1 << 20)
-                for k, r in enumerate(recs):
-                    assert r.offset == nxt + k and r.value.split(b":")[1] == b"%d" % r.offset
-                nxt += len(recs)
+                for r in recs:
+                    # the next offset; or, once the reader follows the cut, the end of the
+                    # truncation hole it falls in (a view from before the cut still has it)
+                    if r.offset != nxt:
+                        nxt = next((e for b, e in list(holes.items()) if b <= nxt < e), nxt)
+                        jumps.append(nxt)
+                    assert r.offset == nxt and r.value.split(b":")[1] == b"%d" % r.offset
+                    nxt += 1
                 nxt = min(nxt, ro.log_end_offset)
         except BaseException as e:       # pragma: no cover - reported below
             errors.append(e)
@@ -386,7 +418,34 @@ def test_tail_refreshes_beside_appends_rolls_and_truncations_in_threads(open_log
         t.start()
     join_all(threads, 100)
     assert errors == []
+    assert len(holes) == 6 and jumps[0] == holes[gate[0]] and set(jumps) <= set(holes.values())
     ro.refresh()
     fresh = open_log(path=log_dir, read_only=True)
     assert _records(ro) == _records(fresh) == _records(lg)
     assert [s.base_offset for s in ro.segments] == [s.base_offset for s in lg.segments]
+
+
+def test_reader_behind_a_cut_inside_a_batch_is_handed_the_writers_hole(open_log, log_dir):
+    # the interleaving the threaded test above hits under load, step by step: the reader knows
+    # of a 200-record batch but has not read it when the writer truncates inside it (Kafka's
+    # truncateTo: the whole batch goes, LEO = the target, so offsets [base, target) stay unused)
+    # and appends again. A view from before the cut still serves the old batch whole; once the
+    # reader follows the cut it is handed exactly the writer's records: the next one after the
+    # hole, never a record from it, never a gap elsewhere.
+    lg = open_log({"segment.bytes": 64 << 10})
+    lg.append([(b"k", b"0:0")])
+    ro = open_log(path=log_dir, read_only=True)
+    lg.append([(b"k", b"0:%d" % (1 + j)) for j in range(200)])          # batch 1..200
+    assert ro.wait_for(1, timeout=5) and ro.log_end_offset == 201
+    assert lg.truncate_to(196) and lg.log_end_offset == 196
+    # the reader's view from before the cut: the old batch, each record the one written there
+    assert [(r.offset, r.value) for r in ro.read(1)] == [(o, b"0:%d" % o) for o in range(1, 201)]
+    lg.append([(b"k", b"1:196"), (b"k", b"1:197")])
+    assert [(r.offset, r.value) for r in lg.read(1)] == [(196, b"1:196"), (197, b"1:197")]
+    ro.refresh()
+    assert ro.log_end_offset == 198
+    for start in (1, 100, 195, 196):                 # from anywhere in the hole: its end
+        assert [(r.offset, r.value) for r in ro.read(start)] == [(196, b"1:196"), (197, b"1:197")]
+    assert [(r.offset, r.value) for r in ro.read(0)] == [(0, b"0:0"), (196, b"1:196"), (197, b"1:197")]
+    assert [s.base_offset for s in ro.segments] == [s.base_offset for s in lg.segments] == [0]
+
