@@ -7,7 +7,7 @@ from libc.stdint cimport int64_t
 cdef tuple EMPTY_HEADERS = ()     # (CPython has one empty tuple)
 
 
-@cython.freelist(512)
+@cython.freelist(2048)
 @cython.no_gc
 cdef class Record:
     """One record: offset, timestamp (ms, -1 if none), key, value (None = tombstone), headers.
