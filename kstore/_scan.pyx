@@ -96,26 +96,8 @@ def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint v
     last_offset (prev_last_offset if none), max_timestamp, offset_of_max_timestamp, complete)
     where complete is False when the data ended inside a batch (more may follow on disk)."""
     cdef const uint8_t[::1] mv = data
-    cdef Py_ssize_t n = mv.shape[0]
-    return _validate(&mv[0] if n else &_empty_byte, 0, n, base_offset, prev_last_offset,
-                     verify_crc)
-
-
-def validate_mapped(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t base_offset,
-                    int64_t prev_last_offset):
-    """validate_batches over m's bytes [start, end), in place (no copy): the caller knows the
-    file holds them (a read-only tail refresh: fstat after the writer's size hint), so the
-    pages touched exist. Returns validate_batches' tuple, valid_bytes counted from start."""
-    cdef tuple r
-    if start < 0 or end > m.length or start > end:
-        raise ValueError("validation range outside mapping")
-    r = _validate(m.ptr(), start, end, base_offset, prev_last_offset, True)
-    return (r[0] - start,) + r[1:]
-
-
-cdef tuple _validate(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n, int64_t base_offset,
-                     int64_t prev_last_offset, bint verify_crc):
-    """validate_batches' loop over p[pos:n); valid_bytes returned as the end position."""
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
     cdef BatchHeader h
     cdef const char* why
     cdef int status

@@ -38,10 +38,6 @@ _MAX_WINDOW = 256 << 10
 #: the most a tail refresh (extend_tail) reads in one pread; more goes through the windows
 _TAIL_MAX = 4 << 20
 
-#: from this many new bytes on, a tail refresh validates them in the mapping (after an fstat
-#: shows the file holds them) instead of in a pread copy
-TAIL_MAPPED_MIN = 16 << 10
-
 #: a tail refresh extends the index copies (two opens, preads and a stat: more than the rest of
 #: it) only every _TAIL_INDEX_EVERY refreshes or once the data runs _TAIL_INDEX_LAG bytes past the
 #: last entry copied: reads in between scan at most that many batch headers from the last entry
@@ -225,23 +221,13 @@ class ReadOnlySegment(LogSegment):
                 return end == size
             if end - size > _TAIL_MAX or self._map is None:
                 return False
-            if end - size >= TAIL_MAPPED_MIN:
-                flen = self._io.stat(fd).st_size
-                if flen < end:
-                    return False
-                if self._map.length < end:
-                    self._remap(fd, end, flen)
-                valid, last, mts, moff, _ = _core.validate_mapped(self._map, size, end,
-                                                                  self.base_offset,
-                                                                  self._ro_last_offset)
-            else:
-                data = self._io.pread(fd, end - size, size)
-                valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
-                                                                   self._ro_last_offset)
-                if valid == end - size and self._map.length < end:
-                    self._remap(fd, end, end)    # the file holds them: the pread returned them
+            data = self._io.pread(fd, end - size, size)
+            valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
+                                                               self._ro_last_offset)
             if valid != end - size:
                 return False
+            if self._map.length < end:
+                self._remap(fd, end, end)    # the file holds them: the pread returned them
             best = self._max_ts
             if best is None or mts > best[0]:
                 self._max_ts = (mts, moff)

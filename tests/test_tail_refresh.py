@@ -10,9 +10,7 @@ import os
 import threading
 import time
 
-import pytest
-
-from kstore import _core, _notify, segment_ro
+from kstore import _notify, segment_ro
 from kstore.fileio import FileOps, get_file_ops
 from kstore.notify import NOTIFY_FILE
 from thread_watchdog import join_all
@@ -124,21 +122,16 @@ def test_an_append_is_learnt_from_the_size_hint_alone(open_log, log_dir):
         lg.append([(b"%016d" % i, b"v" * 100) for i in range(n)])
         ops.reset()
         _catch_up(ro)
-        # no listing, no open: one pread of exactly the new bytes, or from TAIL_MAPPED_MIN
-        # bytes on one fstat (the file holds them) and validation in the mapping, no copy
-        grown = lg.segments[-1].size - before
-        if grown >= segment_ro.TAIL_MAPPED_MIN:
-            assert grown > 100_000 and ops.meta == {"fstat": 1} and ops.read == {}
-        else:
-            assert grown < 1000 and ops.meta == {} and ops.read == {"log": grown}
+        # no listing, no stat, no open: one pread of exactly the new bytes
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
         assert ro.log_end_offset == lg.log_end_offset
         assert ro.segments[-1].size == lg.segments[-1].size
         assert _records(ro) == _records(lg)
 
 
 def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
-    # another thread's append wakes the waiter, which learns it with one pread (or, a large
-    # batch, one fstat and validation in the mapping): nothing listed or opened
+    # another thread's append wakes the waiter, which learns it with one pread: nothing listed,
+    # stat'd or opened
     watchdog(60)
     lg, ro, ops = _tailing(open_log, log_dir)
     for n in (1, 1000):
@@ -149,7 +142,7 @@ def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
         t.start()
         assert ro.wait_for(end, timeout=30) is True
         join_all([t], 30)
-        assert (dict(ops.meta), dict(ops.read)) == _tail_io(lg.segments[-1].size - before)
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
         assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
 
 
@@ -243,11 +236,10 @@ def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open
     assert ro.refresh_tail(base + 1, end) is False            # not the reader's last segment
     assert ro.refresh_tail(base, end - 10) is False            # inside a batch: nothing half-seen
     assert ro.refresh_tail(base, end + 61) is False            # past the data (zeros there)
-    assert (ro.log_end_offset, ro.segments[-1].size) == (2, size)
-    assert ops.meta == {"fstat": 2} and ops.read == {}         # large: no copy (TAIL_MAPPED_MIN)
+    assert (ro.log_end_offset, ro.segments[-1].size) == (2, size) and ops.meta == {}
     ops.reset()
     assert ro.refresh_tail(base, end) is True
-    assert (dict(ops.meta), dict(ops.read)) == _tail_io(end - size)    # nothing listed
+    assert ops.meta == {} and ops.read == {"log": end - size}  # one pread, nothing listed
     assert ro.log_end_offset == 1002 and ro.segments[-1].size == end
     assert _records(ro, 2) == _records(lg, 2)
     # a torn batch (a writer killed mid-copy): its bytes never become visible
@@ -258,71 +250,6 @@ def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open
     assert lg.refresh_tail(base, end) is False                # a writable log: not its path
     ro.close()
     assert ro.refresh_tail(base, end) is False
-
-
-def test_a_size_hint_past_the_end_of_the_file_is_not_mapped(open_log, log_dir):
-    # the mapped validation (TAIL_MAPPED_MIN bytes and more) touches the new bytes only once an
-    # fstat shows the file holds them: a hint past the file's end (the runway trimmed at close)
-    # changes nothing and faults nothing; the honest hint then validates the same bytes
-    lg, ro, ops = _tailing(open_log, log_dir)
-    base, size = lg.segments[-1].base_offset, lg.segments[-1].size
-    lg.append([(b"%016d" % i, b"v" * 100) for i in range(1000)])
-    end = lg.segments[-1].size
-    lg.close()                                     # the .log trimmed to its data: end bytes
-    assert os.path.getsize(lg.segments[-1].log_path) == end
-    ops.reset()
-    for hint in (end + segment_ro.TAIL_MAPPED_MIN, end + 1, end + (1 << 20)):
-        assert ro.refresh_tail(base, hint) is False
-    assert ops.meta == {"fstat": 3} and ops.read == {}
-    assert (ro.log_end_offset, ro.segments[-1].size) == (2, size)
-    assert ro.refresh_tail(base, end) is True and ro.log_end_offset == 1002
-    assert ro.segments[-1].size == end and len(_records(ro, 2)) == 1000
-    ro.close()
-
-
-def test_mapped_validation_matches_the_copys(open_log, log_dir):
-    # _core.validate_mapped over a mapping's [start, end) == validate_batches over a copy of
-    # those bytes (valid bytes from start, last offset, max timestamp and its offset, whole);
-    # a spoilt record byte stops both at that batch; a range outside the mapping is refused
-    lg = open_log()
-    for n in (1, 1000, 3):
-        lg.append([(b"%016d" % i, b"v" * 100) for i in range(n)])
-    path, size = lg.segments[-1].log_path, lg.segments[-1].size
-    lg.close()
-    with open(path, "rb") as f:
-        data = f.read(size)
-    io = get_file_ops()
-    fd = io.open(path, os.O_RDWR)
-    try:
-        m = io.map(fd, size, False)
-        starts = [h[0] for h in _core.batch_headers(m, 0, size)]
-        assert len(starts) == 3 and starts[0] == 0
-        for start, prev in zip(starts, (-1, 0, 1000)):
-            got = _core.validate_mapped(m, start, size, 0, prev)
-            assert got == _core.validate_batches(data[start:], 0, prev)
-            assert got[:2] == (size - start, 1003) and got[4] is True
-        assert _core.validate_mapped(m, starts[1], starts[2], 0, 0)[:2] == (starts[2] - starts[1], 1000)
-        for lo, hi in ((-1, size), (0, m.length + 1), (10, 9)):
-            with pytest.raises(ValueError):
-                _core.validate_mapped(m, lo, hi, 0, -1)
-        m.close()
-        spoilt = bytearray(data)
-        spoilt[starts[1] + 70] ^= 0xFF                 # a record byte of the big batch
-        io.pwrite(fd, bytes(spoilt), 0)
-        m = io.map(fd, size, False)
-        assert _core.validate_mapped(m, 0, size, 0, -1)[:2] == (starts[1], 0)
-        assert _core.validate_batches(bytes(spoilt), 0, -1)[:2] == (starts[1], 0)
-        m.close()
-    finally:
-        io.close(fd)
-
-
-def _tail_io(grown: int) -> tuple[dict, dict]:
-    """What a tail refresh of grown new bytes does to the reader's I/O: (meta calls, bytes
-    pread per file kind)."""
-    if grown >= segment_ro.TAIL_MAPPED_MIN:
-        return {"fstat": 1}, {}
-    return {}, {"log": grown}
 
 
 def _entries(seg) -> list:
