@@ -214,26 +214,29 @@ class ReadOnlySegment(LogSegment):
         index False: the index copies are extended only past _TAIL_INDEX_LAG_MAX; catch_up_index
         does it at an idle moment."""
         with self._lock:
-            fd, size = self._ro_fd, self.size
-            if fd is None or self.closed or self.view.corrupt is not None:
+            # the view's fields directly, not the size/_map/_max_ts properties: this is on the
+            # append-to-visible path (a read-only segment's size is never lazy once scanned)
+            v, fd = self.view, self._ro_fd
+            size = v.size if not self._size_unknown else self.size
+            if fd is None or self.closed or v.corrupt is not None:
                 return False
             if end <= size:
                 return end == size
-            if end - size > _TAIL_MAX or self._map is None:
+            m = v.log_map
+            if end - size > _TAIL_MAX or m is None:
                 return False
             data = self._io.pread(fd, end - size, size)
             valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
                                                                self._ro_last_offset)
             if valid != end - size:
                 return False
-            if self._map.length < end:
+            if m.length < end:
                 self._remap(fd, end, end)    # the file holds them: the pread returned them
-            best = self._max_ts
-            if best is None or mts > best[0]:
-                self._max_ts = (mts, moff)
+            if not v.max_ts_known or mts > v.max_timestamp:
+                v.max_timestamp, v.offset_of_max_timestamp, v.max_ts_known = mts, moff, True
             self._ro_last_offset = last
             self._ro_grown_at = _time.monotonic()
-            self.size = end
+            v.size = end
             self._ro_tails += 1
             lag = end - self._ro_indexed
             if end - 1 > self._ro_indexed + self._config.index_interval_bytes and (
