@@ -449,3 +449,24 @@ def test_reader_behind_a_cut_inside_a_batch_is_handed_the_writers_hole(open_log,
     assert [(r.offset, r.value) for r in ro.read(0)] == [(0, b"0:0"), (196, b"1:196"), (197, b"1:197")]
     assert [s.base_offset for s in ro.segments] == [s.base_offset for s in lg.segments] == [0]
 
+
+
+def test_tail_refreshes_carry_the_max_timestamp_and_its_offset(open_log, log_dir):
+    # extend_tail sets the segment's (max timestamp, its offset: the batch's last offset) from
+    # the validated batches: raised by a later maximum, kept when a batch's timestamps are
+    # older; time lookups and time-based retention read it
+    lg, ro, ops = _tailing(open_log, log_dir)
+    seg = lg.segments[-1]
+    t = int(time.time() * 1000) + 3_600_000             # above the two records' "now"
+    steps = [(1, 5_000, (t + 5_000, 2)), (1002, 9_000, (t + 9_000, 1004)),
+             (2, 7_000, (t + 9_000, 1004)), (3, 12_000, (t + 12_000, 1009))]
+    for n, last_ts, want in steps:
+        lg.append([(b"k" * 16, b"v" * 100, t + last_ts - n + 1 + i) for i in range(n)])
+        before = ro.segments[-1].size
+        ops.reset()
+        assert ro.refresh_tail(seg.base_offset, seg.size) is True
+        assert ops.meta == {} and ops.read == {"log": seg.size - before}   # one pread
+        assert ro.segments[-1].load_max_timestamp() == want
+        assert ro.segments[-1].size == seg.size and ro.log_end_offset == lg.log_end_offset
+    assert ro.offset_for_timestamp(t + 8_999) == lg.offset_for_timestamp(t + 8_999) == 1003
+    assert ro.offset_for_timestamp(t + 12_000) == 1009 and ro.offset_for_timestamp(-3) == 1009
