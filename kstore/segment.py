@@ -17,7 +17,6 @@ never a zeroed batch or a page past the end of the file (SIGBUS).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
@@ -35,6 +34,7 @@ from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
+from kstore.segment_recovery import SegmentRecovery
 
 log = logging.getLogger("kstore.segment")
 
@@ -54,22 +54,6 @@ PWRITE_MIN_BYTES = 16 << 10
 
 def _page_round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
-
-
-@dataclasses.dataclass(frozen=True)
-class SegmentRecovery:
-    """What LogSegment.recover() found (the core's recover_scan, without the index entries)."""
-    segment: str                  #: the .log's path
-    status: str                   #: why the scan stopped: "ok" at the end, else the first invalid batch's kind
-    reason: str                   #: the invalid batch in words ("" if none)
-    valid_bytes: int
-    truncated_bytes: int          #: bytes cut off after valid_bytes
-    tail_zero: bool               #: the bytes cut were zeros (a preallocated tail, not corruption)
-    batches: int
-    next_offset: int              #: one past the last valid offset (-1 without batches)
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    first_batch_timestamp: int
 
 
 class LogSegment(SegmentReader):
