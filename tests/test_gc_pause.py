@@ -92,3 +92,28 @@ def test_manager_start_up_loads_with_the_collector_paused(tmp_path):
         assert gc.isenabled() and not gc_pause.paused()
         assert [m.log("t", p).log_end_offset for p in range(3)] == [1, 1, 1]
     assert io.paused and all(p == (False, True) for p in io.paused)
+
+
+def test_log_dirs_loading_in_parallel_share_the_pause(tmp_path, watchdog):
+    """A manager's log dirs load on parallel threads (and two managers start in two threads):
+    every partition loads paused, and the collector is back on once all have loaded."""
+    watchdog(120)
+    roots = [[str(tmp_path / f"m{j}-d{i}") for i in range(2)] for j in range(2)]
+    for dirs in roots:
+        with kstore.LogManager(dirs, {"log.cleaner.enable": "false"}) as m:
+            m.create_topic("t", 4)
+            for p in range(4):
+                m.log("t", p).append([(b"k", b"v%d" % p, 1)])
+    seen = [_Seen(), _Seen()]
+    ends = {}
+
+    def start(j):
+        with kstore.LogManager(roots[j], {"log.cleaner.enable": "false"}, io=seen[j]) as m:
+            ends[j] = sorted(m.log("t", p).log_end_offset for p in range(4))
+    ts = [threading.Thread(target=start, args=(j,)) for j in range(2)]
+    for t in ts:
+        t.start()
+    join_all(ts, 60)
+    assert ends == {0: [1, 1, 1, 1], 1: [1, 1, 1, 1]}
+    assert all(len(s.paused) == 4 and all(p == (False, True) for p in s.paused) for s in seen)
+    assert gc.isenabled() and not gc_pause.paused()
