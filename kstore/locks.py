@@ -85,6 +85,8 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
           the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
           Pretoucher._cv (pretouch.py: its queue, each runway's queued/target),
           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error),
+          gc_pause._lock (gc_pause.py: the count of loads under way and the gc switch; held
+          only around them, so taken under whatever the loading thread holds),
           spark task_cache._lock (spark/task_cache.py: a worker's idle readers and its sweep
           timer; readers are refreshed, opened and closed outside it; an entry checked out
           belongs to one read, so its StoreReader and ColumnsPool take no lock)

@@ -23,6 +23,7 @@ from kstore.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECK
 from kstore.errors import KStoreError, UnusableFileError
 from kstore.fileio import FileOps
 from kstore.files import OFFSETS_TOPIC, is_delete_dir, parse_name, partition_dirs
+from kstore.gc_pause import gc_paused
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
 from kstore.marker_gate import remove_marker
@@ -200,7 +201,12 @@ class LogDirLoader:
 
     def load(self, d: str) -> DirLoad:
         """Load every partition of d. An OSError of the dir is returned in `error`, with the
-        logs already opened closed again."""
+        logs already opened closed again. Cyclic garbage collection waits meanwhile
+        (gc_pause.py: the load makes only long-lived objects)."""
+        with gc_paused():
+            return self._load(d)
+
+    def _load(self, d: str) -> DirLoad:
         io = self._io
         res = DirLoad(d)
         opened: list[tuple[TopicPartition, Log]] = []

@@ -17,7 +17,6 @@ never a zeroed batch or a page past the end of the file (SIGBUS).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
@@ -35,6 +34,7 @@ from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
+from kstore.segment_recovery import SegmentRecovery
 
 log = logging.getLogger("kstore.segment")
 
@@ -54,22 +54,6 @@ PWRITE_MIN_BYTES = 16 << 10
 
 def _page_round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
-
-
-@dataclasses.dataclass(frozen=True)
-class SegmentRecovery:
-    """What LogSegment.recover() found (the core's recover_scan, without the index entries)."""
-    segment: str                  #: the .log's path
-    status: str                   #: why the scan stopped: "ok" at the end, else the first invalid batch's kind
-    reason: str                   #: the invalid batch in words ("" if none)
-    valid_bytes: int
-    truncated_bytes: int          #: bytes cut off after valid_bytes
-    tail_zero: bool               #: the bytes cut were zeros (a preallocated tail, not corruption)
-    batches: int
-    next_offset: int              #: one past the last valid offset (-1 without batches)
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    first_batch_timestamp: int
 
 
 class LogSegment(SegmentReader):
@@ -150,29 +134,34 @@ class LogSegment(SegmentReader):
                     # stale bytes past the logical end (only after an external change): wipe them
                     self._io.truncate(fd, self.size)
                     flen = self.size
-                self._zero_runway = 0
-                map_len = _page_round_up(max(self._config.segment_bytes, flen, 1))
-                old = self._map
-                self._fd = fd
-                self._map = self._io.map(fd, map_len, True)
-                self._map_writable = True
-                self._runway = Runway(self._io, fd, self._map, flen, self.log_path)
-                if old is not None:
-                    old.close()
-                if self._config.preallocate and map_len > flen:
-                    # Kafka's preallocate: reserve the whole segment up front (fallocate)
-                    self._io.allocate(fd, flen, map_len - flen)
-                    self._runway.alloc = map_len
-                # the zero-filled runway is grown by the first appends (_ensure_capacity), so
-                # opening thousands of partitions writes nothing
+                self._activate(fd, flen, None)
             except BaseException:
                 if self._fd is None:
                     self._io.close(fd)
                 raise
-            self.offset_index.resize_lazily(self._config.max_index_size)
-            self.time_index.resize_lazily(self._config.max_index_size)
-            self.load_max_timestamp()
-            self._update_indexes_full()
+
+    def _activate(self, fd: int, flen: int, m: Optional[_core.Mapping]) -> None:
+        """make_active with the .log open (fd, of flen bytes) and, from recover(), already
+        mapped writable over _active_length(flen) (m; else mapped here). The segment owns fd
+        and m from the moment the mapping is set; lock held."""
+        old, self._zero_runway, map_len = self._map, 0, self._active_length(flen)
+        self._fd, self._map = fd, m if m is not None else self._io.map(fd, map_len, True)
+        self._map_writable = True
+        self._runway = Runway(self._io, fd, self._map, flen, self.log_path)
+        if old is not None:
+            old.close()
+        if self._config.preallocate and map_len > flen:
+            # Kafka's preallocate: reserve the whole segment up front (fallocate)
+            self._io.allocate(fd, flen, map_len - flen)
+            self._runway.alloc = map_len
+        # the runway is grown by the first appends (_ensure_capacity): an open writes nothing
+        self.offset_index.resize_lazily(self._config.max_index_size)
+        self.time_index.resize_lazily(self._config.max_index_size)
+        self.load_max_timestamp()
+        self._update_indexes_full()
+
+    def _active_length(self, flen: int) -> int:     # the writable mapping's, for flen bytes
+        return _page_round_up(max(self._config.segment_bytes, flen, 1))
 
     def _active_file(self) -> tuple[int, _core.Mapping]:
         """(descriptor, writable mapping) of the active segment."""
@@ -350,18 +339,18 @@ class LogSegment(SegmentReader):
 
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
         segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
-        batch's offset does not fit. next_active: the log's last segment (made active next):
-        index files left at their preallocated length are rewritten in place, not cut, and a
-        zero tail is kept as the runway of the appends to come.
-        """
+        batch's offset does not fit. next_active: the log's last segment, made active here with
+        the scan's descriptor, mapped writable (no second open and map): index files left at their
+        preallocated length are rewritten in place, not cut, a zero tail kept as the runway."""
         with self._lock:
             was_active = self._map_writable
             self._drop_mapping()
             fd = self._io.open(self.log_path, os.O_RDWR)
+            handoff, m = next_active and not was_active, None
             try:
                 flen = self._io.size(fd)
                 self.check_length(flen)
-                m = self._io.map(fd, flen, False)
+                m = self._io.map(fd, self._active_length(flen) if handoff else flen, handoff)
                 try:
                     max_index = self._config.max_index_size
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
@@ -369,10 +358,12 @@ class LogSegment(SegmentReader):
                                              upper_bound=-1 if upper_bound is None else upper_bound,
                                              threads=RECOVERY_CRC_THREADS)
                 finally:
-                    m.close()
+                    if not handoff:
+                        m.close()
                 if res.status == "overflow":
                     raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
                 valid = res["valid_bytes"]
+                truncated = flen - valid
                 # the zero tail of the segment made active next is its runway: kept (as a live
                 # writer's, no reader takes a zero header for a batch; the first appends need
                 # no zero_fill), else cut in place (the bytes past the valid ones are none a
@@ -380,19 +371,27 @@ class LogSegment(SegmentReader):
                 self._zero_runway = flen if next_active and res["tail_zero"] else 0
                 if flen > valid and not self._zero_runway:
                     self._io.truncate(fd, valid)
+                    flen = valid
+                self.size = valid
+                self._max_ts = (res["max_timestamp"], res["offset_of_max_timestamp"]) \
+                    if res["max_timestamp"] >= 0 else (-1, -1)
+                self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
+                self._bytes_since_last_index_entry = 0
+                self._install_indexes(res, next_active or was_active)
+                if handoff:
+                    self._activate(fd, flen, m)
+            except BaseException:
+                if handoff and m is not None and self._map is not m:
+                    m.close()
+                raise
             finally:
-                self._io.close(fd)
-            self.size = valid
-            self._max_ts = (res["max_timestamp"], res["offset_of_max_timestamp"]) \
-                if res["max_timestamp"] >= 0 else (-1, -1)
-            self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
-            self._bytes_since_last_index_entry = 0
-            self._install_indexes(res, next_active or was_active)
+                if self._fd != fd:         # not handed to _activate
+                    self._io.close(fd)
             if was_active:
                 self.make_active()
             return SegmentRecovery(
                 segment=self.log_path, status=res.status, reason=res.reason,
-                valid_bytes=valid, truncated_bytes=flen - valid, tail_zero=res["tail_zero"],
+                valid_bytes=valid, truncated_bytes=truncated, tail_zero=res["tail_zero"],
                 batches=res["batches"], next_offset=res["next_offset"],
                 max_timestamp=res["max_timestamp"],
                 offset_of_max_timestamp=res["offset_of_max_timestamp"],

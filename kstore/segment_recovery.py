@@ -1,0 +1,20 @@
+"""What one segment's recovery found (LogSegment.recover, the loader's recovery report)."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentRecovery:
+    """What LogSegment.recover() found (the core's recover_scan, without the index entries)."""
+    segment: str                  #: the .log's path
+    status: str                   #: why the scan stopped: "ok" at the end, else the first invalid batch's kind
+    reason: str                   #: the invalid batch in words ("" if none)
+    valid_bytes: int
+    truncated_bytes: int          #: bytes cut off after valid_bytes
+    tail_zero: bool               #: the bytes cut were zeros (a preallocated tail, not corruption)
+    batches: int
+    next_offset: int              #: one past the last valid offset (-1 without batches)
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    first_batch_timestamp: int
