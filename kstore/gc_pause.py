@@ -15,12 +15,16 @@ share one pause, which ends with the last of them. The collector is re-enabled o
 enabled when the first of them began (a caller that had disabled it finds it disabled after)
 and is still disabled.
 
+A child forked during a load is not loading: it starts with no pause under way and the collector
+as it was before the pause (`_after_fork_in_child`).
+
 Lock: `_lock` is a leaf (locks.py), held only around the count and the gc switch.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from typing import Iterator
 
@@ -54,3 +58,17 @@ def paused() -> bool:
     """Whether a pause is under way (for tests)."""
     with _lock:
         return _depth > 0
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the pause but none of the loads: end it (a fresh lock too, in
+    case the fork caught another thread holding it)."""
+    global _lock, _depth, _restore
+    _lock = threading.Lock()
+    if _depth and _restore and not gc.isenabled():
+        gc.enable()
+    _depth = 0
+    _restore = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -117,3 +117,24 @@ def test_log_dirs_loading_in_parallel_share_the_pause(tmp_path, watchdog):
     assert ends == {0: [1, 1, 1, 1], 1: [1, 1, 1, 1]}
     assert all(len(s.paused) == 4 and all(p == (False, True) for p in s.paused) for s in seen)
     assert gc.isenabled() and not gc_pause.paused()
+
+
+def test_a_child_forked_during_a_pause_has_the_collector_back_and_no_pause(watchdog):
+    """The child inherits gc.disable() from the pause but none of the loads that would end it."""
+    assert gc.isenabled()
+    with gc_pause.gc_paused():
+        assert not gc.isenabled()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            os.write(w, b"%d%d" % (int(gc.isenabled()), int(gc_pause.paused())))
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 8)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        assert not gc.isenabled()
+        assert gc_pause.paused()
+    assert got == b"10"
+    assert os.WEXITSTATUS(status) == 0
+    assert gc.isenabled() and not gc_pause.paused()
