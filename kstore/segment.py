@@ -215,29 +215,43 @@ class LogSegment(SegmentReader):
             raise LogSegmentOffsetOverflowError(
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
-        if n >= PWRITE_MIN_BYTES:
-            rw: Runway = self._runway  # type: ignore[assignment]
-            rw.write_large(builder, pos, n, self._ensure_capacity)
-            if (pt := pretouch.ACTIVE) is not None:
-                pt.submit(rw, end, n)       # grow the runway ahead in the background
-        else:
-            if end > self._runway.alloc:  # type: ignore[union-attr]
-                self._ensure_capacity(n)
-            # v.log_map is the writable mapping (make_active): no check on the hot path
-            if self._io.intercept_map_writes:
-                self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
-            else:
-                builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
-        if pos == 0:
-            self._rolling_ts = largest_timestamp
+        index_due = self._bytes_since_last_index_entry > self._config.index_interval_bytes
+        if index_due:       # blocks first: a full disk fails the append before its bytes land
+            self.offset_index.reserve_next()
+            self.time_index.reserve_next()
         if not v.max_ts_known:
             self.load_max_timestamp()
+        try:
+            if n >= PWRITE_MIN_BYTES:
+                rw: Runway = self._runway  # type: ignore[assignment]
+                rw.write_large(builder, pos, n, self._ensure_capacity)
+                if (pt := pretouch.ACTIVE) is not None:
+                    pt.submit(rw, end, n)       # grow the runway ahead in the background
+            else:
+                if end > self._runway.alloc:  # type: ignore[union-attr]
+                    self._ensure_capacity(n)
+                # v.log_map is the writable mapping (make_active): no check on the hot path
+                if self._io.intercept_map_writes:
+                    self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
+                else:
+                    builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
+            if index_due:
+                self.offset_index.append(largest_offset, pos)
+                mts, mofs = v.max_timestamp, v.offset_of_max_timestamp
+                if largest_timestamp > mts:
+                    mts, mofs = largest_timestamp, offset_of_max_timestamp
+                self.time_index.maybe_append(mts, mofs)
+        except BaseException as e:  # nothing of a failed append stays: index entries, bytes
+            for idx in (self.offset_index, self.time_index):
+                idx.truncate_to(builder.base_offset)
+            self._runway.unwrite(pos, n, e)  # type: ignore[union-attr]
+            raise
+        if pos == 0:
+            self._rolling_ts = largest_timestamp
         if largest_timestamp > v.max_timestamp:
             v.max_timestamp = largest_timestamp
             v.offset_of_max_timestamp = offset_of_max_timestamp
-        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            self.offset_index.append(largest_offset, pos)
-            self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
+        if index_due:
             self._bytes_since_last_index_entry = 0
             self._index_room -= 1        # at most one entry each: recounted when it runs out
             if self._index_room <= 0:
