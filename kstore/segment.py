@@ -28,13 +28,12 @@ from kstore import _core, pretouch
 from kstore.config import LogConfig
 from kstore.errors import KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
-from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
-                          segment_file)
 from kstore.index import AbstractIndex
 from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
+from kstore.segment_files import SegmentFiles
 
 log = logging.getLogger("kstore.segment")
 
@@ -72,7 +71,7 @@ class SegmentRecovery:
     first_batch_timestamp: int
 
 
-class LogSegment(SegmentReader):
+class LogSegment(SegmentFiles, SegmentReader):
     """A segment: the reads of SegmentReader, and append, roll, recover, truncate, flush, close."""
 
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
@@ -565,35 +564,3 @@ class LogSegment(SegmentReader):
             if self._tidx is not None:
                 self._tidx.close_handler()
             self.closed = True
-
-    def _paths(self) -> list[str]:
-        txn = segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX, self._suffix)
-        return [self.log_path, self.offset_index_path, self.time_index_path, txn]
-
-    def change_file_suffixes(self, old: str, new: str) -> None:
-        """Rename every file of the segment from suffix `old` to `new` (e.g. '' → '.deleted')."""
-        self.settle_size()
-        with self._lock:
-            for path in self._paths():
-                if not path.endswith(old) and old:
-                    continue
-                target = (path[: len(path) - len(old)] if old else path) + new
-                if self._io.exists(path):
-                    self._io.rename(path, target)
-            self._suffix = self._suffix[: len(self._suffix) - len(old)] + new if old else self._suffix + new
-            self.log_path = segment_file(self.dir, self.base_offset, LOG_SUFFIX, self._suffix)
-            self.offset_index_path = segment_file(self.dir, self.base_offset, INDEX_SUFFIX, self._suffix)
-            self.time_index_path = segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX, self._suffix)
-            if self._oidx is not None:
-                self._oidx.path = self.offset_index_path
-            if self._tidx is not None:
-                self._tidx.path = self.time_index_path
-
-    def delete(self) -> None:
-        """Unmap and unlink every file of the segment."""
-        self.close_handlers()
-        for path in self._paths():
-            try:
-                self._io.unlink(path)
-            except FileNotFoundError:
-                pass
