@@ -317,9 +317,9 @@ class AbstractIndex:
         self._allocated = new
 
     def reserve_next(self) -> None:
-        """Reserve the blocks of the next entry before its segment writes the batch it indexes,
-        so a full disk fails the append with nothing written (a syscall only when the entry
-        starts a new 64 KiB block). An OSError is raised as KafkaStorageError naming the file."""
+        """Reserve the blocks of the next entry (the append paths, when it starts a new 64 KiB
+        block; see _ensure_allocated). A full disk is raised as KafkaStorageError naming the
+        file; the segment's append then takes back what it wrote (segment.py, runway.unwrite)."""
         if (self.state.entries + 1) * self.ENTRY_SIZE <= self._allocated:
             return
         with self._lock:

@@ -214,10 +214,6 @@ class LogSegment(SegmentFiles, SegmentReader):
             raise LogSegmentOffsetOverflowError(
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
-        index_due = self._bytes_since_last_index_entry > self._config.index_interval_bytes
-        if index_due:       # blocks first: a full disk fails the append before its bytes land
-            self.offset_index.reserve_next()
-            self.time_index.reserve_next()
         if not v.max_ts_known:
             self.load_max_timestamp()
         try:
@@ -234,27 +230,24 @@ class LogSegment(SegmentFiles, SegmentReader):
                     self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
                 else:
                     builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
-            if index_due:
+            if largest_timestamp > v.max_timestamp:
+                v.max_timestamp = largest_timestamp
+                v.offset_of_max_timestamp = offset_of_max_timestamp
+            if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
                 self.offset_index.append(largest_offset, pos)
-                mts, mofs = v.max_timestamp, v.offset_of_max_timestamp
-                if largest_timestamp > mts:
-                    mts, mofs = largest_timestamp, offset_of_max_timestamp
-                self.time_index.maybe_append(mts, mofs)
-        except BaseException as e:  # nothing of a failed append stays: index entries, bytes
+                self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+                self._index_room -= 1    # at most one entry each: recounted when it runs out
+                if self._index_room <= 0:
+                    self._update_indexes_full()
+        except BaseException as e:  # nothing of a failed append stays: entries, max time, bytes
             for idx in (self.offset_index, self.time_index):
                 idx.truncate_to(builder.base_offset)
+            self._max_ts = None              # recounted from the batches that stay
             self._runway.unwrite(pos, n, e)  # type: ignore[union-attr]
             raise
         if pos == 0:
             self._rolling_ts = largest_timestamp
-        if largest_timestamp > v.max_timestamp:
-            v.max_timestamp = largest_timestamp
-            v.offset_of_max_timestamp = offset_of_max_timestamp
-        if index_due:
-            self._bytes_since_last_index_entry = 0
-            self._index_room -= 1        # at most one entry each: recounted when it runs out
-            if self._index_room <= 0:
-                self._update_indexes_full()
         self._bytes_since_last_index_entry += n
         v.size = end
 
