@@ -38,7 +38,8 @@ class Runway:
     Shared state: alloc, populated, mapping, stopped, guarded by lock (LogSegment._lock and
     Log._lock may be held when it is taken; it takes no kstore lock, only FileOps calls).
     The writer reads alloc and populated without the lock: they only grow while the runway
-    lives, and only the writer (under Log._lock) stops it.
+    lives (except in unwrite, the writer's own undo of a failed append, which may cut them
+    back to the file's end), and only the writer (under Log._lock) stops it.
     """
 
     __slots__ = ("lock", "io", "fd", "mapping", "alloc", "populated", "stopped", "memory_fs",
