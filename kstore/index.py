@@ -15,6 +15,7 @@ until the view is released) but no longer track later appends.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from typing import Optional
@@ -23,7 +24,7 @@ import numpy as np
 
 from kstore import _core
 from kstore._scan import IndexCopy, extend_index_copy
-from kstore.errors import CorruptRecordError, KStoreStateError
+from kstore.errors import CorruptRecordError, KafkaStorageError, KStoreStateError
 from kstore.fileio import FileOps, get_file_ops
 
 OFFSET_DTYPE = _core.OFFSET_DTYPE
@@ -314,6 +315,21 @@ class AbstractIndex:
         finally:
             self._io.close(fd)
         self._allocated = new
+
+    def reserve_next(self) -> None:
+        """Reserve the blocks of the next entry (the append paths, when it starts a new 64 KiB
+        block; see _ensure_allocated). A full disk is raised as KafkaStorageError naming the
+        file; the segment's append then takes back what it wrote (segment.py, runway.unwrite)."""
+        if (self.state.entries + 1) * self.ENTRY_SIZE <= self._allocated:
+            return
+        with self._lock:
+            self._apply_pending()
+            try:
+                self._ensure_allocated((self._entries + 1) * self.ENTRY_SIZE, zero_fill=True)
+            except OSError as e:
+                err = KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} reserving "
+                                        f"the blocks of entry {self._entries} of {self.path}")
+                raise err from e
 
     def _write(self, position: int, data: bytes) -> None:
         self._apply_pending()

@@ -58,10 +58,8 @@ class OffsetIndex(AbstractIndex):
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(
                         f"Integer overflow for offset: {offset} ({self.path})")
-                end = (n + 1) * 8
-                if end > self._allocated:
-                    self._apply_pending()
-                    self._ensure_allocated(end, zero_fill=True)
+                if (n + 1) * 8 > self._allocated:
+                    self.reserve_next()      # (a full disk: KafkaStorageError naming the file)
                 _core.put_offset_entry(self._mapping(), n, rel, position)
                 st.entries = n + 1
                 self._last_offset = offset

@@ -49,6 +49,9 @@ class StoreReader:
         self._paths: dict[TopicPartition, str] = {}
         self._starts: dict[TopicPartition, int] = {}
         self._logs: dict[TopicPartition, Log] = {}
+        #: the (device, inode) of each open log's directory: a topic deleted and re-created
+        #: under the same path is a new log, never the old one's state (its log start)
+        self._idents: dict[TopicPartition, Optional[tuple[int, int]]] = {}
         self.refresh()
 
     def __enter__(self) -> "StoreReader":
@@ -82,10 +85,22 @@ class StoreReader:
             except (CheckpointError, OSError):
                 pass          # the segments' own base offsets still bound the start
         for tp in list(self._logs):
-            if paths.get(tp) != self._logs[tp].dir:
+            now_at = paths.get(tp)
+            if now_at != self._logs[tp].dir or self._ident(now_at) != self._idents.get(tp):
                 self._logs.pop(tp).close_handlers()
+                self._idents.pop(tp, None)
         self._paths = paths
         self._starts = starts
+
+    def _ident(self, path: Optional[str]) -> Optional[tuple[int, int]]:
+        """(device, inode) of a partition directory, None if it is gone."""
+        if path is None:
+            return None
+        try:
+            st = self._io.stat_path(path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
 
     def topics(self) -> list[str]:
         return sorted({t for t, _ in self._paths})
@@ -104,6 +119,7 @@ class StoreReader:
             if path is None:
                 raise UnknownTopicError(f"unknown topic partition {topic}-{partition} in {self.log_dirs}")
             self._io.check_dir(path)     # a symlinked partition dir would lead outside the store
+            self._idents[tp] = self._ident(path)
             lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
                           io=self._io)
             self._logs[tp] = lg

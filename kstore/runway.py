@@ -15,11 +15,16 @@ descriptor: the segment may then truncate, remap or close it.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import threading
 from typing import Callable, Optional
 
 from kstore._core import BatchBuilder, Mapping
+from kstore.errors import KafkaStorageError
 from kstore.fileio import FileOps
+
+log = logging.getLogger("kstore.runway")
 
 #: the largest step the runway grows by at once
 PREALLOCATE_CHUNK = 4 << 20
@@ -33,7 +38,8 @@ class Runway:
     Shared state: alloc, populated, mapping, stopped, guarded by lock (LogSegment._lock and
     Log._lock may be held when it is taken; it takes no kstore lock, only FileOps calls).
     The writer reads alloc and populated without the lock: they only grow while the runway
-    lives, and only the writer (under Log._lock) stops it.
+    lives (except in unwrite, the writer's own undo of a failed append, which may cut them
+    back to the file's end), and only the writer (under Log._lock) stops it.
     """
 
     __slots__ = ("lock", "io", "fd", "mapping", "alloc", "populated", "stopped", "memory_fs",
@@ -110,6 +116,27 @@ class Runway:
             self.io.map_write(self.mapping, pos, builder.getvalue())
         else:
             builder.copy_to(self.mapping, pos)
+
+    def unwrite(self, pos: int, n: int, error: BaseException) -> None:
+        """Undo a failed append of n bytes at pos (the writer, under Log._lock; the size was
+        not published): the bytes the file holds there are zeroed again, so neither a reopen's
+        recovery nor another process's reader finds the batch, and alloc is cut back to the
+        file's end where the failed pwrite was to grow the file (tmpfs), so no later copy lands
+        past it (SIGBUS). An OSError is raised again as KafkaStorageError naming the file (the
+        caller re-raises anything else). A failure of the undo itself is logged."""
+        try:
+            with self.lock:
+                have = self.io.size(self.fd)
+                self.alloc = min(self.alloc, max(have, pos))
+                self.populated = min(self.populated, self.alloc)
+                if have > pos:
+                    self.io.zero_fill(self.fd, pos, min(n, have - pos))
+        except OSError as e:
+            log.error("could not zero the failed append at %d in %s: %s", pos, self.path, e)
+        if isinstance(error, OSError) and not isinstance(error, KafkaStorageError):
+            raise KafkaStorageError(error.errno or errno.EIO,
+                                    f"{error.strerror or error} writing {n} bytes at {pos} "
+                                    f"of {self.path} (nothing of the append was kept)") from error
 
     def stop(self) -> None:
         """No growth runs or starts after this returns (the segment is about to truncate,

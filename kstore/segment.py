@@ -27,14 +27,13 @@ from kstore import _core, pretouch
 from kstore.config import LogConfig
 from kstore.errors import KStoreStateError, LogSegmentOffsetOverflowError
 from kstore.fileio import FileOps
-from kstore.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
-                          segment_file)
 from kstore.index import AbstractIndex
 from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
 from kstore.segment_recovery import SegmentRecovery
+from kstore.segment_files import SegmentFiles
 
 log = logging.getLogger("kstore.segment")
 
@@ -56,7 +55,7 @@ def _page_round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
 
 
-class LogSegment(SegmentReader):
+class LogSegment(SegmentFiles, SegmentReader):
     """A segment: the reads of SegmentReader, and append, roll, recover, truncate, flush, close."""
 
     def __init__(self, dir_: str, base_offset: int, config: LogConfig, *, io: FileOps, time,
@@ -204,33 +203,40 @@ class LogSegment(SegmentReader):
             raise LogSegmentOffsetOverflowError(
                 f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         end = pos + n
-        if n >= PWRITE_MIN_BYTES:
-            rw: Runway = self._runway  # type: ignore[assignment]
-            rw.write_large(builder, pos, n, self._ensure_capacity)
-            if (pt := pretouch.ACTIVE) is not None:
-                pt.submit(rw, end, n)       # grow the runway ahead in the background
-        else:
-            if end > self._runway.alloc:  # type: ignore[union-attr]
-                self._ensure_capacity(n)
-            # v.log_map is the writable mapping (make_active): no check on the hot path
-            if self._io.intercept_map_writes:
-                self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
-            else:
-                builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
-        if pos == 0:
-            self._rolling_ts = largest_timestamp
         if not v.max_ts_known:
             self.load_max_timestamp()
-        if largest_timestamp > v.max_timestamp:
-            v.max_timestamp = largest_timestamp
-            v.offset_of_max_timestamp = offset_of_max_timestamp
-        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            self.offset_index.append(largest_offset, pos)
-            self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
-            self._bytes_since_last_index_entry = 0
-            self._index_room -= 1        # at most one entry each: recounted when it runs out
-            if self._index_room <= 0:
-                self._update_indexes_full()
+        try:
+            if n >= PWRITE_MIN_BYTES:
+                rw: Runway = self._runway  # type: ignore[assignment]
+                rw.write_large(builder, pos, n, self._ensure_capacity)
+                if (pt := pretouch.ACTIVE) is not None:
+                    pt.submit(rw, end, n)       # grow the runway ahead in the background
+            else:
+                if end > self._runway.alloc:  # type: ignore[union-attr]
+                    self._ensure_capacity(n)
+                # v.log_map is the writable mapping (make_active): no check on the hot path
+                if self._io.intercept_map_writes:
+                    self._io.map_write(v.log_map, pos, builder.getvalue())  # type: ignore[arg-type]
+                else:
+                    builder.copy_to(v.log_map, pos)  # type: ignore[arg-type]
+            if largest_timestamp > v.max_timestamp:
+                v.max_timestamp = largest_timestamp
+                v.offset_of_max_timestamp = offset_of_max_timestamp
+            if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+                self.offset_index.append(largest_offset, pos)
+                self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+                self._index_room -= 1    # at most one entry each: recounted when it runs out
+                if self._index_room <= 0:
+                    self._update_indexes_full()
+        except BaseException as e:  # nothing of a failed append stays: entries, max time, bytes
+            for idx in (self.offset_index, self.time_index):
+                idx.truncate_to(builder.base_offset)
+            self._max_ts = None              # recounted from the batches that stay
+            self._runway.unwrite(pos, n, e)  # type: ignore[union-attr]
+            raise
+        if pos == 0:
+            self._rolling_ts = largest_timestamp
         self._bytes_since_last_index_entry += n
         v.size = end
 
@@ -550,35 +556,3 @@ class LogSegment(SegmentReader):
             if self._tidx is not None:
                 self._tidx.close_handler()
             self.closed = True
-
-    def _paths(self) -> list[str]:
-        txn = segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX, self._suffix)
-        return [self.log_path, self.offset_index_path, self.time_index_path, txn]
-
-    def change_file_suffixes(self, old: str, new: str) -> None:
-        """Rename every file of the segment from suffix `old` to `new` (e.g. '' → '.deleted')."""
-        self.settle_size()
-        with self._lock:
-            for path in self._paths():
-                if not path.endswith(old) and old:
-                    continue
-                target = (path[: len(path) - len(old)] if old else path) + new
-                if self._io.exists(path):
-                    self._io.rename(path, target)
-            self._suffix = self._suffix[: len(self._suffix) - len(old)] + new if old else self._suffix + new
-            self.log_path = segment_file(self.dir, self.base_offset, LOG_SUFFIX, self._suffix)
-            self.offset_index_path = segment_file(self.dir, self.base_offset, INDEX_SUFFIX, self._suffix)
-            self.time_index_path = segment_file(self.dir, self.base_offset, TIME_INDEX_SUFFIX, self._suffix)
-            if self._oidx is not None:
-                self._oidx.path = self.offset_index_path
-            if self._tidx is not None:
-                self._tidx.path = self.time_index_path
-
-    def delete(self) -> None:
-        """Unmap and unlink every file of the segment."""
-        self.close_handlers()
-        for path in self._paths():
-            try:
-                self._io.unlink(path)
-            except FileNotFoundError:
-                pass

@@ -72,10 +72,8 @@ class TimeIndex(AbstractIndex):
                 rel = offset - self.base_offset
                 if rel < 0 or rel > INT32_MAX:
                     raise IndexOffsetOverflowError(f"Integer overflow for offset: {offset} ({self.path})")
-                end = (n + 1) * 12
-                if end > self._allocated:
-                    self._apply_pending()
-                    self._ensure_allocated(end, zero_fill=True)
+                if (n + 1) * 12 > self._allocated:
+                    self.reserve_next()      # (a full disk: KafkaStorageError naming the file)
                 _core.put_time_entry(self._mapping(), n, timestamp, rel)
                 st.entries = n + 1
                 self._last_entry = (timestamp, offset)

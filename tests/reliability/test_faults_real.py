@@ -220,9 +220,9 @@ def test_efbig_under_rlimit_fsize(tmp_path):
 
 CYCLING_WRITER = """
     import time
-    path, seconds = sys.argv[1], float(sys.argv[2])
+    path, seconds, stop = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     t0 = time.monotonic()
-    while time.monotonic() < t0 + seconds:
+    while time.monotonic() < t0 + seconds and not os.path.exists(stop):
         try:
             m = kstore.LogManager(path, {"log.cleaner.enable": False, "log.segment.bytes": 64 * 1024,
                                          "log.index.size.max.bytes": 4096})
@@ -250,43 +250,98 @@ CYCLING_WRITER = """
 """
 
 
+class _Lines:
+    """A child's stdout read line by line with every wait bounded (select on the pipe)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.fd = proc.stdout.fileno()      # type: ignore[union-attr]
+        self.lines: list[str] = []
+        self._pending = b""
+
+    def _read(self, left: float) -> bool:
+        """One read of what is there (waiting at most left seconds); False at end of file."""
+        import select
+        if not select.select([self.fd], [], [], max(0.0, min(left, 1.0)))[0]:
+            return True
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            return False
+        *full, self._pending = (self._pending + chunk).split(b"\n")
+        self.lines.extend(x.decode() for x in full)
+        return True
+
+    def until(self, tags: tuple[str, ...], timeout: float, after: int = 0) -> int:
+        """Read until a line at index >= after starts with one of tags; its index."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i in range(after, len(self.lines)):
+                if self.lines[i].split(" ", 1)[0] in tags:
+                    return i
+            after = max(after, len(self.lines))
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._read(left):
+                raise AssertionError(f"the writer printed no {tags} line in {timeout:.0f} s "
+                                     f"(exit {self.proc.poll()}); output:\n" + "\n".join(self.lines[-20:]))
+
+    def rest(self, timeout: float) -> str:
+        """Everything up to end of file (bounded), as one string."""
+        deadline = time.monotonic() + timeout
+        while self._read(deadline - time.monotonic()):
+            if time.monotonic() > deadline:
+                raise AssertionError("HANG: the writer still wrote after the stop request")
+        return "\n".join(self.lines) + "\n" + self._pending.decode()
+
+
 def test_read_only_remount_under_a_running_writer(tmp_path):
     """A writer process opens the store, appends and closes it in a loop; the tmpfs is remounted
     read-only under it (Linux refuses while a file is open for writing, so the remount lands
     between two of its opens; it is retried until it does), then read-write again. The opens
     that meet the read-only filesystem fail with a kstore error naming EROFS, a StoreReader
-    reads every acknowledged record meanwhile, and afterwards nothing acknowledged is lost."""
+    reads every acknowledged record meanwhile, and afterwards nothing acknowledged is lost.
+    Each step waits on the writer's own output, never on time: the remount only after its first
+    acknowledged append (the store exists), read-write again only after it failed on the
+    read-only filesystem, and it is asked to stop (a file) only after it appended again."""
     mnt = str(tmp_path / "mnt")
+    stop = str(tmp_path / "stop")
     with tmpfs(mnt, "64m"):     # room for every append of the run: only EROFS may stop it
         path = os.path.join(mnt, "store")
         code = textwrap.dedent(COMMON) + textwrap.dedent(CYCLING_WRITER)
-        w = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code, path, "6"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        with open(tmp_path / "writer.err", "wb") as errf:
+            w = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code, path, "120", stop],
+                                 stdout=subprocess.PIPE, stderr=errf, env=ENV)
+        out = _Lines(w)
         remounted = False
         try:
-            time.sleep(1.0)
-            deadline = time.monotonic() + 4
+            out.until(("ACK",), 60)                   # the store exists and took an append
+            deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not remounted:
                 remounted = subprocess.run(["mount", "-o", "remount,ro", mnt],
                                            capture_output=True).returncode == 0
             if remounted:
-                time.sleep(0.5)
+                mark = len(out.lines)
+                out.until(("OPENFAIL", "FAIL", "CLOSEFAIL"), 30, mark)   # it met the read-only fs
                 reader = run("""
                     import sys, json, kstore
                     with kstore.StoreReader(sys.argv[1]) as r:
                         print("RECS", json.dumps([[x.offset, x.value == value(x.offset)] for x in r.log("t", 0)]))
                 """, path, pre=COMMON)
+                mark = len(out.lines)
                 subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)
-            out, err = w.communicate(timeout=60)
+                out.until(("ACK",), 60, mark)             # it appended again
+            open(stop, "w").close()
+            text = out.rest(60)
+            w.wait(timeout=60)
         finally:
             subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True)
             if w.poll() is None:
                 w.kill()
                 w.wait()
+        err = (tmp_path / "writer.err").read_text(errors="replace")
         if not remounted:
             pytest.skip("the writer always had a file open for writing: the remount never landed")
         assert w.returncode == 0, f"KILLED or failed: writer exit {w.returncode}\n{err[-4000:]}"
-        lines = parse(out)
+        lines = parse(text)
         acked = acked_of(lines)
         COUNTS["faults"] += 1
         COUNTS["records_acked"] += len(acked)
@@ -297,6 +352,7 @@ def test_read_only_remount_under_a_running_writer(tmp_path):
                 f"UNEXPECTED EXCEPTION: a read-only filesystem raised {p[1]} {p[2]} {json.loads(p[3])}"
             assert p[2] == str(errno.EROFS) or os.strerror(errno.EROFS) in json.loads(p[3]), p
         before = acked_of(lines[:lines.index(fails[0])])       # acknowledged before the remount
+        assert before, "no append was acknowledged before the remount"
         check_all_acked(json.loads(failure_of(reader, "RECS")[1]), before)
         assert lines[-1] == ["STOP"]
         assert any(p[0] == "ACK" for p in lines[lines.index(fails[-1]):]), \
