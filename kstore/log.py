@@ -134,13 +134,19 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             return
         with self._lock:
             segs = self._ro_refresh.scan(self._segments, lambda: LogLoader(
-                self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail)
+                self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail,
+                self._forget_log_start)
             if segs is not self._segments:
                 self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
+
+    def _forget_log_start(self) -> None:
+        """The partition was deleted and re-created between two refreshes: a new log, which
+        starts where its own segments (or its checkpoint) say, not where the old one did."""
+        self._log_start_offset = 0
 
     def refresh_tail(self, base: int, size: int) -> bool:
         """A read-only log's waiter just woken by the writer (notify.py), the page's list stamp

@@ -106,9 +106,19 @@ class ReadOnlyRefresh:
 
     def __init__(self, io: FileOps, path: str) -> None:
         self.watch = DirWatch(io, path)
+        self._identity: Optional[tuple[int, int]] = None   # the directory's (device, inode)
+
+    def recreated(self, before: tuple[Stamp, int]) -> bool:
+        """Whether the listing started at `before` is of another directory than the last one
+        (the topic deleted and re-created under the same path between two refreshes): a new
+        log, whose log start is its own, not the old incarnation's."""
+        identity = (before[0][0], before[0][1])
+        old, self._identity = self._identity, identity
+        return old is not None and old != identity
 
     def scan(self, old: LogSegments, make_loader: Callable[[], LogLoader],
-             tail: Optional[tuple[int, int]] = None) -> LogSegments:
+             tail: Optional[tuple[int, int]] = None,
+             on_recreated: Optional[Callable[[], None]] = None) -> LogSegments:
         """The log's segments now: old itself when the directory cannot have changed and its
         last segment is still the file validated (validated on, for new batches), else a full
         scan (LogLoader.scan_read_only, retried while the directory changes under it).
@@ -117,7 +127,9 @@ class ReadOnlyRefresh:
         is the one read before the listing of old (notify.LogNotifier.catch_up): the writer
         changed nothing but the active segment's data since, so when that is old's last segment
         the new bytes up to the size are validated through its kept descriptor
-        (ReadOnlySegment.extend_tail), without a stat; anything else takes the path above."""
+        (ReadOnlySegment.extend_tail), without a stat; anything else takes the path above.
+        on_recreated: called (under the caller's lock) when the listing finds another directory
+        at the path than the last listing did."""
         if tail is not None and self.extend(old, tail[0], tail[1]):
             return old
         if len(old) and self.watch.unchanged():
@@ -134,6 +146,8 @@ class ReadOnlyRefresh:
             before = self.watch.before_listing()
             segs = loader.scan_read_only(old, functools.partial(self.watch.settled, before))
             if segs is not None:
+                if self.recreated(before) and on_recreated is not None:
+                    on_recreated()
                 self.watch.listed(before)
                 self._release_kept(old, segs)
                 return LogSegments(segs)
