@@ -260,3 +260,36 @@ def test_threads_reading_columns_beside_appends_rolls_and_truncations(tmp_path, 
     offs, vals = _read_all(lg)
     assert offs == list(range(13_000)) and vals[12_345] == b"a" * 100 + b"0012345"
     mgr.close()
+
+
+@pytest.mark.parametrize("field", ["length", "magic", "crc", "base_offset", "last_delta"])
+def test_a_corrupt_header_in_a_rolled_segment_raises_naming_file_and_position(tmp_path, field):
+    """Batch 1000 of the rolled segment [0, 1000] with a header field rewritten (its length past
+    the segment, an unknown magic, a wrong stored CRC, a base offset below the previous batch's
+    last, a last offset delta the CRC no longer matches): a StoreReader's columnar read (the
+    Spark path) yields only the exact rows before it, if any, then raises CorruptRecordError
+    naming the segment file and the batch's position; never other rows."""
+    store, mgr, lg = _store_with(tmp_path, b"a")
+    seg = lg.segments[0]
+    assert [s.base_offset for s in lg.segments] == [0, 2000]
+    pos = _core.batch_headers(seg.mapping(), 0, seg.size)[1][0]
+    mgr.close()
+    at, data = {"length": (8, struct.pack(">i", 1 << 30)), "magic": (16, b"\x07"),
+                "crc": (17, b"\x00\x00\x00\x00"), "base_offset": (0, struct.pack(">q", 500)),
+                "last_delta": (23, struct.pack(">i", 998))}[field]
+    fd = os.open(seg.log_path, os.O_RDWR)
+    try:
+        os.pwrite(fd, data, pos + at)
+    finally:
+        os.close(fd)
+    offs: list = []
+    vals: list = []
+    with kstore.StoreReader(store) as r:
+        lg_ro = r.log("t", 0)
+        with pytest.raises(CorruptRecordError) as e:
+            for b in iter_batches(lg_ro, "t", 0, 0, NO_LIMIT):
+                offs += b.column("offset").to_pylist()
+                vals += b.column("value").to_pylist()
+    assert e.value.position == pos and os.path.basename(seg.log_path) in str(e.value)
+    assert offs == list(range(len(offs))) and len(offs) in (0, 1000)
+    assert vals == [b"a" * 100 + b"%07d" % o for o in offs]
