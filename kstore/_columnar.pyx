@@ -13,8 +13,8 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record
-from kstore._decode cimport (decode_legacy, decompress_value, usable_batch, new_table, table_add,
-                             BatchRecords)
+from kstore._decode cimport (decode_legacy, decompress_value, usable_with, remember_min_bytes,
+                             new_table, table_add, BatchRecords)
 
 import numpy as np
 
@@ -278,7 +278,7 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                   int64_t base_offset, int64_t base_ts, int64_t max_ts, int64_t last_delta,
                   int32_t count, bint lat, int64_t min_offset, int64_t stop_offset,
                   Py_ssize_t max_records, Py_ssize_t max_data, int64_t* next_offset,
-                  const char** why, BatchRecords* t=NULL) noexcept nogil:
+                  const char** why, BatchRecords* t) noexcept nogil:
     """Decode one v2 batch's records region p[pos:end) into c (see decode_columns); offset
     deltas must increase within the batch's last offset delta, as in _decode. t: a record table
     to fill as the records are validated (complete only when C_DONE is returned and min_offset
@@ -363,11 +363,9 @@ cdef int _offset_run(Columns c, BatchHeader* h, int64_t min_offset, int64_t stop
 
 
 cdef inline void _mark_verified(Mapping m, Py_ssize_t pos, BatchHeader* h) noexcept:
-    """The batch at pos (its CRC just verified): mark the table remembered for it, if any."""
-    cdef BatchRecords* t
-    if h.magic != 2 or not usable_batch(m, h):
-        return
-    t = <BatchRecords*>m.remembered(pos)
+    """The batch at pos (its CRC just verified, a table remembered for it when it was looked
+    up): mark that table verified, if it is still there."""
+    cdef BatchRecords* t = <BatchRecords*>m.remembered(pos)
     if t != NULL and t.header.size == h.size and t.header.base_offset == h.base_offset:
         t.crc_ok = True
 
@@ -404,7 +402,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
     cdef const uint8_t* vp
     cdef BatchRecords* tab
     cdef Py_ssize_t tab_bytes
-    cdef bint known, build
+    cdef bint known, build, had
+    cdef Py_ssize_t min_bytes = remember_min_bytes()
     if pos < 0 or end > m.length or pos > end:
         raise ValueError("decode range outside mapping")
     if max_records <= 0 or max_data <= 0:
@@ -430,11 +429,12 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
             # per mapping, as _decode's record path does: the table remembered for it says so.
             # A whole-batch decode here builds that table as it validates the records.
             tab = NULL
-            known = build = False
-            if h.magic == 2 and usable_batch(m, &h):
+            known = build = had = False
+            if usable_with(m, &h, min_bytes):
                 tab = <BatchRecords*>m.remembered(pos)
-                build = tab == NULL and min_offset <= h.base_offset and not cols.offsets_only
-                known = tab != NULL and tab.crc_ok and tab.header.size == h.size \
+                had = tab != NULL
+                build = not had and min_offset <= h.base_offset and not cols.offsets_only
+                known = had and tab.crc_ok and tab.header.size == h.size \
                     and tab.header.base_offset == h.base_offset
                 tab = NULL      # not used past Python code (see Mapping.remembered)
             if verify_crc and not known:
@@ -442,7 +442,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                     ok = crc_ok(p, pos, &h, &s, &c)
                 if not ok:
                     raise corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
-                _mark_verified(m, pos, &h)
+                if had:
+                    _mark_verified(m, pos, &h)
             if h.magic == 2:
                 if h.attrs & CONTROL_BIT:
                     pos += h.size
@@ -485,7 +486,7 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                                      h.max_timestamp, h.last_offset - h.base_offset, h.count,
                                      (h.attrs & TS_TYPE_BIT) != 0,
                                      min_offset, stop_offset, max_records, max_data,
-                                     &next_offset, &why)
+                                     &next_offset, &why, NULL)
                 if r == C_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
                 if r == C_NOMEM:

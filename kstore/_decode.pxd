@@ -3,7 +3,7 @@
 from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t
 from libc.stdlib cimport malloc
 
-from kstore._format cimport BatchHeader
+from kstore._format cimport BatchHeader, CODEC_MASK
 from kstore._mapping cimport Mapping
 
 cdef enum:
@@ -27,8 +27,14 @@ cdef struct BatchRecords:
     RecordGroup* groups      # ngroups entries, in the same allocation
 
 # A batch whose records a table may index: an uncompressed, non-empty v2 batch read from a
-# mapping, at least REMEMBER_MIN_BYTES long (remembering it beats verifying it again).
+# mapping, at least min_bytes long (remembering it beats verifying it again). usable_batch:
+# with REMEMBER_MIN_BYTES (set_remember_min_bytes), which remember_min_bytes() returns (a
+# caller testing many batches reads it once and tests them inline with usable_with).
+cdef inline bint usable_with(Mapping m, BatchHeader* h, Py_ssize_t min_bytes) noexcept:
+    return h.size >= min_bytes and h.magic == 2 and (h.attrs & CODEC_MASK) == 0 \
+        and h.count > 0 and m is not None
 cdef bint usable_batch(Mapping m, BatchHeader* h) noexcept
+cdef Py_ssize_t remember_min_bytes() noexcept
 
 
 cdef inline BatchRecords* new_table(BatchHeader* h, Py_ssize_t* nbytes) noexcept:

@@ -77,10 +77,11 @@ cdef bint _walk(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, BatchRecords* 
 
 
 cdef bint usable_batch(Mapping m, BatchHeader* h) noexcept:
-    """A batch whose records a table may index: an uncompressed, non-empty v2 batch read from a
-    mapping, large enough that remembering it beats verifying it again."""
-    return m is not None and h.magic == 2 and (h.attrs & CODEC_MASK) == 0 and h.count > 0 \
-        and h.size >= REMEMBER_MIN_BYTES
+    return usable_with(m, h, REMEMBER_MIN_BYTES)
+
+
+cdef Py_ssize_t remember_min_bytes() noexcept:
+    return REMEMBER_MIN_BYTES
 
 
 cdef BatchRecords* batch_records(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
