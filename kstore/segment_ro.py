@@ -367,6 +367,9 @@ class ReadOnlySegment(LogSegment):
         if size < 26 or pos + size >= flen:
             return None
         nxt = self._io.pread(fd, min(64 << 10, flen - pos - size), pos + size)
+        need = int.from_bytes(nxt[8:12], "big", signed=True) + 12 if len(nxt) >= 12 else 0
+        if len(nxt) < need <= flen - pos - size:     # a next batch past the window: read it whole
+            nxt = self._io.pread(fd, need, pos + size)
         if not _core.validate_batches(nxt, self.base_offset, -1)[0]:
             return None
         again = self._io.pread(fd, size, pos)           # a batch being copied in is whole by now

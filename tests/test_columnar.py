@@ -293,3 +293,26 @@ def test_a_corrupt_header_in_a_rolled_segment_raises_naming_file_and_position(tm
     assert e.value.position == pos and os.path.basename(seg.log_path) in str(e.value)
     assert offs == list(range(len(offs))) and len(offs) in (0, 1000)
     assert vals == [b"a" * 100 + b"%07d" % o for o in offs]
+
+
+def test_a_corrupt_big_batch_followed_by_valid_ones_in_the_last_segment_raises(tmp_path):
+    """Batch 1000 of three ~127 KB batches in the active segment has a wrong CRC and a valid
+    batch follows it (longer than the 64 KiB first look): corruption, not a batch still being
+    written. A StoreReader's columnar read returns the exact rows before it, then raises
+    CorruptRecordError naming file and position (it used to end the log there silently)."""
+    store = str(tmp_path / "store")
+    mgr = kstore.LogManager(store, {"log.segment.bytes": 64 << 20})
+    mgr.create_topic("t", 1)
+    lg = mgr.log("t", 0)
+    _append(lg, 0, [1000, 1000, 1000], b"a")
+    lg.flush()
+    pos, path = _corrupt_crc_at(lg, 1000)
+    offs: list = []
+    with kstore.StoreReader(store) as r:
+        with pytest.raises(CorruptRecordError, match="CRC mismatch") as e:
+            for b in iter_batches(r.log("t", 0), "t", 0, 0, NO_LIMIT):
+                offs += b.column("offset").to_pylist()
+                assert b.column("value").to_pylist()[-1] == b"a" * 100 + b"%07d" % offs[-1]
+    assert e.value.position == pos and os.path.basename(path) in str(e.value)
+    assert offs == list(range(len(offs))) and len(offs) in (0, 1000)
+    mgr.close()
