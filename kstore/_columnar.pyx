@@ -13,7 +13,8 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from kstore._format cimport *
 from kstore._mapping cimport Mapping
 from kstore._record cimport Record
-from kstore._decode cimport decode_legacy, decompress_value
+from kstore._decode cimport (decode_legacy, decompress_value, usable_with, remember_min_bytes,
+                             new_table, table_add, BatchRecords)
 
 import numpy as np
 
@@ -277,9 +278,12 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                   int64_t base_offset, int64_t base_ts, int64_t max_ts, int64_t last_delta,
                   int32_t count, bint lat, int64_t min_offset, int64_t stop_offset,
                   Py_ssize_t max_records, Py_ssize_t max_data, int64_t* next_offset,
-                  const char** why) noexcept nogil:
+                  const char** why, BatchRecords* t) noexcept nogil:
     """Decode one v2 batch's records region p[pos:end) into c (see decode_columns); offset
-    deltas must increase within the batch's last offset delta, as in _decode."""
+    deltas must increase within the batch's last offset delta, as in _decode. t: a record table
+    to fill as the records are validated (complete only when C_DONE is returned and min_offset
+    is at most the batch's base offset)."""
+    cdef Py_ssize_t start = pos - V2_OVERHEAD
     cdef int32_t i
     cdef int64_t hcount, hk, hv, j, offset
     cdef Py_ssize_t q, kq, vq
@@ -323,6 +327,8 @@ cdef int _cols_v2(Columns c, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
         if q != f.end:
             why[0] = "a record has unexpected bytes after its headers"
             return C_CORRUPT
+        if t != NULL:
+            table_add(t, i, pos - start, f.off_delta, base_ts + f.ts_delta)
         pos = f.end
     if pos != end:
         why[0] = "bytes remain after the batch's records"
@@ -356,6 +362,14 @@ cdef int _offset_run(Columns c, BatchHeader* h, int64_t min_offset, int64_t stop
     return C_DONE
 
 
+cdef inline void _mark_verified(Mapping m, Py_ssize_t pos, BatchHeader* h) noexcept:
+    """The batch at pos (its CRC just verified, a table remembered for it when it was looked
+    up): mark that table verified, if it is still there."""
+    cdef BatchRecords* t = <BatchRecords*>m.remembered(pos)
+    if t != NULL and t.header.size == h.size and t.header.base_offset == h.base_offset:
+        t.crc_ok = True
+
+
 def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset,
                    int64_t stop_offset, Columns cols, Py_ssize_t max_records=NO_LIMIT,
                    Py_ssize_t max_data=NO_LIMIT, bint verify_crc=True):
@@ -365,7 +379,9 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
 
     Returns (position, next_offset, status), status a ColumnsStatus: END (the range is consumed;
     position is end), LIMIT (resume with min_offset=next_offset at position) or STOP
-    (stop_offset reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified first.
+    (stop_offset reached). Uncompressed v2 batches are decoded without the GIL; CRCs are verified
+    first, once per mapping for batches that get a record table (see _decode: a whole-batch
+    decode here builds it, and _decode's record path uses it), on every read for the others.
     An offsets-only cols (Columns.offsets_only) takes a v2 batch whose record count equals its
     offset span from the header (count and offsets checked, CRC verified, records not parsed),
     so a query that needs no record data never decompresses or walks such batches.
@@ -384,6 +400,10 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
     cdef const uint8_t[::1] mv
     cdef const uint8_t* kp
     cdef const uint8_t* vp
+    cdef BatchRecords* tab
+    cdef Py_ssize_t tab_bytes
+    cdef bint known, build, had
+    cdef Py_ssize_t min_bytes = remember_min_bytes()
     if pos < 0 or end > m.length or pos > end:
         raise ValueError("decode range outside mapping")
     if max_records <= 0 or max_data <= 0:
@@ -405,11 +425,25 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 continue
             if h.magic == 2 and h.base_offset >= stop_offset:
                 return (pos, h.base_offset, ColumnsStatus.STOP)
-            if verify_crc:
+            # A batch large enough for a record table (usable_batch) has its CRC verified once
+            # per mapping, as _decode's record path does: the table remembered for it says so.
+            # A whole-batch decode here builds that table as it validates the records.
+            tab = NULL
+            known = build = had = False
+            if usable_with(m, &h, min_bytes):
+                tab = <BatchRecords*>m.remembered(pos)
+                had = tab != NULL
+                build = not had and min_offset <= h.base_offset and not cols.offsets_only
+                known = had and tab.crc_ok and tab.header.size == h.size \
+                    and tab.header.base_offset == h.base_offset
+                tab = NULL      # not used past Python code (see Mapping.remembered)
+            if verify_crc and not known:
                 with nogil:
                     ok = crc_ok(p, pos, &h, &s, &c)
                 if not ok:
                     raise corrupt(f"CRC mismatch (stored {s:#010x}, computed {c:#010x})", pos)
+                if had:
+                    _mark_verified(m, pos, &h)
             if h.magic == 2:
                 if h.attrs & CONTROL_BIT:
                     pos += h.size
@@ -426,12 +460,22 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                     # records than offsets) goes the record-by-record way below
                     r = _offset_run(cols, &h, min_offset, stop_offset, max_records, &next_offset)
                 elif codec == 0:
+                    if build:
+                        tab = new_table(&h, &tab_bytes)
                     with nogil:
                         r = _cols_v2(cols, p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
                                      h.base_timestamp, h.max_timestamp,
                                      h.last_offset - h.base_offset, h.count,
                                      (h.attrs & TS_TYPE_BIT) != 0, min_offset, stop_offset,
-                                     max_records, max_data, &next_offset, &why)
+                                     max_records, max_data, &next_offset, &why, tab)
+                    if tab != NULL:
+                        if r == C_DONE:
+                            tab.crc_ok = verify_crc
+                            if not m.remember(pos, tab, tab_bytes):
+                                free(tab)
+                        else:
+                            free(tab)
+                        tab = NULL
                 else:
                     inner = decompress_value(codec, p + pos + V2_OVERHEAD, h.size - V2_OVERHEAD, pos)
                     mv = inner
@@ -442,7 +486,7 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                                      h.max_timestamp, h.last_offset - h.base_offset, h.count,
                                      (h.attrs & TS_TYPE_BIT) != 0,
                                      min_offset, stop_offset, max_records, max_data,
-                                     &next_offset, &why)
+                                     &next_offset, &why, NULL)
                 if r == C_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
                 if r == C_NOMEM:

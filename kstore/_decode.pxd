@@ -1,8 +1,9 @@
 # cython: language_level=3
 """Record decoding for the other extension modules (kstore/_decode.pyx)."""
 from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t
+from libc.stdlib cimport malloc
 
-from kstore._format cimport BatchHeader
+from kstore._format cimport BatchHeader, CODEC_MASK
 from kstore._mapping cimport Mapping
 
 cdef enum:
@@ -24,6 +25,49 @@ cdef struct BatchRecords:
     bint crc_ok              # the CRC was verified (a table built with verify_crc=False is not)
     bint dense               # offset delta == index for every record (no compaction gaps)
     RecordGroup* groups      # ngroups entries, in the same allocation
+
+# A batch whose records a table may index: an uncompressed, non-empty v2 batch read from a
+# mapping, at least min_bytes long (remembering it beats verifying it again). usable_batch:
+# with REMEMBER_MIN_BYTES (set_remember_min_bytes), which remember_min_bytes() returns (a
+# caller testing many batches reads it once and tests them inline with usable_with).
+cdef inline bint usable_with(Mapping m, BatchHeader* h, Py_ssize_t min_bytes) noexcept:
+    return h.size >= min_bytes and h.magic == 2 and (h.attrs & CODEC_MASK) == 0 \
+        and h.count > 0 and m is not None
+cdef bint usable_batch(Mapping m, BatchHeader* h) noexcept
+cdef Py_ssize_t remember_min_bytes() noexcept
+
+
+cdef inline BatchRecords* new_table(BatchHeader* h, Py_ssize_t* nbytes) noexcept:
+    """An empty table for the batch h (nbytes: its size), not verified; NULL without memory.
+    Filled by table_add, record by record, by a walk that validates as a full decode does
+    (_decode's _walk, its decode path, _columnar's decode)."""
+    cdef Py_ssize_t ngroups = (h.count + GROUP_SIZE - 1) >> GROUP_SHIFT
+    cdef BatchRecords* t
+    nbytes[0] = sizeof(BatchRecords) + ngroups * sizeof(RecordGroup)
+    t = <BatchRecords*>malloc(nbytes[0])
+    if t == NULL:
+        return NULL
+    t.header = h[0]
+    t.ngroups = <int32_t>ngroups
+    t.crc_ok = False
+    t.dense = True
+    t.groups = <RecordGroup*>(<char*>t + sizeof(BatchRecords))
+    return t
+
+
+cdef inline void table_add(BatchRecords* t, int32_t i, Py_ssize_t rpos, int64_t off_delta,
+                           int64_t ts) noexcept nogil:
+    """Record i (validated) at rpos into t: called for i = 0, 1, ... count - 1 in order."""
+    cdef RecordGroup* g = &t.groups[i >> GROUP_SHIFT]
+    if (i & (GROUP_SIZE - 1)) == 0:
+        g.rpos = <uint32_t>rpos
+        g.off_delta = <int32_t>off_delta
+        g.run_max_ts = ts if i == 0 or ts > t.groups[(i >> GROUP_SHIFT) - 1].run_max_ts \
+            else t.groups[(i >> GROUP_SHIFT) - 1].run_max_ts
+    elif ts > g.run_max_ts:
+        g.run_max_ts = ts
+    if off_delta != i:
+        t.dense = False
 
 # Decode the records of the batch at p[pos:] (header parsed into h) with offset >= min_offset
 # into out, at most max_records; CRC first if verify_crc; control batches only with

@@ -47,36 +47,6 @@ def set_remember_min_bytes(Py_ssize_t n):
     return old
 
 
-cdef inline void _table_add(BatchRecords* t, int32_t i, Py_ssize_t rpos, int64_t off_delta,
-                            int64_t ts) noexcept:
-    """Record i (validated) at rpos into t: called for i = 0, 1, ... count - 1 in order."""
-    cdef RecordGroup* g = &t.groups[i >> GROUP_SHIFT]
-    if (i & (GROUP_SIZE - 1)) == 0:
-        g.rpos = <uint32_t>rpos
-        g.off_delta = <int32_t>off_delta
-        g.run_max_ts = ts if i == 0 or ts > t.groups[(i >> GROUP_SHIFT) - 1].run_max_ts \
-            else t.groups[(i >> GROUP_SHIFT) - 1].run_max_ts
-    elif ts > g.run_max_ts:
-        g.run_max_ts = ts
-    if off_delta != i:
-        t.dense = False
-
-
-cdef BatchRecords* _new_table(BatchHeader* h, Py_ssize_t* nbytes) noexcept:
-    cdef Py_ssize_t ngroups = (h.count + GROUP_SIZE - 1) >> GROUP_SHIFT
-    cdef BatchRecords* t
-    nbytes[0] = sizeof(BatchRecords) + ngroups * sizeof(RecordGroup)
-    t = <BatchRecords*>malloc(nbytes[0])
-    if t == NULL:
-        return NULL
-    t.header = h[0]
-    t.ngroups = <int32_t>ngroups
-    t.crc_ok = False
-    t.dense = True
-    t.groups = <RecordGroup*>(<char*>t + sizeof(BatchRecords))
-    return t
-
-
 cdef bint _walk(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, BatchRecords* t) noexcept:
     """Validate every record of the uncompressed v2 batch at pos as a full decode does (except
     that header keys are UTF-8, checked when a record is decoded), filling t if t is not NULL.
@@ -101,22 +71,23 @@ cdef bint _walk(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, BatchRecords* 
         if hq != f.end:
             return False
         if t != NULL:
-            _table_add(t, i, q - pos, f.off_delta, h.base_timestamp + f.ts_delta)
+            table_add(t, i, q - pos, f.off_delta, h.base_timestamp + f.ts_delta)
         q = f.end
     return q == end
 
 
-cdef bint _usable(Mapping m, BatchHeader* h) noexcept:
-    """A batch whose records a table may index: an uncompressed, non-empty v2 batch read from a
-    mapping, large enough that remembering it beats verifying it again."""
-    return m is not None and h.magic == 2 and (h.attrs & CODEC_MASK) == 0 and h.count > 0 \
-        and h.size >= REMEMBER_MIN_BYTES
+cdef bint usable_batch(Mapping m, BatchHeader* h) noexcept:
+    return usable_with(m, h, REMEMBER_MIN_BYTES)
+
+
+cdef Py_ssize_t remember_min_bytes() noexcept:
+    return REMEMBER_MIN_BYTES
 
 
 cdef BatchRecords* batch_records(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
                                  bint verify_crc, bint* owned) except? NULL:
-    """The record table of the batch at pos (see _usable): remembered, or verified (CRC first if
-    verify_crc, raising on a mismatch), walked and remembered now. NULL when the batch's records
+    """The record table of the batch at pos (see usable_batch): remembered, or verified (CRC
+    first if verify_crc, raising on a mismatch), walked and remembered now. NULL when the batch's records
     are malformed (the caller decodes, which raises where the fault is) or memory is short.
     owned: the caller must free the table (the mapping did not take it)."""
     cdef BatchRecords* t = <BatchRecords*>m.remembered(pos)
@@ -129,7 +100,7 @@ cdef BatchRecords* batch_records(Mapping m, const uint8_t* p, Py_ssize_t pos, Ba
         return t
     if verify_crc:
         require_crc(p, pos, h)
-    t = _new_table(h, &nbytes)
+    t = new_table(h, &nbytes)
     if t == NULL:
         return NULL
     if not _walk(p, pos, h, t):
@@ -250,7 +221,7 @@ cdef int batch_offset_for_timestamp(Mapping m, const uint8_t* p, Py_ssize_t pos,
     cdef int r
     if h.magic != 2 or (h.attrs & CODEC_MASK) != 0 or (h.attrs & CONTROL_BIT):
         return -1
-    if _usable(m, h):
+    if usable_batch(m, h):
         t = batch_records(m, p, pos, h, verify_crc, &owned)
         if t == NULL:
             return -1
@@ -295,7 +266,7 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
                           f"{prev_delta}, last offset delta {last_delta}", err_pos)
         prev_delta = f.off_delta
         if table != NULL:
-            _table_add(table, i, pos - err_pos, f.off_delta, base_ts + f.ts_delta)
+            table_add(table, i, pos - err_pos, f.off_delta, base_ts + f.ts_delta)
         if base_offset + f.off_delta < min_offset:
             pos = f.end
             continue
@@ -437,8 +408,8 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
 cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
                                    int64_t min_offset, Py_ssize_t max_records, list out,
                                    bint verify_crc) except -2:
-    """decode_batch for a batch with a record table (see _usable): a whole-batch decode builds
-    the table as it validates; a partial one starts at its record. -1: decode it the usual way
+    """decode_batch for a batch with a record table (see usable_batch): a whole-batch decode
+    builds the table as it validates; a partial one starts at its record. -1: decode it the usual way
     (malformed records, no memory)."""
     cdef BatchRecords* t = <BatchRecords*>m.remembered(pos)
     cdef Py_ssize_t nbytes, n, q
@@ -448,7 +419,7 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
             min_offset <= h.base_offset and max_records >= h.count:
         if verify_crc:
             require_crc(p, pos, h)
-        t = _new_table(h, &nbytes)
+        t = new_table(h, &nbytes)
         if t == NULL:
             return -1
         try:
@@ -494,7 +465,7 @@ cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, Bat
     cdef int codec
     cdef const uint8_t* rp
     cdef Py_ssize_t n
-    if _usable(m, h) and (include_control or not (h.attrs & CONTROL_BIT)):
+    if usable_batch(m, h) and (include_control or not (h.attrs & CONTROL_BIT)):
         n = _decode_remembered(m, p, pos, h, min_offset, max_records, out, verify_crc)
         if n >= 0:
             return n

@@ -92,8 +92,11 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
           belongs to one read, so its StoreReader and ColumnsPool take no lock)
           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
           the crash harness's, while a removal runs)
-  no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are built, looked
-          up, evicted and freed under the GIL, never released in between; freed at unmap
+  no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are looked up,
+          published, evicted and freed under the GIL; a table the columnar decode fills while
+          the GIL is released is private to that call until published (Mapping.remember, which
+          refuses a second table for a batch); a looked-up table is not used past Python code;
+          freed at unmap
   no lock: a log dir's store identity (.kstore-id, spark/deploy.py): published once by
           link(2), which never replaces, so racing drivers agree on the first one linked; read
           by Spark tasks without a lock; no in-process state or cache

@@ -342,6 +342,9 @@ class ReadOnlySegment(LogSegment):
         if end <= pos:
             return None
         data = self._io.pread(fd, min(64 << 10, end - pos), pos)
+        size = int.from_bytes(data[8:12], "big", signed=True) + 12 if len(data) >= 12 else 0
+        if len(data) < size <= end - pos:     # the batch whole, so its fault is named right
+            data = self._io.pread(fd, size, pos)
         if _core.validate_batches(data, self.base_offset, last)[0]:
             raise SegmentGoneError(f"segment {self.log_path} changed while it was read")
         if data.count(0) == len(data):
@@ -367,6 +370,9 @@ class ReadOnlySegment(LogSegment):
         if size < 26 or pos + size >= flen:
             return None
         nxt = self._io.pread(fd, min(64 << 10, flen - pos - size), pos + size)
+        need = int.from_bytes(nxt[8:12], "big", signed=True) + 12 if len(nxt) >= 12 else 0
+        if len(nxt) < need <= flen - pos - size:     # a next batch past the window: read it whole
+            nxt = self._io.pread(fd, need, pos + size)
         if not _core.validate_batches(nxt, self.base_offset, -1)[0]:
             return None
         again = self._io.pread(fd, size, pos)           # a batch being copied in is whole by now
