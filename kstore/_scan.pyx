@@ -158,6 +158,30 @@ def batch_headers(Mapping m, Py_ssize_t start, Py_ssize_t end):
     return out
 
 
+def epoch_starts(Mapping m, Py_ssize_t start, Py_ssize_t end):
+    """[(epoch, base_offset)] of the v2 batches in [start, end) whose partition leader epoch is
+    >= 0 and above every earlier one's there: what Kafka's LogSegment.recover assigns to the
+    leader epoch cache (the caller skips those not above the cache's latest). Stops at the
+    first malformed batch (recovery calls it on the valid bytes only)."""
+    cdef const uint8_t* p
+    cdef BatchHeader h
+    cdef const char* why
+    cdef Py_ssize_t pos = start
+    cdef int32_t epoch, top = -1
+    cdef list out = []
+    if start < 0 or end > m.length or start > end:
+        raise ValueError("scan range outside mapping")
+    p = m.ptr()
+    while parse_header(p, pos, end, &h, &why) == H_OK:
+        if h.magic == 2:
+            epoch = <int32_t>ld32(p + pos + 12)
+            if epoch > top:
+                out.append((epoch, h.base_offset))
+                top = epoch
+        pos += h.size
+    return out
+
+
 cdef bint _all_zero(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     """Whether the n bytes at p are all zero: 64 bytes a step (the preallocated tail after a
     crash is megabytes; a byte loop took ~1 ms per MiB)."""

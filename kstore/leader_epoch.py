@@ -210,6 +210,7 @@ class LeaderEpochs:
     _truncations: int
     _closed: bool
     _epochs: Optional[LeaderEpochFileCache] = None   # writable logs only
+    recovery_report: list                # the segments this open recovered (SegmentRecovery)
     _config: Any
     _epoch = -1                        # the epoch appends carry
     _epoch_stale = False               # a truncation removed its entry: the next append adds it
@@ -217,7 +218,8 @@ class LeaderEpochs:
 
     def _load_epochs(self) -> None:
         """A writable open, after its segments loaded: the cache read and fitted to the log
-        (UnifiedLog's constructor: truncateFromEnd(log end), truncateFromStart(log start)),
+        (the epochs of the batches recovery validated assigned first, as LogSegment.recover does,
+        then UnifiedLog's constructor: truncateFromEnd(log end), truncateFromStart(log start)),
         epoch 0 from the log end for a partition with none, the file written if that changed it.
         Message format v0/v1 has no leader epochs: no cache, and a file left is deleted (Kafka's
         maybeCreateLeaderEpochCache)."""
@@ -227,6 +229,10 @@ class LeaderEpochs:
                 self._io.unlink(path)
             return
         cache = LeaderEpochFileCache.load(self.dir, self._io)
+        for report in self.recovery_report:    # Kafka's LogSegment.recover, segment by segment
+            for epoch, start in report.epochs:
+                if epoch > cache.latest_epoch:
+                    cache.assign(epoch, start)
         cache.truncate_from_end(self._leo)
         cache.truncate_from_start(self._log_start_offset)
         if cache.latest_epoch < 0:

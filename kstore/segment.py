@@ -363,6 +363,7 @@ class LogSegment(SegmentFiles, SegmentReader):
                                              max_index // 8, max_index // 12 - 1,
                                              upper_bound=-1 if upper_bound is None else upper_bound,
                                              threads=RECOVERY_CRC_THREADS)
+                    epochs = _core.epoch_starts(m, 0, res["valid_bytes"])
                 finally:
                     if not handoff:
                         m.close()
@@ -401,7 +402,7 @@ class LogSegment(SegmentFiles, SegmentReader):
                 batches=res["batches"], next_offset=res["next_offset"],
                 max_timestamp=res["max_timestamp"],
                 offset_of_max_timestamp=res["offset_of_max_timestamp"],
-                first_batch_timestamp=res["first_batch_timestamp"])
+                first_batch_timestamp=res["first_batch_timestamp"], epochs=tuple(epochs))
 
     # -- truncation ------------------------------------------------------------------------
     def truncate_to(self, offset: int, replace: bool = False) -> int:

@@ -18,3 +18,6 @@ class SegmentRecovery:
     max_timestamp: int
     offset_of_max_timestamp: int
     first_batch_timestamp: int
+    #: (epoch, base offset) of the valid batches whose leader epoch is above every earlier one's
+    #: in the segment: assigned to the leader epoch cache as Kafka's recover does (leader_epoch.py)
+    epochs: tuple[tuple[int, int], ...] = ()

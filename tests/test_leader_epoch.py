@@ -232,3 +232,44 @@ def test_a_symlinked_checkpoint_is_refused_and_a_missing_one_created(tmp_path, d
     with pytest.raises(LeaderEpochCheckpointError, match=CKPT):
         LeaderEpochFileCache.load(d, kstore.fileio.FileOps())
     assert os.path.exists(target) != dangling
+
+
+@pytest.mark.parametrize("ckpt, expected", [
+    (b"0\n1\n0 0\n", b"0\n3\n0 0\n3 2\n5 4\n"),      # stale: written before epochs 3 and 5
+    (None, b"0\n3\n0 0\n3 2\n5 4\n"),                # missing
+    (b"0\n2\n0 0\n4 3\n", b"0\n3\n0 0\n4 3\n5 4\n"),  # ahead of batch 2's epoch 3: kept, 5 added
+])
+def test_recovery_assigns_the_epochs_of_the_batches_it_validates(tmp_path, ckpt, expected):
+    """Kafka's LogSegment.recover: each recovered v2 batch whose partitionLeaderEpoch is >= 0 and
+    above the cache's latest starts that epoch at its base offset (-1 and lower epochs are
+    skipped); then truncateFromEnd/Start fit the cache to the log. Before, an unclean open
+    kept the stale file: leader_epoch 0, and appends after it stamped epoch 0 again."""
+    epochs = [0, 0, 3, -1, 5, 2]
+    data = b"".join(v2_batch(o, [(0, 0, b"k", b"v%d" % o)], leader_epoch=e)
+                    for o, e in enumerate(epochs))
+    d = write_partition(str(tmp_path), "t-0", data, extra={CKPT: ckpt} if ckpt else None)
+    with kstore.Log.open(d, {"segment.bytes": 200}) as lg:
+        # (an index rebuilt at load recovers the segment too, as Kafka's loadSegmentFiles does)
+        assert {r.epochs for r in lg.recovery_report} == {((0, 0), (3, 2), (5, 4))}
+        assert read(d) == expected
+        assert lg.leader_epoch == 5
+        assert lg.append([(b"k", b"new")]).first_offset == 6
+    assert epochs_on_disk(d)[-1] == (6, 5)
+
+
+def test_recovery_epochs_of_several_segments_and_a_cut_tail(tmp_path):
+    """Epochs are assigned segment by segment in offset order; a batch cut off as invalid
+    assigns nothing (the epoch of a torn tail never reaches the file)."""
+    seg0 = b"".join(v2_batch(o, [(0, 0, b"k", b"v")], leader_epoch=1) for o in range(3))
+    seg1 = b"".join(v2_batch(o, [(0, 0, b"k", b"v")], leader_epoch=7 if o < 5 else 9)
+                    for o in range(3, 6))
+    d = write_partition(str(tmp_path), "t-0", seg0, extra={CKPT: b"0\n1\n0 0\n"})
+    torn = v2_batch(6, [(0, 0, b"k", b"v")], leader_epoch=11)[:-3]
+    with open(os.path.join(d, "%020d.log" % 3), "wb") as f:
+        f.write(seg1 + torn)
+    with kstore.Log.open(d) as lg:
+        assert lg.log_end_offset == 6
+        # epoch 1 from offset 0 replaces the stale "0 0" (Kafka's assign drops entries whose
+        # start offset is not below the new one's)
+        assert read(d) == b"0\n3\n1 0\n7 3\n9 5\n"
+        assert lg.leader_epoch == 9
