@@ -80,6 +80,13 @@ cdef bint usable_batch(Mapping m, BatchHeader* h) noexcept:
     return usable_with(m, h, REMEMBER_MIN_BYTES)
 
 
+cdef inline int check_crc(Mapping m, const uint8_t* p, Py_ssize_t pos, BatchHeader* h) except -1:
+    """require_crc, unless a refresh verified this batch in a copy of m's file (Mapping.crc_known)."""
+    if m is None or not m.crc_known(pos, h.size):
+        require_crc(p, pos, h)
+    return 0
+
+
 cdef Py_ssize_t remember_min_bytes() noexcept:
     return REMEMBER_MIN_BYTES
 
@@ -95,11 +102,11 @@ cdef BatchRecords* batch_records(Mapping m, const uint8_t* p, Py_ssize_t pos, Ba
     owned[0] = False
     if t != NULL and t.header.size == h.size and t.header.base_offset == h.base_offset:
         if verify_crc and not t.crc_ok:
-            require_crc(p, pos, h)
+            check_crc(m, p, pos, h)
             t.crc_ok = True
         return t
     if verify_crc:
-        require_crc(p, pos, h)
+        check_crc(m, p, pos, h)
     t = new_table(h, &nbytes)
     if t == NULL:
         return NULL
@@ -227,7 +234,7 @@ cdef int batch_offset_for_timestamp(Mapping m, const uint8_t* p, Py_ssize_t pos,
             return -1
     else:
         if verify_crc:
-            require_crc(p, pos, h)
+            check_crc(m, p, pos, h)
         if not _walk(p, pos, h, NULL):
             return -1
     r = find_ts_in_batch(p, pos, h, t, ts, start_offset, found_offset, found_ts)
@@ -418,7 +425,7 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
     if (t == NULL or t.header.size != h.size or t.header.base_offset != h.base_offset) and \
             min_offset <= h.base_offset and max_records >= h.count:
         if verify_crc:
-            require_crc(p, pos, h)
+            check_crc(m, p, pos, h)
         t = new_table(h, &nbytes)
         if t == NULL:
             return -1
@@ -470,7 +477,7 @@ cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, Bat
         if n >= 0:
             return n
     if verify_crc:
-        require_crc(p, pos, h)
+        check_crc(m, p, pos, h)
     if h.magic < 2:
         return decode_legacy(p, pos, h, min_offset, max_records, out, pos, verify_crc, 0, 0,
                               NO_TIMESTAMP, False)

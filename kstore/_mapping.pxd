@@ -26,6 +26,10 @@ cdef class Mapping:
     cdef int pins
     cdef bint closing
     cdef BatchTable* table
+    # [crc_lo, crc_hi): whole batches whose CRCs a read-only refresh verified in a pread copy of
+    # this mapping's file (note_crc_verified); reads of a batch wholly inside skip its CRC
+    cdef Py_ssize_t crc_lo
+    cdef Py_ssize_t crc_hi
 
     cdef inline void _unmap(self) noexcept:
         if self.table != NULL:
@@ -55,6 +59,10 @@ cdef class Mapping:
     cdef bint remember(self, Py_ssize_t pos, void* block, Py_ssize_t nbytes) noexcept
     # Free every remembered block (at unmap, or to make room under the cap).
     cdef void forget_batches(self) noexcept
+
+    # True if the batch at pos (size bytes) lies wholly in the range note_crc_verified gave.
+    cdef inline bint crc_known(self, Py_ssize_t pos, Py_ssize_t size) noexcept:
+        return self.crc_lo <= pos and pos + size <= self.crc_hi
 
     # pin() / unpin() bracket a scan that reads the memory (with or without the GIL): close()
     # defers the unmap until the last pin and buffer export are gone.

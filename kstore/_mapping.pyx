@@ -106,6 +106,19 @@ cdef class Mapping:
             self.addr = <uint8_t*>p
             self.length = length
 
+    def note_crc_verified(self, Py_ssize_t start, Py_ssize_t end):
+        """[start, end) of this mapping holds whole batches whose CRCs were just verified in a
+        copy read from the same file (a read-only refresh's pread): later reads of a batch wholly
+        inside skip its CRC. Bytes below a segment's valid size never change while it is mapped
+        (see "remembered batches"), so this stays true for the mapping's life. A range that
+        starts where the last one ends extends it; any other replaces it."""
+        if start < 0 or end < start or end > self.length:
+            raise ValueError(f"range [{start}, {end}) outside the mapping's {self.length} bytes")
+        if start == self.crc_hi and self.crc_hi > self.crc_lo:
+            self.crc_hi = end
+        elif end > start:
+            self.crc_lo, self.crc_hi = start, end
+
     @staticmethod
     def from_bytes(data):
         """A read-only Mapping holding a private anonymous copy of data (used where a file may

@@ -173,6 +173,7 @@ class ReadOnlySegment(LogSegment):
                 pos = self.size if self.ro_scanned else 0
                 last = self._ro_last_offset if pos else -1
                 best = self._max_ts if pos and self._max_ts else (-1, -1)
+                start = pos
                 pos, last, best, bad = self._validate(fd, flen, pos, last, best)
                 if is_last:
                     corrupt = self._invalid_at_end(fd, flen, pos, last, bad) \
@@ -182,6 +183,8 @@ class ReadOnlySegment(LogSegment):
                 first, grew = not self.ro_scanned, pos > self.size
                 if self._map is None or self._map.length < pos:
                     self._remap(fd, pos, flen)
+                if pos > start and (m := self._map) is not None:
+                    m.note_crc_verified(start, pos)    # checked in the copies: reads skip them
                 keep = is_last and (fd == self._ro_fd or KEPT.take())
             finally:
                 if not keep:
@@ -232,6 +235,8 @@ class ReadOnlySegment(LogSegment):
                 return False
             if m.length < end:
                 self._remap(fd, end, end)    # the file holds them: the pread returned them
+            if (m := v.log_map) is not None:
+                m.note_crc_verified(size, end)    # (reads skip the CRCs checked here)
             if not v.max_ts_known or mts > v.max_timestamp:
                 v.max_timestamp, v.offset_of_max_timestamp, v.max_ts_known = mts, moff, True
             self._ro_last_offset = last

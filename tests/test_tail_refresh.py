@@ -10,7 +10,10 @@ import os
 import threading
 import time
 
-from kstore import _notify, segment_ro
+import pytest
+
+import kstore
+from kstore import _core, _notify, segment_ro
 from kstore.fileio import FileOps, get_file_ops
 from kstore.notify import NOTIFY_FILE
 from thread_watchdog import join_all
@@ -470,3 +473,81 @@ def test_tail_refreshes_carry_the_max_timestamp_and_its_offset(open_log, log_dir
         assert ro.segments[-1].size == seg.size and ro.log_end_offset == lg.log_end_offset
     assert ro.offset_for_timestamp(t + 8_999) == lg.offset_for_timestamp(t + 8_999) == 1003
     assert ro.offset_for_timestamp(t + 12_000) == 1009 and ro.offset_for_timestamp(-3) == 1009
+
+
+def _file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _flip(path: str, pos: int) -> bytes:
+    """Change the byte at pos of the file in place (what a disk's rot would do); its new value."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = bytes([f.read(1)[0] ^ 0x5A])
+        f.seek(pos)
+        f.write(b)
+    return b
+
+
+def test_a_read_skips_the_crcs_its_refresh_checked(open_log, log_dir):
+    # a refresh validates new bytes in a pread copy (CRC included) before they become visible;
+    # reads of those batches through the same mapping do not hash them again. The guarantee is
+    # the README's: each batch's CRC is verified once per mapping of the file (a fresh mapping,
+    # here a new reader, verifies it again and names the batch)
+    lg, ro, ops = _tailing(open_log, log_dir, {"index.interval.bytes": 1 << 20})
+    base, start = lg.segments[-1].base_offset, lg.segments[-1].size
+    lg.append([(b"%016d" % i, b"v" * 100) for i in range(1000)])
+    end = lg.segments[-1].size
+    assert ro.refresh_tail(base, end) is True and ro.log_end_offset == 1002
+    # change one value byte of record 500 (offset 502) after the refresh checked the batch
+    path = lg.segments[-1].log_path
+    at = _file(path).index(b"%016d" % 500, start) + 16 + 2   # key, value length (2 bytes)
+    new = _flip(path, at)
+    got = {r.offset: r.value for r in ro.read(2, max_bytes=1 << 24)}
+    assert len(got) == 1000 and got[502] == new + b"v" * 99
+    assert got[501] == got[503] == b"v" * 100
+    # the writer's own mapping never took that refresh's word for it: its read checks the CRC
+    with pytest.raises(kstore.CorruptRecordError, match=f"{path}.*position {start}"):
+        lg.read(2, max_bytes=1 << 24)
+    # a later batch is checked by its own refresh, and the range grows with it
+    lg.append([(b"%016d" % i, b"w" * 100) for i in range(10)])
+    end2 = lg.segments[-1].size
+    assert ro.refresh_tail(base, end2) is True
+    assert [r.value for r in ro.read(1002)] == [b"w" * 100] * 10
+    # a new reader maps the file again: the changed batch, now followed by a valid one, is
+    # corruption at its exact position
+    ro2 = open_log(path=log_dir, read_only=True)
+    with pytest.raises(kstore.CorruptRecordError, match=f"CRC mismatch.*{path}, position {start}"):
+        ro2.read(2, max_bytes=1 << 24)
+
+
+def test_a_full_refresh_also_counts_as_the_check(open_log, log_dir):
+    # the full refresh (a listing, what a reader without a trusted page does) validates new
+    # bytes the same way, and its mapping remembers that too
+    lg = open_log({"index.interval.bytes": 1 << 20})
+    lg.append([REC])
+    ro = open_log(path=log_dir, read_only=True)
+    start = lg.segments[-1].size
+    lg.append([(b"%016d" % i, b"v" * 100) for i in range(100)])
+    ro.refresh()
+    assert ro.log_end_offset == 101
+    at = _file(lg.segments[-1].log_path).index(b"%016d" % 7, start) + 16 + 2
+    new = _flip(lg.segments[-1].log_path, at)
+    assert ro.read(8)[0].value == new + b"v" * 99
+    with pytest.raises(kstore.CorruptRecordError):
+        lg.read(8)
+
+
+def test_the_checked_range_of_a_mapping():
+    # Mapping.note_crc_verified: contiguous ranges extend, others replace; outside the
+    # mapping is an error (the caller's bug), never a silent mark
+    m = _core.Mapping.from_bytes(b"x" * 100)
+    for bad in ((-1, 5), (5, 4), (0, 101)):
+        with pytest.raises(ValueError):
+            m.note_crc_verified(*bad)
+    m.note_crc_verified(10, 20)
+    m.note_crc_verified(20, 50)         # extends: [10, 50)
+    m.note_crc_verified(60, 60)         # empty: nothing
+    m.note_crc_verified(70, 80)         # replaces: [70, 80)
+    m.note_crc_verified(80, 100)        # extends: [70, 100)
