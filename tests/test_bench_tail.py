@@ -28,3 +28,11 @@ def test_bench_tail_pins_writer_and_reader_to_two_cpus_it_may_use(tmp_path, watc
     assert bench_tail._cpus(True) == ((allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None))
     row = bench_tail.run_mode("wait", 20, 1, 200.0, dir_=str(tmp_path), pin=True)
     assert row["records"] == 20 and row["refreshes"] > 0 and 0 < row["p50_us"] <= row["p99_us"]
+
+
+def test_cpu_after_idle_reports_a_median_per_gap(watchdog):
+    watchdog(120)
+    row = bench_tail.cpu_after_idle((0.0, 0.001), reps=20)
+    assert set(row) == {"mode", "hot_us", "after_1ms_us", "factor_1ms"}
+    assert row["mode"] == "cpu_after_idle" and row["hot_us"] > 0 and row["after_1ms_us"] > 0
+    assert row["factor_1ms"] == row["after_1ms_us"] / row["hot_us"]

@@ -237,6 +237,45 @@ def run_mode(mode: str, n: int, batch: int, rate: float, spin: float = 0.0,
             "refreshes": len(ref), "refresh_p50_us": _pct(ref, 0.5), "refresh_p99_us": _pct(ref, 0.99)}
 
 
+def _after_idle(gaps: Sequence[float], reps: int, cpu: Optional[int], out) -> None:
+    """The same work (CRC-32C of 16 KiB, hot in cache) timed back to back and right after a
+    sleep of each gap, on the reader's CPU: what an idle vCPU costs a woken process's first
+    microseconds (cache refills, a clock ramping up), which every wake-up above pays."""
+    _pin(cpu)
+    from kstore import _crc
+    buf = bytes(16 << 10)
+    res = {}
+    for gap in gaps:
+        xs = []
+        for _ in range(reps):
+            if gap:
+                time.sleep(gap)
+            t = _now()
+            _crc.crc32c(buf)
+            xs.append(_now() - t)
+        res[gap] = _pct(xs, 0.5)
+    out.put(res)
+
+
+def cpu_after_idle(gaps: Sequence[float] = (0.0, 0.001, 0.01), reps: int = 300,
+                   pin: bool = True) -> dict[str, Any]:
+    """_after_idle in a fresh process: {"mode": "cpu_after_idle", "hot_us": ..., then for each
+    gap g > 0 "after_<g ms>ms_us" and "factor_<g ms>ms"} (medians)."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_after_idle, args=(list(gaps), reps, _cpus(pin)[1], out))
+    p.start()
+    res = out.get(timeout=120)
+    p.join(60)
+    hot = res[0.0] if 0.0 in res else float("nan")
+    row: dict[str, Any] = {"mode": "cpu_after_idle", "hot_us": hot}
+    for g, v in res.items():
+        if g:
+            row[f"after_{g * 1000:g}ms_us"] = v
+            row[f"factor_{g * 1000:g}ms"] = v / hot if hot else float("nan")
+    return row
+
+
 def run(n: int = 2000, rate: float = 1000.0, batches: int = 200, batch_rate: float = 100.0,
         spin: float = 0.005, dir_: Optional[str] = None, pin: bool = True) -> list[dict[str, Any]]:
     """Every mode in one run: 1000-record batches (as producers write: the realistic case,
@@ -246,6 +285,7 @@ def run(n: int = 2000, rate: float = 1000.0, batches: int = 200, batch_rate: flo
         out.append(run_mode(mode, batches, 1000, batch_rate, spin, dir_, pin))
     for mode in ("pipe", "bell", "bellspin", "wait", "spin", "poll"):
         out.append(run_mode(mode, n, 1, rate, spin, dir_, pin))
+    out.append(cpu_after_idle((0.0, 1 / rate, 1 / batch_rate), pin=pin))
     return out
 
 
@@ -255,6 +295,8 @@ def print_report(rows: Sequence[dict[str, Any]]) -> None:
           f"{'p99.9 µs':>9} {'ret p50':>8} {'ret p99':>8} {'cpu/s':>6} {'idle':>6} "
           f"{'refresh p50/p99 µs':>20}")
     for r in rows:
+        if r["mode"] == "cpu_after_idle":
+            continue
         idle = "-" if r["idle_cpu_per_s"] is None else f"{r['idle_cpu_per_s']:.3f}"
         ref = "-" if not r["refreshes"] else f"{r['refresh_p50_us']:.0f}/{r['refresh_p99_us']:.0f}"
         print(f"{r['mode']:<6} {r['batch']:>5} {r['rate']:>7.0f} {r['records']:>8} {r['p50_us']:>9.1f} "
@@ -265,6 +307,12 @@ def print_report(rows: Sequence[dict[str, Any]]) -> None:
     print("pipe: the same two processes passing the timestamp over a pipe (the reference); bell: "
           "the notification word alone (futex wake, no log; bellspin: spinning on it first); spin: wait_for(spin=...) busy-waits first; "
           "poll: read + 100 ms sleeps (consume --follow before wait_for)")
+    for r in rows:
+        if r["mode"] == "cpu_after_idle":
+            after = ", ".join(f"{k[6:-3]} {v:.1f} µs ({r['factor_' + k[6:-3]]:.1f}x)"
+                              for k, v in r.items() if k.startswith("after_"))
+            print(f"the reader's CPU after idling: CRC-32C of 16 KiB hot {r['hot_us']:.1f} µs; "
+                  f"right after a sleep of {after}: every wake-up above pays this")
 
 
 def main(records: Optional[int] = None, as_json: bool = False, dir_: Optional[str] = None) -> int:
