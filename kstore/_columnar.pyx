@@ -437,6 +437,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
                 known = had and tab.crc_ok and tab.header.size == h.size \
                     and tab.header.base_offset == h.base_offset
                 tab = NULL      # not used past Python code (see Mapping.remembered)
+            # (or a read-only refresh checked it in a pread copy: Mapping.note_crc_verified)
+            known = known or m is not None and m.crc_known(pos, h.size)
             if verify_crc and not known:
                 with nogil:
                     ok = crc_ok(p, pos, &h, &s, &c)

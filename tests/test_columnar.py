@@ -316,3 +316,21 @@ def test_a_corrupt_big_batch_followed_by_valid_ones_in_the_last_segment_raises(t
     assert e.value.position == pos and os.path.basename(path) in str(e.value)
     assert offs == list(range(len(offs))) and len(offs) in (0, 1000)
     mgr.close()
+
+
+def test_batches_a_refresh_checked_are_not_hashed_again(tmp_path):
+    """A read-only refresh checks new batches' CRCs in a pread copy and marks their range in the
+    mapping (Mapping.note_crc_verified): the columnar decode trusts that range, large batch or
+    small, and hashes what lies outside it."""
+    raw = _raw([1000, 3, 1000])
+    pos = _positions(raw)
+    m, path = _file_mapping(tmp_path, raw)
+    m.note_crc_verified(pos[0], pos[2])          # batches 0 and 1, not 2
+    for o in (10, 1001, 1500):
+        m.write(raw.index(b"v" * 100 + b"%07d" % o), b"w")
+    status, offs, vals = _cols(m, stop=1003)
+    assert status == (pos[2], 1003, "stop") and offs == list(range(1003))
+    assert (vals[10], vals[1001]) == (b"w" + b"v" * 99 + b"0000010", b"w" + b"v" * 99 + b"0001001")
+    assert vals[11] == b"v" * 100 + b"0000011"
+    with pytest.raises(CorruptRecordError, match=f"CRC mismatch.*position {pos[2]}"):
+        _cols(m)
