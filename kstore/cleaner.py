@@ -210,7 +210,7 @@ class Cleaner:
         piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg.rng,
                            file_already_exists=True, suffix=CLEANED_SUFFIX)
         try:
-            piece.recover()
+            piece.recover(epochs=False)      # (its leader epochs: the log's cache has them)
             piece.flush()
         finally:
             piece.close_handlers()
