@@ -26,7 +26,7 @@ from kstore._mapping import (Mapping as Mapping, batch_memory as batch_memory,
                              set_batch_memory_limit as set_batch_memory_limit)
 from kstore._record import (AppendInfo as AppendInfo, Record as Record, _make_record as _make_record,
                             empty_append_info as empty_append_info)
-from kstore._scan import (batch_headers as batch_headers, epoch_starts as epoch_starts, find_batch as find_batch,
+from kstore._scan import (batch_headers as batch_headers, find_batch as find_batch,
                           index_entry as index_entry,
                           offset_index_floor_slot as offset_index_floor_slot,
                           offset_index_lookup as offset_index_lookup,

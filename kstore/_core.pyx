@@ -34,7 +34,7 @@ from kstore._format import (CODEC_NAMES, OFFSET_DTYPE, OFFSET_ENTRY_SIZE,
                             TIME_ENTRY_SIZE, TIME_WARM_ENTRIES, StrStatus, set_codecs)
 from kstore._decode import decode_batches, set_remember_min_bytes
 from kstore._mapping import batch_memory, set_batch_memory_limit
-from kstore._scan import (batch_headers, epoch_starts, find_batch, index_entry, offset_index_floor_slot,
+from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,
                           RecoverResult, ScanStatus,
                           time_index_floor_slot_by_offset, time_index_lookup, validate_batches)

@@ -5,6 +5,7 @@
 offset / time index floor searches and entry writes."""
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memcpy
+from libc.stdlib cimport realloc, free
 from libc.errno cimport errno
 from posix.mman cimport mmap, PROT_READ, PROT_WRITE, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED
 
@@ -44,7 +45,7 @@ class RecoverResult(dict):
     dict it replaces) whose fields are also typed attributes: valid_bytes, next_offset (-1 if no
     batch), max_timestamp, offset_of_max_timestamp, first_batch_timestamp, batches,
     offset_entries / time_entries (big-endian structured arrays in the on-disk layout), status
-    (a ScanStatus), reason (text) and tail_zero."""
+    (a ScanStatus), reason (text), tail_zero and epochs."""
 
     @property
     def valid_bytes(self) -> int:
@@ -89,6 +90,10 @@ class RecoverResult(dict):
     @property
     def tail_zero(self) -> bool:
         return self["tail_zero"]
+
+    @property
+    def epochs(self) -> list:
+        return self["epochs"]
 
 
 def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint verify_crc=True):
@@ -154,30 +159,6 @@ def batch_headers(Mapping m, Py_ssize_t start, Py_ssize_t end):
     while parse_header(p, pos, end, &h, &why) == H_OK:
         out.append((pos, h.base_offset, h.last_offset, h.size, h.magic, h.attrs,
                     h.max_timestamp, h.count))
-        pos += h.size
-    return out
-
-
-def epoch_starts(Mapping m, Py_ssize_t start, Py_ssize_t end):
-    """[(epoch, base_offset)] of the v2 batches in [start, end) whose partition leader epoch is
-    >= 0 and above every earlier one's there: what Kafka's LogSegment.recover assigns to the
-    leader epoch cache (the caller skips those not above the cache's latest). Stops at the
-    first malformed batch (recovery calls it on the valid bytes only)."""
-    cdef const uint8_t* p
-    cdef BatchHeader h
-    cdef const char* why
-    cdef Py_ssize_t pos = start
-    cdef int32_t epoch, top = -1
-    cdef list out = []
-    if start < 0 or end > m.length or start > end:
-        raise ValueError("scan range outside mapping")
-    p = m.ptr()
-    while parse_header(p, pos, end, &h, &why) == H_OK:
-        if h.magic == 2:
-            epoch = <int32_t>ld32(p + pos + 12)
-            if epoch > top:
-                out.append((epoch, h.base_offset))
-                top = epoch
         pos += h.size
     return out
 
@@ -253,8 +234,6 @@ cdef Py_ssize_t _split_point(const uint8_t* p, Py_ssize_t start, Py_ssize_t end)
     return pos
 
 
-
-
 def _crcs_ok(Mapping m, Py_ssize_t start, Py_ssize_t end, res, int64_t base_offset,
              int64_t prev_last_offset, int64_t upper_bound):
     """recover_scan's parallel CRC pass over the batches its first pass (no CRCs) found valid
@@ -297,14 +276,16 @@ def _crcs_ok(Mapping m, Py_ssize_t start, Py_ssize_t end, res, int64_t base_offs
 def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_interval,
                  Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
                  bint verify_crc=True, Py_ssize_t start=0, int64_t prev_last_offset=-1,
-                 int64_t upper_bound=-1, int threads=1):
+                 int64_t upper_bound=-1, int threads=1, bint epochs=False):
     """Validate the batches in [0, end) and compute the index entries Kafka's recover() writes.
 
     Returns a RecoverResult: valid_bytes, next_offset (-1 if no batch), max_timestamp,
     offset_of_max_timestamp, first_batch_timestamp, batches, offset_entries / time_entries
     (big-endian structured arrays in the on-disk layout), status (a ScanStatus), reason (text)
     and tail_zero (whether the bytes after valid_bytes are all zero, i.e. a preallocated tail
-    rather than garbage).
+    rather than garbage), epochs: with epochs=True, [(epoch, base offset)] of the valid v2
+    batches whose partition leader epoch is >= 0 and above every earlier one's in the scan (what
+    Kafka's LogSegment.recover assigns to the leader epoch cache), found in the same pass (else []).
     Runs without the GIL. `start` / `prev_last_offset` continue a scan from a known valid
     position (the read-only refresh of a segment another process appends to). A batch reaching
     `upper_bound` (the next segment's base offset, if >= 0) is invalid ('past_next'): base
@@ -319,13 +300,13 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     """
     if verify_crc and threads > 1 and end - start >= _PARALLEL_CRC_BYTES and 0 <= start <= end <= m.length:
         res = recover_scan(m, end, base_offset, index_interval, max_offset_entries,
-                           max_time_entries, False, start, prev_last_offset, upper_bound)
+                           max_time_entries, False, start, prev_last_offset, upper_bound, 1, epochs)
         if _crcs_ok(m, start, end, res, base_offset, prev_last_offset, upper_bound):
             return res
         # a CRC failed, the first pass stopped at an invalid batch (whose CRC decides its
         # status) or too little was valid: the one-thread scan says where and why
         return recover_scan(m, end, base_offset, index_interval, max_offset_entries,
-                            max_time_entries, True, start, prev_last_offset, upper_bound)
+                            max_time_entries, True, start, prev_last_offset, upper_bound, 1, epochs)
     if end < 0 or end > m.length or start < 0 or start > end:
         raise ValueError("scan range outside mapping")
     cdef Py_ssize_t cap_o = max_offset_entries if max_offset_entries > 0 else 0
@@ -352,6 +333,10 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
     cdef uint32_t stored = 0, computed = 0
     cdef bint have_prev = prev_last_offset >= 0
     cdef bint tail_zero = True
+    cdef int64_t *ep = NULL, *grown    # ep: (epoch, base offset) pairs, grown by doubling
+    cdef Py_ssize_t ne = 0, ne_cap = 0
+    cdef int32_t top = -1
+    cdef bint want_epochs = epochs
     h.base_offset = h.last_offset = 0     # (read by the reasons below only once parsed)
     p = m.ptr()
     m.pin()
@@ -379,13 +364,27 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
                         nt += 1
                         last_time_ts = max_ts
                     last_entry_pos = valid
+                if want_epochs and h.magic == 2 and <int32_t>ld32(p + valid + 12) > top:
+                    top = <int32_t>ld32(p + valid + 12)          # partitionLeaderEpoch
+                    if ne == ne_cap:
+                        ne_cap = 2 * ne_cap + 8
+                        grown = <int64_t*>realloc(ep, 2 * ne_cap * sizeof(int64_t))
+                        want_epochs = grown != NULL            # else MemoryError below
+                        ep = grown if want_epochs else ep
+                    if want_epochs:
+                        ep[2 * ne], ep[2 * ne + 1] = top, h.base_offset
+                        ne += 1
                 prev_last = h.last_offset
                 have_prev = True
                 valid += h.size
                 batches += 1
             tail_zero = _all_zero(p + valid, end - valid)
+        found = [(ep[2 * i], ep[2 * i + 1]) for i in range(ne)]
     finally:
         m.unpin()
+        free(ep)
+    if epochs and not want_epochs:
+        raise MemoryError("recover_scan: no memory for the leader epochs")
     if status == R_CRC:
         reason = f"CRC mismatch in the batch at position {valid} (stored {stored:#010x}, computed {computed:#010x})"
     elif status == R_OFFSET_ORDER:
@@ -413,6 +412,7 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
         status=_STATUS[status],
         reason=reason,
         tail_zero=tail_zero,
+        epochs=found,
     )
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time as _time
+import weakref
 from typing import Optional
 
 from kstore import _core, swap
@@ -210,7 +211,7 @@ class Cleaner:
         piece = LogSegment(lg.dir, base, lg.config, io=io, time=self._time, rng=lg.rng,
                            file_already_exists=True, suffix=CLEANED_SUFFIX)
         try:
-            piece.recover()
+            piece.recover(epochs=False)      # (its leader epochs: the log's cache has them)
             piece.flush()
         finally:
             piece.close_handlers()
@@ -268,7 +269,7 @@ class LogCleaner:
 
     def __init__(self, manager, threads: int, dedupe_buffer: int, load_factor: float,
                  max_bytes_per_second: float, backoff_ms: int, time, io):
-        self._manager = manager
+        self._manager = weakref.proxy(manager)      # the manager holds this: no reference cycle
         self._failures = manager.log_dir_failure_channel
         self._time = time
         self._io = io

@@ -34,7 +34,7 @@ from kstore.marker_gate import MarkerGate
 from kstore.mounts import warn_unsafe_lock
 from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
-from kstore.scheduler import Scheduler
+from kstore.scheduler import Scheduler, weak_task
 from kstore.topic_admin import TopicAdmin
 from kstore.topics import TopicConfigs
 
@@ -275,10 +275,8 @@ class LogManager:
         return n
 
     def _task(self, fn):
-        def run():
-            if not self._closed:
-                fn()
-        return run
+        # through a weak reference: the scheduler the manager holds forms no cycle with it
+        return weak_task(fn, lambda m: m._closed)
 
     @property
     def broker_config(self) -> BrokerConfig:

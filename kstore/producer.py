@@ -5,9 +5,10 @@ and every append guarded so that an I/O error takes its log dir offline.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
-from kstore.errors import UnknownPartitionCountError, UnknownTopicError
+from kstore.errors import KStoreStateError, UnknownPartitionCountError, UnknownTopicError
 from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.log_registry import LogRegistry
 from kstore.partitioner import partition_for_key
@@ -32,7 +33,9 @@ class Producer:
         self._count = partition_count            # the topic's count if the store knows it
         self._guard = failures.guard
         self._auto_create = auto_create          # auto.create.topics.enable
-        self._create_topic = create_topic        # with num.partitions
+        # with num.partitions; a bound method (LogManager.create_topic, whose manager holds this
+        # producer) held weakly: no reference cycle (the manager outlives every call)
+        self._create_topic = weakref.WeakMethod(create_topic)
         self._rr = itertools.count()
 
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
@@ -111,6 +114,9 @@ class Producer:
                 raise UnknownTopicError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
             with self._reg.lock:
                 if topic not in self._reg.parts:
-                    self._create_topic(topic)
+                    create = self._create_topic()
+                    if create is None:
+                        raise KStoreStateError("the producer's LogManager is gone")
+                    create(topic)
                 parts = self._reg.parts[topic]
         return parts

@@ -5,9 +5,25 @@ import heapq
 import itertools
 import logging
 import threading
-from typing import Callable, Optional
+import weakref
+from types import MethodType
+from typing import Any, Callable, Optional
 
 log = logging.getLogger("kstore.scheduler")
+
+
+def weak_task(method: MethodType, skip: Callable[[Any], bool]) -> Callable[[], None]:
+    """A task calling a bound method through a weak reference to its object (weakref.WeakMethod):
+    the scheduler's queue does not keep the object alive, so an object that holds the scheduler
+    (a LogManager) forms no reference cycle with it. A no-op once the object is gone or while
+    skip(object) is true (closed)."""
+    ref = weakref.WeakMethod(method)
+
+    def run() -> None:
+        fn = ref()
+        if fn is not None and not skip(fn.__self__):
+            fn()
+    return run
 
 
 class ScheduledTask:
@@ -81,6 +97,10 @@ class Scheduler:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=30)
+        with self._cv:
+            # never run now; a queued task's closure may hold what holds this scheduler (a
+            # Log's flush after a roll): dropped, no reference cycle outlives the shutdown
+            self._heap.clear()
 
 
 class MockScheduler:

@@ -340,14 +340,15 @@ class LogSegment(SegmentFiles, SegmentReader):
             raise LogSegmentOffsetOverflowError(f"{res['reason']} in {self.log_path}")
         self._install_indexes(res)
 
-    def recover(self, upper_bound: Optional[int] = None, next_active: bool = False) -> SegmentRecovery:
+    def recover(self, upper_bound: Optional[int] = None, next_active: bool = False,
+                epochs: bool = True) -> SegmentRecovery:
         """Validate every batch, rebuild both indexes and cut the invalid tail (Kafka's recover).
 
         A batch whose offsets fall below the base offset, go back, or reach upper_bound (the next
         segment's base) is invalid too (recover_scan). Raises LogSegmentOffsetOverflowError if a
-        batch's offset does not fit. next_active: the log's last segment, made active here with
-        the scan's descriptor, mapped writable (no second open and map): index files left at their
-        preallocated length are rewritten in place, not cut, a zero tail kept as the runway."""
+        batch's offset does not fit. next_active: the log's last segment, made active with the
+        scan's descriptor, mapped writable (no second open and map): index files left at their
+        preallocated length rewritten in place, a zero tail kept. epochs=False: none reported."""
         with self._lock:
             was_active = self._map_writable
             self._drop_mapping()
@@ -362,8 +363,7 @@ class LogSegment(SegmentFiles, SegmentReader):
                     res = _core.recover_scan(m, flen, self.base_offset, self._config.index_interval_bytes,
                                              max_index // 8, max_index // 12 - 1,
                                              upper_bound=-1 if upper_bound is None else upper_bound,
-                                             threads=RECOVERY_CRC_THREADS)
-                    epochs = _core.epoch_starts(m, 0, res["valid_bytes"])
+                                             threads=RECOVERY_CRC_THREADS, epochs=epochs)
                 finally:
                     if not handoff:
                         m.close()
@@ -402,7 +402,7 @@ class LogSegment(SegmentFiles, SegmentReader):
                 batches=res["batches"], next_offset=res["next_offset"],
                 max_timestamp=res["max_timestamp"],
                 offset_of_max_timestamp=res["offset_of_max_timestamp"],
-                first_batch_timestamp=res["first_batch_timestamp"], epochs=tuple(epochs))
+                first_batch_timestamp=res["first_batch_timestamp"], epochs=tuple(res.epochs))
 
     # -- truncation ------------------------------------------------------------------------
     def truncate_to(self, offset: int, replace: bool = False) -> int:

@@ -17,6 +17,7 @@ from kstore.config import NO_LIMIT
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError
 
 from batch_helpers import NOW, build
+from mapping_helpers import file_mapping
 
 BIG = 1 << 62
 
@@ -32,16 +33,6 @@ def _raw(counts, base=0, tag=b"v"):
         raw += build(recs, base=off).getvalue()
         off += n
     return raw
-
-
-def _file_mapping(tmp_path, raw, name="seg.log", writable=True):
-    path = tmp_path / name
-    path.write_bytes(raw)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return _core.Mapping(fd, len(raw), writable), str(path)
-    finally:
-        os.close(fd)
 
 
 def _cols(m, start=0, stop=BIG, verify_crc=True, max_records=NO_LIMIT):
@@ -62,7 +53,7 @@ def test_a_batch_crc_is_verified_once_per_mapping_by_the_columnar_decode(tmp_pat
     raises at its position on the next read; a new mapping of the file raises at batch 0."""
     raw = _raw([1000, 1000, 3])
     pos = _positions(raw)
-    m, path = _file_mapping(tmp_path, raw)
+    m, path = file_mapping(tmp_path, raw, writable=True)
     before = _core.batch_memory()[0]
     status, offs, vals = _cols(m)
     assert status == (m.length, 2003, "end") and offs == list(range(2003))
@@ -80,7 +71,7 @@ def test_a_batch_crc_is_verified_once_per_mapping_by_the_columnar_decode(tmp_pat
     assert e.value.position == pos[2]
     m.close()
     assert _core.batch_memory()[0] == before
-    fresh, _ = _file_mapping(tmp_path, open(path, "rb").read(), name="copy.log")
+    fresh, _ = file_mapping(tmp_path, open(path, "rb").read(), name="copy.log", writable=True)
     with pytest.raises(CorruptRecordError, match="CRC mismatch") as e:
         _cols(fresh)
     assert e.value.position == 0
@@ -92,7 +83,7 @@ def test_partial_unverified_and_limited_reads_do_not_mark_a_batch(tmp_path):
     leave no verified mark: a corrupt batch 0 still raises on the next verifying read."""
     raw = bytearray(_raw([1000, 1000]))
     raw[17] ^= 0xFF                                   # batch 0's stored CRC
-    m, _ = _file_mapping(tmp_path, bytes(raw))
+    m, _ = file_mapping(tmp_path, bytes(raw), writable=True)
     for start in (1, 500, 999):
         with pytest.raises(CorruptRecordError, match="CRC mismatch") as e:
             _cols(m, start)
@@ -106,7 +97,7 @@ def test_partial_unverified_and_limited_reads_do_not_mark_a_batch(tmp_path):
         _core.read_at(m, None, 0, 0, m.length, 5, 1, NO_LIMIT, True, [])
     m.close()
     good = _raw([1000, 1000])
-    m, _ = _file_mapping(tmp_path, good, name="good.log")
+    m, _ = file_mapping(tmp_path, good, name="good.log", writable=True)
     status, offs, _v = _cols(m, max_records=700)      # stops inside batch 0: no table
     assert status[2] == "limit" and offs == list(range(700)) and m.remembered_batches == 0
     m.close()
@@ -117,7 +108,7 @@ def test_tables_built_by_the_columnar_decode_answer_reads_and_time_lookups(tmp_p
     every 37th offset and time lookups give the answers of a decode without tables."""
     raw = _raw([1000, 1000, 500])
     want = _core.decode_batches(raw)
-    m, _ = _file_mapping(tmp_path, raw, writable=False)
+    m, _ = file_mapping(tmp_path, raw)
     _cols(m)
     assert m.remembered_batches == 3
     for o in range(0, 2500, 37):

@@ -6,9 +6,9 @@ from hypothesis import given, settings, strategies as st
 import kstore
 from kstore import _core
 from kstore.errors import CorruptRecordError
-import os
 
 from batch_helpers import NOW, build, craft_v2, recrc
+from mapping_helpers import file_mapping
 
 
 # -- hostile input ---------------------------------------------------------------------------
@@ -140,16 +140,6 @@ def remember(request):
     _core.set_remember_min_bytes(old)
 
 
-def _file_mapping(tmp_path, raw, name="seg.log", writable=False):
-    path = tmp_path / name
-    path.write_bytes(raw)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return _core.Mapping(fd, len(raw), writable), str(path)
-    finally:
-        os.close(fd)
-
-
 def _fields(recs):
     return [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers) for r in recs]
 
@@ -182,7 +172,7 @@ def test_point_reads_return_exact_records_at_every_offset(tmp_path, remember):
     limits 1, 2, 3, 5, all: exactly the records a whole decode gives, cold (first read of
     each batch in the mapping) and warm (its table remembered)."""
     raw, want = _segment(SIZES)
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     for attempt in ("cold", "warm"):
         for o in range(100 - 2, 100 + sum(SIZES)):
             for k in (1, 2, 3, 5) if o % 11 else (1, NO_LIMIT):
@@ -200,7 +190,7 @@ def test_point_reads_return_exact_records_at_every_offset(tmp_path, remember):
 def test_point_reads_within_max_bytes_stop_at_a_batch_boundary(tmp_path, remember):
     raw, want = _segment(SIZES)
     heads = _core.batch_headers(_core.Mapping.from_bytes(raw), 0, len(raw))
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     for o in range(100, 100 + sum(SIZES), 3):
         i = next(j for j, h in enumerate(heads) if h[2] >= o)
         size = heads[i][3]
@@ -220,7 +210,7 @@ def test_compaction_gaps_and_a_last_offset_delta_past_the_last_record(tmp_path, 
     raw += build([(b"n", b"next")], base=81).getvalue()
     want = _core.decode_batches(raw)
     assert [r.offset for r in want] == [10 + d for d in deltas] + [81]
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     for _ in range(2):
         for o in range(8, 83):
             for k in (1, 2, NO_LIMIT):
@@ -235,7 +225,7 @@ def test_a_batch_crc_is_verified_once_per_mapping(tmp_path, remember):
     size never change under kstore's writers); a new mapping of the file verifies it again."""
     raw, want = _segment([200, 200])
     second = _core.batch_headers(_core.Mapping.from_bytes(raw), 0, len(raw))[1][0]
-    m, path = _file_mapping(tmp_path, raw, writable=True)
+    m, path = file_mapping(tmp_path, raw, writable=True)
     assert _fields(_read(m, 100, 150, 1)) == _fields([want[50]])          # batch 1 verified
     v = want[60].value
     at = raw.index(v, 0)                                                   # record 60's value
@@ -252,7 +242,7 @@ def test_a_batch_crc_is_verified_once_per_mapping(tmp_path, remember):
         _read(m, 100, 350, 1)
     assert e.value.position == second and "CRC mismatch" in str(e.value)
     m.close()
-    fresh, _ = _file_mapping(tmp_path, open(path, "rb").read(), name="copy.log")
+    fresh, _ = file_mapping(tmp_path, open(path, "rb").read(), name="copy.log")
     with pytest.raises(CorruptRecordError) as e:
         _read(fresh, 100, 160, 1)
     assert e.value.position == 0
@@ -264,7 +254,7 @@ def test_verify_crc_false_is_honoured_and_a_later_verifying_read_checks(tmp_path
     verified); a later read with verify_crc=True verifies it and raises."""
     raw = bytearray(_segment([200])[0])
     raw[17] ^= 0xFF                                         # the stored CRC
-    m, _ = _file_mapping(tmp_path, bytes(raw))
+    m, _ = file_mapping(tmp_path, bytes(raw))
     assert [r.offset for r in _read(m, 100, 150, 2, verify_crc=False)] == [150, 151]
     with pytest.raises(CorruptRecordError) as e:
         _read(m, 100, 150, 2)
@@ -330,7 +320,7 @@ def test_time_lookups_give_kafkas_answers_on_non_monotonic_timestamps(tmp_path, 
         recs = [(b"k", b"v" * 30, NOW + rnd.randrange(0, 400)) for _ in range(n)]
         raw += build(recs, base=off).getvalue()
         off += n
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     for start in (0, 1, 5, 8, 50, 97, 98, 150, 300):
         for ts in list(range(NOW - 1, NOW + 402, 7)) + [NOW + 399, NOW + 400]:
             assert _core.find_offset_by_timestamp(m, 0, len(raw), ts, start) == _ts_oracle(raw, ts, start), (start, ts)
@@ -348,7 +338,7 @@ def test_time_lookups_on_log_append_time_control_legacy_and_compressed_batches(t
     comp = build([(b"c", b"y" * 300, NOW + 80 + i % 3) for i in range(30)], base=25, codec=1).getvalue()
     tail = build([(b"t", b"z" * 300, NOW + 200)] * 10, base=55).getvalue()
     raw = lat + bytes(control) + v1 + v0 + comp + tail
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW, 0) == (0, NOW + 50)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 50, 7) == (7, NOW + 50)
     assert _core.find_offset_by_timestamp(m, 0, len(raw), NOW + 51, 0) == (20, NOW + 60)   # the marker
@@ -364,7 +354,7 @@ def test_time_lookups_on_log_append_time_control_legacy_and_compressed_batches(t
 def test_record_tables_free_with_the_mapping_and_stay_under_the_cap(tmp_path):
     raw, want = _segment([200] * 6)
     before = _core.batch_memory()[0]
-    m, _ = _file_mapping(tmp_path, raw)
+    m, _ = file_mapping(tmp_path, raw)
     _read(m, 100, 100)
     assert m.remembered_batches == 6 and _core.batch_memory()[0] > before
     one = (_core.batch_memory()[0] - before)
@@ -372,7 +362,7 @@ def test_record_tables_free_with_the_mapping_and_stay_under_the_cap(tmp_path):
     assert _core.batch_memory()[0] == before
     old = _core.set_batch_memory_limit(before + one // 3)
     try:
-        m, _ = _file_mapping(tmp_path, raw, name="b.log")
+        m, _ = file_mapping(tmp_path, raw, name="b.log")
         for o in range(100, 1300, 37):
             assert _fields(_read(m, 100, o, 2)) == _fields(want[o - 100:o - 98])
             assert _core.batch_memory()[0] <= before + one // 3

@@ -273,3 +273,23 @@ def test_recovery_epochs_of_several_segments_and_a_cut_tail(tmp_path):
         # start offset is not below the new one's)
         assert read(d) == b"0\n3\n1 0\n7 3\n9 5\n"
         assert lg.leader_epoch == 9
+
+
+def test_recovery_epochs_come_from_the_scan_that_validates(tmp_path):
+    """A whole, parsable batch at the tail with a higher epoch but a bad CRC is cut by recovery's
+    scan and assigns nothing (the epochs come from that scan's valid batches, not a walk of
+    whatever headers parse)."""
+    seg = bytearray(b"".join(v2_batch(o, [(0, 0, b"k", b"v")], leader_epoch=e)
+                             for o, e in [(0, 1), (1, 1), (2, 4)]))
+    bad = bytearray(v2_batch(3, [(0, 0, b"k", b"v")], leader_epoch=8))
+    bad[-1] ^= 0x01                       # the value's byte: inside the CRC
+    d = write_partition(str(tmp_path), "t-0", bytes(seg + bad), extra={CKPT: b"0\n1\n0 0\n"})
+    with kstore.Log.open(d) as lg:
+        assert lg.log_end_offset == 3
+        # (recovered twice: the scan that cuts, then the index rebuild at load)
+        assert {r.epochs for r in lg.recovery_report} == {((1, 0), (4, 2))}
+        assert lg.recovery_report[0].status == "crc"
+        assert read(d) == b"0\n2\n1 0\n4 2\n"
+        assert lg.leader_epoch == 4
+        assert lg.append([(b"k", b"new")]).first_offset == 3
+    assert epochs_on_disk(d) == [(0, 1), (1, 1), (2, 4), (3, 4)]
