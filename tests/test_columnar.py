@@ -315,7 +315,7 @@ def test_batches_a_refresh_checked_are_not_hashed_again(tmp_path):
     small, and hashes what lies outside it."""
     raw = _raw([1000, 3, 1000])
     pos = _positions(raw)
-    m, path = _file_mapping(tmp_path, raw)
+    m, path = file_mapping(tmp_path, raw, writable=True)
     m.note_crc_verified(pos[0], pos[2])          # batches 0 and 1, not 2
     for o in (10, 1001, 1500):
         m.write(raw.index(b"v" * 100 + b"%07d" % o), b"w")
