@@ -8,7 +8,6 @@ reference) and new sizes for every change, so a reader always sees whole batches
 """
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import logging
@@ -19,13 +18,14 @@ from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from kstore import swap
 from kstore.config import LogConfig
-from kstore.errors import KafkaStorageError, KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
+from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from kstore.log_loader import STANDALONE_CLEAN_MARKER
 from kstore.log_segments import LogSegments
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
+from kstore.storage_errors import storage_error, storage_op
 
 log = logging.getLogger("kstore.log")
 # the roll jitter's random source, one per process as Kafka's ThreadLocalRandom (seeding a
@@ -36,37 +36,6 @@ _JITTER_RNG = random.Random()
 #: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
 #: of its partitions holds it shared (and flocks the partition directory itself exclusively).
 LOG_DIR_LOCK = ".lock"
-
-
-def failed_error(log_dir: str, failed: str) -> KafkaStorageError:
-    return KafkaStorageError(errno.EIO, f"log {log_dir} failed after an I/O error ({failed}); "
-                             f"reopen it once the disk is fixed")
-
-
-def storage_error(log_dir: str, e: OSError) -> KafkaStorageError:
-    """e as a KafkaStorageError naming the log (e itself if it already is one)."""
-    if isinstance(e, KafkaStorageError):
-        return e
-    err = KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
-    err.__cause__ = e
-    return err
-
-
-def storage_op(fn):
-    """A write-side Log operation: an OSError fails the log (Kafka's offline log dir) and is
-    raised as KafkaStorageError naming it; later writes are refused without touching the disk.
-    (append inlines the same steps: it is the hot path.)"""
-    @functools.wraps(fn)
-    def op(self, *args, **kw):
-        if self._failed is not None:
-            raise failed_error(self.dir, self._failed)
-        try:
-            return fn(self, *args, **kw)
-        except OSError as e:
-            self._failed = str(e)
-            raise storage_error(self.dir, e) from e
-    return op
-
 
 
 _L = TypeVar("_L", bound="LocalLog")
