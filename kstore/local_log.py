@@ -16,7 +16,7 @@ import random
 import threading
 from typing import Any, Mapping, Optional, Sequence, TypeVar
 
-from kstore import swap
+from kstore import _notify, swap
 from kstore.config import LogConfig
 from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
@@ -66,9 +66,10 @@ class LocalLog:
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._last_flush_ms = time.milliseconds()
-        #: wait_for's machinery; _bell is bumped after every change of the log end (notify.py)
+        #: wait_for's machinery; _bell is bumped after every change of the log end (notify.py),
+        #: None until the first change or wait maps the notification file (attach_bell)
         self.notifier = LogNotifier(self, io, dir_)  # type: ignore[arg-type]  # a Log: it refreshes
-        self._bell = self.notifier.bell
+        self._bell: Optional[_notify.Bell] = None
 
     def _take_locks(self) -> None:
         """A standalone writable open excludes every other writer of the partition: the
@@ -108,12 +109,21 @@ class LocalLog:
     def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:
         """Publish a new segment list (lock held): readers take it whole, without the lock."""
         self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
-        if not self.notifier.attached and not self.read_only:
-            self._bell = self.notifier.attach_writer()     # a writable log, loaded
+
+    def attach_bell(self) -> _notify.Bell:
+        """The writer's Bell, its notification file mapped and its header and hints written at
+        the first call: the log's first change (append, roll, truncation, new log start) or
+        first wait, not its open (~45 µs a partition at start-up; notify.py). A read-only or
+        closed log's is the notifier's (private, never mapped)."""
+        with self._lock:
+            if self._bell is None and not self.read_only and not self._closed:
+                self._bell = self.notifier.attach_writer()
+            return self._bell or self.notifier.bell
 
     def _ring(self) -> None:
         """Wake wait_for's waiters after a change other than an append (lock held)."""
-        self._bell.ring(*ring_hints(self._segments.segs, self._leo, self._log_start_offset))
+        (self._bell or self.attach_bell()).ring(*ring_hints(self._segments.segs, self._leo,
+                                                            self._log_start_offset))
 
     def wait_for(self, offset: int, timeout: Optional[float] = None, *, spin: float = 0.0) -> bool:
         """Block until the log end is above offset (True) or timeout seconds pass (False; None

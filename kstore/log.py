@@ -167,6 +167,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.recovery_report = loaded.recovery_report
+        if any(r.truncated_bytes and not r.tail_zero for r in loaded.recovery_report):
+            self.attach_bell()        # a torn tail cut: the page's stamp moves on at once
         self._load_epochs()            # leader-epoch-checkpoint (leader_epoch.py)
 
     def append(self, records: Iterable) -> _core.AppendInfo:
@@ -183,7 +185,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 raise KStoreStateError(f"log {self.dir} is open read-only")
             if self._failed is not None:
                 raise failed_error(self.dir, self._failed)
-            self._bell.prewake()         # sleepers wake while the batch is built (notify.py)
+            (self._bell or self.attach_bell()).prewake()    # sleepers wake while it builds (notify.py)
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
@@ -283,7 +285,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             seg = self._roll_locked(b.base_offset)
         seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
         self._leo = last + 1
-        self._bell.bump_end(self._leo, seg.base_offset, seg.size)   # wait_for's (notify.py)
+        (self._bell or self.attach_bell()).bump_end(self._leo, seg.base_offset, seg.size)   # notify.py
 
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config
