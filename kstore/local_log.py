@@ -113,7 +113,8 @@ class LocalLog:
     def attach_bell(self) -> _notify.Bell:
         """The writer's Bell, its notification file mapped and its header and hints written at
         the first call: the log's first change (append, roll, truncation, new log start) or
-        first wait, not its open (~45 µs a partition at start-up; notify.py). A read-only or
+        first wait, not its open (~20-45 µs a partition at start-up; notify.py), unless the
+        partition had no page or recovery cut a torn tail (Log._load). A read-only or
         closed log's is the notifier's (private, never mapped)."""
         with self._lock:
             if self._bell is None and not self.read_only and not self._closed:

@@ -167,8 +167,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.recovery_report = loaded.recovery_report
-        if any(r.truncated_bytes and not r.tail_zero for r in loaded.recovery_report):
-            self.attach_bell()        # a torn tail cut: the page's stamp moves on at once
+        if not loaded.notify_page or any(r.truncated_bytes and not r.tail_zero
+                                         for r in loaded.recovery_report):
+            self.attach_bell()        # a fresh partition's page, or a torn tail cut: at once
         self._load_epochs()            # leader-epoch-checkpoint (leader_epoch.py)
 
     def append(self, records: Iterable) -> _core.AppendInfo:

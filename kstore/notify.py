@@ -7,9 +7,10 @@ as hints and bumps the page's 32-bit futex word: one atomic instruction, and a F
 syscall only when a waiter has armed the word. A waiter, in any process, arms the word, checks
 its condition (a read-only log refreshes first if the hints say it can learn something), then
 sleeps on the armed value with FUTEX_WAIT, GIL released: no polling, ~0 CPU while idle.
-The writer maps the file at its first change or first wait, not at its open (a start-up of
-many partitions pays nothing for logs no one changes or waits on); until then the page is the
-previous writer's, as true as it was while no writer ran (LogNotifier.attach_writer).
+The writer maps an existing file at its first change or first wait, not at its open (a
+start-up of many partitions pays nothing for logs no one changes or waits on); until then the
+page is the previous writer's, as true as it was while no writer ran (LogNotifier.attach_writer).
+A partition without one (fresh) makes it at open, so that readers can sleep on it at once.
 
 The wake-up (the kernel bringing an idle CPU back and scheduling the sleeper: 15-30 µs here) is
 overlapped with the append: Log.append starts with a pre-wake (Bell.prewake: if the waiter bit
@@ -193,7 +194,8 @@ class LogNotifier:
 
     def attach_writer(self) -> _notify.Bell:
         """Map the notification file for writing (tried once; Log.attach_bell, Log._lock held):
-        at the writable log's first change or first wait, not at its open. Until then the
+        at the writable log's first change or first wait, not at its open (unless it has no
+        file yet: a fresh partition's readers should find one at once). Until then the
         page is the previous writer's, which a reader may trust as it did while no writer ran:
         its hints are at most the log's (a killed writer's torn bytes lie past them and are
         all a recovery cuts after a kill; an open whose recovery cut any attaches at once). The

@@ -1,5 +1,6 @@
-"""The writer's notification page is attached lazily: a writable log's open leaves
-`.kstore-notify` alone (no file made, no byte written), and its first change (append, roll,
+"""The writer's notification page is attached lazily: a writable log's open leaves an existing
+`.kstore-notify` alone (no byte written; a partition without one makes it at open, as
+before), and its first change (append, roll,
 truncation, a new log start) or first wait maps it, rewriting pid, list stamp and hints before
 the change is made. Waiters of the previous incarnation are woken by the new writer's first
 append; an open whose recovery cut a torn tail attaches at once (the stamp moves on before any
@@ -90,15 +91,20 @@ def test_the_open_leaves_the_page_alone_and_the_first_change_attaches(tmp_path, 
         lg.close()
 
 
-def test_a_fresh_log_makes_no_file_until_it_changes_and_a_clean_close_makes_none(tmp_path):
+def test_a_partition_without_a_page_gets_one_at_open(tmp_path):
+    """A fresh partition (or one whose page was removed) makes it at open, as before: readers
+    find it and sleep on its word from the writer's first append on."""
     path = str(tmp_path / "t-0")
     with kstore.Log.open(path) as lg:
-        assert lg.log_end_offset == 0
-    assert not os.path.exists(os.path.join(path, NOTIFY_FILE))
-    with kstore.Log.open(path) as lg:
+        p = page(path)
+        assert (p["magic"], p["end"], p["base"], p["start"], p["pid"], p["owner"]) == (
+            b"KSNOTIFY", 0, 0, 0, os.getpid(), os.getpid())
         lg.append([(b"k", b"a")])
-    p = page(path)
-    assert (p["end"], p["base"], p["start"], p["pid"]) == (1, 0, 0, os.getpid())
+    os.unlink(os.path.join(path, NOTIFY_FILE))
+    with kstore.Log.open(path) as lg:
+        p = page(path)
+        assert (p["end"], p["base"], p["start"], p["size"], p["pid"]) == (
+            1, 0, 0, lg.segments[-1].size, os.getpid())
 
 
 def test_a_waiter_on_the_previous_writers_page_is_woken_by_the_first_append(tmp_path, watchdog,
@@ -145,12 +151,14 @@ def test_a_waiter_arriving_before_the_first_append_sees_it(tmp_path, watchdog, s
         lg.close()
 
 
-def test_a_reader_of_a_partition_without_a_page_polls_and_sees_the_first_append(tmp_path, watchdog):
-    """(b) without any file yet: the reader polls (POLL_S) until the first append makes it."""
+def test_a_reader_of_a_fresh_partition_sleeps_on_its_page_from_the_start(tmp_path, watchdog,
+                                                                         slices):
+    """(b) for a fresh partition: the writer's open made the page; the first append wakes."""
     watchdog(60)
     path = str(tmp_path / "t-0")
     lg = kstore.Log.open(path)
     try:
+        assert page(path)["pid"] == os.getpid()
         with kstore.Log.open(path, read_only=True) as ro:
             out: list = []
             t = threading.Thread(target=lambda: out.append(ro.wait_for(0, timeout=20)))
@@ -201,7 +209,7 @@ def test_a_writer_restarted_after_kill_9(tmp_path, watchdog, slices, tear):
             child.stdin.flush()
             assert child.wait(timeout=30) == -signal.SIGKILL
             out: list = []
-            t = threading.Thread(target=lambda: out.append(ro.wait_for(3, timeout=20)))
+            t = threading.Thread(target=lambda: out.append(ro.wait_for(4, timeout=20)))
             t.start()
             lg = kstore.Log.open(path)
             try:
@@ -275,9 +283,11 @@ class _NoNotify(FileOps):
         return super().open(path, flags, mode)
 
 
-@pytest.mark.parametrize("kind", ["permission", "symlink", "directory"])
+@pytest.mark.parametrize("kind", ["permission", "symlink", "directory", "fresh permission"])
 def test_errors_of_the_first_attach_warn_then_and_leave_a_private_bell(tmp_path, watchdog, caplog,
                                                                       kind):
+    """A page that cannot be used warns once, when it is first attached: at the first change
+    (a page present) or at the open (none present), and leaves a private Bell."""
     watchdog(60)
     path = str(tmp_path / "t-0")
     os.makedirs(path)
@@ -285,8 +295,10 @@ def test_errors_of_the_first_attach_warn_then_and_leave_a_private_bell(tmp_path,
     with open(outside, "wb") as fh:
         fh.write(b"x" * 10)
     io = None
-    if kind == "permission":
+    if "permission" in kind:
         io = _NoNotify()
+        if kind == "permission":
+            open(os.path.join(path, NOTIFY_FILE), "wb").close()    # a page present: lazy
     elif kind == "symlink":
         os.symlink(outside, os.path.join(path, NOTIFY_FILE))
     else:
@@ -294,7 +306,8 @@ def test_errors_of_the_first_attach_warn_then_and_leave_a_private_bell(tmp_path,
     with caplog.at_level(logging.WARNING, logger="kstore.notify"):
         lg = kstore.Log.open(path, io=io)
         try:
-            assert not [r for r in caplog.records if "no notification file" in r.message]
+            warned = [r for r in caplog.records if "no notification file" in r.message]
+            assert len(warned) == (1 if kind == "fresh permission" else 0)
             out: list = []
             t = threading.Thread(target=lambda: out.append(lg.wait_for(0, timeout=20)))
             t.start()
