@@ -530,6 +530,7 @@ class LocalLog:
                 self._failed = str(e)
                 self.close_handlers()
                 raise storage_error(self.dir, e) from e
+            self._attach_to_close()
             self._closed = True
             self.notifier.close()
             try:
@@ -540,10 +541,19 @@ class LocalLog:
             finally:
                 self._release_locks()     # last: no other writer sees the log half-closed
 
+    def _attach_to_close(self) -> None:
+        """A loaded writable log's close bumps the page whether or not it changed anything (its
+        open may have recovered, its close trims): a kept writer elsewhere that checks the word
+        before reusing its view of the files (offsets_topic) must see it moved (lock held)."""
+        if self._bell is None and not self.read_only and not self._closed \
+                and self._failed is None and self._segments.segs:
+            self.attach_bell()
+
     def close_handlers(self) -> None:
         """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
         with self._lock:
             try:
+                self._attach_to_close()
                 for s in self._segments:
                     s.close_handlers()
                 self._closed = True

@@ -322,3 +322,19 @@ def test_errors_of_the_first_attach_warn_then_and_leave_a_private_bell(tmp_path,
         finally:
             lg.close()
     assert open(outside, "rb").read() == b"x" * 10
+
+
+@pytest.mark.parametrize("close", ["close", "close_handlers"])
+def test_a_loaded_writers_close_moves_the_word_even_without_a_change(tmp_path, close):
+    """Another writer's open may recover and its close trims: a kept writer that checks the
+    word before reusing its view of the files (offsets_topic._still_ours) must see it move,
+    as it did when the page was mapped at open."""
+    path = str(tmp_path / "t-0")
+    before = _previous_incarnation(path)
+    lg = kstore.Log.open(path, {"segment.bytes": 100_000})
+    assert page(path)["raw"] == before["raw"]
+    getattr(lg, close)()
+    p = page(path)
+    assert p["word"] >> 1 > before["word"] >> 1 and p["pid"] == os.getpid()
+    assert (p["end"], p["base"], p["start"]) == (3, 0, 0)
+
