@@ -54,9 +54,10 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 removed its entry writes leader-epoch-checkpoint under it (once
                                 per such truncation, as Kafka's assign on a leader's append)
                                 A writable log's notification page is attached under it too
-                                (LocalLog.attach_bell: at its first change, by the changing
-                                thread, or at the first wait, by the waiter; once): the file's
-                                open, mmap and header write. Log._bell (None until then) is
+                                (LocalLog.attach_bell, once: at its first change, by the
+                                changing thread; its first wait, by the waiter; its close; or
+                                at open without a page or after a torn tail was cut): the
+                                file's open, mmap and header write. Log._bell (None until then) is
                                 written only there and read by the writer under it; a waiter
                                 gets the Bell from attach_bell, so none sleeps on a page the
                                 writer does not bump

@@ -194,8 +194,8 @@ class LogNotifier:
 
     def attach_writer(self) -> _notify.Bell:
         """Map the notification file for writing (tried once; Log.attach_bell, Log._lock held):
-        at the writable log's first change or first wait, not at its open (unless it has no
-        file yet: a fresh partition's readers should find one at once). Until then the
+        at the writable log's first change, first wait or close, not at its open (unless it
+        has no file yet: a fresh partition's readers should find one at once). Until then the
         page is the previous writer's, which a reader may trust as it did while no writer ran:
         its hints are at most the log's (a killed writer's torn bytes lie past them and are
         all a recovery cuts after a kill; an open whose recovery cut any attaches at once). The
