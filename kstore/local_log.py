@@ -8,7 +8,6 @@ reference) and new sizes for every change, so a reader always sees whole batches
 """
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import logging
@@ -17,15 +16,16 @@ import random
 import threading
 from typing import Any, Mapping, Optional, Sequence, TypeVar
 
-from kstore import swap
+from kstore import _notify, swap
 from kstore.config import LogConfig
-from kstore.errors import KafkaStorageError, KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
+from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from kstore.log_loader import STANDALONE_CLEAN_MARKER
 from kstore.log_segments import LogSegments
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
+from kstore.storage_errors import storage_error, storage_op
 
 log = logging.getLogger("kstore.log")
 # the roll jitter's random source, one per process as Kafka's ThreadLocalRandom (seeding a
@@ -36,37 +36,6 @@ _JITTER_RNG = random.Random()
 #: A log dir's lock file: its LogManager holds it exclusively, a standalone writable Log of one
 #: of its partitions holds it shared (and flocks the partition directory itself exclusively).
 LOG_DIR_LOCK = ".lock"
-
-
-def failed_error(log_dir: str, failed: str) -> KafkaStorageError:
-    return KafkaStorageError(errno.EIO, f"log {log_dir} failed after an I/O error ({failed}); "
-                             f"reopen it once the disk is fixed")
-
-
-def storage_error(log_dir: str, e: OSError) -> KafkaStorageError:
-    """e as a KafkaStorageError naming the log (e itself if it already is one)."""
-    if isinstance(e, KafkaStorageError):
-        return e
-    err = KafkaStorageError(e.errno or errno.EIO, f"{e.strerror or e} (log {log_dir})")
-    err.__cause__ = e
-    return err
-
-
-def storage_op(fn):
-    """A write-side Log operation: an OSError fails the log (Kafka's offline log dir) and is
-    raised as KafkaStorageError naming it; later writes are refused without touching the disk.
-    (append inlines the same steps: it is the hot path.)"""
-    @functools.wraps(fn)
-    def op(self, *args, **kw):
-        if self._failed is not None:
-            raise failed_error(self.dir, self._failed)
-        try:
-            return fn(self, *args, **kw)
-        except OSError as e:
-            self._failed = str(e)
-            raise storage_error(self.dir, e) from e
-    return op
-
 
 
 _L = TypeVar("_L", bound="LocalLog")
@@ -97,9 +66,10 @@ class LocalLog:
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._last_flush_ms = time.milliseconds()
-        #: wait_for's machinery; _bell is bumped after every change of the log end (notify.py)
+        #: wait_for's machinery; _bell is bumped after every change of the log end (notify.py),
+        #: None until the first change or wait maps the notification file (attach_bell)
         self.notifier = LogNotifier(self, io, dir_)  # type: ignore[arg-type]  # a Log: it refreshes
-        self._bell = self.notifier.bell
+        self._bell: Optional[_notify.Bell] = None
 
     def _take_locks(self) -> None:
         """A standalone writable open excludes every other writer of the partition: the
@@ -139,12 +109,22 @@ class LocalLog:
     def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:
         """Publish a new segment list (lock held): readers take it whole, without the lock."""
         self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
-        if not self.notifier.attached and not self.read_only:
-            self._bell = self.notifier.attach_writer()     # a writable log, loaded
+
+    def attach_bell(self) -> _notify.Bell:
+        """The writer's Bell, its notification file mapped and its header and hints written at
+        the first call: the log's first change (append, roll, truncation, new log start) or
+        first wait, not its open (~20-45 µs a partition at start-up; notify.py), unless the
+        partition had no page or recovery cut a torn tail (Log._load). A read-only or
+        closed log's is the notifier's (private, never mapped)."""
+        with self._lock:
+            if self._bell is None and not self.read_only and not self._closed:
+                self._bell = self.notifier.attach_writer()
+            return self._bell or self.notifier.bell
 
     def _ring(self) -> None:
         """Wake wait_for's waiters after a change other than an append (lock held)."""
-        self._bell.ring(*ring_hints(self._segments.segs, self._leo, self._log_start_offset))
+        (self._bell or self.attach_bell()).ring(*ring_hints(self._segments.segs, self._leo,
+                                                            self._log_start_offset))
 
     def wait_for(self, offset: int, timeout: Optional[float] = None, *, spin: float = 0.0) -> bool:
         """Block until the log end is above offset (True) or timeout seconds pass (False; None
@@ -550,6 +530,7 @@ class LocalLog:
                 self._failed = str(e)
                 self.close_handlers()
                 raise storage_error(self.dir, e) from e
+            self._attach_to_close()
             self._closed = True
             self.notifier.close()
             try:
@@ -560,10 +541,19 @@ class LocalLog:
             finally:
                 self._release_locks()     # last: no other writer sees the log half-closed
 
+    def _attach_to_close(self) -> None:
+        """A loaded writable log's close bumps the page whether or not it changed anything (its
+        open may have recovered, its close trims): a kept writer elsewhere that checks the word
+        before reusing its view of the files (offsets_topic) must see it moved (lock held)."""
+        if self._bell is None and not self.read_only and not self._closed \
+                and self._failed is None and self._segments.segs:
+            self.attach_bell()
+
     def close_handlers(self) -> None:
         """Release every mapping and descriptor without flushing (a simulated crash in tests)."""
         with self._lock:
             try:
+                self._attach_to_close()
                 for s in self._segments:
                     s.close_handlers()
                 self._closed = True

@@ -53,6 +53,14 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 append that restarts the log's leader epoch after a truncation
                                 removed its entry writes leader-epoch-checkpoint under it (once
                                 per such truncation, as Kafka's assign on a leader's append)
+                                A writable log's notification page is attached under it too
+                                (LocalLog.attach_bell, once: at its first change, by the
+                                changing thread; its first wait, by the waiter; its close; or
+                                at open without a page or after a torn tail was cut): the
+                                file's open, mmap and header write. Log._bell (None until then) is
+                                written only there and read by the writer under it; a waiter
+                                gets the Bell from attach_bell, so none sleeps on a page the
+                                writer does not bump
   LeaderEpochFileCache._lock    a partition's leader epoch entries and the write of its
                                 leader-epoch-checkpoint (leader_epoch.py; the write's fsyncs
                                 run under it, so an older snapshot never replaces a newer one).

@@ -13,8 +13,6 @@ import logging
 import os
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
-import numpy as np
-
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig, bad_max_records
@@ -24,7 +22,7 @@ from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
                            with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.leader_epoch import LeaderEpochs
-from kstore.local_log import LOG_DIR_LOCK, LocalLog, failed_error, storage_error, storage_op
+from kstore.local_log import LOG_DIR_LOCK, LocalLog
 from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
 from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
@@ -34,6 +32,8 @@ from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
+from kstore.row_split import split_rows
+from kstore.storage_errors import failed_error, storage_error, storage_op
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
            "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP"]
@@ -41,24 +41,6 @@ __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES"
 log = logging.getLogger("kstore.log")
 
 DEFAULT_MAX_BYTES = 1 << 20
-
-
-def split_rows(sizes: np.ndarray, start: int, stop: int, budget: int) -> list[tuple[int, int]]:
-    """Consecutive row ranges of [start, stop) whose summed sizes stay within budget (a range
-    holds at least one row). One Python step per range, not per row."""
-    out: list[tuple[int, int]] = []
-    if stop <= start:
-        return out
-    cs = np.cumsum(sizes[start:stop])
-    pos = 0
-    n = stop - start
-    while pos < n:
-        base = cs[pos - 1] if pos else 0
-        j = int(np.searchsorted(cs, base + budget, side="right"))
-        j = max(j, pos + 1)
-        out.append((start + pos, start + j))
-        pos = j
-    return out
 
 
 class Log(LeaderEpochs, LocalLog, TimestampLookup):
@@ -185,6 +167,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.recovery_report = loaded.recovery_report
+        if not loaded.notify_page or any(r.truncated_bytes and not r.tail_zero
+                                         for r in loaded.recovery_report):
+            self.attach_bell()        # a fresh partition's page, or a torn tail cut: at once
         self._load_epochs()            # leader-epoch-checkpoint (leader_epoch.py)
 
     def append(self, records: Iterable) -> _core.AppendInfo:
@@ -201,7 +186,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 raise KStoreStateError(f"log {self.dir} is open read-only")
             if self._failed is not None:
                 raise failed_error(self.dir, self._failed)
-            self._bell.prewake()         # sleepers wake while the batch is built (notify.py)
+            (self._bell or self.attach_bell()).prewake()    # sleepers wake while it builds (notify.py)
             cfg = self._config
             now = self._time.milliseconds()
             b = self._builder
@@ -301,7 +286,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             seg = self._roll_locked(b.base_offset)
         seg.append(b, last, b.max_timestamp, b.offset_of_max_timestamp)
         self._leo = last + 1
-        self._bell.bump_end(self._leo, seg.base_offset, seg.size)   # wait_for's (notify.py)
+        (self._bell or self.attach_bell()).bump_end(self._leo, seg.base_offset, seg.size)   # notify.py
 
     def _too_large(self, b: _core.BatchBuilder):
         cfg = self._config

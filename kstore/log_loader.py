@@ -22,6 +22,7 @@ from kstore.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFF
                           TIME_INDEX_SUFFIX, parse_name, segment_file)
 from kstore.log_segments import LogSegments
 from kstore.marker_gate import gate_for, remove_marker
+from kstore.notify import NOTIFY_FILE
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 
@@ -46,6 +47,9 @@ class LoadedLogOffsets:
     log_end_offset: int
     #: one entry per segment recovery ran on (none after a clean shutdown)
     recovery_report: list[SegmentRecovery]
+    #: whether the directory held a writer's notification page (notify.NOTIFY_FILE) when
+    #: listed: without one the log makes it at once (a fresh partition), else at first use
+    notify_page: bool = True
 
 
 class LogLoader:
@@ -144,7 +148,7 @@ class LogLoader:
         rp = max(rp, segs[0].base_offset)
         segs[-1].make_active()
         return LoadedLogOffsets(LogSegments(segs), start if start <= leo else leo, rp, leo,
-                                self._report)
+                                self._report, NOTIFY_FILE in names)
 
     def _swap_end(self, base: int) -> int:
         """One past the last offset of the .log.swap at base."""

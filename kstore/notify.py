@@ -7,6 +7,10 @@ as hints and bumps the page's 32-bit futex word: one atomic instruction, and a F
 syscall only when a waiter has armed the word. A waiter, in any process, arms the word, checks
 its condition (a read-only log refreshes first if the hints say it can learn something), then
 sleeps on the armed value with FUTEX_WAIT, GIL released: no polling, ~0 CPU while idle.
+The writer maps an existing file at its first change or first wait, not at its open (a
+start-up of many partitions pays nothing for logs no one changes or waits on); until then the
+page is the previous writer's, as true as it was while no writer ran (LogNotifier.attach_writer).
+A partition without one (fresh) makes it at open, so that readers can sleep on it at once.
 
 The wake-up (the kernel bringing an idle CPU back and scheduling the sleeper: 15-30 µs here) is
 overlapped with the append: Log.append starts with a pre-wake (Bell.prewake: if the waiter bit
@@ -94,6 +98,7 @@ class WaitableLog(Protocol):
                 tail: Optional[tuple[int, int]] = None) -> None: ...
     def refresh_tail(self, base: int, size: int) -> bool: ...
     def catch_up_index(self) -> None: ...
+    def attach_bell(self) -> _notify.Bell: ...
 
 # the Bell of a log not loaded yet or read-only: rung, never waited on (no mapping per log)
 _NOBODY = _Bell.private()
@@ -188,10 +193,20 @@ class LogNotifier:
         self.attached = False
 
     def attach_writer(self) -> _notify.Bell:
-        """Map the notification file for writing (a writable log, once loaded; tried once)."""
+        """Map the notification file for writing (tried once; Log.attach_bell, Log._lock held):
+        at the writable log's first change, first wait or close, not at its open (unless it
+        has no file yet: a fresh partition's readers should find one at once). Until then the
+        page is the previous writer's, which a reader may trust as it did while no writer ran:
+        its hints are at most the log's (a killed writer's torn bytes lie past them and are
+        all a recovery cuts after a kill; an open whose recovery cut any attaches at once). The
+        header (pid, a new list stamp) and then the hints are rewritten here, before the change
+        that attached is made or a waiter of this process sleeps."""
         if not self.attached:
             self.attached = True
-            self.bell = writer_bell(self._io, os.path.dirname(self._path))
+            bell = writer_bell(self._io, os.path.dirname(self._path))
+            lg = self._log
+            bell.ring(*ring_hints(lg.segments, lg.log_end_offset, lg.log_start_offset))
+            self.bell = bell
         return self.bell
 
     def close(self) -> None:
@@ -212,7 +227,7 @@ class LogNotifier:
         """The Bell to wait on: the writer's own, or a read-only log's file Bell (re-checked
         every SLICE_S; None while there is no usable file)."""
         if not self._log.read_only:
-            return self.bell
+            return self.bell if self.attached else self._log.attach_bell()
         if now - self._checked < SLICE_S:
             return self._reader
         with self._lock:

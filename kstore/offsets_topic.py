@@ -266,6 +266,7 @@ class OffsetsTopic:
         lg = Log.open(path, self._config, clean_shutdown=False, recovery_point=0, io=self._io,
                       time=self._time)
         w.log = lg
+        lg.attach_bell()        # the notification file mapped now (lazily made): its inode is ours
         try:
             w.notify_ino = self._io.stat_path(os.path.join(path, NOTIFY_FILE)).st_ino
         except OSError:

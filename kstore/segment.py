@@ -32,7 +32,7 @@ from kstore.runway import Runway
 from kstore.offset_index import OffsetIndex
 from kstore.time_index import TimeIndex
 from kstore.segment_reader import SegmentReader
-from kstore.segment_recovery import SegmentRecovery
+from kstore.segment_recovery import SegmentRecovery, bytes_since_entry
 from kstore.segment_files import SegmentFiles
 
 log = logging.getLogger("kstore.segment")
@@ -156,6 +156,7 @@ class LogSegment(SegmentFiles, SegmentReader):
         # the runway is grown by the first appends (_ensure_capacity): an open writes nothing
         self.offset_index.resize_lazily(self._config.max_index_size)
         self.time_index.resize_lazily(self._config.max_index_size)
+        self._bytes_since_last_index_entry = bytes_since_entry(self.offset_index, self.size)
         self.load_max_timestamp()
         self._update_indexes_full()
 
@@ -383,7 +384,6 @@ class LogSegment(SegmentFiles, SegmentReader):
                 self._max_ts = (res["max_timestamp"], res["offset_of_max_timestamp"]) \
                     if res["max_timestamp"] >= 0 else (-1, -1)
                 self._rolling_ts = res["first_batch_timestamp"] if res["batches"] else None
-                self._bytes_since_last_index_entry = 0
                 self._install_indexes(res, next_active or was_active)
                 if handoff:
                     self._activate(fd, flen, m)
@@ -423,7 +423,7 @@ class LogSegment(SegmentFiles, SegmentReader):
             if self.size == 0:
                 self.created = self._time.milliseconds()
                 self._rolling_ts = None
-            self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry = bytes_since_entry(self.offset_index, self.size)
             self._max_ts = self._scan_max_timestamp()
             self._update_indexes_full()
             return removed

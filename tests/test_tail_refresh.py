@@ -98,6 +98,7 @@ def _tailing(open_log, log_dir, cfg=None):
 
 def test_the_stamp_moves_on_every_change_but_an_append(open_log, log_dir):
     lg = open_log()
+    assert lg.wait_for(0, timeout=0) is False        # a first wait maps the page (lazily)
     page = _page(log_dir)
     stamps = [page.tail()[0]]
     assert stamps[0] > 0
@@ -111,7 +112,9 @@ def test_the_stamp_moves_on_every_change_but_an_append(open_log, log_dir):
     word = page.load()
     lg.close()                          # wakes, changes no segment: the same stamp
     assert page.tail()[0] == stamps[-1] and page.load() != word
-    lg = open_log()                                  # a restarted writer: a new stamp
+    lg = open_log()                  # a restarted writer: the page untouched until its first
+    assert page.tail()[0] == stamps[-1]              # change, which brings a new stamp
+    lg.append([REC])
     stamps.append(page.tail()[0])
     assert stamps == sorted(set(stamps)) and len(stamps) == 4
     assert page.tail()[1:] == (lg.segments[-1].base_offset, lg.segments[-1].size)
