@@ -197,8 +197,10 @@ def test_a_writer_restarted_after_kill_9(tmp_path, watchdog, slices, tear):
     before any append. Either way the first append wakes the reader with exact offsets."""
     watchdog(90)
     path = str(tmp_path / "t-0")
+    # cwd: not the checkout, whose unbuilt kstore/ would shadow the installed package (CI)
     child = subprocess.Popen([sys.executable, "-c", _CHILD, path, "tear" if tear else "-"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd=str(tmp_path))
     try:
         assert child.stdout.readline().strip() == "ready"
         dead = page(path)
