@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import threading
 import time
 from typing import Any, Iterable, Mapping, Optional
@@ -48,9 +49,16 @@ def _resolve(fut: "asyncio.Future[None]") -> None:
         fut.set_result(None)
 
 
+#: seconds the waiter thread stays (asleep on its kick word) with no wait pending before it
+#: ends: a consumer loop waits again right after each batch it gets, and starting a thread for
+#: every such wait cost more than the wake-up itself
+LINGER_S = 2.0
+
+
 class AsyncWaiter:
     """The process's one waiter thread: sleeps on the words of every pending wait and wakes
-    their futures. Started on the first wait, ends when none is left (and starts again).
+    their futures. Started on the first wait, ends after LINGER_S with none pending (and
+    starts again).
 
     Lock: `_lock` guards the list of pending waits and the thread's life; a leaf, never held
     while the thread arms, refreshes (LogNotifier._lock, Log._lock) or sleeps."""
@@ -81,18 +89,33 @@ class AsyncWaiter:
         self._kick.bump_end(0, 0, 0)
         return fut
 
+    def after_fork(self) -> None:
+        """In a forked child, which has none of the parent's threads: forget the parent's waits
+        and thread (a lingering one would look alive to wait() and never serve the child's) and
+        its lock (a parent thread may have held it)."""
+        self._lock = threading.Lock()
+        self._waits = []
+        self._thread = None
+
     def _run(self) -> None:
         quiet = False
+        idle_until: Optional[float] = None      # no wait pending: lingering until then
         while True:
-            kick = self._kick.arm()
+            kick = self._kick.arm()             # before the look: a wait added after it rings
+            now = time.monotonic()
             with self._lock:
                 waits = [w for w in self._waits if not w.fut.done()]
                 self._waits = waits
-                if not waits:
-                    self._thread = None
+                if not waits and idle_until is not None and now >= idle_until:
+                    self._thread = None         # wait() starts another from here on
                     return
+            if not waits:
+                if idle_until is None:
+                    idle_until = now + LINGER_S
+                self._kick.sleep(kick, idle_until - now)
+                continue
+            idle_until = None
             self.wakeups += 1
-            now = time.monotonic()
             bells: dict[int, tuple[Any, int]] = {id(self._kick): (self._kick, kick)}
             usable = True
             done: list[_Wait] = []
@@ -154,6 +177,13 @@ class AsyncWaiter:
 
 #: The process-wide waiter of every AsyncConsumer.
 WAITER = AsyncWaiter()
+
+
+def _after_fork_in_child() -> None:
+    WAITER.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncConsumer:

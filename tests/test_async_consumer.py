@@ -128,3 +128,92 @@ def test_wakes_on_an_append_in_another_process_and_commits(tmp_path, watchdog):
         assert offsets(got) == {"t-0": [0]} and waited < 10 and committed == 1
     finally:
         w.close()
+
+
+def _waiter_idents():
+    return [t.ident for t in threading.enumerate() if t.name == "kstore-async-waiter"]
+
+
+def test_waiter_thread_lingers_between_waits_then_ends(store, watchdog, monkeypatch):
+    """A consumer loop waits again right after each batch: the same waiter thread serves the
+    next wait (no thread started per wait), and it ends once LINGER_S pass with none pending."""
+    import kstore.async_consumer as ac
+    watchdog(60)
+    monkeypatch.setattr(ac, "LINGER_S", 0.5)
+    d, m = store
+
+    async def main():
+        idents = []
+        async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 0)])
+            for i in range(5):
+                task = asyncio.create_task(c.getmany(timeout_ms=10000))
+                await asyncio.sleep(0.02)           # waiting now, through the waiter thread
+                idents.append(tuple(_waiter_idents()))
+                m.append_batch("t", 0, [(b"k", b"v%d" % i)])
+                got = await asyncio.wait_for(task, 10)
+                assert [(r.offset, r.value) for r in got[TP("t", 0)]] == [(i, b"v%d" % i)]
+        return idents
+
+    idents = asyncio.run(main())
+    assert len(idents[0]) == 1 and idents == [idents[0]] * 5       # one thread, kept
+    deadline = time.monotonic() + 5
+    while WAITER.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not WAITER.running and _waiter_idents() == []
+
+
+def test_waits_racing_the_waiter_threads_end_all_resolve(store, watchdog, monkeypatch):
+    """A wait added just as the lingering thread gives up is served (by it or by a new one):
+    with a linger of ~0, every round's wait must still wake on its append."""
+    import kstore.async_consumer as ac
+    watchdog(120)
+    monkeypatch.setattr(ac, "LINGER_S", 0.0005)
+    d, m = store
+
+    async def main():
+        async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 1)])
+            for i in range(200):
+                task = asyncio.create_task(c.getmany(timeout_ms=20000))
+                await asyncio.sleep(0.001 * (i % 3))
+                m.append_batch("t", 1, [(b"k", b"%d" % i)])
+                got = await asyncio.wait_for(task, 20)
+                assert [r.offset for r in got[TP("t", 1)]] == [i]
+    asyncio.run(main())
+
+
+def test_a_forked_child_waits_through_its_own_waiter(store, watchdog, tmp_path):
+    """fork() while the parent's waiter thread lingers: the child's getmany still wakes on an
+    append (a thread of its own), it does not take the parent's thread for alive."""
+    import multiprocessing as mp
+    watchdog(60)
+    d, m = store
+
+    async def parent():
+        async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 2)])
+            task = asyncio.create_task(c.getmany(timeout_ms=10000))
+            await asyncio.sleep(0.05)
+            m.append_batch("t", 2, [(b"k", b"parent")])
+            return await asyncio.wait_for(task, 10)
+    assert [r.value for r in asyncio.run(parent())[TP("t", 2)]] == [b"parent"]
+    assert WAITER.running                       # lingering: what the child must not rely on
+
+    def child(q):
+        async def main():
+            async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+                c.assign([TP("t", 3)])
+                got = await c.getmany(timeout_ms=8000)
+                return [r.value for r in got.get(TP("t", 3), [])]
+        q.put(asyncio.run(main()))
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    time.sleep(0.5)                             # the child is waiting
+    m.append_batch("t", 3, [(b"k", b"child")])
+    assert q.get(timeout=20) == [b"child"]
+    p.join(20)
+    assert p.exitcode == 0
