@@ -47,6 +47,19 @@ def store(tmp_path):
     m.close()
 
 
+@pytest.fixture
+def closing():
+    """keep(consumer) -> consumer, closed at teardown (a failed test leaves no timer behind)."""
+    made = []
+
+    def keep(c):
+        made.append(c)
+        return c
+    yield keep
+    for c in made:
+        c.close()
+
+
 def committed(d):
     with GroupCoordinator([d]) as gc_:
         return {tp: o.offset for tp, o in gc_.fetch_offsets("g").items()}
@@ -222,7 +235,7 @@ def test_config_is_checked():
             Consumer("/nonexistent", max_poll_interval_ms=bad)
 
 
-def test_the_timer_never_fires_inside_poll_and_close_after_eviction_commits_nothing(store, watchdog):
+def test_the_timer_never_fires_inside_poll_and_close_after_eviction_commits_nothing(store, watchdog, closing):
     """A listener that takes 2 intervals inside poll: the member is not evicted (the timer waits
     for the consumer's lock, then finds a fresh poll time). A close after an eviction reports the
     partitions lost and writes no commit."""
@@ -233,11 +246,13 @@ def test_the_timer_never_fires_inside_poll_and_close_after_eviction_commits_noth
         def on_partitions_assigned(self, assigned):
             super().on_partitions_assigned(assigned)
             time.sleep(2 * INTERVAL_MS / 1000)
+            c.commit({tp: 2 for tp in assigned})      # inside poll: the member still owns them
 
     ev = Slow()
-    c = Consumer(d, "t", listener=ev, max_poll_records=40, **GROUP)
-    got = c.poll(0)
-    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(10)) for tp in ALL}
+    c = closing(Consumer(d, "t", listener=ev, max_poll_records=40, **GROUP))
+    got = c.poll(0)               # positions from the commit the listener made after its sleep
+    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(2, 10)) for tp in ALL}
+    assert committed(d) == {tp: 2 for tp in ALL}
     member = c._member
     c.commit({tp: 4 for tp in ALL})
     assert not member.expired and c.poll(0) == {} and ev.events == [("assigned", ALL)]
@@ -246,6 +261,30 @@ def test_the_timer_never_fires_inside_poll_and_close_after_eviction_commits_noth
     c.close()                                                # auto-commit on: nothing written
     assert ev.events == [("assigned", ALL), ("lost", ALL)]
     assert committed(d) == {tp: 4 for tp in ALL}
+    assert timer_threads() == []
+
+
+def test_the_timer_never_fires_inside_close(store, watchdog, caplog, closing):
+    """A listener that takes 2 intervals while close() revokes: the member leaves normally
+    (revoked, not lost), close's auto-commit is written, no eviction is logged."""
+    watchdog(60)
+    d, _m = store
+
+    class SlowRevoke(Events):
+        def on_partitions_revoked(self, revoked):
+            super().on_partitions_revoked(revoked)
+            time.sleep(2 * INTERVAL_MS / 1000)
+
+    ev = SlowRevoke()
+    c = closing(Consumer(d, "t", listener=ev, max_poll_records=40, **GROUP))
+    assert sum(map(len, c.poll(0).values())) == 40
+    member = c._member
+    with caplog.at_level(logging.WARNING, "kstore.consumer"):
+        c.close()
+    assert not member.expired
+    assert ev.events == [("assigned", ALL), ("revoked", ALL)]
+    assert committed(d) == {tp: 10 for tp in ALL}
+    assert not [r for r in caplog.records if "poll timeout" in r.getMessage()]
     assert timer_threads() == []
 
 
