@@ -427,23 +427,23 @@ class Consumer:
             member.expire()
         except (KStoreError, OSError) as e:     # its descriptors are closed all the same
             log.warning("group %r: %s left without a rebalance: %s", self.group_id, member.member_id, e)
-        if member.expired:
-            self._pending = _EVICTED
+        self._pending = _EVICTED
 
     def _lose_partitions(self) -> None:
         """After an eviction: the listener's on_partitions_lost (else on_partitions_revoked,
         Kafka's default), nothing committed, positions forgotten, the member dropped."""
         lost = self._state.assignment()
-        if lost and self._listener is not None:
-            on_lost = getattr(self._listener, "on_partitions_lost", None)
-            (on_lost or self._listener.on_partitions_revoked)(set(lost))
-        self._state.remove(lost)
-        self._fetcher.forget(lost)
-        self._buffer.drop(lost)
-        for tp in lost:
-            self._last_commit.pop(tp, None)
-        self._member = None
-        self._cancel_timer()
+        try:                                 # the member stays for the listener: commits fail
+            if lost and self._listener is not None:
+                on_lost = getattr(self._listener, "on_partitions_lost", None)
+                (on_lost or self._listener.on_partitions_revoked)(set(lost))
+        finally:
+            self._state.remove(lost)
+            self._fetcher.forget(lost)
+            self._buffer.drop(lost)
+            self._last_commit = {tp: o for tp, o in self._last_commit.items() if tp not in lost}
+            self._member = None
+            self._cancel_timer()
 
     def _cancel_timer(self) -> None:
         timer, self._poll_timer = self._poll_timer, None

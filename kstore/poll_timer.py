@@ -5,7 +5,7 @@ The consumer stores the time of each poll (one attribute store: nothing else on 
 The timer's thread sleeps (a bounded Event wait, no polling) until that time plus the interval,
 reads the time again, and sleeps on if a poll came since; else it takes the consumer's lock
 (so never inside a poll, commit or close), checks once more and calls its `evict`. It holds
-the consumer only through weak methods, so a consumer dropped without close() is freed and its
+the consumer only through weak references, so a consumer dropped without close() is freed and its
 timer ends; `cancel()`/`stop()` end it at once.
 """
 from __future__ import annotations

@@ -398,3 +398,39 @@ def test_async_consumer_is_evicted_and_rejoins(store, watchdog):
 
     asyncio.run(main())
     assert committed(d) == {tp: 6 for tp in ALL}
+
+
+def test_lost_falls_back_to_revoked_and_a_failing_listener_still_drops_the_partitions(store, watchdog,
+                                                                                     closing):
+    """A listener without on_partitions_lost (not a ConsumerRebalanceListener) hears the loss as
+    revoked; one whose callback raises: poll raises it, the partitions are dropped all the same
+    and the next poll rejoins."""
+    watchdog(60)
+    d, _m = store
+
+    class Duck:
+        def __init__(self):
+            self.events = []
+            self.fail = False
+
+        def on_partitions_revoked(self, revoked):
+            self.events.append(("revoked", sorted(revoked)))
+            if self.fail:
+                raise RuntimeError("listener failed")
+
+        def on_partitions_assigned(self, assigned):
+            if assigned:
+                self.events.append(("assigned", sorted(assigned)))
+
+    ev = Duck()
+    c = closing(Consumer(d, "t", listener=ev, enable_auto_commit=False, **GROUP))
+    c.poll(0)
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)
+    ev.fail = True
+    with pytest.raises(RuntimeError, match="listener failed"):
+        c.poll(0)
+    assert ev.events == [("assigned", ALL), ("revoked", ALL)] and c.assignment() == set()
+    ev.fail = False
+    c.poll(0)
+    assert ev.events == [("assigned", ALL), ("revoked", ALL), ("assigned", ALL)]
+    assert c.assignment() == set(ALL)
