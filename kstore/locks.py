@@ -122,8 +122,8 @@ The removal's thread takes no kstore lock.
 
 A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's;
 its one lock (Consumer._lock, above) only keeps its poll timer's eviction out of poll, commit,
-unsubscribe and close. It calls GroupMember and GroupCoordinator (their locks) and logs' reads
-and waits under nothing else.
+unsubscribe and close. Under it, and nothing else, it calls GroupMember and GroupCoordinator
+(their locks) and logs' reads and waits (their locks, all below it).
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
 and at most one FUTEX_WAKE), waiters sleep on it holding no lock. The page's hints (log end,
