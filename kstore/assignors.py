@@ -20,13 +20,13 @@ by instance id, then the others by member id; strings compare as Java's `String.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from kstore.group_records import java_string_hash
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["ConsumerPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "ASSIGNORS",
-           "assignor_named"]
+           "assignor_named", "assignors_from"]
 
 
 class ConsumerPartitionAssignor(Protocol):
@@ -146,3 +146,9 @@ def assignor_named(name: str) -> ConsumerPartitionAssignor:
         return ASSIGNORS[name]()
     except KeyError:
         raise ValueError(f"unknown partition assignor {name!r} (known: {', '.join(ASSIGNORS)})") from None
+
+
+def assignors_from(names: Sequence[Any]) -> list[ConsumerPartitionAssignor]:
+    """partition_assignment_strategy: assignor names ("range", "roundrobin"), classes or objects."""
+    return [assignor_named(n) if isinstance(n, str) else n() if isinstance(n, type) else n
+            for n in names]

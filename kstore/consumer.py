@@ -17,22 +17,27 @@ partitions are shared with the group's other members (`GroupMember`: file locks,
 with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
 default) commits the positions of records already returned: in poll every
 auto_commit_interval_ms, before partitions are revoked, and at close (at-least-once).
-Not thread-safe, as Kafka's consumer: one thread uses a consumer.
+A member that does not poll for max_poll_interval_ms is evicted by its poll timer (poll_timer.py)
+without a commit; its next poll reports the partitions lost and rejoins. Not thread-safe, as
+Kafka's consumer: `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import time
-from collections import deque
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
-                           UnknownTopicError)
+from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
+                           NoOffsetForPartitionError, UnknownTopicError)
+from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.notify import SLICE_S
+from kstore.poll_timer import POLL_TIMEOUT_EXPIRED, PollTimer
 from kstore.subscription_state import SubscriptionState
 from kstore.topic_partition import TopicPartition
 
@@ -40,25 +45,8 @@ __all__ = ["Consumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAnd
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _new_tuple = tuple.__new__     # a ConsumerRecord without NamedTuple's Python-level __new__
-
-
-def _offset_and_metadata(value: Any):
-    """commit()'s values: an int offset or an OffsetAndMetadata."""
-    from kstore.group_records import OffsetAndMetadata
-    if isinstance(value, OffsetAndMetadata):
-        return value
-    if isinstance(value, tuple) and len(value) >= 1:        # kafka-python's (offset, metadata)
-        return OffsetAndMetadata(int(value[0]), str(value[1]) if len(value) > 1 and value[1] else "")
-    if isinstance(value, int) and value >= 0:
-        return OffsetAndMetadata(value)
-    raise InvalidConfigError(f"a committed offset is a non-negative int or an OffsetAndMetadata, not {value!r}")
-
-
-def _assignors(names: Sequence[Any]) -> list:
-    """partition_assignment_strategy: assignor names ("range", "roundrobin"), classes or objects."""
-    from kstore.assignors import assignor_named
-    return [assignor_named(n) if isinstance(n, str) else n() if isinstance(n, type) else n
-            for n in names]
+_EVICTED = object()            # _pending after the poll timer evicted the member
+log = logging.getLogger("kstore.consumer")
 
 
 class Consumer:
@@ -93,12 +81,15 @@ class Consumer:
             raise InvalidConfigError(f"max_poll_records must be a positive int, not {max_poll_records!r}")
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise InvalidConfigError(f"group_id must be a non-empty string, not {group_id!r}")
+        if type(max_poll_interval_ms) is not int or max_poll_interval_ms < 1:
+            raise InvalidConfigError(f"max_poll_interval_ms must be a positive int, not {max_poll_interval_ms!r}")
         self.group_id = group_id
         self.client_id = client_id
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval = auto_commit_interval_ms / 1000
         self.max_poll_records = max_poll_records
         self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
+        self.max_poll_interval = max_poll_interval_ms / 1000
         self._group_settings: dict[str, Any] = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
                                     heartbeat_interval_ms=heartbeat_interval_ms,
                                     rebalance_timeout_ms=max_poll_interval_ms)
@@ -115,8 +106,11 @@ class Consumer:
         self._listener = listener
         self._next_commit = time.monotonic() + self.auto_commit_interval
         self._last_commit: dict[TopicPartition, int] = {}
-        self._buffer: deque[list] = deque()     # iteration: [tp, records, next index]
+        self._buffer = RecordBuffer()           # iteration's records read ahead
         self._closed = False
+        self._lock = threading.RLock()
+        self.last_poll_time = time.monotonic()  # of the last poll (what the poll timer reads)
+        self._poll_timer: Optional[PollTimer] = None
         names = list(topic_names) + list(topics or ())
         if names or pattern is not None:
             self.subscribe(names, pattern=pattern, listener=listener)
@@ -160,16 +154,6 @@ class Consumer:
                 raise StopIteration          # consumer_timeout_ms without a record
             self._buffer.extend([tp, recs, 0] for tp, recs in got.items())
 
-    def _held(self) -> dict[TopicPartition, int]:
-        """Iteration: the first record not yet yielded of each partition read ahead (its
-        position as far as the user is concerned)."""
-        return {e[0]: e[1][e[2]].offset for e in self._buffer if e[2] < len(e[1])}
-
-    def _drop_buffered(self, tps: Iterable[TopicPartition]) -> None:
-        drop = set(tps)
-        if self._buffer and drop:
-            self._buffer = deque(e for e in self._buffer if e[0] not in drop)
-
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
                   listener: Optional[ConsumerRebalanceListener] = None) -> None:
@@ -192,10 +176,11 @@ class Consumer:
     def unsubscribe(self) -> None:
         """Leave the group (committing first, with auto-commit) and drop every partition."""
         self._check_open()
-        if self._member is not None:
-            self._leave_group()
-        self._revoke(self._state.assignment(), release=False)
-        self._state.unsubscribe()
+        with self._lock:
+            if self._member is not None:
+                self._leave_group()
+            self._revoke(self._state.assignment(), release=False)
+            self._state.unsubscribe()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manual assignment (no group membership); commits still go to group_id's offsets."""
@@ -205,7 +190,7 @@ class Consumer:
         if gone:
             self._maybe_commit_before_losing(gone)
         self._fetcher.forget(gone)
-        self._drop_buffered(gone)
+        self._buffer.drop(gone)
         self._state.assign_from_user(tps)
 
     def assignment(self) -> set[TopicPartition]:
@@ -226,7 +211,7 @@ class Consumer:
         self._check_open()
         tp = TopicPartition(*tp)
         if self._buffer:
-            held = self._held()
+            held = self._buffer.held()
             if tp in held:
                 return held[tp]
         if self._state.position(tp) is None:
@@ -241,7 +226,7 @@ class Consumer:
         tp = TopicPartition(*tp)
         self._state.seek(tp, offset)
         self._fetcher.forget([tp])
-        self._drop_buffered([tp])
+        self._buffer.drop([tp])
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_policy(partitions, "earliest")
@@ -255,12 +240,12 @@ class Consumer:
         for tp in tps:
             self._state.request_reset(tp, policy)
         self._fetcher.forget(tps)
-        self._drop_buffered(tps)
+        self._buffer.drop(tps)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._state.pause(TopicPartition(*tp))
-        self._drop_buffered(TopicPartition(*tp) for tp in partitions)
+        self._buffer.drop(TopicPartition(*tp) for tp in partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -328,20 +313,22 @@ class Consumer:
         limit = self.max_poll_records if max_records is None else max_records
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
-        if self._buffer:
-            return self._drain_buffer(limit)
-        deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
-        while True:
-            self._maybe_auto_commit()
-            self._coordinate()
-            self._update_positions()
-            got = self._fetcher.fetch(limit)
-            now = time.monotonic()
-            if got or now >= deadline:
-                return got
-            bells = [self._member.notify_word()] if self._member is not None else []
-            self._fetcher.wait(min(deadline - now, self._wait_bound(now)), bells,
-                               self._group_changed if self._member is not None else None)
+        with self._lock:
+            if self._buffer:
+                self.last_poll_time = time.monotonic()
+                return self._buffer.drain(limit)
+            deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
+            while True:
+                self._maybe_auto_commit()
+                self._coordinate()
+                self._update_positions()
+                got = self._fetcher.fetch(limit)
+                now = self.last_poll_time = time.monotonic()
+                if got or now >= deadline:
+                    return got
+                bells = [self._member.notify_word()] if self._member is not None else []
+                self._fetcher.wait(min(deadline - now, self._wait_bound(now)), bells,
+                                   self._group_changed if self._member is not None else None)
 
     def _wait_bound(self, now: float) -> float:
         """The longest an idle poll may sleep before it has work: the next auto-commit, or a
@@ -355,29 +342,18 @@ class Consumer:
             bound = min(bound, self._member.poll_timeout())     # its next heartbeat
         return bound
 
-    def _drain_buffer(self, limit: int) -> dict[TopicPartition, list[Record]]:
-        out: dict[TopicPartition, list[Record]] = {}
-        while self._buffer and limit > 0:
-            tp, recs, i = self._buffer[0]
-            take = recs[i:i + limit]
-            if take:
-                out.setdefault(tp, []).extend(take)
-            limit -= len(take)
-            if i + len(take) == len(recs):
-                self._buffer.popleft()
-            else:
-                self._buffer[0][2] = i + len(take)
-        return out
-
     def wait_spec(self, partitions: Optional[Iterable[TopicPartition]] = None
                   ) -> tuple[list, list[int], list, float]:
         """(logs, offsets, bells, longest sleep): what a poll with nothing to return sleeps on
         (until some logs[i] ends past offsets[i] or a bell's word moves); the AsyncConsumer's
         waiter thread waits on it for every async consumer at once."""
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
-        logs, offsets = self._fetcher.wait_spec(only)
-        bells = [self._member.notify_word()] if self._member is not None else []
-        return logs, offsets, bells, self._wait_bound(time.monotonic())
+        with self._lock:
+            logs, offsets = self._fetcher.wait_spec(only)
+            if self._pending is _EVICTED:            # the next poll rejoins: no sleep
+                return logs, offsets, [], 0.0
+            bells = [self._member.notify_word()] if self._member is not None else []
+            return logs, offsets, bells, self._wait_bound(time.monotonic())
 
     # -- the group -------------------------------------------------------------------------------
     def _coord(self):
@@ -405,7 +381,18 @@ class Consumer:
                 if self._listener is not None:
                     self._listener.on_partitions_assigned(want - have)
             return
+        if self._member is not None:
+            change, self._pending = self._pending, None
+            if change is None:
+                change = self._member.poll()
+                if change is None:
+                    return
+            if change is not _EVICTED:
+                self._apply(change)
+                return
+            self._lose_partitions()          # then rejoin below, as a new member
         if self._member is None:
+            from kstore.assignors import assignors_from
             from kstore.group_membership import GroupMember
 
             def partitions_for(topic: str) -> int:
@@ -420,14 +407,48 @@ class Consumer:
                 self._coord(), self.group_id,
                 topics=sorted(st.topics) if st.topics else None, pattern=st.pattern,
                 partitions_for=partitions_for, list_topics=list_topics,
-                assignors=_assignors(self._strategy), io=self._io, **self._group_settings)
-            self._apply(self._member.join())
-            return
-        change, self._pending = self._pending, None
-        if change is None:
-            change = self._member.poll()
-        if change is not None:
+                assignors=assignors_from(self._strategy), io=self._io, **self._group_settings)
+            change = self._member.join()
+            self.last_poll_time = time.monotonic()
+            self._poll_timer = PollTimer(self.max_poll_interval, self._lock, self, self._evict,
+                                         f"kstore-poll-timer-{self.group_id}")
             self._apply(change)
+
+    def _evict(self) -> None:
+        """The poll timer's eviction (its thread, under _lock): the member leaves without a
+        commit (Kafka's maybeLeaveGroup); the next poll reports its partitions lost, rejoins."""
+        member = self._member
+        if self._closed or member is None or self._pending is _EVICTED:
+            return
+        log.warning("group %r member %s: " + POLL_TIMEOUT_EXPIRED + " It leaves the group without "
+                    "committing; its next poll() rejoins.", self.group_id, member.member_id,
+                    round(self.max_poll_interval * 1000))
+        try:
+            member.expire()
+        except (KStoreError, OSError) as e:     # its descriptors are closed all the same
+            log.warning("group %r: %s left without a rebalance: %s", self.group_id, member.member_id, e)
+        self._pending = _EVICTED
+
+    def _lose_partitions(self) -> None:
+        """After an eviction: the listener's on_partitions_lost (else on_partitions_revoked,
+        Kafka's default), nothing committed, positions forgotten, the member dropped."""
+        lost = self._state.assignment()
+        try:                                 # the member stays for the listener: commits fail
+            if lost and self._listener is not None:
+                on_lost = getattr(self._listener, "on_partitions_lost", None)
+                (on_lost or self._listener.on_partitions_revoked)(set(lost))
+        finally:
+            self._state.remove(lost)
+            self._fetcher.forget(lost)
+            self._buffer.drop(lost)
+            self._last_commit = {tp: o for tp, o in self._last_commit.items() if tp not in lost}
+            self._member = None
+            self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        timer, self._poll_timer = self._poll_timer, None
+        if timer is not None:
+            timer.cancel()
 
     def _group_changed(self) -> bool:
         """The wait's check: a rebalance reached this member (kept for the next _coordinate)."""
@@ -453,11 +474,16 @@ class Consumer:
                 self._listener.on_partitions_revoked(set(tps))
             self._state.remove(tps)
             self._fetcher.forget(tps)
-            self._drop_buffered(tps)
+            self._buffer.drop(tps)
         if release and self._member is not None:
             self._member.release(tps)
 
     def _leave_group(self) -> None:
+        if self._pending is _EVICTED:
+            self._pending = None
+            self._lose_partitions()
+            return
+        self._cancel_timer()
         member, self._member = self._member, None
         self._pending = None
         owned = self._state.assignment()
@@ -466,14 +492,14 @@ class Consumer:
             self._listener.on_partitions_revoked(owned)
         self._state.remove(owned)
         self._fetcher.forget(owned)
-        self._drop_buffered(owned)
+        self._buffer.drop(owned)
         member.leave()
 
     # -- commits ---------------------------------------------------------------------------------
     def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
         pos = self._state.consumed()
         if self._buffer:
-            pos.update((tp, off) for tp, off in self._held().items() if tp in pos)
+            pos.update((tp, off) for tp, off in self._buffer.held().items() if tp in pos)
         if tps is not None:
             keep = set(tps)
             pos = {tp: o for tp, o in pos.items() if tp in keep}
@@ -487,12 +513,14 @@ class Consumer:
         self._check_open()
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
-        self._commit(self._consumed() if offsets is None else offsets)
+        with self._lock:
+            self._commit(self._consumed() if offsets is None else offsets)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
         if not offsets:
             return
-        values = {TopicPartition(*tp): _offset_and_metadata(v) for tp, v in offsets.items()}
+        from kstore.group_records import OffsetAndMetadata
+        values = {TopicPartition(*tp): OffsetAndMetadata.coerce(v) for tp, v in offsets.items()}
         if self._member is not None:
             self._member.commit(values)       # CommitFailedError for a partition it lost
         else:
@@ -548,19 +576,24 @@ class Consumer:
         consumer opened. Idempotent."""
         if self._closed:
             return
-        try:
-            if not autocommit:
-                self.enable_auto_commit = False
-            if self._member is not None:
-                self._leave_group()
-            elif self.enable_auto_commit:
-                self._commit_changed(self._consumed())
-        finally:
-            self._closed = True
-            self._buffer.clear()
-            if self._own_coordinator and self._coordinator is not None:
-                self._coordinator.close()
-            self._source.close()
+        timer = self._poll_timer              # stopped after _lock: it may be waiting for it
+        with self._lock:
+            try:
+                if not autocommit:
+                    self.enable_auto_commit = False
+                if self._member is not None:
+                    self._leave_group()
+                elif self.enable_auto_commit:
+                    self._commit_changed(self._consumed())
+            finally:
+                self._closed = True
+                self._cancel_timer()
+                self._buffer.clear()
+                if self._own_coordinator and self._coordinator is not None:
+                    self._coordinator.close()
+                self._source.close()
+        if timer is not None:
+            timer.stop()
 
     def __repr__(self) -> str:
         return (f"Consumer(group_id={self.group_id!r}, log_dirs={self._source.log_dirs}, "

@@ -35,10 +35,16 @@ class ConsumerRebalanceListener:
     the auto-commit of their positions: commit there yourself otherwise), then
     on_partitions_assigned with the partitions it now owns (their positions come from the
     committed offsets; seek there to start elsewhere). Sets are incremental, as Kafka's
-    cooperative protocol."""
+    cooperative protocol. on_partitions_lost: partitions taken away without a chance to commit
+    (the consumer was evicted: max_poll_interval_ms passed between polls); by default it calls
+    on_partitions_revoked, as Kafka's default onPartitionsLost."""
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         pass
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         pass
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """Partitions other members may already own: committing them fails (CommitFailedError)."""
+        self.on_partitions_revoked(lost)

@@ -23,9 +23,12 @@ need, under the group's exclusive `group.lock`:
   each other member's file, twice per interval, so that the takeover, not only the notice,
   fits in the interval), a consumer sleeping at most `poll_timeout()` between polls; topics
   (a pattern's) and partition counts are looked at once per interval;
-  `session_timeout_ms` bounds the interval (it must be larger) and is recorded for tools. A
-  live member that stops polling (Kafka's max.poll.interval.ms) is NOT evicted: it still
-  holds its flocks, so its partitions wait for it (safety over progress).
+  `session_timeout_ms` bounds the interval (it must be larger) and is recorded for tools.
+- A live member that stops polling for longer than max.poll.interval.ms (rebalance_timeout_ms)
+  leaves on its own, as Kafka's heartbeat thread makes it (KIP-62): `expire()`, called by its
+  consumer's poll timer (poll_timer.py), drops its member file and owner flocks WITHOUT
+  committing and rebalances the others, who take its partitions from the last committed
+  offsets. Its commits then raise CommitFailedError; its consumer rejoins as a new member.
 
 poll() costs one atomic load of the bell's word while nothing changed and no heartbeat is due.
 """
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
     from kstore.group_coordinator import GroupCoordinator
 
 __all__ = ["AssignmentChange", "GroupMember", "live_members", "InconsistentGroupProtocolError",
-           "CommitFailedError", "GroupLockTimeoutError", "INTERNAL_TOPICS"]
+           "CommitFailedError", "GroupLockTimeoutError", "INTERNAL_TOPICS", "NOT_IN_GROUP"]
 
 log = logging.getLogger("kstore.group")
 
@@ -69,7 +72,14 @@ class InconsistentGroupProtocolError(KStoreError):
 
 
 class CommitFailedError(KStoreError):
-    """A commit for partitions this member does not own (it lost them in a rebalance)."""
+    """A commit for partitions this member does not own (it lost them in a rebalance, or was
+    evicted from the group when max_poll_interval_ms passed between its polls)."""
+
+
+#: Kafka's message for a commit by a member no longer in the group (ConsumerCoordinator).
+NOT_IN_GROUP = ("Offset commit cannot be completed since the consumer is not part of an active group "
+                "for auto partition assignment; it is likely that the consumer was kicked out of the "
+                "group (max_poll_interval_ms passed between two calls to poll()).")
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,7 @@ class GroupMember:
         self._joined_ms = 0
         self._joined = False
         self._closed = False
+        self.expired = False                    # left by expire(): commits fail as Kafka's
         self._meta_dirty = False
 
     # -- public ------------------------------------------------------------------------------
@@ -282,6 +293,8 @@ class GroupMember:
         """coordinator.commit_offsets for partitions this member owns (CommitFailedError for
         any other: it lost them), with its generation and member id."""
         with self._lock:
+            if self.expired:
+                raise CommitFailedError(f"group {self.group_id!r}: member {self.member_id}: {NOT_IN_GROUP}")
             self._check_joined()
             lost = [tp for tp in offsets if TopicPartition(*tp) not in self._owned]
             if lost:
@@ -333,32 +346,47 @@ class GroupMember:
         the others. If group.lock cannot be had, the member's descriptors are closed anyway:
         the others see it dead at their next heartbeat. Idempotent."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            bell, self._bell = self._bell, None
-            if not self._joined:
-                self._held.close_all()
-                return
+            self._leave()
+
+    def expire(self) -> bool:
+        """Leave because max.poll.interval.ms passed since the consumer's last poll (Kafka's
+        maybeLeaveGroup("consumer poll timeout has expired.")): as leave(), but the caller
+        commits nothing, and every later commit raises CommitFailedError. False if the member
+        had already left (or never joined)."""
+        with self._lock:
+            if self._closed or not self._joined:
+                return False
+            self.expired = True
+            self._leave()
+            return True
+
+    def _leave(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        bell, self._bell = self._bell, None
+        if not self._joined:
+            self._held.close_all()
+            return
+        try:
+            fd = self._gdir.lock(self._lock_timeout)
             try:
-                fd = self._gdir.lock(self._lock_timeout)
-                try:
-                    member_fd, self._held.member_fd = self._held.member_fd, None
-                    if member_fd is not None:
-                        self._gdir.remove_member(self.member_id, member_fd)
-                    self._held.close_all()
-                    self._rebalance(bell=bell)
-                finally:
-                    self._gdir.unlock(fd)
-            except GroupLockTimeoutError as e:
-                log.warning("%s; member %s left without a rebalance (the others see it gone at "
-                            "their next heartbeat)", e, self.member_id)
-            finally:
+                member_fd, self._held.member_fd = self._held.member_fd, None
+                if member_fd is not None:
+                    self._gdir.remove_member(self.member_id, member_fd)
                 self._held.close_all()
-                self._owned.clear()
-                self._revoking.clear()
-                if bell is not None:
-                    bell.close()
+                self._rebalance(bell=bell)
+            finally:
+                self._gdir.unlock(fd)
+        except GroupLockTimeoutError as e:
+            log.warning("%s; member %s left without a rebalance (the others see it gone at "
+                        "their next heartbeat)", e, self.member_id)
+        finally:
+            self._held.close_all()
+            self._owned.clear()
+            self._revoking.clear()
+            if bell is not None:
+                bell.close()
 
     close = leave
 

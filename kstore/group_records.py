@@ -25,9 +25,9 @@ import dataclasses
 import functools
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
-from kstore.errors import CorruptRecordError
+from kstore.errors import CorruptRecordError, InvalidConfigError
 from kstore.files import OFFSETS_TOPIC
 from kstore.topic_partition import TopicPartition
 
@@ -64,6 +64,18 @@ class OffsetAndMetadata:
     leader_epoch: Optional[int] = None        # -1 on disk for None
     commit_timestamp: int = -1                # ms; filled at commit if -1
     expire_timestamp: Optional[int] = None    # only in value v1
+
+    @classmethod
+    def coerce(cls, value: Any) -> "OffsetAndMetadata":
+        """A commit()'s value: an OffsetAndMetadata, an int offset, or kafka-python's
+        (offset, metadata) tuple; InvalidConfigError for anything else."""
+        if isinstance(value, OffsetAndMetadata):
+            return value
+        if isinstance(value, tuple) and len(value) >= 1:
+            return cls(int(value[0]), str(value[1]) if len(value) > 1 and value[1] else "")
+        if isinstance(value, int) and value >= 0:
+            return cls(value)
+        raise InvalidConfigError(f"a committed offset is a non-negative int or an OffsetAndMetadata, not {value!r}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
                                 its LogManager open (the store's .lock, waited on with backoff)
                                 and appends; the collector only tries it exclusively, never
                                 waits, and takes nothing under it (a rename)
+  Consumer._lock                a consumer's poll, commit, unsubscribe and close against its poll
+                                timer's eviction (consumer.py, an RLock: a listener called in
+                                poll may commit). The timer thread takes it only to evict
+                                (GroupMember.expire below it); close() joins the timer after
+                                releasing it. Held across poll's wait (the timer waits, then
+                                finds a fresh poll time)
   GroupMember._lock             one group member's state (group_membership.py): its owned
                                 partitions and descriptors; held across its group.lock wait
   group.lock flock              a consumer group's exclusive flock, across processes and threads
@@ -114,9 +120,10 @@ marker's unlink and directory fsync begun at the open, under whatever locks its 
 (Log._lock for an append): once per open, another exception to "no fsync under Log._lock".
 The removal's thread takes no kstore lock.
 
-A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's:
-no lock of its own; it calls GroupMember and GroupCoordinator (their locks) and logs' reads
-and waits holding nothing.
+A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's;
+its one lock (Consumer._lock, above) only keeps its poll timer's eviction out of poll, commit,
+unsubscribe and close. Under it, and nothing else, it calls GroupMember and GroupCoordinator
+(their locks) and logs' reads and waits (their locks, all below it).
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
 and at most one FUTEX_WAKE), waiters sleep on it holding no lock. The page's hints (log end,

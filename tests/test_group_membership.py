@@ -164,6 +164,29 @@ def test_commit_only_for_owned_partitions(co):
         a.commit({TP("t", 0): OffsetAndMetadata(6)})
 
 
+def test_expire_leaves_without_commit_and_refuses_commits(co):
+    """expire() (the poll timer's eviction): the member file and owner locks go, the other
+    member's rebalance gives it everything, and a commit of the expired member raises
+    CommitFailedError with Kafka's meaning and writes nothing; expire() again is False."""
+    store = Store(t=2)
+    a, b = member(co, store), member(co, store)
+    a.join()
+    b.join()
+    settle([a, b])
+    assert a.owned() | b.owned() == tps("t", 0, 1) and a.owned() and b.owned()
+    assert a.expire() is True and a.expired
+    assert a.owned() == frozenset() and not GroupDir(FileOps(), co.dir, G).is_alive(a.member_id)
+    assert b.poll() is not None and b.owned() == tps("t", 0, 1)
+    with pytest.raises(CommitFailedError, match=f"member {re.escape(a.member_id)}: Offset commit cannot be "
+                       "completed since the consumer is not part of an active group"):
+        a.commit({TP("t", 0): OffsetAndMetadata(3)})
+    assert co.commits == []
+    assert a.expire() is False
+    a.leave()                                 # idempotent after an eviction
+    assert [m.member_id for m in live_members(co, G)] == [b.member_id]
+    b.leave()
+
+
 def test_config_checks(co):
     store = Store(t=1)
     with pytest.raises(InvalidConfigError, match="heartbeat"):
