@@ -434,3 +434,9 @@ def test_lost_falls_back_to_revoked_and_a_failing_listener_still_drops_the_parti
     c.poll(0)
     assert ev.events == [("assigned", ALL), ("revoked", ALL), ("assigned", ALL)]
     assert c.assignment() == set(ALL)
+
+
+def test_commit_failed_error_is_public():
+    """Applications catch it as kafka-python's callers catch kafka.errors.CommitFailedError."""
+    assert kstore.CommitFailedError is CommitFailedError and "CommitFailedError" in kstore.__all__
+    assert issubclass(CommitFailedError, kstore.KStoreError)
