@@ -125,6 +125,15 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
 
+    def note_log_start(self, offset: int) -> None:
+        """A read-only log: the writer's log start from its notification page (notify.py; a
+        DeleteRecords inside a segment shows nowhere else until a checkpoint): raised to it,
+        never past the log end, never lowered. No-op if writable."""
+        if self.read_only:
+            with self._lock:
+                if offset > self._log_start_offset:
+                    self._log_start_offset = min(offset, self._leo)
+
     def _forget_log_start(self) -> None:
         """The partition was deleted and re-created between two refreshes: a new log, which
         starts where its own segments (or its checkpoint) say, not where the old one did."""

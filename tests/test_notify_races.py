@@ -1,0 +1,99 @@
+"""Log.wait_for and wait_any of a read-only log (notify.py) beside the store's writer in another
+process (tests/writer_process.py): what a waiter learns from the writer's page besides the log
+end, and waits whose outcome depends on the exact interleaving of the two processes."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import kstore
+from kstore.errors import OffsetOutOfRangeError
+from thread_watchdog import join_all
+from writer_process import WriterProcess
+
+CFG = "{'segment.bytes': 1200, 'file.delete.delay.ms': 0}"
+
+
+def _value(incarnation: int, offset: int) -> bytes:
+    return b"e%d-o%d-" % (incarnation, offset) + b"v" * 30
+
+
+def _append(w: WriterProcess, incarnation: int, start: int, n: int) -> None:
+    recs = [(None, _value(incarnation, o)) for o in range(start, start + n)]
+    w.run(*(f"lg.append({recs[i:i + 10]!r})" for i in range(0, n, 10)))
+
+
+@pytest.fixture
+def writer(tmp_path):
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    w.run(f"m.create_topic('t', 1, {CFG})", "lg = m.log('t', 0)")
+    yield w
+    assert w.close() == 0
+
+
+def _in_thread(fn) -> tuple[threading.Thread, list]:
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+@pytest.mark.parametrize("wait", ["wait_for", "wait_any"])
+def test_a_waiter_learns_the_log_start_of_delete_records(tmp_path, writer, watchdog, wait):
+    """The writer process deletes records up to 25 (inside a segment: only the page's log start
+    hint says so; the log-start-offset checkpoint is not written) and appends, while a
+    read-only log waits for offset 40: the woken waiter's log starts at 25, as the writer's,
+    so a read below it raises OffsetOutOfRangeError (Kafka's answer to a fetch below the log
+    start) and a read at it returns offsets 25..40 exactly. Before, the read-only log kept
+    its start at the first segment's base and returned the deleted records."""
+    watchdog(60)
+    _append(writer, 1, 0, 40)
+    with kstore.StoreReader(str(tmp_path)) as store:
+        ro = store.log("t", 0)
+        assert (ro.log_start_offset, ro.log_end_offset) == (0, 40)
+        if wait == "wait_for":
+            t, out = _in_thread(lambda: ro.wait_for(40, timeout=30))
+        else:
+            t, out = _in_thread(lambda: kstore.notify.wait_any([ro], [40], timeout=30))
+        writer.run("lg.delete_records(25)")
+        _append(writer, 1, 40, 1)
+        join_all([t], 40)
+        assert out == [True] if wait == "wait_for" else out == [[0]]
+        assert (ro.log_start_offset, ro.log_end_offset) == (25, 41)
+        with pytest.raises(OffsetOutOfRangeError):
+            ro.read(24)
+        assert [(r.offset, r.value) for r in ro.read(25)] == [(o, _value(1, o)) for o in range(25, 41)]
+        # the checkpoint, written later, says the same
+        writer.run("m.checkpoint_log_start_offsets()")
+        store.refresh()
+        assert store.offsets("t", 0) == (25, 41)
+
+
+def test_a_start_hint_of_a_deleted_incarnation_is_not_applied_to_the_new_one(tmp_path, writer,
+                                                                             watchdog):
+    """A waiter whose log learnt the start 25 from delete_records; the writer deletes records to
+    30, deletes the topic and makes it again with 3 records: the same read-only Log, waiting on
+    (its first catch-up still on the old page, whose stamp moved: a full refresh, which lists
+    the new directory), follows the new directory from its own start 0 (the old page's hint,
+    30, is not the new log's) and reads 0..2 of the new incarnation exactly."""
+    watchdog(60)
+    _append(writer, 1, 0, 40)
+    ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+    try:
+        t, out = _in_thread(lambda: ro.wait_for(40, timeout=30))
+        writer.run("lg.delete_records(25)")
+        _append(writer, 1, 40, 1)
+        join_all([t], 40)
+        assert out == [True] and ro.log_start_offset == 25
+        # the old page's stamp and start move again (to 30) before the topic goes
+        writer.run("lg.delete_records(30)", "m.delete_topic('t')", f"m.create_topic('t', 1, {CFG})",
+                   "lg = m.log('t', 0)")
+        _append(writer, 2, 0, 3)
+        # the new log ends at 3: a wait for 41 times out, having caught up on both pages
+        assert ro.wait_for(41, timeout=1.5) is False
+        assert (ro.log_start_offset, ro.log_end_offset) == (0, 3)
+        got = [(r.offset, r.value) for r in ro.read(0)]
+        assert got == [(o, _value(2, o)) for o in range(3)]
+    finally:
+        ro.close()
