@@ -111,10 +111,13 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 tail: Optional[tuple[int, int]] = None) -> None:
         """Read-only logs: pick up the segments and batches another process added, deleted or
         replaced (readers of an old file finish on it); tail: the writer's (active base, size)
-        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone."""
+        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone;
+        KStoreStateError once closed (checked under the lock: a refresh racing close() would
+        open segments, and keep a descriptor, that nothing closes)."""
         if not self.read_only:
             return
         with self._lock:
+            self._check_open()
             segs = self._ro_refresh.scan(self._segments, lambda: LogLoader(
                 self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail,
                 self._forget_log_start)

@@ -243,6 +243,8 @@ class LogNotifier:
             self._reader, self._ident = bell, ident
             if old is not None and old is not bell:
                 old.close()              # a sleeper on it keeps it mapped until it wakes
+            if bell is not None and self._log.closed:
+                bell.close()             # close() ran meanwhile and unmapped only the old one
             return bell
 
     def catch_up(self, bell: Optional[_notify.Bell], word: int, quiet: bool = False) -> None:
