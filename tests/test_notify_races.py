@@ -149,3 +149,99 @@ def test_a_log_closed_while_its_waiter_catches_up_keeps_no_descriptor(tmp_path, 
     assert [ln for ln in open("/proc/self/maps") if d in ln] == []
     with pytest.raises(KStoreStateError, match="is closed"):
         closed[0].refresh()
+
+
+def _parse(value: bytes) -> tuple[int, int]:
+    """(generation, offset) a value names (b"g<generation>-o<offset>-...")."""
+    g, o = value.split(b"-")[:2]
+    return int(g[1:]), int(o[1:])
+
+
+@pytest.mark.parametrize("tear", [False, True])
+def test_waiters_in_threads_beside_a_writer_killed_and_restarted(tmp_path, watchdog, tear):
+    """Three threads share a StoreReader's log and follow it with wait_for + read while the
+    writer process appends, is killed -9 (tear: a torn batch then written past its last one,
+    as a kill mid-copy leaves), restarted (recovery; the first change attaches its page) and
+    truncates its last batch, four times. Every record a thread reads is one written at
+    that offset, in offset order without a gap inside a read; a thread past a truncated end
+    goes on at the new end (as a consumer resets); at the end every thread reaches the last
+    offset and reads the log from 0 exactly as the writer left it."""
+    watchdog(150)
+    root = str(tmp_path)
+    path = os.path.join(root, "t-0")
+    ever: dict[int, set] = {}          # offset -> every value written there
+    now: list[bytes] = []              # the log as the writer has it
+    gen = 0
+    errors: list = []
+    stop = threading.Event()
+
+    def write(w: WriterProcess, n: int) -> None:
+        recs = []
+        for _ in range(n):
+            o = len(now)
+            v = b"g%d-o%d-" % (gen, o) + b"v" * 30
+            now.append(v)
+            ever.setdefault(o, set()).add(v)
+            recs.append((None, v))
+        w.run(*(f"lg.append({recs[i:i + 5]!r})" for i in range(0, n, 5)))
+
+    w = WriterProcess(root, root)
+    w.run(f"m.create_topic('t', 1, {CFG})", "lg = m.log('t', 0)")
+    write(w, 10)
+    store = kstore.StoreReader(root)
+    final: list = []
+
+    def follow(i: int) -> None:
+        lg, pos = store.log("t", 0), 0
+        try:
+            while not (final and pos >= final[0]):
+                if not lg.wait_for(pos, timeout=0.2):
+                    continue
+                try:
+                    recs = lg.read(pos, max_records=50)
+                except OffsetOutOfRangeError:
+                    assert pos > lg.log_end_offset, (pos, lg.log_start_offset, lg.log_end_offset)
+                    pos = lg.log_end_offset            # truncated below pos: on at the new end
+                    continue
+                for k, r in enumerate(recs):
+                    assert r.offset == pos + k, (i, pos, [x.offset for x in recs])
+                    assert r.value in ever.get(r.offset, ()), (i, r.offset, r.value[:20])
+                if recs:
+                    pos = recs[-1].offset + 1
+            got = lg.read(0, max_records=None)
+            assert [r.value for r in got] == final[1]
+        except BaseException as e:      # reported on the test's thread
+            errors.append(e)
+            stop.set()
+    threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _cycle in range(4):
+            write(w, 30)
+            w.p.kill()
+            w.p.wait(timeout=30)
+            if tear:
+                with kstore.Log.open(path, read_only=True) as ro:
+                    seg = ro.active_segment
+                    with open(seg.log_path, "r+b") as f:
+                        f.seek(seg.size)          # a batch header then garbage: torn mid-copy
+                        f.write(b"\0\0\0\0\0\0\0\3\0\0\1\0" + b"\x55" * 40)
+            w = WriterProcess(root, root)
+            w.run("lg = m.log('t', 0)", f"assert lg.log_end_offset == {len(now)}, lg.log_end_offset",
+                  "assert any(r.truncated_bytes and not r.tail_zero for r in lg.recovery_report) "
+                  f"== {tear}, lg.recovery_report")
+            gen += 1
+            del now[-5:]                          # its last batch (whole batches, as Kafka)
+            w.run(f"lg.truncate_to({len(now)})")
+            assert not stop.is_set(), errors
+        write(w, 10)
+        final[:] = [len(now), list(now)]
+        join_all(threads, 60)
+    finally:
+        stop.set()
+        final[:] = final or [0, []]
+        store.close()
+        assert w.close() == 0
+    if errors:
+        raise errors[0]
