@@ -245,3 +245,42 @@ def test_waiters_in_threads_beside_a_writer_killed_and_restarted(tmp_path, watch
         assert w.close() == 0
     if errors:
         raise errors[0]
+
+
+ROLLS = {"size": "{'segment.bytes': 400}",
+         "time": "{'segment.ms': 1000, 'segment.jitter.ms': 0}",
+         "index_full": "{'segment.index.bytes': 32, 'index.interval.bytes': 1}"}
+
+
+@pytest.mark.parametrize("roll", sorted(ROLLS))
+def test_a_waiter_follows_every_record_across_rolls(tmp_path, watchdog, roll):
+    """The writer process appends 60 one-record batches, rolling by size, by time (its clock
+    moved 1.5 s before every fifth append) or because the offset index is full (4 entries),
+    while a read-only log in this process waits for each next offset and reads it: every
+    record is read once, at its offset, with its value, and the log has rolled at least 5
+    times (the waiter's tail refresh meets a new active segment each time)."""
+    watchdog(90)
+    w = WriterProcess(str(tmp_path), str(tmp_path))
+    try:
+        w.run(f"m.create_topic('t', 1, {ROLLS[roll]})", "lg = m.log('t', 0)")
+        ro = kstore.Log.open(str(tmp_path / "t-0"), read_only=True)
+
+        def follow() -> list:
+            got, pos = [], 0
+            while pos < 60:
+                assert ro.wait_for(pos, timeout=30), f"no record {pos} in 30 s"
+                for r in ro.read(pos, max_records=1):
+                    got.append((r.offset, r.value))
+                    pos = r.offset + 1
+            return got
+        t, out = _in_thread(follow)
+        for o in range(60):
+            if roll == "time" and o % 5 == 4:
+                w.run("t.sleep(1500)")
+            w.run(f"lg.append([(None, {_value(1, o)!r})])")
+        join_all([t], 60)
+        assert out == [[(o, _value(1, o)) for o in range(60)]]
+        assert len(ro.segments) >= 6
+        ro.close()
+    finally:
+        assert w.close() == 0
