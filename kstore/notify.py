@@ -286,7 +286,7 @@ class LogNotifier:
             self._seen = counter
             self._refreshed = self._listed = now
             self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
-            start = bell.hints()[2] if self._stamp >= 0 else -1
+            start = bell.hints()[2] if bell is not None and self._stamp >= 0 else -1
             lg.refresh()
             if start > lg.log_start_offset and self._page_is_current():
                 lg.note_log_start(start)
