@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -284,3 +286,45 @@ def test_a_waiter_follows_every_record_across_rolls(tmp_path, watchdog, roll):
         ro.close()
     finally:
         assert w.close() == 0
+
+
+SECOND_WRITER = r"""
+import sys, kstore
+from kstore.errors import LogDirLockedError
+from kstore.manager import LogManager
+root, how = sys.argv[1], sys.argv[2]
+try:
+    if how == "log":
+        kstore.Log.open(root + "/t-0")
+    else:
+        LogManager(root)
+except LogDirLockedError as e:
+    print("refused", type(e).__name__)
+else:
+    print("accepted")
+"""
+
+
+@pytest.mark.parametrize("how", ["log", "manager"])
+def test_a_second_writer_is_refused_without_touching_the_waiters_page(tmp_path, writer, watchdog, how):
+    """While a read-only log waits for offset 10, another process tries to open the partition
+    for writing (a standalone Log.open, or a LogManager on the log dir): it is refused with
+    LogDirLockedError, the notification page is byte for byte as it was (no pid, stamp or hint
+    written by the refused open), the waiter is still waiting, and the real writer's next
+    append wakes it with exactly records 0..10."""
+    watchdog(90)
+    _append(writer, 1, 0, 10)
+    path = tmp_path / "t-0"
+    with kstore.Log.open(str(path), read_only=True) as ro:
+        t, out = _in_thread(lambda: ro.wait_for(10, timeout=30))
+        page = (path / ".kstore-notify").read_bytes()
+        r = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(tmp_path), how], cwd=str(tmp_path),
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout) == (0, "refused LogDirLockedError\n"), r.stderr
+        now = (path / ".kstore-notify").read_bytes()
+        assert now[:12] + now[16:] == page[:12] + page[16:]   # (the word: the waiter's bit)
+        assert t.is_alive() and out == []
+        _append(writer, 1, 10, 1)
+        join_all([t], 40)
+        assert out == [True]
+        assert [(r.offset, r.value) for r in ro.read(0)] == [(o, _value(1, o)) for o in range(11)]
