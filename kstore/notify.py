@@ -291,22 +291,6 @@ class LogNotifier:
             if start > lg.log_start_offset and self._page_is_current():
                 lg.note_log_start(start)
 
-    def take_log_start(self) -> None:
-        """A read-only log just opened or refreshed outside a wait (StoreReader.log): its start
-        raised to the page's, as catch_up's full refresh does, if the stamp is trusted and the
-        page is still the file at the partition's path. Writable logs: nothing to do."""
-        lg = self._log
-        if not lg.read_only:
-            return
-        bell = self.current_bell(time.monotonic())
-        if bell is None:
-            return
-        with self._lock:
-            if bell.tail()[0] >= 0:
-                start = bell.hints()[2]
-                if start > lg.log_start_offset and self._page_is_current():
-                    lg.note_log_start(start)
-
     def _page_is_current(self) -> bool:
         """Whether the page mapped is the file now at the path (one stat): its hints are this
         directory's, not those of a deleted incarnation whose directory was renamed away."""

@@ -121,8 +121,7 @@ class StoreReader:
 
     def log(self, topic: str, partition: int, *, refresh: bool = False) -> Log:
         """The partition's log, opened read-only on first use; refresh=True picks up what the
-        writer appended (or deleted) since. Either way the log start is the writer's, as its
-        notification page says (a DeleteRecords before the log-start checkpoint shows it)."""
+        writer appended (or deleted) since."""
         tp = (topic, partition)
         lg = self._logs.get(tp)
         if lg is None:
@@ -132,7 +131,6 @@ class StoreReader:
                     lg = self._open(tp)
         elif refresh:
             lg.refresh(self._starts.get(tp))
-            lg.notifier.take_log_start()     # a DeleteRecords the checkpoint does not show yet
         return lg
 
     def _open(self, tp: TopicPartition) -> Log:
@@ -144,11 +142,6 @@ class StoreReader:
         self._idents[tp] = self._ident(path)
         lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
                       io=self._io)
-        try:
-            lg.notifier.take_log_start()
-        except BaseException:
-            lg.close_handlers()
-            raise
         self._logs[tp] = lg
         return lg
 

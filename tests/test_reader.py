@@ -76,33 +76,3 @@ def test_a_read_only_open_of_a_garbage_log_warns_through_the_kstore_logger(tmp_p
     warnings = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [("kstore.log", f"read-only open of {d / 't-0'}: {garbage}: position 0: 52 bytes "
                          f"that are not a valid batch (unknown magic byte 7); the log's data ends there")]
-
-
-def test_a_store_reader_learns_the_log_start_of_delete_records(tmp_path, watchdog):
-    """The writer process deletes records up to 25, inside its one segment (the log start
-    checkpoint not written yet: only the partition's notification page says so). A StoreReader
-    that had the partition open, after log(refresh=True), and another opening it afresh, both
-    report the start 25 (offsets(), as GetOffsetShell's earliest), refuse a read below it with
-    OffsetOutOfRangeError and read 25..39 exactly. Before, both started at 0 and returned the
-    deleted records."""
-    from kstore.errors import OffsetOutOfRangeError
-    from writer_process import WriterProcess
-    watchdog(60)
-    root = str(tmp_path)
-    w = WriterProcess(root, root)
-    try:
-        w.run("m.create_topic('t', 1, {'segment.bytes': 1 << 20})", "lg = m.log('t', 0)",
-              "lg.append([(None, b'v%d' % o) for o in range(40)])")
-        with kstore.StoreReader(root) as old:
-            assert old.offsets("t", 0) == (0, 40)
-            w.run("lg.delete_records(25)")
-            with kstore.StoreReader(root) as new:
-                for store in (old, new):
-                    assert store.offsets("t", 0) == (25, 40)
-                    lg = store.log("t", 0)
-                    with pytest.raises(OffsetOutOfRangeError):
-                        lg.read(24)
-                    assert [(r.offset, r.value) for r in lg.read(25)] == [
-                        (o, b"v%d" % o) for o in range(25, 40)]
-    finally:
-        assert w.close() == 0
