@@ -3,7 +3,8 @@
 Kept in one place so a new lock gets a place in the order (ARCHITECTURE.md summarises it).
 
 A thread holding a lock may take only locks listed
-below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) take none.
+below it, never one above; leaves take nothing. Readers (Log.read, a StoreReader's kept logs)
+take none.
   Spark staging dir flock       one write's staging directory (spark/staging.py), across
                                 processes and hosts: held shared by a task while it stages (no
                                 other kstore lock under it) and by the driver's commit across
@@ -46,6 +47,11 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)
+  StoreReader._lock             a StoreReader's kept logs (reader.py): a partition's first open,
+                                refresh() (the rescan that drops stale logs) and close(), so
+                                threads sharing one get the same Log and none is left unclosed;
+                                takes Log._lock below (the open's refresh, close_handlers). Reads,
+                                waits and refreshes of a kept log run without it
   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only
   Log._lock                     the append lock: in-memory state, the segment list, the bytes
                                 of an append. No fsync/msync waits and no scheduler hand-off
@@ -103,7 +109,7 @@ below it, never one above; leaves take nothing. Readers (Log.read, StoreReader) 
           only around them, so taken under whatever the loading thread holds),
           spark task_cache._lock (spark/task_cache.py: a worker's idle readers and its sweep
           timer; readers are refreshed, opened and closed outside it; an entry checked out
-          belongs to one read, so its StoreReader and ColumnsPool take no lock)
+          belongs to one read, so its ColumnsPool takes no lock)
           and MarkerGate._serial (one call at a time to a FileOps with thread_safe = False,
           the crash harness's, while a removal runs)
   no lock: a Mapping's remembered batches (record tables, _mapping.pyx) are looked up,

@@ -111,10 +111,13 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 tail: Optional[tuple[int, int]] = None) -> None:
         """Read-only logs: pick up the segments and batches another process added, deleted or
         replaced (readers of an old file finish on it); tail: the writer's (active base, size)
-        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone."""
+        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone;
+        KStoreStateError once closed (checked under the lock: a refresh racing close() would
+        open segments, and keep a descriptor, that nothing closes)."""
         if not self.read_only:
             return
         with self._lock:
+            self._check_open()
             segs = self._ro_refresh.scan(self._segments, lambda: LogLoader(
                 self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail,
                 self._forget_log_start)
@@ -124,6 +127,15 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
+
+    def note_log_start(self, offset: int) -> None:
+        """A read-only log: the writer's log start from its notification page (notify.py; a
+        DeleteRecords inside a segment shows nowhere else until a checkpoint): raised to it,
+        never past the log end, never lowered. No-op if writable."""
+        if self.read_only:
+            with self._lock:
+                if offset > self._log_start_offset:
+                    self._log_start_offset = min(offset, self._leo)
 
     def _forget_log_start(self) -> None:
         """The partition was deleted and re-created between two refreshes: a new log, which

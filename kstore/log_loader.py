@@ -311,7 +311,27 @@ class LogLoader:
 
         settled, if given, tells after the validations whether the directory cannot have
         changed since before the first listing (ro_refresh.DirWatch): then the second listing
-        would equal the first and is not made."""
+        would equal the first and is not made. Segments made here and not returned (an attempt
+        thrown away, a dropped head) release the .log descriptor a last one keeps."""
+        made: list[ReadOnlySegment] = []
+
+        def new(base: int, suffix: str = "") -> ReadOnlySegment:
+            s = self._ro_segment(base, suffix)
+            made.append(s)
+            return s
+        segs = None
+        try:
+            segs = self._scan_listed(old, settled, new)
+            return segs
+        finally:
+            kept = {id(s) for s in segs or ()}
+            for s in made:
+                if id(s) not in kept:
+                    s.release_fd()
+
+    def _scan_listed(self, old: LogSegments, settled: Optional[Callable[[], bool]],
+                     new: Callable[..., ReadOnlySegment]) -> Optional[list[ReadOnlySegment]]:
+        """scan_read_only's listings and validations; new(base, suffix) makes a segment."""
         present = self.list_segment_bases()
         bases, swaps = present
         # reused only under the same file name: a swap's segment is not the final name's
@@ -322,13 +342,13 @@ class LogLoader:
             for base in swaps:
                 s = by_name.get((base, SWAP_SUFFIX))
                 if s is None:
-                    s = self._ro_segment(base, SWAP_SUFFIX)
+                    s = new(base, SWAP_SUFFIX)
                 s.ro_next_base = None
                 if not s.refresh_read_only(False):
                     # a later swap's file under the same name (the next clean from this base):
                     # read through a new segment (not a reason to list again: every retry would
                     # see the same stale view)
-                    s = self._ro_segment(base, SWAP_SUFFIX)
+                    s = new(base, SWAP_SUFFIX)
                     s.refresh_read_only(False)
                 swapped.append((base, max(s.read_next_offset(), base + 1), s))
             segs = [s for _b, _e, s in swapped]
@@ -336,7 +356,7 @@ class LogLoader:
                 if swapped and any(b <= base < e for b, e, _s in swapped):
                     continue           # replaced by the swap (the writer deletes it next)
                 s = by_name.get((base, ""))
-                segs.append(s if s is not None else self._ro_segment(base))
+                segs.append(s if s is not None else new(base))
             segs.sort(key=lambda seg: seg.base_offset)
             gone = 0               # segs[:gone] hold one that vanished: retention's, if confirmed
             for i, s in enumerate(segs):
@@ -348,7 +368,7 @@ class LogLoader:
                 try:
                     if (s.ro_scanned or last) and not s.refresh_read_only(last):
                         # the file was replaced
-                        segs[i] = s = self._ro_segment(s.base_offset, s.ro_suffix)
+                        segs[i] = s = new(s.base_offset, s.ro_suffix)
                         s.ro_next_base = None if last else segs[i + 1].base_offset
                         if last:
                             s.refresh_read_only(last)

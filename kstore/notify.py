@@ -97,6 +97,7 @@ class WaitableLog(Protocol):
     def refresh(self, log_start_offset: Optional[int] = None, *,
                 tail: Optional[tuple[int, int]] = None) -> None: ...
     def refresh_tail(self, base: int, size: int) -> bool: ...
+    def note_log_start(self, offset: int) -> None: ...
     def catch_up_index(self) -> None: ...
     def attach_bell(self) -> _notify.Bell: ...
 
@@ -242,6 +243,8 @@ class LogNotifier:
             self._reader, self._ident = bell, ident
             if old is not None and old is not bell:
                 old.close()              # a sleeper on it keeps it mapped until it wakes
+            if bell is not None and self._log.closed:
+                bell.close()             # close() ran meanwhile and unmapped only the old one
             return bell
 
     def catch_up(self, bell: Optional[_notify.Bell], word: int, quiet: bool = False) -> None:
@@ -253,6 +256,8 @@ class LogNotifier:
         the new bytes validated through the kept descriptor (ro_refresh.py), no listing. Equal
         hints skip the refresh only under that stamp (or a page without one): a truncation
         followed by appends can restore all three, and the first catch-up learns the stamp.
+        A full refresh also takes the page's log start (DeleteRecords inside a segment is known
+        from it alone) if the stamp is trusted and the page is still the directory's.
         Writable logs: nothing to do."""
         lg = self._log
         if not lg.read_only:
@@ -281,7 +286,19 @@ class LogNotifier:
             self._seen = counter
             self._refreshed = self._listed = now
             self._stamp = bell.tail()[0] if bell is not None else -1   # before the refresh
+            start = bell.hints()[2] if bell is not None and self._stamp >= 0 else -1
             lg.refresh()
+            if start > lg.log_start_offset and self._page_is_current():
+                lg.note_log_start(start)
+
+    def _page_is_current(self) -> bool:
+        """Whether the page mapped is the file now at the path (one stat): its hints are this
+        directory's, not those of a deleted incarnation whose directory was renamed away."""
+        try:
+            st = self._io.stat_path(self._path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._ident
 
     def _tail(self, bell: _notify.Bell, offset: int) -> bool:
         """A read-only waiter just woken: catch_up's tail refresh without its other checks, when

@@ -8,6 +8,7 @@ retention deletes). A topic whose deletion is recorded in the topic config file 
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple, Optional, Sequence
 
 from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
@@ -40,7 +41,10 @@ def split_log_dirs(log_dirs: str | os.PathLike | Sequence[str | os.PathLike]) ->
 
 
 class StoreReader:
-    """Read-only access to the partitions under one or more log dirs. Use as a context manager."""
+    """Read-only access to the partitions under one or more log dirs. Use as a context manager.
+
+    Threads may share one: `_lock` (locks.py) makes a partition's first open, refresh() and
+    close() one at a time, so every thread gets the same Log and none is left unclosed."""
 
     def __init__(self, log_dirs: str | os.PathLike | Sequence[str | os.PathLike], *,
                  io: Optional[FileOps] = None):
@@ -52,6 +56,7 @@ class StoreReader:
         #: the (device, inode) of each open log's directory: a topic deleted and re-created
         #: under the same path is a new log, never the old one's state (its log start)
         self._idents: dict[TopicPartition, Optional[tuple[int, int]]] = {}
+        self._lock = threading.Lock()
         self.refresh()
 
     def __enter__(self) -> "StoreReader":
@@ -63,6 +68,11 @@ class StoreReader:
     def refresh(self) -> None:
         """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints and
         the topic config file (the partitions of a topic being deleted are left out)."""
+        with self._lock:
+            self._rescan()
+
+    def _rescan(self) -> None:
+        """refresh() under _lock."""
         paths: dict[TopicPartition, str] = {}
         starts: dict[TopicPartition, int] = {}
         for d in self.log_dirs:
@@ -115,16 +125,24 @@ class StoreReader:
         tp = (topic, partition)
         lg = self._logs.get(tp)
         if lg is None:
-            path = self._paths.get(tp)
-            if path is None:
-                raise UnknownTopicError(f"unknown topic partition {topic}-{partition} in {self.log_dirs}")
-            self._io.check_dir(path)     # a symlinked partition dir would lead outside the store
-            self._idents[tp] = self._ident(path)
-            lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
-                          io=self._io)
-            self._logs[tp] = lg
+            with self._lock:
+                lg = self._logs.get(tp)      # another thread may have opened it meanwhile
+                if lg is None:
+                    lg = self._open(tp)
         elif refresh:
             lg.refresh(self._starts.get(tp))
+        return lg
+
+    def _open(self, tp: TopicPartition) -> Log:
+        """Open tp's log read-only and keep it (_lock held)."""
+        path = self._paths.get(tp)
+        if path is None:
+            raise UnknownTopicError(f"unknown topic partition {tp[0]}-{tp[1]} in {self.log_dirs}")
+        self._io.check_dir(path)     # a symlinked partition dir would lead outside the store
+        self._idents[tp] = self._ident(path)
+        lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
+                      io=self._io)
+        self._logs[tp] = lg
         return lg
 
     def offsets(self, topic: str, partition: int, *, refresh: bool = True) -> LogOffsets:
@@ -133,6 +151,7 @@ class StoreReader:
         return LogOffsets(lg.log_start_offset, lg.log_end_offset)
 
     def close(self) -> None:
-        for lg in self._logs.values():
-            lg.close_handlers()
-        self._logs.clear()
+        with self._lock:
+            for lg in self._logs.values():
+                lg.close_handlers()
+            self._logs.clear()

@@ -206,6 +206,13 @@ class LogSegment(SegmentFiles, SegmentReader):
         end = pos + n
         if not v.max_ts_known:
             self.load_max_timestamp()
+        indexed = self._bytes_since_last_index_entry > self._config.index_interval_bytes
+        if indexed:
+            # the entries' blocks before the bytes: a full disk fails the append while nothing
+            # of it is in the file, where another process's reader (which validates past the
+            # published size) could see it before runway.unwrite zeroed it
+            self.offset_index.reserve_next()
+            self.time_index.reserve_next()
         try:
             if n >= PWRITE_MIN_BYTES:
                 rw: Runway = self._runway  # type: ignore[assignment]
@@ -223,7 +230,7 @@ class LogSegment(SegmentFiles, SegmentReader):
             if largest_timestamp > v.max_timestamp:
                 v.max_timestamp = largest_timestamp
                 v.offset_of_max_timestamp = offset_of_max_timestamp
-            if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+            if indexed:
                 self.offset_index.append(largest_offset, pos)
                 self.time_index.maybe_append(v.max_timestamp, v.offset_of_max_timestamp)
                 self._bytes_since_last_index_entry = 0

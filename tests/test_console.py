@@ -310,3 +310,48 @@ def test_consume_follow_prints_a_record_appended_after_it_started(tmp_path, watc
         assert err.decode().splitlines()[-1] == "Processed a total of 3 messages"
     finally:
         assert w.close() == 0
+
+
+@pytest.mark.parametrize("partition", [True, False])
+def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watchdog, partition):
+    """`consume --follow` (with --partition 0, and without) beside the writer process: after
+    a0, a1 the topic is deleted (the consumer says so), then created again with b0: the
+    consumer prints b0 at offset 0 of the new topic and stops at --max-messages 3. Before, with
+    --partition the deleted partition was never looked for again: the consumer slept on,
+    printing nothing more."""
+    import threading
+    import time
+    from writer_process import WriterProcess
+    watchdog(90)
+    d = str(tmp_path / "s")
+    os.makedirs(d)
+    cfg = "{'segment.bytes': 1200, 'file.delete.delay.ms': 0}"
+    w = WriterProcess(d, d)
+    try:
+        w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'a0'), (None, b'a1')])")
+        # cwd outside the checkout: the child imports the installed kstore (PYTHONPATH kept)
+        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                              "--from-beginning", "--follow", "--max-messages", "3", "--timeout-ms", "60000",
+                              "--print-offset"] + (["--partition", "0"] if partition else []),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+        errs: list = []
+        t = threading.Thread(target=lambda: errs.extend(c.stderr), daemon=True)
+        t.start()
+        try:
+            assert [c.stdout.readline() for _ in range(2)] == ["Offset:0\ta0\n", "Offset:1\ta1\n"]
+            w.run("m.delete_topic('t')")
+            deadline = time.monotonic() + 30
+            while not errs and time.monotonic() < deadline:
+                time.sleep(0.01)
+            w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'b0')])")
+            out = c.stdout.read()        # to its end: the consumer's exit (the watchdog bounds it)
+            c.wait(timeout=60)
+        finally:
+            if c.poll() is None:
+                c.kill()
+                c.wait(timeout=30)
+        t.join(10)
+        assert (c.returncode, out) == (0, "Offset:0\tb0\n")
+        assert errs == ["kstore consume: t-0 was deleted\n", "Processed a total of 3 messages\n"]
+    finally:
+        assert w.close() == 0

@@ -162,3 +162,51 @@ def test_compaction_and_topic_deletion_seen_after_a_trusted_listing(tmp_path):
             ro.refresh()
     finally:
         m.close()
+
+
+class HoleOps(FileOps):
+    """The listing after `hole_at` more listdir calls holds a .log name that does not exist
+    between two real ones (as a listing racing the writer can hold a hole), once."""
+
+    def __init__(self):
+        self.hole_at = None
+        self.name = None
+
+    def listdir(self, path):
+        names = super().listdir(path)
+        if self.hole_at is not None:
+            self.hole_at -= 1
+            if self.hole_at < 0:
+                self.hole_at = None
+                names = names + [self.name]
+        return names
+
+
+def test_a_scan_attempt_thrown_away_keeps_no_descriptor(tmp_path, monkeypatch):
+    """A refresh whose first scan attempt is thrown away (the listing after its validations,
+    which made the new last segment and kept its .log open, disagrees with the first in the
+    middle: listed again) and whose second one is published: once
+    the log is closed, no descriptor and no kept-descriptor slot is left. Before, the thrown
+    away attempt's new last segment kept its .log open for the process's life."""
+    from kstore import segment_ro
+    monkeypatch.setattr(DirWatch, "settled", lambda self, before: False)   # always list twice
+    d = str(tmp_path / "t-0")
+    fds = lambda: len(os.listdir("/proc/self/fd"))   # noqa: E731
+    before = (fds(), segment_ro.KEPT.count)
+    w = kstore.Log.open(d, {"segment.bytes": 300})
+    for i in range(12):
+        w.append([(b"k", b"v%d" % i + b"." * 60, NOW + i)])
+    ops = HoleOps()
+    ro = kstore.Log.open(d, read_only=True, io=ops)
+    bases = [s.base_offset for s in ro.segments]
+    assert len(bases) >= 3
+    w.roll()
+    w.append([(b"k", b"last", NOW + 20)])       # a new last segment for the refresh to make
+    ops.name, ops.hole_at = "%020d.log" % (bases[0] + 1), 1     # in the check's listing
+    ro.refresh()
+    assert ops.hole_at is None                  # the hole was listed (and thrown away)
+    assert [s.base_offset for s in ro.segments] == [s.base_offset for s in w.segments]
+    assert [r.value for r in ro.read(w.log_end_offset - 1)] == [b"last"]
+    ro.close()
+    w.close()
+    assert (fds(), segment_ro.KEPT.count) == before

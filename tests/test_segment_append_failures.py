@@ -8,6 +8,8 @@ block reservation (ENOSPC), the runway's zero-fill (ENOSPC), a torn pwrite of a 
 import errno
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -138,3 +140,58 @@ def test_a_failed_append_leaves_nothing(tmp_path, where, watchdog):
     with kstore.Log.open(d, cfg) as log:
         assert log.log_end_offset == acked + len(failed)
         assert [x.key for x in log.read(0, max_bytes=1 << 30)].count(failed[0][0]) == 1
+
+
+# another process's reader: the keys it reads from the partition (a StoreReader scans past what
+# the writer published, validating what it finds)
+_PEEK = r"""
+import sys, kstore
+with kstore.StoreReader(sys.argv[1]) as r:
+    print(b"|".join(x.key for x in r.log("t", 0).read(0, max_bytes=1 << 30)).decode())
+"""
+
+
+class PeekingOps(FailingOps):
+    """FailingOps whose injected index failure first lets another process read the partition
+    (the moment between the batch's bytes and its error)."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+        self.seen = None
+
+    def zero_fill(self, fd, offset, length):
+        suffix = {"index": ".index", "timeindex": ".timeindex"}.get(self.where)
+        if suffix and self._name(fd).endswith(suffix):
+            # cwd outside the checkout: the child imports the installed kstore (PYTHONPATH kept)
+            self.seen = subprocess.run([sys.executable, "-c", _PEEK, self.root], cwd=self.root,
+                                       capture_output=True, text=True, timeout=60,
+                                       check=True).stdout.strip().split("|")
+        return super().zero_fill(fd, offset, length)
+
+
+@pytest.mark.parametrize("where", ["index", "timeindex"])
+def test_a_batch_whose_index_block_fails_is_never_seen_by_another_process(tmp_path, where,
+                                                                          watchdog):
+    """Another process reads the partition at the moment the append's index block reservation
+    fails (ENOSPC, injected): it sees the records of the earlier appends only, never the failed
+    batch's (which is then gone for good: no retry or reopen gives its offsets those records).
+    Before, the batch was copied into the log first and its index block reserved after, so the
+    reader, which validates what the file holds past the writer's published size, returned the
+    failed batch's records; the writer then zeroed them and gave their offsets to the next
+    append."""
+    watchdog(120)
+    root = str(tmp_path / "store")
+    ops = PeekingOps(root)
+    cfg = {"index.interval.bytes": 1}
+    log = kstore.Log.open(os.path.join(root, "t-0"), cfg, io=ops)
+    try:
+        first = _records(b"a", 3, 100)
+        log.append(first)
+        ops.where = where
+        with pytest.raises(kstore.KafkaStorageError):
+            log.append(_records(b"x", 3, 100))
+        assert ops.where is None
+        assert ops.seen == [k.decode() for k, _v, _ts in first]
+    finally:
+        log.close()

@@ -213,14 +213,16 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 if timeout is not None and now - last_data >= timeout:
                     break
                 out.flush()
-                if args.partition is None and now - last_scan >= SCAN_S:
+                # a partition given and deleted is looked for again, as every one is without it
+                scanning = args.partition is None or args.partition not in positions
+                if scanning and now - last_scan >= SCAN_S:
                     store.refresh()                 # new partitions (or the topic) appear
                     discover(first=False)
                     last_scan = now
                     rescanned = True
                     continue
                 _wait(store, args.topic, positions, min(
-                    SCAN_S - (now - last_scan) if args.partition is None else notify.SLICE_S,
+                    SCAN_S - (now - last_scan) if scanning else notify.SLICE_S,
                     timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
                     args.poll_ms / 1000)
         except KeyboardInterrupt:
