@@ -433,17 +433,18 @@ class Consumer:
         """After an eviction: the listener's on_partitions_lost (else on_partitions_revoked,
         Kafka's default), nothing committed, positions forgotten, the member dropped."""
         lost = self._state.assignment()
+        self._pending = _EVICTED             # if the listener raises: still out until the next poll
         try:                                 # the member stays for the listener: commits fail
             if lost and self._listener is not None:
                 on_lost = getattr(self._listener, "on_partitions_lost", None)
                 (on_lost or self._listener.on_partitions_revoked)(set(lost))
+            self._member = self._pending = None
+            self._cancel_timer()
         finally:
             self._state.remove(lost)
             self._fetcher.forget(lost)
             self._buffer.drop(lost)
             self._last_commit = {tp: o for tp, o in self._last_commit.items() if tp not in lost}
-            self._member = None
-            self._cancel_timer()
 
     def _cancel_timer(self) -> None:
         timer, self._poll_timer = self._poll_timer, None
@@ -480,7 +481,6 @@ class Consumer:
 
     def _leave_group(self) -> None:
         if self._pending is _EVICTED:
-            self._pending = None
             self._lose_partitions()
             return
         self._cancel_timer()

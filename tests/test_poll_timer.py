@@ -440,3 +440,31 @@ def test_commit_failed_error_is_public():
     """Applications catch it as kafka-python's callers catch kafka.errors.CommitFailedError."""
     assert kstore.CommitFailedError is CommitFailedError and "CommitFailedError" in kstore.__all__
     assert issubclass(CommitFailedError, kstore.KStoreError)
+
+
+def test_a_commit_after_a_failed_lost_callback_is_refused(store, watchdog, closing):
+    """on_partitions_lost raises inside the poll that handles an eviction: until a poll rejoins,
+    the consumer is still out of the group, so an explicit commit raises CommitFailedError and
+    writes nothing (Kafka: a subscribed consumer without a generation fails its commits)."""
+    watchdog(60)
+    d, _m = store
+
+    class Failing(Events):
+        def on_partitions_lost(self, lost):
+            super().on_partitions_lost(lost)
+            raise RuntimeError("listener failed")
+
+    ev = Failing()
+    c = closing(Consumer(d, "t", listener=ev, enable_auto_commit=False, **GROUP))
+    c.poll(0)
+    c.commit({tp: 2 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # evicted
+    with pytest.raises(RuntimeError, match="listener failed"):
+        c.poll(0)
+    assert c.assignment() == set()
+    with pytest.raises(CommitFailedError, match="kicked out of the group"):
+        c.commit({tp: 7 for tp in ALL})
+    assert committed(d) == {tp: 2 for tp in ALL}
+    c.poll(0)                                                # rejoins
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert c.assignment() == set(ALL)
