@@ -314,7 +314,7 @@ class Consumer:
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
-            if self._buffer:
+            if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
                 return self._buffer.drain(limit)
             deadline = time.monotonic() + max(0.0, timeout_ms / 1000)

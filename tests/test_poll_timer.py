@@ -468,3 +468,20 @@ def test_a_commit_after_a_failed_lost_callback_is_refused(store, watchdog, closi
     c.poll(0)                                                # rejoins
     assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
     assert c.assignment() == set(ALL)
+
+
+def test_a_poll_after_an_eviction_returns_no_read_ahead_of_the_lost_partitions(store, watchdog, closing):
+    """Iteration reads a poll's records ahead; evicted while the application holds them, the next
+    poll() reports the partitions lost and returns records from the committed offsets after
+    rejoining, never the read-ahead of partitions another member may own by now."""
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    c = closing(Consumer(d, "t", listener=ev, enable_auto_commit=False, max_poll_records=40, **GROUP))
+    first = next(c)                                          # 39 more read ahead
+    c.commit({tp: 5 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # evicted
+    got = c.poll(0)
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(5, 10)) for tp in ALL}
+    assert (first.topic, first.partition, first.offset) == ("t", 0, 0)
