@@ -331,15 +331,15 @@ class Consumer:
                                    self._group_changed if self._member is not None else None)
 
     def _wait_bound(self, now: float) -> float:
-        """The longest an idle poll may sleep before it has work: the next auto-commit, or a
-        rescan for topics and partitions (a subscription outside a group)."""
+        """The longest an idle poll may sleep before it has work: the next auto-commit, heartbeat
+        or rescan (no group), half max_poll_interval (an async getmany's wait is no poll)."""
         bound = float("inf")
         if self.enable_auto_commit:
             bound = max(0.0, self._next_commit - now)
         if self._state.subscribed and self._member is None:
             bound = min(bound, SLICE_S)
         if self._member is not None:
-            bound = min(bound, self._member.poll_timeout())     # its next heartbeat
+            bound = min(bound, self._member.poll_timeout(), self.max_poll_interval / 2)
         return bound
 
     def wait_spec(self, partitions: Optional[Iterable[TopicPartition]] = None

@@ -485,3 +485,26 @@ def test_a_poll_after_an_eviction_returns_no_read_ahead_of_the_lost_partitions(s
     assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
     assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(5, 10)) for tp in ALL}
     assert (first.topic, first.partition, first.offset) == ("t", 0, 0)
+
+
+def test_an_async_getmany_waiting_longer_than_the_interval_is_not_evicted(store, watchdog):
+    """A getmany in progress is a poll (aiokafka counts no idle time while one waits), as a sync
+    poll that waits holds off the timer: with heartbeats rarer than max_poll_interval_ms, a
+    getmany that waits 4 intervals for nothing keeps its member and its partitions."""
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    cfg = dict(GROUP, heartbeat_interval_ms=2000, enable_auto_commit=False)
+
+    async def main():
+        async with AsyncConsumer(d, "t", listener=ev, max_poll_records=40, **cfg) as ac:
+            got = await ac.getmany(timeout_ms=5000)
+            assert sum(map(len, got.values())) == 40
+            member = ac.consumer._member
+            assert await ac.getmany(timeout_ms=4 * INTERVAL_MS) == {}
+            assert ac.consumer._member is member and not member.expired
+            await ac.commit({tp: 10 for tp in ALL})
+
+    asyncio.run(main())
+    assert ev.events == [("assigned", ALL), ("revoked", ALL)]
+    assert committed(d) == {tp: 10 for tp in ALL}
