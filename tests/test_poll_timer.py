@@ -508,3 +508,27 @@ def test_an_async_getmany_waiting_longer_than_the_interval_is_not_evicted(store,
     asyncio.run(main())
     assert ev.events == [("assigned", ALL), ("revoked", ALL)]
     assert committed(d) == {tp: 10 for tp in ALL}
+
+
+def test_a_rejoin_refused_after_an_eviction_is_retried_at_the_next_poll(store, watchdog, closing):
+    """The evicted member's rejoin fails (a member with no common assignor took the group
+    meanwhile): that poll raises InconsistentGroupProtocolError, as Kafka's JoinGroup error; once
+    that member left, the next poll joins again and reads from the committed offsets."""
+    from kstore.group_membership import InconsistentGroupProtocolError
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    a = closing(Consumer(d, "t", client_id="a", listener=ev, enable_auto_commit=False, **GROUP))
+    a.poll(0)
+    a.commit({tp: 4 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # a is evicted
+    b = closing(Consumer(d, "t", client_id="b", partition_assignment_strategy=("roundrobin",),
+                         enable_auto_commit=False, **GROUP))
+    poll_until(b, lambda: b.assignment() == set(ALL))
+    with pytest.raises(InconsistentGroupProtocolError):
+        a.poll(0)
+    assert ev.events == [("assigned", ALL), ("lost", ALL)] and a.assignment() == set()
+    b.close()
+    got = a.poll(0, max_records=100)
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(4, 10)) for tp in ALL}
