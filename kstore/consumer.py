@@ -30,7 +30,7 @@ import time
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
+from kstore.errors import (InvalidConfigError, KStoreStateError,
                            NoOffsetForPartitionError, UnknownTopicError)
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
@@ -425,7 +425,7 @@ class Consumer:
                     round(self.max_poll_interval * 1000))
         try:
             member.expire()
-        except (KStoreError, OSError) as e:     # its descriptors are closed all the same
+        except Exception as e:     # a custom assignor's too (this thread has no caller): it left
             log.warning("group %r: %s left without a rebalance: %s", self.group_id, member.member_id, e)
         self._pending = _EVICTED
 

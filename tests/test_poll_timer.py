@@ -532,3 +532,39 @@ def test_a_rejoin_refused_after_an_eviction_is_retried_at_the_next_poll(store, w
     got = a.poll(0, max_records=100)
     assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
     assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(4, 10)) for tp in ALL}
+
+
+def test_an_eviction_whose_rebalance_raises_still_rejoins(store, watchdog, closing, monkeypatch, caplog):
+    """A custom assignor raising in the evicted member's leave rebalance: the error is logged on
+    the kstore.consumer logger (nothing escapes the timer thread) and the member's next poll
+    still reports the partitions lost and rejoins; the other member takes over at its heartbeat."""
+    from kstore.assignors import RangeAssignor
+    watchdog(60)
+    d, _m = store
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+
+    class Flaky(RangeAssignor):
+        fail = False
+
+        def assign(self, *args):
+            if self.fail:
+                raise RuntimeError("assignor failed")
+            return super().assign(*args)
+
+    flaky = Flaky()
+    ev = Events()
+    a = closing(Consumer(d, "t", client_id="a", listener=ev, enable_auto_commit=False,
+                         partition_assignment_strategy=(flaky,), **GROUP))
+    b = closing(Consumer(d, "t", client_id="b", enable_auto_commit=False, **GROUP))
+    poll_until(b, lambda: a.poll(0) == {} and len(b.assignment()) == len(a.assignment()) == 2)
+    flaky.fail = True
+    with caplog.at_level(logging.WARNING, "kstore.consumer"):
+        poll_until(b, lambda: b.assignment() == set(ALL))      # a stalls: evicted
+        assert a._member.expired
+    assert escaped == []
+    assert [r.getMessage() for r in caplog.records if "assignor failed" in r.getMessage()] != []
+    flaky.fail = False
+    a.poll(0)
+    assert ev.events == [("assigned", [TP("t", 0), TP("t", 1)]), ("lost", [TP("t", 0), TP("t", 1)])]
+    assert not a._member.expired
