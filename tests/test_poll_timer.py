@@ -494,14 +494,16 @@ def test_an_async_getmany_waiting_longer_than_the_interval_is_not_evicted(store,
     watchdog(60)
     d, _m = store
     ev = Events()
-    cfg = dict(GROUP, heartbeat_interval_ms=2000, enable_auto_commit=False)
+    interval_ms = 1000                       # half of it is the margin for a loaded host
+    cfg = dict(GROUP, session_timeout_ms=10000, heartbeat_interval_ms=4000,
+               max_poll_interval_ms=interval_ms, enable_auto_commit=False)
 
     async def main():
         async with AsyncConsumer(d, "t", listener=ev, max_poll_records=40, **cfg) as ac:
             got = await ac.getmany(timeout_ms=5000)
             assert sum(map(len, got.values())) == 40
             member = ac.consumer._member
-            assert await ac.getmany(timeout_ms=4 * INTERVAL_MS) == {}
+            assert await ac.getmany(timeout_ms=4 * interval_ms) == {}
             assert ac.consumer._member is member and not member.expired
             await ac.commit({tp: 10 for tp in ALL})
 
