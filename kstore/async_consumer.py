@@ -112,7 +112,8 @@ class AsyncWaiter:
             if not waits:
                 if idle_until is None:
                     idle_until = now + LINGER_S
-                self._kick.sleep(kick, idle_until - now)
+                if self._kick.sleep(kick, idle_until - now) == errno.ENOSYS:
+                    time.sleep(min(idle_until - now, notify.POLL_S))    # no futex: poll
                 continue
             idle_until = None
             self.wakeups += 1

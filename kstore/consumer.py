@@ -30,7 +30,7 @@ import time
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import (InvalidConfigError, KStoreError, KStoreStateError,
+from kstore.errors import (InvalidConfigError, KStoreStateError,
                            NoOffsetForPartitionError, UnknownTopicError)
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
@@ -314,7 +314,7 @@ class Consumer:
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
-            if self._buffer:
+            if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
                 return self._buffer.drain(limit)
             deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
@@ -331,15 +331,15 @@ class Consumer:
                                    self._group_changed if self._member is not None else None)
 
     def _wait_bound(self, now: float) -> float:
-        """The longest an idle poll may sleep before it has work: the next auto-commit, or a
-        rescan for topics and partitions (a subscription outside a group)."""
+        """The longest an idle poll may sleep before it has work: the next auto-commit, heartbeat
+        or rescan (no group), half max_poll_interval (an async getmany's wait is no poll)."""
         bound = float("inf")
         if self.enable_auto_commit:
             bound = max(0.0, self._next_commit - now)
         if self._state.subscribed and self._member is None:
             bound = min(bound, SLICE_S)
         if self._member is not None:
-            bound = min(bound, self._member.poll_timeout())     # its next heartbeat
+            bound = min(bound, self._member.poll_timeout(), self.max_poll_interval / 2)
         return bound
 
     def wait_spec(self, partitions: Optional[Iterable[TopicPartition]] = None
@@ -403,12 +403,12 @@ class Consumer:
                 self._source.rescan()
                 return [t for t in self._source.topics() if t not in INTERNAL_TOPICS]
 
-            self._member = GroupMember(
+            member = GroupMember(
                 self._coord(), self.group_id,
                 topics=sorted(st.topics) if st.topics else None, pattern=st.pattern,
                 partitions_for=partitions_for, list_topics=list_topics,
                 assignors=assignors_from(self._strategy), io=self._io, **self._group_settings)
-            change = self._member.join()
+            change, self._member = member.join(), member     # a failed join: retried next poll
             self.last_poll_time = time.monotonic()
             self._poll_timer = PollTimer(self.max_poll_interval, self._lock, self, self._evict,
                                          f"kstore-poll-timer-{self.group_id}")
@@ -425,7 +425,7 @@ class Consumer:
                     round(self.max_poll_interval * 1000))
         try:
             member.expire()
-        except (KStoreError, OSError) as e:     # its descriptors are closed all the same
+        except Exception as e:     # a custom assignor's too (this thread has no caller): it left
             log.warning("group %r: %s left without a rebalance: %s", self.group_id, member.member_id, e)
         self._pending = _EVICTED
 
@@ -433,17 +433,18 @@ class Consumer:
         """After an eviction: the listener's on_partitions_lost (else on_partitions_revoked,
         Kafka's default), nothing committed, positions forgotten, the member dropped."""
         lost = self._state.assignment()
+        self._pending = _EVICTED             # if the listener raises: still out until the next poll
         try:                                 # the member stays for the listener: commits fail
             if lost and self._listener is not None:
                 on_lost = getattr(self._listener, "on_partitions_lost", None)
                 (on_lost or self._listener.on_partitions_revoked)(set(lost))
+            self._member = self._pending = None
+            self._cancel_timer()
         finally:
             self._state.remove(lost)
             self._fetcher.forget(lost)
             self._buffer.drop(lost)
             self._last_commit = {tp: o for tp, o in self._last_commit.items() if tp not in lost}
-            self._member = None
-            self._cancel_timer()
 
     def _cancel_timer(self) -> None:
         timer, self._poll_timer = self._poll_timer, None
@@ -480,7 +481,6 @@ class Consumer:
 
     def _leave_group(self) -> None:
         if self._pending is _EVICTED:
-            self._pending = None
             self._lose_partitions()
             return
         self._cancel_timer()

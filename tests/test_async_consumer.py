@@ -217,3 +217,43 @@ def test_a_forked_child_waits_through_its_own_waiter(store, watchdog, tmp_path):
     assert q.get(timeout=20) == [b"child"]
     p.join(20)
     assert p.exitcode == 0
+
+
+class _NoFutexKick:
+    """The waiter's kick bell on a system without futex (off Linux): sleep reports ENOSYS at
+    once, as kn_wait does there; counts the sleeps."""
+
+    def __init__(self, bell):
+        self.bell = bell
+        self.sleeps = 0
+
+    def arm(self):
+        return self.bell.arm()
+
+    def bump_end(self, *hints):
+        self.bell.bump_end(*hints)
+
+    def sleep(self, armed, timeout, settle=0.0):
+        import errno
+        self.sleeps += 1
+        return errno.ENOSYS
+
+
+def test_a_lingering_waiter_without_futex_polls_instead_of_spinning(watchdog, monkeypatch):
+    """Without futex the idle waiter sleeps POLL_S at a time, as every other kstore wait does
+    there: about LINGER_S / POLL_S turns while it lingers, not a busy loop."""
+    import kstore.async_consumer as ac
+    from kstore import notify
+    watchdog(60)
+    monkeypatch.setattr(ac, "LINGER_S", 0.5)
+    waiter = ac.AsyncWaiter()
+    kick = waiter._kick = _NoFutexKick(waiter._kick)
+
+    async def main():
+        await asyncio.wait_for(waiter.wait([], [], [], 0.0), 10)   # done at once; then it lingers
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while waiter.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not waiter.running
+    assert 1 <= kick.sleeps <= 0.5 / notify.POLL_S + 2, kick.sleeps

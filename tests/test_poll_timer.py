@@ -440,3 +440,133 @@ def test_commit_failed_error_is_public():
     """Applications catch it as kafka-python's callers catch kafka.errors.CommitFailedError."""
     assert kstore.CommitFailedError is CommitFailedError and "CommitFailedError" in kstore.__all__
     assert issubclass(CommitFailedError, kstore.KStoreError)
+
+
+def test_a_commit_after_a_failed_lost_callback_is_refused(store, watchdog, closing):
+    """on_partitions_lost raises inside the poll that handles an eviction: until a poll rejoins,
+    the consumer is still out of the group, so an explicit commit raises CommitFailedError and
+    writes nothing (Kafka: a subscribed consumer without a generation fails its commits)."""
+    watchdog(60)
+    d, _m = store
+
+    class Failing(Events):
+        def on_partitions_lost(self, lost):
+            super().on_partitions_lost(lost)
+            raise RuntimeError("listener failed")
+
+    ev = Failing()
+    c = closing(Consumer(d, "t", listener=ev, enable_auto_commit=False, **GROUP))
+    c.poll(0)
+    c.commit({tp: 2 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # evicted
+    with pytest.raises(RuntimeError, match="listener failed"):
+        c.poll(0)
+    assert c.assignment() == set()
+    with pytest.raises(CommitFailedError, match="kicked out of the group"):
+        c.commit({tp: 7 for tp in ALL})
+    assert committed(d) == {tp: 2 for tp in ALL}
+    c.poll(0)                                                # rejoins
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert c.assignment() == set(ALL)
+
+
+def test_a_poll_after_an_eviction_returns_no_read_ahead_of_the_lost_partitions(store, watchdog, closing):
+    """Iteration reads a poll's records ahead; evicted while the application holds them, the next
+    poll() reports the partitions lost and returns records from the committed offsets after
+    rejoining, never the read-ahead of partitions another member may own by now."""
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    c = closing(Consumer(d, "t", listener=ev, enable_auto_commit=False, max_poll_records=40, **GROUP))
+    first = next(c)                                          # 39 more read ahead
+    c.commit({tp: 5 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # evicted
+    got = c.poll(0)
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(5, 10)) for tp in ALL}
+    assert (first.topic, first.partition, first.offset) == ("t", 0, 0)
+
+
+def test_an_async_getmany_waiting_longer_than_the_interval_is_not_evicted(store, watchdog):
+    """A getmany in progress is a poll (aiokafka counts no idle time while one waits), as a sync
+    poll that waits holds off the timer: with heartbeats rarer than max_poll_interval_ms, a
+    getmany that waits 4 intervals for nothing keeps its member and its partitions."""
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    interval_ms = 1000                       # half of it is the margin for a loaded host
+    cfg = dict(GROUP, session_timeout_ms=10000, heartbeat_interval_ms=4000,
+               max_poll_interval_ms=interval_ms, enable_auto_commit=False)
+
+    async def main():
+        async with AsyncConsumer(d, "t", listener=ev, max_poll_records=40, **cfg) as ac:
+            got = await ac.getmany(timeout_ms=5000)
+            assert sum(map(len, got.values())) == 40
+            member = ac.consumer._member
+            assert await ac.getmany(timeout_ms=4 * interval_ms) == {}
+            assert ac.consumer._member is member and not member.expired
+            await ac.commit({tp: 10 for tp in ALL})
+
+    asyncio.run(main())
+    assert ev.events == [("assigned", ALL), ("revoked", ALL)]
+    assert committed(d) == {tp: 10 for tp in ALL}
+
+
+def test_a_rejoin_refused_after_an_eviction_is_retried_at_the_next_poll(store, watchdog, closing):
+    """The evicted member's rejoin fails (a member with no common assignor took the group
+    meanwhile): that poll raises InconsistentGroupProtocolError, as Kafka's JoinGroup error; once
+    that member left, the next poll joins again and reads from the committed offsets."""
+    from kstore.group_membership import InconsistentGroupProtocolError
+    watchdog(60)
+    d, _m = store
+    ev = Events()
+    a = closing(Consumer(d, "t", client_id="a", listener=ev, enable_auto_commit=False, **GROUP))
+    a.poll(0)
+    a.commit({tp: 4 for tp in ALL})
+    time.sleep(INTERVAL_MS / 1000 + SLACK_S)                 # a is evicted
+    b = closing(Consumer(d, "t", client_id="b", partition_assignment_strategy=("roundrobin",),
+                         enable_auto_commit=False, **GROUP))
+    poll_until(b, lambda: b.assignment() == set(ALL))
+    with pytest.raises(InconsistentGroupProtocolError):
+        a.poll(0)
+    assert ev.events == [("assigned", ALL), ("lost", ALL)] and a.assignment() == set()
+    b.close()
+    got = a.poll(0, max_records=100)
+    assert ev.events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+    assert {tp: [r.offset for r in recs] for tp, recs in got.items()} == {tp: list(range(4, 10)) for tp in ALL}
+
+
+def test_an_eviction_whose_rebalance_raises_still_rejoins(store, watchdog, closing, monkeypatch, caplog):
+    """A custom assignor raising in the evicted member's leave rebalance: the error is logged on
+    the kstore.consumer logger (nothing escapes the timer thread) and the member's next poll
+    still reports the partitions lost and rejoins; the other member takes over at its heartbeat."""
+    from kstore.assignors import RangeAssignor
+    watchdog(60)
+    d, _m = store
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+
+    class Flaky(RangeAssignor):
+        fail = False
+
+        def assign(self, *args):
+            if self.fail:
+                raise RuntimeError("assignor failed")
+            return super().assign(*args)
+
+    flaky = Flaky()
+    ev = Events()
+    a = closing(Consumer(d, "t", client_id="a", listener=ev, enable_auto_commit=False,
+                         partition_assignment_strategy=(flaky,), **GROUP))
+    b = closing(Consumer(d, "t", client_id="b", enable_auto_commit=False, **GROUP))
+    poll_until(b, lambda: a.poll(0) == {} and len(b.assignment()) == len(a.assignment()) == 2)
+    flaky.fail = True
+    with caplog.at_level(logging.WARNING, "kstore.consumer"):
+        poll_until(b, lambda: b.assignment() == set(ALL))      # a stalls: evicted
+        assert a._member.expired
+    assert escaped == []
+    assert [r.getMessage() for r in caplog.records if "assignor failed" in r.getMessage()] != []
+    flaky.fail = False
+    a.poll(0)
+    assert ev.events == [("assigned", [TP("t", 0), TP("t", 1)]), ("lost", [TP("t", 0), TP("t", 1)])]
+    assert not a._member.expired
