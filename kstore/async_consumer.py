@@ -116,40 +116,44 @@ class AsyncWaiter:
                     time.sleep(min(idle_until - now, notify.POLL_S))    # no futex: poll
                 continue
             idle_until = None
-            self.wakeups += 1
-            bells: dict[int, tuple[Any, int]] = {id(self._kick): (self._kick, kick)}
-            usable = True
-            done: list[_Wait] = []
-            for w in waits:
-                try:
-                    ready = self._arm(w, now, quiet, bells)
-                except (KStoreError, OSError):
-                    ready = True                 # closed or deleted: the consumer finds out
-                if ready is None:
-                    usable = False
-                elif ready:
-                    done.append(w)
-            quiet = False
-            for w in done:
-                try:
-                    w.loop.call_soon_threadsafe(_resolve, w.fut)
-                except RuntimeError:
-                    pass                         # its loop is closed
-            if done:
-                with self._lock:
-                    self._waits = [w for w in self._waits if w not in done]
-                continue
-            left = min(w.deadline for w in waits) - now
-            slice_ = max(0.0, min(left, notify.SLICE_S))
-            r = errno.ENOSYS
-            if usable and len(bells) <= _notify.WAIT_ANY_MAX:
-                bs = [b for b, _w in bells.values()]
-                r = _notify.wait_any(bs, [wd for _b, wd in bells.values()], slice_)
-            if r == errno.ETIMEDOUT:
-                quiet = True
-            elif r == errno.ENOSYS:
-                time.sleep(min(slice_, notify.POLL_S))
-                quiet = True
+            quiet = self._turn(waits, kick, now, quiet)
+
+    def _turn(self, waits: list[_Wait], kick: int, now: float, quiet: bool) -> bool:
+        """One turn of _run with waits pending: resolve the ready ones, else sleep on every
+        word (a slice at most). Returns whether the turn ended quiet (a timeout, no wake). A
+        method of its own so that nothing of a turn (a loop, its futures) outlives it while
+        the thread lingers."""
+        self.wakeups += 1
+        bells: dict[int, tuple[Any, int]] = {id(self._kick): (self._kick, kick)}
+        usable = True
+        done: list[_Wait] = []
+        for w in waits:
+            try:
+                ready = self._arm(w, now, quiet, bells)
+            except (KStoreError, OSError):
+                ready = True                 # closed or deleted: the consumer finds out
+            if ready is None:
+                usable = False
+            elif ready:
+                done.append(w)
+        for w in done:
+            try:
+                w.loop.call_soon_threadsafe(_resolve, w.fut)
+            except RuntimeError:
+                pass                         # its loop is closed
+        if done:
+            with self._lock:
+                self._waits = [w for w in self._waits if w not in done]
+            return False
+        left = min(w.deadline for w in waits) - now
+        slice_ = max(0.0, min(left, notify.SLICE_S))
+        r = errno.ENOSYS
+        if usable and len(bells) <= _notify.WAIT_ANY_MAX:
+            bs = [b for b, _w in bells.values()]
+            r = _notify.wait_any(bs, [wd for _b, wd in bells.values()], slice_)
+        if r == errno.ENOSYS:
+            time.sleep(min(slice_, notify.POLL_S))
+        return r in (errno.ETIMEDOUT, errno.ENOSYS)
 
     @staticmethod
     def _arm(w: _Wait, now: float, quiet: bool, bells: dict) -> Optional[bool]:

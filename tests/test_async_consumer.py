@@ -257,3 +257,27 @@ def test_a_lingering_waiter_without_futex_polls_instead_of_spinning(watchdog, mo
         time.sleep(0.05)
     assert not waiter.running
     assert 1 <= kick.sleeps <= 0.5 / notify.POLL_S + 2, kick.sleeps
+
+
+def test_the_lingering_waiter_keeps_no_loop_alive(store, watchdog):
+    """While the waiter thread lingers after its last wait, nothing of that wait (its loop, its
+    future) is kept: a finished asyncio.run's loop is freed."""
+    import gc
+    import weakref
+    watchdog(60)
+    d, m = store
+    ref = []
+
+    async def main():
+        ref.append(weakref.ref(asyncio.get_running_loop()))
+        async with AsyncConsumer(d, auto_offset_reset="earliest") as c:
+            c.assign([TP("t", 0)])
+            task = asyncio.create_task(c.getmany(timeout_ms=10000))
+            await asyncio.sleep(0.05)
+            m.append_batch("t", 0, [(b"k", b"v")])
+            got = await asyncio.wait_for(task, 10)
+            assert [r.value for r in got[TP("t", 0)]] == [b"v"]
+    asyncio.run(main())
+    time.sleep(0.1)                             # the waiter's turn is over: it lingers
+    gc.collect()
+    assert WAITER.running and ref[0]() is None
