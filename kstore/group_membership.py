@@ -71,6 +71,11 @@ class InconsistentGroupProtocolError(KStoreError):
     """A joining member supports none of the assignors every current member supports."""
 
 
+#: the most an eviction waits for group.lock (Kafka's leave on a poll timeout never blocks;
+#: the consumer's lock is held meanwhile); without it the flocks still go
+EXPIRE_LOCK_S = 1.0
+
+
 class CommitFailedError(KStoreError):
     """A commit for partitions this member does not own (it lost them in a rebalance, or was
     evicted from the group when max_poll_interval_ms passed between its polls)."""
@@ -319,15 +324,13 @@ class GroupMember:
         return self._generation
 
     def notify_word(self) -> _notify.Bell:
-        """The group bell (a `_notify.Bell`, the format of a partition's notification page):
-        arm it, poll(), then sleep on it together with the logs' words (`_notify.wait_any`),
-        at most poll_timeout(): the sleep ends on data, a rebalance or a release."""
+        """The group bell (a `_notify.Bell`): arm it, poll(), then sleep on it with the logs'
+        words (`_notify.wait_any`) up to poll_timeout(): data, a rebalance or a release ends it."""
         with self._lock:
             return self._check_joined()
 
     def poll_timeout(self) -> float:
-        """Seconds until the next heartbeat is due: the longest a consumer should sleep
-        without calling poll() (0 when one is due)."""
+        """Seconds until the next heartbeat is due: the longest a consumer may sleep unpolled."""
         return max(0.0, self._next_heartbeat - time.monotonic())
 
     def subscribe(self, topics: Optional[Sequence[str]] = None,
@@ -342,9 +345,8 @@ class GroupMember:
             self._next_heartbeat = self._next_metadata = 0.0
 
     def leave(self) -> None:
-        """Leave: release every partition (commit first), remove the membership and rebalance
-        the others. If group.lock cannot be had, the member's descriptors are closed anyway:
-        the others see it dead at their next heartbeat. Idempotent."""
+        """Leave: release every partition (commit first), remove the membership, rebalance the
+        others (without group.lock, they see it dead at their next heartbeat). Idempotent."""
         with self._lock:
             self._leave()
 
@@ -357,10 +359,12 @@ class GroupMember:
             if self._closed or not self._joined:
                 return False
             self.expired = True
-            self._leave()
+            self._leave(min(self._lock_timeout, EXPIRE_LOCK_S))
             return True
 
-    def _leave(self) -> None:
+    def _leave(self, lock_timeout: Optional[float] = None) -> None:
+        """Drop the member and owner flocks, rebalancing the others under group.lock if it
+        comes within lock_timeout (default the member's); else they do at their heartbeat."""
         if self._closed:
             return
         self._closed = True
@@ -369,7 +373,7 @@ class GroupMember:
             self._held.close_all()
             return
         try:
-            fd = self._gdir.lock(self._lock_timeout)
+            fd = self._gdir.lock(self._lock_timeout if lock_timeout is None else lock_timeout)
             try:
                 member_fd, self._held.member_fd = self._held.member_fd, None
                 if member_fd is not None:

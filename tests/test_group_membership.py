@@ -187,6 +187,37 @@ def test_expire_leaves_without_commit_and_refuses_commits(co):
     b.leave()
 
 
+def test_expire_does_not_wait_long_for_a_held_group_lock(co, watchdog):
+    """The poll timer's eviction runs under the consumer's lock: with group.lock held elsewhere
+    it gives up on it after EXPIRE_LOCK_S (not the member's 30 s), still drops its member and
+    owner flocks, and the other member takes everything at its next heartbeat."""
+    from kstore.group_membership import EXPIRE_LOCK_S
+    watchdog(60)
+    store = Store(t=2)
+    a, b = member(co, store), member(co, store)
+    a.join()
+    b.join()
+    settle([a, b])
+    assert a.owned() and b.owned()
+    held = gdir(co).lock(5)
+    try:
+        t0 = time.monotonic()
+        assert a.expire() is True
+        took = time.monotonic() - t0
+        assert EXPIRE_LOCK_S <= took < EXPIRE_LOCK_S + 1.0
+        assert a.owned() == frozenset() and not gdir(co).is_alive(a.member_id)
+    finally:
+        gdir(co).unlock(held)
+    deadline = time.monotonic() + 10
+    while b.owned() != tps("t", 0, 1) and time.monotonic() < deadline:
+        c = b.poll()
+        if c is not None:
+            b.release(c.revoked)
+        time.sleep(0.02)
+    assert b.owned() == tps("t", 0, 1)
+    b.leave()
+
+
 def test_config_checks(co):
     store = Store(t=1)
     with pytest.raises(InvalidConfigError, match="heartbeat"):
