@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable
 
 __all__ = ["PollTimer", "POLL_TIMEOUT_EXPIRED"]
 
@@ -28,6 +28,8 @@ POLL_TIMEOUT_EXPIRED = (
 #: The longest stop() waits for the thread (an eviction in progress waits for group.lock,
 #: bounded by the member's lock timeout).
 STOP_JOIN_S = 5.0
+#: How often a timer waiting for the consumer's lock looks whether it was stopped meanwhile.
+LOCK_SLICE_S = 0.05
 
 
 class PollTimer:
@@ -36,7 +38,7 @@ class PollTimer:
 
     Lock: none of its own (an Event); it takes `lock` (Consumer._lock) only to evict."""
 
-    def __init__(self, interval: float, lock: ContextManager, owner: Any,
+    def __init__(self, interval: float, lock: Any, owner: Any,
                  evict: Callable[[], None], name: str) -> None:
         self._stop = threading.Event()
         refs = (weakref.ref(owner), weakref.WeakMethod(evict))
@@ -68,13 +70,16 @@ def _left(interval: float, ref: "weakref.ref") -> float:
     return -1.0 if owner is None else owner.last_poll_time + interval - time.monotonic()
 
 
-def _run(interval: float, lock: ContextManager, refs: tuple, stop: threading.Event) -> None:
+def _run(interval: float, lock: Any, refs: tuple, stop: threading.Event) -> None:
     wait = interval
     while not stop.wait(wait):
         wait = _left(interval, refs[0])
         if wait > 0:
             continue
-        with lock:
+        while not lock.acquire(timeout=LOCK_SLICE_S):
+            if stop.is_set():           # stop() from a thread holding the lock (a close inside
+                return                  # a listener's callback): do not keep it waiting
+        try:
             if stop.is_set():
                 return
             wait = _left(interval, refs[0])
@@ -84,3 +89,5 @@ def _run(interval: float, lock: ContextManager, refs: tuple, stop: threading.Eve
             if evict is not None:
                 evict()
             return
+        finally:
+            lock.release()

@@ -570,3 +570,29 @@ def test_an_eviction_whose_rebalance_raises_still_rejoins(store, watchdog, closi
     a.poll(0)
     assert ev.events == [("assigned", [TP("t", 0), TP("t", 1)]), ("lost", [TP("t", 0), TP("t", 1)])]
     assert not a._member.expired
+
+
+def test_a_timer_stopped_by_the_lock_holder_ends_at_once(watchdog):
+    """stop() from the thread that holds the consumer's lock (close() inside a listener's
+    callback during a poll) while the expired timer waits for that lock: the thread ends within
+    a lock slice, without evicting, instead of holding close() for STOP_JOIN_S."""
+    from kstore.poll_timer import LOCK_SLICE_S, STOP_JOIN_S, PollTimer
+    watchdog(30)
+
+    class Owner:
+        last_poll_time = time.monotonic()
+        evicted = 0
+
+        def evict(self):
+            self.evicted += 1
+
+    owner, lock = Owner(), threading.RLock()
+    with lock:
+        timer = PollTimer(0.05, lock, owner, owner.evict, "kstore-poll-timer-test")
+        time.sleep(0.3)                         # expired: the thread waits for the lock
+        assert timer.alive
+        t0 = time.monotonic()
+        timer.stop()
+        took = time.monotonic() - t0
+    assert not timer.alive and owner.evicted == 0
+    assert took < min(STOP_JOIN_S, 10 * LOCK_SLICE_S)
