@@ -58,6 +58,20 @@ def open_log(log_dir):
 
 
 @pytest.fixture
+def group_store(tmp_path):
+    """(log dir, LogManager) of topic t: 4 partitions of 10 records each, values b"p<P>-<i>"
+    (the consumer-group tests)."""
+    import kstore
+    d = str(tmp_path / "data")
+    m = kstore.LogManager(d)
+    m.create_topic("t", 4)
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"p%d-%d" % (p, i)) for i in range(10)])
+    yield d, m
+    m.close()
+
+
+@pytest.fixture
 def mock():
     """A MockTime and a MockScheduler driven by it, for managers and logs on a hand-run clock."""
     from kstore.clock import MockTime

@@ -21,14 +21,8 @@ FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=200, auto_offset_rese
 
 
 @pytest.fixture
-def store(tmp_path):
-    d = str(tmp_path / "data")
-    m = kstore.LogManager(d)
-    m.create_topic("t", 4)
-    for p in range(4):
-        m.append_batch("t", p, [(b"k", b"p%d-%d" % (p, i)) for i in range(10)])
-    yield d, m
-    m.close()
+def store(group_store):
+    return group_store
 
 
 class Recorder(ConsumerRebalanceListener):
