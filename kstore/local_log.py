@@ -14,7 +14,7 @@ import logging
 import os
 import random
 import threading
-from typing import Any, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from kstore import _notify, swap
 from kstore.config import LogConfig
@@ -63,6 +63,9 @@ class LocalLog:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
+        #: called with no lock held after delete_records moved the log start (a LogManager's
+        #: log-start checkpoint: what other processes' StoreReaders read)
+        self.log_start_listener: Optional[Callable[[], None]] = None
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._last_flush_ms = time.milliseconds()
@@ -381,7 +384,8 @@ class LocalLog:
     @storage_op
     def delete_records(self, offset: int) -> int:
         """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
-        are deleted. Returns the new log start offset."""
+        are deleted. Returns the new log start offset. Under a LogManager the log-start
+        checkpoint is written before it returns (log_start_listener), for other processes."""
         if offset < 0:        # Kafka's ReplicaManager: "The offset -3 for partition ... is not valid"
             raise OffsetOutOfRangeError(f"The offset {offset} for {self.dir} is not valid (an offset >= 0)")
         with self._lock:
@@ -389,7 +393,8 @@ class LocalLog:
             if offset > self._leo:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
-            if offset > self._log_start_offset:
+            moved = offset > self._log_start_offset
+            if moved:
                 self._log_start_offset = offset
             try:
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
@@ -399,6 +404,8 @@ class LocalLog:
             start = self._log_start_offset
             self._ring()
         self._after_write(deferred)
+        if moved and (listener := self.log_start_listener) is not None:
+            listener()
         return start
 
     @storage_op

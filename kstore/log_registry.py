@@ -7,7 +7,7 @@ never changed again, so appends, the scheduled tasks and the cleaner read it wit
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, NoReturn, Optional
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 from kstore.errors import PartitionLoadError, UnknownTopicError
 
@@ -32,6 +32,9 @@ class LogRegistry:
         self.dir_of: dict[TopicPartition, str] = {}
         self.parts: dict[str, tuple[int, ...]] = {}
         self.failed: dict[TopicPartition, FailedPartition] = {}
+        #: set by the LogManager: writes its log-start checkpoints (a DeleteRecords is visible
+        #: to other processes' StoreReaders at their next refresh, not a checkpoint interval later)
+        self.on_log_start: Optional[Callable[[], None]] = None
 
     def publish(self, logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, str],
                 failed: Optional[dict[TopicPartition, FailedPartition]] = None) -> None:
@@ -44,6 +47,8 @@ class LogRegistry:
         parts: dict[str, list[int]] = {}
         for t, p in sorted(set(logs) | set(self.failed)):
             parts.setdefault(t, []).append(p)
+        for lg in logs.values():
+            lg.log_start_listener = self.on_log_start
         self.dir_of = dir_of
         self.logs = logs
         self.parts = {t: tuple(ps) for t, ps in parts.items()}

@@ -90,6 +90,8 @@ class LogManager:
         # the topic registry: replaced whole under its lock (publish), never changed in place, so
         # appends, the scheduled tasks and the cleaner read it without a lock
         self._reg = LogRegistry()
+        if not read_only:    # a DeleteRecords is checkpointed at once (log_registry.py)
+            self._reg.on_log_start = self._task(self.checkpoint_log_start_offsets)
         self._failures = LogDirFailureChannel()
         self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
         self._locks: dict[str, int] = {}

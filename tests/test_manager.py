@@ -346,6 +346,46 @@ def test_io_error_takes_only_that_dir_offline(tmp_path, mock):
         m.append("a", None, b"again", partition=0)
 
 
+class _CheckpointFailOps(FileOps):
+    """Fails the atomic write of one checkpoint file (ENOSPC)."""
+
+    def __init__(self):
+        self.fail_name = None
+
+    def write_atomic(self, path, data):
+        if self.fail_name and os.path.basename(path) == self.fail_name:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return super().write_atomic(path, data)
+
+
+def test_delete_records_writes_the_log_start_checkpoint_at_once(tmp_path, mock):
+    """A DeleteRecords inside a segment is in log-start-offset-checkpoint when the call returns
+    (other processes' StoreReaders read it; the periodic task, which the mock scheduler never
+    runs here, is 60 s away), written atomically, every partition of the dir in it. A write
+    that fails takes the dir offline, as the periodic task's failure does, and raises
+    LogDirOfflineError; the start stays where the call moved it."""
+    ops = _CheckpointFailOps()
+    d = str(tmp_path)
+    m = manager(d, mock=mock, io=ops)
+    m.create_topic("a", 2)
+    for p in (0, 1):
+        m.log("a", p).append([(b"k", b"v")] * 10)
+    cp = os.path.join(d, "log-start-offset-checkpoint")
+    assert m.log("a", 1).delete_records(4) == 4
+    assert open(cp).read() == "0\n1\na 1 4\n"
+    assert m.log("a", 0).delete_records(0) == 0          # not moved: nothing written
+    assert open(cp).read() == "0\n1\na 1 4\n"
+    assert m.log("a", 0).delete_records(7) == 7
+    assert OffsetCheckpointFile(cp).read() == {("a", 0): 7, ("a", 1): 4}
+    assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
+    ops.fail_name = "log-start-offset-checkpoint"
+    with pytest.raises(LogDirOfflineError, match="log-start-offset-checkpoint"):
+        m.log("a", 1).delete_records(6)
+    assert d in m.offline_dirs
+    assert OffsetCheckpointFile(cp).read() == {("a", 0): 7, ("a", 1): 4}   # the old file whole
+    m.close()
+
+
 def test_assign_replicas_matches_kafka():
     a = kstore.assign_replicas(10, 5, 3, start_index=0, shift=0)
     assert a[0] == [0, 1, 2] and a[3] == [3, 4, 0] and a[4] == [4, 0, 1]

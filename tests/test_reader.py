@@ -76,3 +76,90 @@ def test_a_read_only_open_of_a_garbage_log_warns_through_the_kstore_logger(tmp_p
     warnings = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [("kstore.log", f"read-only open of {d / 't-0'}: {garbage}: position 0: 52 bytes "
                          f"that are not a valid batch (unknown magic byte 7); the log's data ends there")]
+
+
+def test_a_delete_records_in_another_process_shows_at_the_readers_next_refresh(tmp_path, watchdog):
+    """DeleteRecords inside a segment shows nowhere but the log start: the writer's LogManager
+    writes its log-start checkpoint at once (it used to wait for the periodic task,
+    log.flush.start.offset.checkpoint.interval.ms, 60 s; the writer's scheduler here never runs
+    it), so a StoreReader in another process sees the new start at its next refresh, and a
+    read below it raises OffsetOutOfRangeError as Kafka's fetch does."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    d = str(tmp_path / "store")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)", "lg = m.log('t', 0)",
+              "lg.append([(b'k%d' % i, b'v') for i in range(20)])")
+        with kstore.StoreReader(d) as store:
+            assert store.offsets("t", 0) == (0, 20)
+            w.run("assert lg.delete_records(16) == 16")
+            assert (open(os.path.join(d, "log-start-offset-checkpoint")).read()
+                    == "0\n1\nt 0 16\n")
+            store.refresh()
+            assert store.offsets("t", 0) == (16, 20)
+            lg = store.log("t", 0)
+            assert [r.offset for r in lg.read(16)] == [16, 17, 18, 19]
+            with pytest.raises(kstore.OffsetOutOfRangeError):
+                lg.read(15)
+            # a start at a segment boundary is checkpointed too (and never lowered)
+            w.run("for _ in range(12): lg.append([(b'k', b'v' * 200)])",
+                  "assert len(lg.segments) > 2", "cut = lg.segments[1].base_offset",
+                  "assert lg.delete_records(cut) == cut", "print('cut', cut, file=sys.stderr)")
+            cut = int(w.stderr().split("cut ")[-1].split()[0])
+            store.refresh()
+            assert store.offsets("t", 0) == (cut, 32)
+    finally:
+        w.close()
+
+
+def test_delete_records_from_threads_beside_refreshing_readers(tmp_path, watchdog):
+    """Threads calling delete_records and appending on one LogManager while other threads
+    refresh StoreReaders: every start a reader sees is one a delete_records returned (or 0),
+    never lowered, and once the writers stop, a refresh shows the last one."""
+    import threading
+    from thread_watchdog import join_all
+    watchdog(120)
+    d = str(tmp_path / "store")
+    m = kstore.LogManager(d)
+    try:
+        m.create_topic("t", 1)
+        lg = m.log("t", 0)
+        lg.append([(b"k", b"v")] * 50)
+        returned = {0}
+        stop = threading.Event()
+        errors: list = []
+
+        def deleter():
+            try:
+                for _ in range(60):
+                    lg.append([(b"k", b"v")] * 5)
+                    returned.add(lg.delete_records(lg.log_start_offset + 3))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        def reader():
+            try:
+                with kstore.StoreReader(d) as store:
+                    last = 0
+                    while not stop.is_set():
+                        store.refresh()
+                        start = store.offsets("t", 0)[0]
+                        assert start >= last, (start, last)
+                        last = start
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        writers = [threading.Thread(target=deleter, name=f"deleter-{i}") for i in range(2)]
+        readers = [threading.Thread(target=reader, name=f"reader-{i}") for i in range(2)]
+        for t in writers + readers:
+            t.start()
+        join_all(writers, 60)
+        stop.set()
+        join_all(readers, 30)
+        assert errors == []
+        with kstore.StoreReader(d) as store:
+            assert store.offsets("t", 0) == (lg.log_start_offset, lg.log_end_offset)
+            assert lg.log_start_offset == max(returned) >= 180
+    finally:
+        m.close()
