@@ -9,7 +9,6 @@ reference) and new sizes for every change, so a reader always sees whole batches
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import random
@@ -21,7 +20,7 @@ from kstore.config import LogConfig
 from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
-from kstore.log_loader import STANDALONE_CLEAN_MARKER
+from kstore.log_loader import STANDALONE_CLEAN_MARKER, save_log_start
 from kstore.log_segments import LogSegments
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
@@ -63,8 +62,7 @@ class LocalLog:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
-        #: called with no lock held after delete_records moved the log start (a LogManager's
-        #: log-start checkpoint: what other processes' StoreReaders read)
+        #: a LogManager's log-start checkpoint, run after delete_records moved the start
         self.log_start_listener: Optional[Callable[[], None]] = None
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
@@ -115,10 +113,9 @@ class LocalLog:
 
     def attach_bell(self) -> _notify.Bell:
         """The writer's Bell, its notification file mapped and its header and hints written at
-        the first call: the log's first change (append, roll, truncation, new log start) or
-        first wait, not its open (~20-45 µs a partition at start-up; notify.py), unless the
-        partition had no page or recovery cut a torn tail (Log._load). A read-only or
-        closed log's is the notifier's (private, never mapped)."""
+        the first call: the log's first change or first wait, not its open (~20-45 µs a
+        partition at start-up; notify.py), unless the partition had no page or recovery cut a
+        torn tail (Log._load). A read-only or closed log's is the notifier's (never mapped)."""
         with self._lock:
             if self._bell is None and not self.read_only and not self._closed:
                 self._bell = self.notifier.attach_writer()
@@ -143,8 +140,7 @@ class LocalLog:
 
     @property
     def rng(self) -> random.Random:
-        """The random source of the segments' roll jitter (for segments made beside the log,
-        as the cleaner's)."""
+        """The segments' roll jitter source (for segments made beside the log: the cleaner's)."""
         return self._rng
 
     def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
@@ -361,10 +357,13 @@ class LocalLog:
             self._set_segments(keep)
             self._truncations += 1
             self._leo = target_offset
+            lowered = target_offset < self._log_start_offset
             self._log_start_offset = min(target_offset, self._log_start_offset)
             self._recovery_point = min(target_offset, self._recovery_point)
             self._ring()
-            return True
+        if lowered:
+            self._start_moved()
+        return True
 
     @storage_op
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -380,12 +379,12 @@ class LocalLog:
             self._io.fsync_dir(self.dir)
             self._leo = self._log_start_offset = self._recovery_point = new_offset
             self._ring()
+        self._start_moved()
 
     @storage_op
     def delete_records(self, offset: int) -> int:
-        """Advance log_start_offset to offset (Kafka's DeleteRecords); segments wholly below it
-        are deleted. Returns the new log start offset. Under a LogManager the log-start
-        checkpoint is written before it returns (log_start_listener), for other processes."""
+        """Advance log_start_offset to offset (Kafka's DeleteRecords), deleting the segments
+        wholly below it, and save it (_start_moved). Returns the new log start offset."""
         if offset < 0:        # Kafka's ReplicaManager: "The offset -3 for partition ... is not valid"
             raise OffsetOutOfRangeError(f"The offset {offset} for {self.dir} is not valid (an offset >= 0)")
         with self._lock:
@@ -404,9 +403,18 @@ class LocalLog:
             start = self._log_start_offset
             self._ring()
         self._after_write(deferred)
-        if moved and (listener := self.log_start_listener) is not None:
-            listener()
+        if moved:
+            self._start_moved()
         return start
+
+    def _start_moved(self) -> None:
+        """A start moved by DeleteRecords or a truncation (no lock held): checkpointed by the
+        LogManager (other processes read it), or saved in a standalone log's directory."""
+        if (listener := self.log_start_listener) is not None:
+            listener()
+        elif not self._managed and not self.read_only:
+            with self._flush_lock:
+                save_log_start(self._io, self.dir, self._log_start_offset)
 
     @storage_op
     def delete_old_segments(self) -> int:
@@ -542,9 +550,7 @@ class LocalLog:
             self.notifier.close()
             try:
                 if not self._managed:
-                    marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
-                    self._io.write_atomic(marker, json.dumps(
-                        {"version": 0, "log_start_offset": self._log_start_offset}).encode())
+                    save_log_start(self._io, self.dir, self._log_start_offset, STANDALONE_CLEAN_MARKER)
             finally:
                 self._release_locks()     # last: no other writer sees the log half-closed
 

@@ -33,9 +33,19 @@ INT64_MAX = (1 << 63) - 1
 #: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
 #: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
 STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+#: A standalone log's start after a DeleteRecords or truncation moved it (what a LogManager's
+#: log-start-offset-checkpoint holds for its logs), read at an open without the marker
+LOG_START_FILE = ".kstore-log-start"
 #: the names swap.complete_swaps acts on (removes, discards or completes): a listing without
 #: one needs no pass of it
 _SWAP_LEFTOVERS = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+
+
+def save_log_start(io: FileOps, dir_: str, start: int, name: str = LOG_START_FILE) -> None:
+    """A standalone log's start, saved atomically where its next open reads it: the start file
+    (read after a crash) or, at a clean close, the clean-shutdown marker."""
+    io.write_atomic(os.path.join(dir_, name),
+                    json.dumps({"version": 0, "log_start_offset": start}).encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +107,8 @@ class LogLoader:
               clean_shutdown: Optional[bool], listing: Optional[list[str]]) -> LoadedLogOffsets:
         io = self._io
         marker = os.path.join(self.dir, STANDALONE_CLEAN_MARKER)
-        if clean_shutdown is None:
+        standalone = clean_shutdown is None
+        if standalone:
             # standalone: the marker is deleted before loading, so a crash during this open
             # is itself recovered next time (KAFKA-10471)
             clean_shutdown = False
@@ -111,7 +122,11 @@ class LogLoader:
                     log.warning("ignoring unreadable clean-shutdown marker %s", marker)
                 # durably gone before any file changes: in the background (marker_gate)
                 remove_marker(io, marker, self.dir)
+            elif log_start_offset is None:
+                log_start_offset = self._saved_start()
         names = listing if listing is not None else io.listdir(self.dir)
+        if not standalone and LOG_START_FILE in names:
+            io.unlink(os.path.join(self.dir, LOG_START_FILE))   # the manager's checkpoint rules
         split = split_listing(names)
         if any(n.endswith(_SWAP_LEFTOVERS) for n in split[2]):
             # only a suffixed or temporary name gives complete_swaps work: most loads skip it
@@ -217,6 +232,29 @@ class LogLoader:
         if leo is None:
             leo = kept[-1].read_next_offset() if kept else 0
         return kept, leo
+
+    def _saved_start(self) -> Optional[int]:
+        """A standalone log's saved start (LOG_START_FILE), None if there is none; a file that
+        does not hold one (torn, hostile, too large) is ignored with a warning: the segments'
+        base offsets still bound the start."""
+        path = os.path.join(self.dir, LOG_START_FILE)
+        io = self._io
+        if not io.exists(path):
+            return None
+        try:
+            fd = io.open(path, os.O_RDONLY)
+            try:
+                data = io.pread(fd, 4097, 0)
+            finally:
+                io.close(fd)
+            info = json.loads(data.decode()) if len(data) <= 4096 else None
+            start = info.get("log_start_offset") if isinstance(info, dict) else None
+            if type(start) is int and 0 <= start <= INT64_MAX:
+                return start
+        except (ValueError, OSError, UnicodeDecodeError):
+            pass
+        log.warning("ignoring unreadable log start file %s", path)
+        return None
 
     def _recover_missing_indexes(self, segs: list[LogSegment]) -> list[LogSegment]:
         """Segments whose .index or .timeindex is missing are recovered whatever the shutdown."""

@@ -1,5 +1,6 @@
 """LocalLog: roll rules, flush and the recovery point, truncation, retention and DeleteRecords,
 the writer's locks (Kafka's LocalLogTest and UnifiedLogTest cases)."""
+import json
 import os
 import struct
 
@@ -236,6 +237,104 @@ def test_delete_records_and_persistence(open_log, log_dir):
     log.close()
     log = open_log({"segment.bytes": 300})
     assert log.log_start_offset == 9
+
+
+def _crash(log):
+    """What a kill -9 leaves: nothing flushed or written at close, no clean-shutdown marker."""
+    log.close_handlers()
+
+
+def test_a_standalone_logs_start_survives_a_crash(open_log, log_dir):
+    """A standalone log has no LogManager checkpoint: DeleteRecords and truncations save its
+    start in the partition directory (.kstore-log-start, written atomically) when they move
+    it, so a crash does not bring back the records below it (before: the start came back to
+    the first segment's base, 0, after any unclean shutdown)."""
+    path = os.path.join(log_dir, ".kstore-log-start")
+    log = open_log()
+    for i in range(10):
+        log.append([(None, b"v%d" % i, NOW + i)])
+    log.flush()
+    assert log.delete_records(4) == 4
+    assert open(path).read() == '{"version": 0, "log_start_offset": 4}'
+    _crash(log)
+    log = open_log()
+    assert (log.log_start_offset, log.log_end_offset) == (4, 10)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(3)
+    assert log.read(4)[0].value == b"v4"
+    # a truncation below the start lowers it: saved too (else the reload would find its log
+    # end below a stale start and drop everything appended since)
+    log.truncate_to(2)
+    assert (log.log_start_offset, log.log_end_offset) == (2, 2)
+    log.append([(None, b"w2", NOW)])
+    log.flush()
+    _crash(log)
+    log = open_log()
+    assert [(r.offset, r.value) for r in log.read(2)] == [(2, b"w2")]
+    log.truncate_fully_and_start_at(100)
+    log.append([(None, b"x", NOW)])
+    log.flush()
+    _crash(log)
+    log = open_log()
+    assert (log.log_start_offset, log.log_end_offset) == (100, 101)
+    assert open(path).read() == '{"version": 0, "log_start_offset": 100}'
+    log.close()
+
+
+@pytest.mark.parametrize("content", [b"garbage", b'{"version": 0, "log_start_offset": -3}',
+                                     b'{"log_start_offset": "5"}', b"[5]", b"\xff\xfe",
+                                     b'{"log_start_offset": 5}' + b" " * 5000])
+def test_an_unreadable_log_start_file_is_ignored_with_a_warning(open_log, log_dir, content, caplog):
+    """Bytes from disk are hostile: a start file that does not hold a start (torn, wrong type,
+    negative, over 4 KiB) is ignored; the segments bound the start."""
+    log = open_log()
+    log.append([(None, b"v", NOW)] * 5)
+    log.flush()
+    _crash(log)
+    with open(os.path.join(log_dir, ".kstore-log-start"), "wb") as f:
+        f.write(content)
+    with caplog.at_level("WARNING", logger="kstore"):
+        log = open_log()
+    assert (log.log_start_offset, log.log_end_offset) == (0, 5)
+    assert "ignoring unreadable log start file" in caplog.text
+    log.close()
+
+
+def test_a_managed_open_drops_a_standalone_start_file(tmp_path):
+    """Under a LogManager the log-start checkpoint rules: a start file left by an earlier
+    standalone life of the partition is removed at the open, so a later standalone open after
+    a crash cannot take a stale start from it."""
+    d = tmp_path / "store"
+    with kstore.Log.open(str(d / "t-0")) as log:
+        log.append([(None, b"v", NOW)] * 5)
+        log.delete_records(3)
+    assert os.path.exists(d / "t-0" / ".kstore-log-start")
+    with kstore.LogManager(str(d)) as m:
+        assert m.log("t", 0).log_end_offset == 5
+        assert not os.path.exists(d / "t-0" / ".kstore-log-start")
+
+
+def test_delete_records_from_threads_saves_the_last_start(open_log, log_dir, watchdog):
+    """Threads moving one standalone log's start at once: the saved start is the log's final
+    one (each write holds the start it read under the flush lock, so writes land in order)."""
+    import threading
+    from thread_watchdog import join_all
+    watchdog(60)
+    log = open_log({"segment.bytes": 2000})
+    for _ in range(40):
+        log.append([(None, b"v", NOW)] * 10)
+
+    def deleter(k):
+        for _ in range(40):
+            log.delete_records(min(log.log_end_offset, log.log_start_offset + k))
+            log.append([(None, b"a", NOW)])
+    ts = [threading.Thread(target=deleter, args=(k,), name=f"deleter-{k}") for k in (1, 2, 3)]
+    for t in ts:
+        t.start()
+    join_all(ts, 50)
+    saved = json.loads(open(os.path.join(log_dir, ".kstore-log-start")).read())
+    assert saved == {"version": 0, "log_start_offset": log.log_start_offset}
+    assert log.log_start_offset > 40
 
 
 def test_retention_by_size(open_log):
