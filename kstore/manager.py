@@ -5,6 +5,11 @@ registry of logs (log_registry.py), the scheduled tasks (retention, flush, check
 deletion), clean shutdown and read-only mode. Topic operations (topic_admin.py), appends by topic
 (producer.py) and offline dirs (log_dir_failure.py) are its collaborators; this class wires them
 and keeps the public API.
+
+Nothing it holds refers back to it strongly: its scheduled tasks call it through
+scheduler.weak_task (a no-op once it is closed or gone), the cleaner keeps a weakref.proxy, the
+producer a WeakMethod of create_topic, and Scheduler.shutdown drops its queue, so a closed
+manager, Log or StoreReader is freed by reference counting alone.
 """
 from __future__ import annotations
 

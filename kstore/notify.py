@@ -7,6 +7,8 @@ as hints and bumps the page's 32-bit futex word: one atomic instruction, and a F
 syscall only when a waiter has armed the word. A waiter, in any process, arms the word, checks
 its condition (a read-only log refreshes first if the hints say it can learn something), then
 sleeps on the armed value with FUTEX_WAIT, GIL released: no polling, ~0 CPU while idle.
+Why a futex: one on a shared file mapping wakes a sleeper in any process, while inotify sees no
+writes made through a mapping and an eventfd cannot be shared by unrelated processes.
 The writer maps an existing file at its first change or first wait, not at its open (a
 start-up of many partitions pays nothing for logs no one changes or waits on); until then the
 page is the previous writer's, as true as it was while no writer ran (LogNotifier.attach_writer).

@@ -6,8 +6,10 @@ a pwrite at the end, which grows the file; a small one is a memcpy into the mapp
 zero-filled runway that the writer grows ahead of the data in chunks (written zeros, so a full
 disk fails the append cleanly instead of raising SIGBUS later). Either way the bytes are in the
 page cache when append returns (durable against a process crash), and the file is trimmed to
-its logical size at roll and close. After a crash the preallocated zero tail is cut off by recovery, which stops at the
-first batch that fails validation. Inactive segments are mapped read-only on first use.
+its logical size at roll and close. After a crash, recovery (recover) stops at the first batch
+that fails validation and cuts what follows in place, except the last segment's zero tail, which
+stays as its runway (its preallocated indexes are rewritten in place, not at all if they already
+hold the recomputed entries). Inactive segments are mapped read-only on first use.
 
 A file is never shrunk or overwritten below bytes a reader may have mapped: truncate_to()
 writes the kept prefix to a new file renamed over the old one, and the trims at roll and close
