@@ -105,6 +105,9 @@ class Fetcher:
         #: read_committed: partitions held at their last stable offset, with the log end then
         #: (their wait is for the log to grow past it, not past the position)
         self._stalled: dict[TopicPartition, int] = {}
+        #: the log (and its incarnation) each position was last read from: a topic deleted and
+        #: re-created under the consumer is a new log, where the old position means nothing
+        self._read_from: dict[TopicPartition, tuple[Log, int]] = {}
 
     # -- positions -------------------------------------------------------------------------------
     def offset_for_policy(self, tp: TopicPartition, policy: str) -> int:
@@ -142,13 +145,18 @@ class Fetcher:
                 lg = self.source.log(tp)
                 if lg.read_only:
                     _catch_up(lg)
+                if self._recreated(tp, lg):
+                    continue
                 recs = lg.read(pos, budget, self.max_partition_bytes)
+                if self._recreated(tp, lg):  # the read's own refresh found the new log
+                    continue
             except UnknownTopicError:
                 continue                     # deleted (or not there yet): nothing to read
             except SegmentGoneError:
                 continue                     # a change raced the read: the next poll reads again
             except OffsetOutOfRangeError as e:
                 self._reset(tp, pos, lg, e)
+                self._read_from[tp] = (lg, lg.incarnation)
                 continue
             nxt = recs[-1].offset + 1 if recs else pos
             if self.read_committed:
@@ -165,6 +173,22 @@ class Fetcher:
             self.state.rotate(tp)
             budget -= len(recs)
         return out
+
+    def _recreated(self, tp: TopicPartition, lg: Log) -> bool:
+        """True if tp's log is not the one its position was read from (the topic was deleted
+        and re-created): the position is reset by auto_offset_reset, as for a new partition,
+        instead of skipping the new log's first records (or raising, with "none")."""
+        seen, now = self._read_from.get(tp), (lg, lg.incarnation)
+        if seen is None or (seen[0] is lg and seen[1] == now[1]):
+            self._read_from[tp] = now
+            return False
+        pos = self.state.position(tp)
+        self._txn.pop(tp, None)
+        self._stalled.pop(tp, None)
+        self._reset(tp, pos, lg, OffsetOutOfRangeError(     # "none" raises until a seek
+            f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
+        self._read_from[tp] = now
+        return True
 
     def _filter(self, tp: TopicPartition, pos: int) -> TxnFilter:
         f = self._txn.get(tp)
@@ -188,6 +212,7 @@ class Fetcher:
         for tp in tps:
             self._txn.pop(tp, None)
             self._stalled.pop(tp, None)
+            self._read_from.pop(tp, None)
 
     # -- waits -----------------------------------------------------------------------------------
     def wait(self, timeout: float, bells: Sequence[_notify.Bell] = (),

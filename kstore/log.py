@@ -54,6 +54,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._ts_window_cfg: Optional[LogConfig] = None
         self._ts_window_cache = (0, 0)
         self.recovery_report: list[SegmentRecovery] = []
+        #: a read-only log: how many times a refresh found its directory deleted and re-created
+        #: (the records from then on are a new topic's; a reader's positions are not theirs)
+        self.incarnation = 0
 
     @classmethod
     def open(cls, path: str | os.PathLike, config: Optional[Mapping[str, Any] | LogConfig] = None, *,
@@ -141,6 +144,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         """The partition was deleted and re-created between two refreshes: a new log, which
         starts where its own segments (or its checkpoint) say, not where the old one did."""
         self._log_start_offset = 0
+        self.incarnation += 1
 
     def refresh_tail(self, base: int, size: int) -> bool:
         """A read-only log's waiter just woken by the writer (notify.py), the page's list stamp
