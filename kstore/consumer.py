@@ -503,7 +503,8 @@ class Consumer:
         if tps is not None:
             keep = set(tps)
             pos = {tp: o for tp, o in pos.items() if tp in keep}
-        return pos
+        gone = self._fetcher.stale(pos)      # a deleted topic's: never committed (fetcher.py)
+        return {tp: o for tp, o in pos.items() if tp not in gone} if gone else pos
 
     def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
         """Commit offsets (default: the positions of every assigned partition, i.e. after the

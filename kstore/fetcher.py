@@ -11,6 +11,7 @@ extra Bell (a consumer group's), so an idle poll costs no CPU.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from typing import Callable, Optional, Sequence
@@ -28,6 +29,8 @@ from kstore.subscription_state import SubscriptionState
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["LogSource", "Fetcher", "wait_logs", "INTERNAL_TOPICS", "RESCAN_S"]
+
+log = logging.getLogger("kstore.consumer")
 
 #: Kafka's internal topics: never part of a pattern subscription (exclude.internal.topics=true)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -183,12 +186,35 @@ class Fetcher:
             self._read_from[tp] = now
             return False
         pos = self.state.position(tp)
+        assert pos is not None               # fetch() reads positioned partitions only
         self._txn.pop(tp, None)
         self._stalled.pop(tp, None)
         self._reset(tp, pos, lg, OffsetOutOfRangeError(     # "none" raises until a seek
             f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
         self._read_from[tp] = now
         return True
+
+    def stale(self, tps) -> list[TopicPartition]:
+        """Of tps, those whose position was read from a log that is now gone (the topic
+        deleted) or replaced (deleted and re-created): positions no commit may write (Kafka's
+        broker refuses a commit of an unknown partition), so the group does not resume the
+        topic created again under the name at them."""
+        out = []
+        for tp in tps:
+            seen = self._read_from.get(tp)
+            if seen is None:
+                continue
+            try:
+                lg = self.source.log(tp, fresh=True)
+            except UnknownTopicError:
+                out.append(tp)
+                continue
+            if lg is not seen[0] or lg.incarnation != seen[1]:
+                out.append(tp)
+        if out:
+            log.warning("not committing the positions of %s: the topic was deleted (or deleted "
+                        "and re-created) since they were read", sorted(map(str, out)))
+        return out
 
     def _filter(self, tp: TopicPartition, pos: int) -> TxnFilter:
         f = self._txn.get(tp)
