@@ -12,7 +12,8 @@ words and the group's bell until data, a rebalance or the timeout (no busy loop)
 Positions start at the group's committed offset (`__consumer_offsets`, through a
 `GroupCoordinator`), else at `auto_offset_reset` ("latest", "earliest", or "none":
 NoOffsetForPartitionError); a position outside the log (retention, truncation) resets the same
-way ("none": OffsetOutOfRangeError), as Kafka's consumer. With `subscribe` and a group_id the
+way ("none": OffsetOutOfRangeError), as Kafka's consumer, and so does one read from a topic since
+deleted and re-created (never committed: fetcher.py). With `subscribe` and a group_id the
 partitions are shared with the group's other members (`GroupMember`: file locks, any process);
 with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
 default) commits the positions of records already returned: in poll every
