@@ -19,7 +19,7 @@ from kstore.config import NO_LIMIT, LogConfig, bad_max_records
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError, SegmentGoneError,
-                           with_path)
+                           UnknownTopicError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog
@@ -86,7 +86,11 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         log_ = cls(path, cfg, io=io, time=time, scheduler=scheduler, managed=managed,
                    read_only=read_only)
         if read_only:
-            log_._load_read_only(log_start_offset)
+            try:
+                log_._load_read_only(log_start_offset)
+            except BaseException:
+                log_.close_handlers()    # a dir deleted mid-load: nothing it opened is kept
+                raise
         else:
             try:
                 log_._load(recovery_point, log_start_offset, clean_shutdown, listing)
@@ -104,7 +108,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
 
     def _load_read_only(self, log_start_offset: Optional[int]) -> None:
         if not self._io.exists(self.dir):
-            raise KStoreError(f"partition directory {self.dir} does not exist (read-only open)")
+            # (deleted since a listing named it, as refresh() says of a dir deleted later)
+            raise UnknownTopicError(f"partition directory {self.dir} does not exist (read-only open)")
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
         self.refresh(log_start_offset)
