@@ -20,7 +20,9 @@ default) commits the positions of records already returned: in poll every
 auto_commit_interval_ms, before partitions are revoked, and at close (at-least-once).
 A member that does not poll for max_poll_interval_ms is evicted by its poll timer (poll_timer.py)
 without a commit; its next poll reports the partitions lost and rejoins. Not thread-safe, as
-Kafka's consumer: `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
+Kafka's consumer: a second thread calling in while one is inside raises
+ConcurrentModificationError (consumer_access.py; close() excepted: it waits for a poll in
+progress); `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from kstore._core import Record
 from kstore.errors import (InvalidConfigError, KStoreStateError,
                            NoOffsetForPartitionError, UnknownTopicError)
+from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
@@ -110,6 +113,7 @@ class Consumer:
         self._buffer = RecordBuffer()           # iteration's records read ahead
         self._closed = False
         self._lock = threading.RLock()
+        self._guard = ThreadGuard()             # one user thread at a time (consumer_access.py)
         self.last_poll_time = time.monotonic()  # of the last poll (what the poll timer reads)
         self._poll_timer: Optional[PollTimer] = None
         names = list(topic_names) + list(topics or ())
@@ -176,8 +180,8 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Leave the group (committing first, with auto-commit) and drop every partition."""
-        self._check_open()
-        with self._lock:
+        with self._lock:                 # (checked under it: a close() may have taken it first)
+            self._check_open()
             if self._member is not None:
                 self._leave_group()
             self._revoke(self._state.assignment(), release=False)
@@ -310,11 +314,11 @@ class Consumer:
         max_records (max_poll_records); waits up to timeout_ms for some to arrive, sleeping on
         the logs' notification words and the group's bell. Runs the group's rebalances, the
         rebalance listener and the auto-commit."""
-        self._check_open()
         limit = self.max_poll_records if max_records is None else max_records
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
+            self._check_open()           # under the lock: a close() may have taken it first
             if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
                 return self._buffer.drain(limit)
@@ -512,10 +516,10 @@ class Consumer:
         records returned so far) to the group's `__consumer_offsets` partition, in one batch.
         When it returns the commit survives a kill -9 of this process. A group member commits
         only partitions it owns (CommitFailedError otherwise, as Kafka's)."""
-        self._check_open()
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
+            self._check_open()           # under the lock: a close() may have taken it first
             self._commit(self._consumed() if offsets is None else offsets)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
@@ -600,3 +604,11 @@ class Consumer:
     def __repr__(self) -> str:
         return (f"Consumer(group_id={self.group_id!r}, log_dirs={self._source.log_dirs}, "
                 f"assignment={sorted(map(str, self._state.assignment()))})")
+
+
+# Kafka's acquire(): every user-facing method but close() (any thread may close; it waits for a
+# poll in progress) and wait_spec (the AsyncConsumer's wait, in the consumer's own thread)
+guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment",
+                         "topics", "partitions_for_topic", "position", "seek", "seek_to_beginning",
+                         "seek_to_end", "pause", "resume", "paused", "beginning_offsets", "end_offsets",
+                         "offsets_for_times", "poll", "commit", "committed"))
