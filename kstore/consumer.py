@@ -16,13 +16,12 @@ way ("none": OffsetOutOfRangeError), as Kafka's consumer, and so does one read f
 deleted and re-created (never committed: fetcher.py). With `subscribe` and a group_id the
 partitions are shared with the group's other members (`GroupMember`: file locks, any process);
 with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
-default) commits the positions of records already returned: in poll every
-auto_commit_interval_ms, before partitions are revoked, and at close (at-least-once).
-A member that does not poll for max_poll_interval_ms is evicted by its poll timer (poll_timer.py)
-without a commit; its next poll reports the partitions lost and rejoins. Not thread-safe, as
-Kafka's consumer: a second thread calling in while one is inside raises
-ConcurrentModificationError (consumer_access.py; close() excepted: it waits for a poll in
-progress); `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
+default) commits the positions of records already returned: in poll every auto_commit_interval_ms,
+before partitions are revoked, and at close (at-least-once). A member that does not poll for
+max_poll_interval_ms is evicted by its poll timer (poll_timer.py) without a commit; its next poll
+reports the partitions lost and rejoins. One user thread at a time, as Kafka's: a second raises
+ConcurrentModificationError (consumer_access.py; close() waits for a poll in progress instead);
+`_lock` (re-entrant) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
 
@@ -131,8 +130,7 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, waiting as long as it takes (or consumer_timeout_ms: StopIteration).
-        Its position and what commit() commits advance record by record."""
+        """The next record, waiting (consumer_timeout_ms: StopIteration); positions advance by one."""
         buf = self._buffer
         while True:
             if buf:
@@ -146,18 +144,7 @@ class Consumer:
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            self._fill_buffer()
-
-    def _fill_buffer(self) -> None:
-        start = time.monotonic()
-        while not self._buffer:
-            left = SLICE_S
-            if self.consumer_timeout is not None:
-                left = self.consumer_timeout - (time.monotonic() - start)
-            got = self.poll(timeout_ms=max(0.0, min(left, SLICE_S)) * 1000)
-            if not got and left <= 0:
-                raise StopIteration          # consumer_timeout_ms without a record
-            self._buffer.extend([tp, recs, 0] for tp, recs in got.items())
+            buf.fill(self.poll, self.consumer_timeout)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -606,9 +593,8 @@ class Consumer:
                 f"assignment={sorted(map(str, self._state.assignment()))})")
 
 
-# Kafka's acquire(): every user-facing method but close() (any thread may close; it waits for a
-# poll in progress) and wait_spec (the AsyncConsumer's wait, in the consumer's own thread)
-guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment",
-                         "topics", "partitions_for_topic", "position", "seek", "seek_to_beginning",
-                         "seek_to_end", "pause", "resume", "paused", "beginning_offsets", "end_offsets",
-                         "offsets_for_times", "poll", "commit", "committed"))
+# Kafka's acquire() in every user-facing method but close() (any thread; waits for a poll) and wait_spec
+guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
+                         "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll",
+                         "commit", "committed"))
