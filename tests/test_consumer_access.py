@@ -147,3 +147,30 @@ def test_close_from_another_thread_waits_for_the_poll(writer, watchdog):
     closed.set()
     join_all([a], 30)
     assert results == [{}, "the consumer is closed"]
+
+
+def test_a_poll_that_waited_for_a_closing_thread_says_closed(writer, watchdog):
+    """A poll that arrives while close() runs in another thread (here: close holds the lock a
+    poll takes) raises KStoreStateError once it gets in. The old code checked before waiting
+    and then polled the closed consumer: it returned records after close() had returned."""
+    watchdog(60)
+    d, _w = writer
+    c = Consumer(d, auto_offset_reset="earliest")
+    c.assign([T0])
+    results = []
+
+    def poll():
+        try:
+            results.append(c.poll())
+        except kstore.KStoreStateError as e:
+            results.append(str(e))
+    b = threading.Thread(target=poll)
+    with c._lock:                         # what close() holds while it closes
+        b.start()
+        deadline = time.monotonic() + 10
+        while c._guard._owner is None and time.monotonic() < deadline:   # b is inside poll
+            time.sleep(0.001)
+        time.sleep(0.1)                   # past the entry checks, waiting for the lock
+        c.close()
+    join_all([b], 30)
+    assert results == ["the consumer is closed"]
