@@ -148,11 +148,9 @@ class Fetcher:
                 lg = self.source.log(tp)
                 if lg.read_only:
                     _catch_up(lg)
-                if self._recreated(tp, lg):
-                    continue
-                recs = lg.read(pos, budget, self.max_partition_bytes)
-                if self._recreated(tp, lg):  # the read's own refresh found the new log
-                    continue
+                new = self._new_log(tp, lg)
+                recs = [] if new else lg.read(pos, budget, self.max_partition_bytes)
+                new = new or self._new_log(tp, lg)     # (the read's own refresh may find it)
             except UnknownTopicError:
                 continue                     # deleted (or not there yet): nothing to read
             except SegmentGoneError:
@@ -160,6 +158,9 @@ class Fetcher:
             except OffsetOutOfRangeError as e:
                 self._reset(tp, pos, lg, e)
                 self._read_from[tp] = (lg, lg.incarnation)
+                continue
+            if new:
+                self._reset_new_log(tp, pos, lg)
                 continue
             nxt = recs[-1].offset + 1 if recs else pos
             if self.read_committed:
@@ -177,22 +178,21 @@ class Fetcher:
             budget -= len(recs)
         return out
 
-    def _recreated(self, tp: TopicPartition, lg: Log) -> bool:
+    def _new_log(self, tp: TopicPartition, lg: Log) -> bool:
         """True if tp's log is not the one its position was read from (the topic was deleted
-        and re-created): the position is reset by auto_offset_reset, as for a new partition,
-        instead of skipping the new log's first records (or raising, with "none")."""
-        seen, now = self._read_from.get(tp), (lg, lg.incarnation)
-        if seen is None or (seen[0] is lg and seen[1] == now[1]):
-            self._read_from[tp] = now
-            return False
-        pos = self.state.position(tp)
-        assert pos is not None               # fetch() reads positioned partitions only
+        and re-created); the first log a position is read from is remembered."""
+        seen = self._read_from.setdefault(tp, (lg, lg.incarnation))
+        return seen[0] is not lg or seen[1] != lg.incarnation
+
+    def _reset_new_log(self, tp: TopicPartition, pos: int, lg: Log) -> None:
+        """A position of a deleted topic in the topic created again under its name: reset by
+        auto_offset_reset, as for a new partition, instead of skipping the new log's first
+        records ("none": OffsetOutOfRangeError at every poll until a seek)."""
         self._txn.pop(tp, None)
         self._stalled.pop(tp, None)
-        self._reset(tp, pos, lg, OffsetOutOfRangeError(     # "none" raises until a seek
+        self._reset(tp, pos, lg, OffsetOutOfRangeError(
             f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
-        self._read_from[tp] = now
-        return True
+        self._read_from[tp] = (lg, lg.incarnation)
 
     def stale(self, tps) -> list[TopicPartition]:
         """Of tps, those whose position was read from a log that is now gone (the topic

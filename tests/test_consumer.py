@@ -429,3 +429,29 @@ def test_a_topic_recreated_under_a_log_managers_consumer(tmp_path, watchdog):
             join_all([th], 10)
     finally:
         m.close()
+
+
+def test_a_recreated_topic_with_no_reset_policy_raises_until_a_seek(tmp_path):
+    """auto_offset_reset="none": a position of the deleted topic raises OffsetOutOfRangeError
+    saying so (once, not wrapped in itself as the first fix did), at every poll until a seek."""
+    m = kstore.LogManager(str(tmp_path / "data"))
+    try:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"old")] * 5)
+        with Consumer(str(tmp_path / "data"), auto_offset_reset="none") as c:
+            c.assign([T0])
+            c.seek(T0, 0)
+            assert len(_read_until(c, 5)) == 5
+            m.delete_topic("t")
+            m.create_topic("t", 1)
+            m.append_batch("t", 0, [(None, b"new")] * 8)
+            for _ in range(2):
+                with pytest.raises(OffsetOutOfRangeError) as ei:
+                    c.poll(timeout_ms=2000)
+                assert str(ei.value) == (
+                    "Offsets out of range with no configured reset policy for partitions: {t-0: 5} "
+                    "(t-0 was deleted and re-created: position 5 belongs to the old topic)")
+            c.seek_to_beginning()
+            assert _read_until(c, 8) == [(i, b"new") for i in range(8)]
+    finally:
+        m.close()
