@@ -12,14 +12,16 @@ words and the group's bell until data, a rebalance or the timeout (no busy loop)
 Positions start at the group's committed offset (`__consumer_offsets`, through a
 `GroupCoordinator`), else at `auto_offset_reset` ("latest", "earliest", or "none":
 NoOffsetForPartitionError); a position outside the log (retention, truncation) resets the same
-way ("none": OffsetOutOfRangeError), as Kafka's consumer. With `subscribe` and a group_id the
+way ("none": OffsetOutOfRangeError), as Kafka's consumer, and so does one read from a topic since
+deleted and re-created (never committed: fetcher.py). With `subscribe` and a group_id the
 partitions are shared with the group's other members (`GroupMember`: file locks, any process);
 with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
-default) commits the positions of records already returned: in poll every
-auto_commit_interval_ms, before partitions are revoked, and at close (at-least-once).
-A member that does not poll for max_poll_interval_ms is evicted by its poll timer (poll_timer.py)
-without a commit; its next poll reports the partitions lost and rejoins. Not thread-safe, as
-Kafka's consumer: `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
+default) commits the positions of records already returned: in poll every auto_commit_interval_ms,
+before partitions are revoked, and at close (at-least-once). A member that does not poll for
+max_poll_interval_ms is evicted by its poll timer (poll_timer.py) without a commit; its next poll
+reports the partitions lost and rejoins. One user thread at a time, as Kafka's: a second raises
+ConcurrentModificationError (consumer_access.py; close() waits for a poll in progress instead);
+`_lock` (re-entrant) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from kstore._core import Record
 from kstore.errors import (InvalidConfigError, KStoreStateError,
                            NoOffsetForPartitionError, UnknownTopicError)
+from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
@@ -109,6 +112,7 @@ class Consumer:
         self._buffer = RecordBuffer()           # iteration's records read ahead
         self._closed = False
         self._lock = threading.RLock()
+        self._guard = ThreadGuard()             # one user thread at a time (consumer_access.py)
         self.last_poll_time = time.monotonic()  # of the last poll (what the poll timer reads)
         self._poll_timer: Optional[PollTimer] = None
         names = list(topic_names) + list(topics or ())
@@ -126,8 +130,7 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, waiting as long as it takes (or consumer_timeout_ms: StopIteration).
-        Its position and what commit() commits advance record by record."""
+        """The next record, waiting (consumer_timeout_ms: StopIteration); positions advance by one."""
         buf = self._buffer
         while True:
             if buf:
@@ -141,18 +144,7 @@ class Consumer:
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            self._fill_buffer()
-
-    def _fill_buffer(self) -> None:
-        start = time.monotonic()
-        while not self._buffer:
-            left = SLICE_S
-            if self.consumer_timeout is not None:
-                left = self.consumer_timeout - (time.monotonic() - start)
-            got = self.poll(timeout_ms=max(0.0, min(left, SLICE_S)) * 1000)
-            if not got and left <= 0:
-                raise StopIteration          # consumer_timeout_ms without a record
-            self._buffer.extend([tp, recs, 0] for tp, recs in got.items())
+            buf.fill(self.poll, self.consumer_timeout)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -175,8 +167,8 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Leave the group (committing first, with auto-commit) and drop every partition."""
-        self._check_open()
-        with self._lock:
+        with self._lock:                 # (checked under it: a close() may have taken it first)
+            self._check_open()
             if self._member is not None:
                 self._leave_group()
             self._revoke(self._state.assignment(), release=False)
@@ -309,11 +301,11 @@ class Consumer:
         max_records (max_poll_records); waits up to timeout_ms for some to arrive, sleeping on
         the logs' notification words and the group's bell. Runs the group's rebalances, the
         rebalance listener and the auto-commit."""
-        self._check_open()
         limit = self.max_poll_records if max_records is None else max_records
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
+            self._check_open()           # under the lock: a close() may have taken it first
             if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
                 return self._buffer.drain(limit)
@@ -503,17 +495,18 @@ class Consumer:
         if tps is not None:
             keep = set(tps)
             pos = {tp: o for tp, o in pos.items() if tp in keep}
-        return pos
+        gone = self._fetcher.stale(pos)      # a deleted topic's: never committed (fetcher.py)
+        return {tp: o for tp, o in pos.items() if tp not in gone} if gone else pos
 
     def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
         """Commit offsets (default: the positions of every assigned partition, i.e. after the
         records returned so far) to the group's `__consumer_offsets` partition, in one batch.
         When it returns the commit survives a kill -9 of this process. A group member commits
         only partitions it owns (CommitFailedError otherwise, as Kafka's)."""
-        self._check_open()
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
+            self._check_open()           # under the lock: a close() may have taken it first
             self._commit(self._consumed() if offsets is None else offsets)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
@@ -598,3 +591,10 @@ class Consumer:
     def __repr__(self) -> str:
         return (f"Consumer(group_id={self.group_id!r}, log_dirs={self._source.log_dirs}, "
                 f"assignment={sorted(map(str, self._state.assignment()))})")
+
+
+# Kafka's acquire() in every user-facing method but close() (any thread; waits for a poll) and wait_spec
+guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
+                         "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll",
+                         "commit", "committed"))

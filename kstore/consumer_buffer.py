@@ -2,13 +2,16 @@
 records): entries [partition, records, index of the next record to yield], oldest first.
 
 A deque, so `Consumer.__next__` takes each record with C-level indexing and popleft; the
-methods here serve poll (drain), position and commit (held) and revocations (drop)."""
+methods here serve iteration (fill), poll (drain), position and commit (held) and
+revocations (drop)."""
 from __future__ import annotations
 
+import time
 from collections import deque
-from typing import Iterable
+from typing import Callable, Iterable, Optional
 
 from kstore._core import Record
+from kstore.notify import SLICE_S
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["RecordBuffer"]
@@ -16,6 +19,19 @@ __all__ = ["RecordBuffer"]
 
 class RecordBuffer(deque[list]):
     """Read-ahead records of one consumer (used by its one thread: no lock)."""
+
+    def fill(self, poll: Callable[..., dict], timeout: Optional[float]) -> None:
+        """Poll (in SLICE_S waits) until records arrive; StopIteration after timeout seconds
+        (consumer_timeout_ms) without one, never if timeout is None."""
+        start = time.monotonic()
+        while not self:
+            left = SLICE_S
+            if timeout is not None:
+                left = timeout - (time.monotonic() - start)
+            got = poll(timeout_ms=max(0.0, min(left, SLICE_S)) * 1000)
+            if not got and left <= 0:
+                raise StopIteration          # consumer_timeout_ms without a record
+            self.extend([tp, recs, 0] for tp, recs in got.items())
 
     def held(self) -> dict[TopicPartition, int]:
         """The first record not yet yielded of each partition read ahead (its position as far

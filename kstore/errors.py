@@ -29,6 +29,12 @@ class OffsetOutOfRangeError(KStoreError):
     """The requested offset lies outside [log_start_offset, log_end_offset]."""
 
 
+class ConcurrentModificationError(KStoreError):
+    """A Consumer called from a second thread while another thread is inside one of its methods:
+    Kafka's ConcurrentModificationException (the consumer is not safe for multi-threaded access;
+    close() may be called from any thread)."""
+
+
 class NoOffsetForPartitionError(KStoreError):
     """A consumer with auto_offset_reset="none" has no committed offset for a partition: Kafka's
     NoOffsetForPartitionException (a position out of the log's range raises

@@ -11,6 +11,7 @@ extra Bell (a consumer group's), so an idle poll costs no CPU.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from typing import Callable, Optional, Sequence
@@ -28,6 +29,8 @@ from kstore.subscription_state import SubscriptionState
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["LogSource", "Fetcher", "wait_logs", "INTERNAL_TOPICS", "RESCAN_S"]
+
+log = logging.getLogger("kstore.consumer")
 
 #: Kafka's internal topics: never part of a pattern subscription (exclude.internal.topics=true)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -105,6 +108,9 @@ class Fetcher:
         #: read_committed: partitions held at their last stable offset, with the log end then
         #: (their wait is for the log to grow past it, not past the position)
         self._stalled: dict[TopicPartition, int] = {}
+        #: the log (and its incarnation) each position was last read from: a topic deleted and
+        #: re-created under the consumer is a new log, where the old position means nothing
+        self._read_from: dict[TopicPartition, tuple[Log, int]] = {}
 
     # -- positions -------------------------------------------------------------------------------
     def offset_for_policy(self, tp: TopicPartition, policy: str) -> int:
@@ -142,13 +148,19 @@ class Fetcher:
                 lg = self.source.log(tp)
                 if lg.read_only:
                     _catch_up(lg)
-                recs = lg.read(pos, budget, self.max_partition_bytes)
+                new = self._new_log(tp, lg)
+                recs = [] if new else lg.read(pos, budget, self.max_partition_bytes)
+                new = new or self._new_log(tp, lg)     # (the read's own refresh may find it)
             except UnknownTopicError:
                 continue                     # deleted (or not there yet): nothing to read
             except SegmentGoneError:
                 continue                     # a change raced the read: the next poll reads again
             except OffsetOutOfRangeError as e:
                 self._reset(tp, pos, lg, e)
+                self._read_from[tp] = (lg, lg.incarnation)
+                continue
+            if new:
+                self._reset_new_log(tp, pos, lg)
                 continue
             nxt = recs[-1].offset + 1 if recs else pos
             if self.read_committed:
@@ -164,6 +176,44 @@ class Fetcher:
             self.state.set_position(tp, nxt)
             self.state.rotate(tp)
             budget -= len(recs)
+        return out
+
+    def _new_log(self, tp: TopicPartition, lg: Log) -> bool:
+        """True if tp's log is not the one its position was read from (the topic was deleted
+        and re-created); the first log a position is read from is remembered."""
+        seen = self._read_from.setdefault(tp, (lg, lg.incarnation))
+        return seen[0] is not lg or seen[1] != lg.incarnation
+
+    def _reset_new_log(self, tp: TopicPartition, pos: int, lg: Log) -> None:
+        """A position of a deleted topic in the topic created again under its name: reset by
+        auto_offset_reset, as for a new partition, instead of skipping the new log's first
+        records ("none": OffsetOutOfRangeError at every poll until a seek)."""
+        self._txn.pop(tp, None)
+        self._stalled.pop(tp, None)
+        self._reset(tp, pos, lg, OffsetOutOfRangeError(
+            f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
+        self._read_from[tp] = (lg, lg.incarnation)
+
+    def stale(self, tps) -> list[TopicPartition]:
+        """Of tps, those whose position was read from a log that is now gone (the topic
+        deleted) or replaced (deleted and re-created): positions no commit may write (Kafka's
+        broker refuses a commit of an unknown partition), so the group does not resume the
+        topic created again under the name at them."""
+        out = []
+        for tp in tps:
+            seen = self._read_from.get(tp)
+            if seen is None:
+                continue
+            try:
+                lg = self.source.log(tp, fresh=True)
+            except UnknownTopicError:
+                out.append(tp)
+                continue
+            if lg is not seen[0] or lg.incarnation != seen[1]:
+                out.append(tp)
+        if out:
+            log.warning("not committing the positions of %s: the topic was deleted (or deleted "
+                        "and re-created) since they were read", sorted(map(str, out)))
         return out
 
     def _filter(self, tp: TopicPartition, pos: int) -> TxnFilter:
@@ -188,6 +238,7 @@ class Fetcher:
         for tp in tps:
             self._txn.pop(tp, None)
             self._stalled.pop(tp, None)
+            self._read_from.pop(tp, None)
 
     # -- waits -----------------------------------------------------------------------------------
     def wait(self, timeout: float, bells: Sequence[_notify.Bell] = (),

@@ -296,6 +296,29 @@ class GroupCoordinator:
             if recs:
                 lg.append(recs)
 
+    def on_topics_deleted(self, topics: Iterable[str]) -> int:
+        """Tombstone every group's committed offsets of these topics (Kafka's
+        onPartitionsDeleted): a topic created again under the name starts with no committed
+        offsets, so its consumers reset by auto_offset_reset instead of resuming at the deleted
+        topic's offsets (and skipping records). Returns the offsets removed."""
+        gone = set(topics)
+        total = 0
+        for p in self.topic.existing_partitions():
+            s = self._advance(p)
+            with s.lock:
+                if not any(tp.topic in gone for offs in s.offsets.values() for tp in offs):
+                    continue
+            with self.topic.locked(p) as lg:
+                with s.lock:
+                    self._advance_locked(p, s)     # a commit may have landed meanwhile
+                    recs = [(offset_commit_key(g, tp.topic, tp.partition), None)
+                            for g, offs in sorted(s.offsets.items())
+                            for tp in sorted(offs) if tp.topic in gone]
+                if recs:
+                    lg.append(recs)
+                    total += len(recs)
+        return total
+
     def live_members(self, group_id: str) -> Optional[list[MemberMetadata]]:
         """The group's live members from groups15's membership (None: not available)."""
         # CALL SITE for groups15's kstore.group_membership.live_members (issue 15): until it

@@ -11,6 +11,9 @@ take none.
                                 its LogManager open (the store's .lock, waited on with backoff)
                                 and appends; the collector only tries it exclusively, never
                                 waits, and takes nothing under it (a rename)
+  ThreadGuard._try              (consumer_access.py) only tried, never waited on: a second user
+                                thread inside a Consumer raises ConcurrentModificationError;
+                                so it orders against nothing
   Consumer._lock                a consumer's poll, commit, unsubscribe and close against its poll
                                 timer's eviction (consumer.py, an RLock: a listener called in
                                 poll may commit). The timer thread takes it only to evict

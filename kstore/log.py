@@ -19,7 +19,7 @@ from kstore.config import NO_LIMIT, LogConfig, bad_max_records
 from kstore._core import log_read as _log_read
 from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
                            OffsetOutOfRangeError, RecordTooLargeError, SegmentGoneError,
-                           with_path)
+                           UnknownTopicError, with_path)
 from kstore.fileio import FileOps, get_file_ops
 from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog
@@ -54,6 +54,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         self._ts_window_cfg: Optional[LogConfig] = None
         self._ts_window_cache = (0, 0)
         self.recovery_report: list[SegmentRecovery] = []
+        #: a read-only log: how many times a refresh found its directory deleted and re-created
+        #: (the records from then on are a new topic's; a reader's positions are not theirs)
+        self.incarnation = 0
 
     @classmethod
     def open(cls, path: str | os.PathLike, config: Optional[Mapping[str, Any] | LogConfig] = None, *,
@@ -83,7 +86,11 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         log_ = cls(path, cfg, io=io, time=time, scheduler=scheduler, managed=managed,
                    read_only=read_only)
         if read_only:
-            log_._load_read_only(log_start_offset)
+            try:
+                log_._load_read_only(log_start_offset)
+            except BaseException:
+                log_.close_handlers()    # a dir deleted mid-load: nothing it opened is kept
+                raise
         else:
             try:
                 log_._load(recovery_point, log_start_offset, clean_shutdown, listing)
@@ -101,7 +108,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
 
     def _load_read_only(self, log_start_offset: Optional[int]) -> None:
         if not self._io.exists(self.dir):
-            raise KStoreError(f"partition directory {self.dir} does not exist (read-only open)")
+            # (deleted since a listing named it, as refresh() says of a dir deleted later)
+            raise UnknownTopicError(f"partition directory {self.dir} does not exist (read-only open)")
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
         self.refresh(log_start_offset)
@@ -141,6 +149,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         """The partition was deleted and re-created between two refreshes: a new log, which
         starts where its own segments (or its checkpoint) say, not where the old one did."""
         self._log_start_offset = 0
+        self.incarnation += 1
 
     def refresh_tail(self, base: int, size: int) -> bool:
         """A read-only log's waiter just woken by the writer (notify.py), the page's list stamp

@@ -47,7 +47,15 @@ def tail_problem(path: str, valid_size: int, window: int = 1 << 16) -> Optional[
     None: nothing but zeros (the active segment's runway) or a sound batch (one appended since,
     or longer than the `window` bytes read). Bytes still changing (a writer's copy in flight)
     are not judged. For `kstore topics describe` and `log-dirs`, which must not show a garbage
-    segment as an empty one without a word (issue 16 item 11)."""
+    segment as an empty one without a word (issue 16 item 11). A file deleted meanwhile
+    (retention, compaction, a deleted topic) has nothing to say."""
+    try:
+        return _tail_problem(path, valid_size, window)
+    except FileNotFoundError:
+        return None
+
+
+def _tail_problem(path: str, valid_size: int, window: int) -> Optional[str]:
     if get_file_ops().getsize(path) <= valid_size:
         return None
 

@@ -368,6 +368,19 @@ class LogManager:
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
         self._forget_cleaned_offsets(name)
+        self._forget_committed_offsets(name)
+
+    def _forget_committed_offsets(self, topic: str) -> None:
+        """The deleted topic's committed offsets are tombstoned in every group (Kafka's
+        onPartitionsDeleted), so a topic created again under its name is not read from them.
+        The topic is gone whatever happens here: a failure is logged, not raised."""
+        from kstore.group_coordinator import GroupCoordinator
+        try:
+            with GroupCoordinator(self, io=self._io, time=self._time) as gc:
+                gc.on_topics_deleted([topic])
+        except (KStoreError, OSError) as e:
+            log.error("topic %s was deleted but its committed offsets could not be removed: %s",
+                      topic, e)
 
     def _forget_cleaned_offsets(self, topic: str) -> None:
         """The deleted topic leaves cleaner-offset-checkpoint (Kafka's asyncDelete): a topic

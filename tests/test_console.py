@@ -355,3 +355,44 @@ def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watc
         assert errs == ["kstore consume: t-0 was deleted\n", "Processed a total of 3 messages\n"]
     finally:
         assert w.close() == 0
+
+
+@pytest.mark.parametrize("n", [3, 1])
+def test_consume_follow_reads_a_re_created_topic_from_its_start(tmp_path, watchdog, n):
+    """The writer process deletes t and creates it again with n records in one step (between
+    two reads of `consume --follow`): the consumer says so and prints the new topic from offset
+    0. The old code went on at its position (2) in the new log: with 3 records it printed b2
+    only, skipping b0 and b1; with 1 it took the new log for a truncated one and skipped b0."""
+    import threading
+    from writer_process import WriterProcess
+    watchdog(90)
+    d = str(tmp_path / "s")
+    os.makedirs(d)
+    cfg = "{'file.delete.delay.ms': 0}"
+    w = WriterProcess(d, d)
+    try:
+        w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'a0'), (None, b'a1')])")
+        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                              "--from-beginning", "--follow", "--max-messages", str(2 + n), "--timeout-ms", "5000",
+                              "--print-offset"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+        errs: list = []
+        t = threading.Thread(target=lambda: errs.extend(c.stderr), daemon=True)
+        t.start()
+        try:
+            assert [c.stdout.readline() for _ in range(2)] == ["Offset:0\ta0\n", "Offset:1\ta1\n"]
+            w.run(f"m.delete_topic('t'); m.create_topic('t', 1, {cfg}); "
+                  f"m.log('t', 0).append([(None, b'b%d' % i) for i in range({n})])")
+            out = c.stdout.read()
+            c.wait(timeout=60)
+        finally:
+            if c.poll() is None:
+                c.kill()
+                c.wait(timeout=30)
+        t.join(10)
+        assert (c.returncode, out) == (0, "".join(f"Offset:{i}\tb{i}\n" for i in range(n)))
+        assert errs[-1] == f"Processed a total of {2 + n} messages\n"
+        assert set(errs[:-1]) <= {"kstore consume: t-0 was deleted\n",
+                                  "kstore consume: t-0 was deleted and re-created; reading it from its start\n"}
+    finally:
+        assert w.close() == 0

@@ -358,3 +358,100 @@ def test_read_committed_header_walk_refuses_hostile_lengths():
                 struct.pack(">qiib", 0, 30, 0, 2) + bytes(60)):
         with pytest.raises(CorruptRecordError, match="t-0"):
             TxnFilter(0).stable_offset(FakeLog(good + bad))
+
+
+T0 = TP("t", 0)
+
+
+def _read_until(c, n, tp=T0):
+    """(offset, value) of tp's records polled until n arrived (at most 20 s)."""
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < n and time.monotonic() < deadline:
+        got += [(r.offset, r.value) for r in c.poll(500).get(tp, [])]
+    return got
+
+
+def test_a_topic_recreated_past_the_position_is_read_from_its_start(tmp_path, watchdog):
+    """A topic deleted and re-created (by the writer process) between two polls, whose new log
+    already ends past the consumer's position: a new topic, read by auto_offset_reset from its
+    first record. The old code kept the position (100) and skipped the new topic's first 100
+    records."""
+    watchdog(90)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    old = 'for i in range(0, 100, 10): m.append_batch("t", 0, [(None, b"old%d" % j) for j in range(i, i + 10)])'
+    new = 'for i in range(0, 150, 10): m.append_batch("t", 0, [(None, b"new%d" % j) for j in range(i, i + 10)])'
+    try:
+        w.run('m.create_topic("t", 1)', old)
+        with Consumer(d, auto_offset_reset="earliest") as plain, \
+                Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as member:
+            plain.assign([TP("t", 0)])
+            for c in (plain, member):
+                assert _read_until(c, 100) == [(i, b"old%d" % i) for i in range(100)]
+            member.commit()
+            w.run('m.delete_topic("t")', 'm.create_topic("t", 1)', new)
+            for c in (plain, member):
+                assert _read_until(c, 150) == [(i, b"new%d" % i) for i in range(150)]
+                assert c.position(TP("t", 0)) == 150
+            member.commit()
+            assert member.committed(TP("t", 0)) == 150
+    finally:
+        w.close()
+
+
+def test_a_topic_recreated_under_a_log_managers_consumer(tmp_path, watchdog):
+    """The same through the producer's own LogManager (a new Log object for the new topic),
+    with a producer thread appending to another topic meanwhile."""
+    watchdog(60)
+    m = kstore.LogManager(str(tmp_path / "data"))
+    try:
+        m.create_topic("t", 1)
+        m.create_topic("u", 1)
+        stop = threading.Event()
+
+        def produce():
+            while not stop.is_set():
+                m.append_batch("u", 0, [(None, b"u")])
+        th = threading.Thread(target=produce)
+        th.start()
+        try:
+            m.append_batch("t", 0, [(None, b"old%d" % i) for i in range(100)])
+            with Consumer(m, auto_offset_reset="earliest") as c:
+                c.assign([TP("t", 0)])
+                assert _read_until(c, 100) == [(i, b"old%d" % i) for i in range(100)]
+                m.delete_topic("t")
+                m.create_topic("t", 1)
+                m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(150)])
+                assert _read_until(c, 150) == [(i, b"new%d" % i) for i in range(150)]
+        finally:
+            stop.set()
+            join_all([th], 10)
+    finally:
+        m.close()
+
+
+def test_a_recreated_topic_with_no_reset_policy_raises_until_a_seek(tmp_path):
+    """auto_offset_reset="none": a position of the deleted topic raises OffsetOutOfRangeError
+    saying so (once, not wrapped in itself as the first fix did), at every poll until a seek."""
+    m = kstore.LogManager(str(tmp_path / "data"))
+    try:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"old")] * 5)
+        with Consumer(str(tmp_path / "data"), auto_offset_reset="none") as c:
+            c.assign([T0])
+            c.seek(T0, 0)
+            assert len(_read_until(c, 5)) == 5
+            m.delete_topic("t")
+            m.create_topic("t", 1)
+            m.append_batch("t", 0, [(None, b"new")] * 8)
+            for _ in range(2):
+                with pytest.raises(OffsetOutOfRangeError) as ei:
+                    c.poll(timeout_ms=2000)
+                assert str(ei.value) == (
+                    "Offsets out of range with no configured reset policy for partitions: {t-0: 5} "
+                    "(t-0 was deleted and re-created: position 5 belongs to the old topic)")
+            c.seek_to_beginning()
+            assert _read_until(c, 8) == [(i, b"new") for i in range(8)]
+    finally:
+        m.close()

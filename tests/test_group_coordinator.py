@@ -549,3 +549,73 @@ def test_a_malformed_group_record_names_partition_and_offset(tmp_path):
     with GroupCoordinator(d) as gc:
         with pytest.raises(GroupRecordError, match=r"OffsetCommitValue v3.*offset 1 of .*__consumer_offsets-"):
             gc.fetch_offsets("g")
+
+
+DELETED_TOPIC_CHILD = textwrap.dedent("""
+    import sys
+    import kstore
+    from kstore.group_coordinator import GroupCoordinator
+    from kstore import TopicPartition as TP
+    d, role = sys.argv[1], sys.argv[2]
+    if role == "consume":        # a group member reads t to its end and commits at close
+        with kstore.Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as c:
+            n = 0
+            while n < 100:
+                n += sum(len(r) for r in c.poll(timeout_ms=1000).values())
+        print(n, flush=True)
+    else:                        # another group commits u over and over
+        with GroupCoordinator(d) as gc:
+            print("ready", flush=True)
+            for i in range(1, 301):
+                gc.commit_offsets("h", {TP("u", 0): i})
+            print(i, flush=True)
+""")
+
+
+def test_delete_topic_removes_its_committed_offsets(tmp_path, watchdog):
+    """A group that committed offsets of a topic, deleted and created again: its consumers read
+    the new topic from auto_offset_reset (the old code resumed at offset 100 of the deleted one
+    and skipped the new topic's first 100 records). Another group's commits beside the
+    deletion, in another process, are kept."""
+    watchdog(120)
+    d = str(tmp_path)
+
+    def run(role):
+        return subprocess.Popen([sys.executable, "-c", DELETED_TOPIC_CHILD, d, role], cwd=d,
+                                stdout=subprocess.PIPE, text=True)
+    with LogManager(d) as m:
+        m.create_topic("t", 2)
+        m.create_topic("u", 1)
+        m.append_batch("t", 0, [(None, b"old%d" % i) for i in range(60)])
+        m.append_batch("t", 1, [(None, b"old%d" % i) for i in range(40)])
+        consumer = run("consume")
+        assert consumer.communicate(timeout=60)[0].split() == ["100"]
+        with GroupCoordinator(d) as gc:
+            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 60, TP("t", 1): 40}
+            gc.commit_offsets("g", {TP("u", 0): 7})
+        committer = run("commit")
+        assert committer.stdout.readline().strip() == "ready"
+        m.delete_topic("t")
+        assert committer.communicate(timeout=60)[0].split() == ["300"]
+        with GroupCoordinator(d) as gc:
+            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("u", 0): 7}
+            assert {tp: o.offset for tp, o in gc.fetch_offsets("h").items()} == {TP("u", 0): 300}
+        tombs = [b for b in batches(part_dir(d, "g")) if any(r.value is None for r in b)]
+        assert [sorted(r.key for r in b) for b in tombs] == [
+            sorted([offset_commit_key("g", "t", 0), offset_commit_key("g", "t", 1)])]
+        assert all(r.value is None for r in tombs[0])
+        m.create_topic("t", 2)
+        m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(150)])
+        from kstore import Consumer
+        with Consumer(m, "t", group_id="g", auto_offset_reset="earliest") as c:
+            got = []
+            while len(got) < 150:
+                polled = c.poll(timeout_ms=1000)
+                assert polled, got[-1:]
+                got.extend((r.offset, r.value) for r in polled.get(TP("t", 0), []))
+        assert got == [(i, b"new%d" % i) for i in range(150)]
+        m.delete_topic("u")                  # both groups' offsets of u go; g's of the new t stay
+        with GroupCoordinator(d) as gc:
+            assert gc.fetch_offsets("h") == {}
+            assert gc.fetch_offsets("g")[TP("t", 0)].offset == 150
+            assert {tp.topic for tp in gc.fetch_offsets("g")} == {"t"}

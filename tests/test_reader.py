@@ -164,3 +164,31 @@ def test_delete_records_from_threads_beside_refreshing_readers(tmp_path, watchdo
             assert lg.log_start_offset == max(returned) >= 180
     finally:
         m.close()
+
+
+def test_a_partition_deleted_after_the_listing_before_its_first_open(tmp_path, watchdog):
+    """The writer process deletes t after a StoreReader listed it and before anything opened
+    t-1: log() raises UnknownTopicError (was a bare KStoreError "does not exist"), so a
+    Consumer polling through that reader skips the partition instead of raising from poll (a
+    consumer met it within seconds of a topic being deleted and re-created in a loop)."""
+    from writer_process import WriterProcess
+    watchdog(60)
+    d = str(tmp_path / "s")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run('m.create_topic("t", 2)', 'm.create_topic("u", 1)',
+              'm.append_batch("u", 0, [(None, b"u0"), (None, b"u1")])')
+        with kstore.StoreReader(d) as store:
+            assert store.partitions() == [("t", 0), ("t", 1), ("u", 0)]
+            store.log("t", 0)
+            w.run('m.delete_topic("t")')
+            with pytest.raises(UnknownTopicError, match=f"partition directory {d}/t-1 does not exist"):
+                store.log("t", 1)
+            with kstore.Consumer(store, auto_offset_reset="earliest") as c:
+                c.assign([kstore.TopicPartition("t", 1), kstore.TopicPartition("u", 0)])
+                got = c.poll(timeout_ms=1000)
+                assert {tp: [r.value for r in recs] for tp, recs in got.items()} == {
+                    kstore.TopicPartition("u", 0): [b"u0", b"u1"]}
+                assert c.poll(timeout_ms=100) == {}
+    finally:
+        assert w.close() == 0

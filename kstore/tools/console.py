@@ -150,6 +150,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         positions: dict[int, int] = {}
         ahead: set[int] = set()     # --offset past the log end with --follow: waiting there
+        read_from: dict[int, tuple] = {}    # the log (and incarnation) of each position
 
         def discover(first: bool) -> None:
             for _t, p in store.partitions(args.topic):
@@ -157,12 +158,25 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     continue
                 lg = store.log(args.topic, p)
                 positions[p] = _start_offset(lg, args, appeared=not first)
+                read_from[p] = (lg, lg.incarnation)
                 if positions[p] > lg.log_end_offset:
                     ahead.add(p)
                     print(f"kstore consume: {_past_end(positions[p], f'{args.topic}-{p}', lg.log_end_offset)}"
                           "; waiting for it", file=err, flush=True)
             if first and args.partition is not None and args.partition not in positions and not args.follow:
                 raise UnknownTopicError(f"partition {args.partition} of {args.topic!r} does not exist")
+
+        def recreated(p: int, lg) -> bool:
+            """The partition was deleted and created again since its position was read: a new
+            log, read from its start."""
+            if read_from.get(p, (lg, lg.incarnation)) == (lg, lg.incarnation):
+                return False
+            print(f"kstore consume: {args.topic}-{p} was deleted and re-created; reading it "
+                  "from its start", file=err)
+            positions[p] = lg.log_start_offset
+            read_from[p] = (lg, lg.incarnation)
+            ahead.discard(p)
+            return True
 
         discover(first=True)
         last_data = time.monotonic()
@@ -174,15 +188,22 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 for p in sorted(positions):
                     try:
                         lg = store.log(args.topic, p, refresh=rescanned)
+                        if recreated(p, lg):
+                            continue
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
+                        if recreated(p, lg):     # found by the read's own refresh
+                            continue
                     except UnknownTopicError:
                         if not args.follow:
                             raise
                         # the topic was deleted: found again (from its start) if it comes back
                         print(f"kstore consume: {args.topic}-{p} was deleted", file=err)
                         del positions[p]
+                        read_from.pop(p, None)
                         continue
                     except OffsetOutOfRangeError:
+                        if recreated(p, lg):
+                            continue
                         if p in ahead and positions[p] > lg.log_end_offset:
                             continue             # not there yet: the wait below is for it
                         positions[p] = _resume_at(lg, positions[p], f"{args.topic}-{p}", err)

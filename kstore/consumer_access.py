@@ -1,0 +1,64 @@
+"""One thread at a time inside a Consumer (KafkaConsumer's acquire/release): a call from a second
+thread while another thread is inside raises ConcurrentModificationError at once, instead of
+racing it (a seek lost under a poll's position update, a record returned twice by two iterating
+threads). The same thread may re-enter (a rebalance listener called in poll may commit or seek);
+calls from different threads one after another are fine. Nothing waits here: the check is a
+non-blocking try, so it has no place in the lock hierarchy.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, Optional, TypeVar
+
+from kstore.errors import ConcurrentModificationError
+
+__all__ = ["ThreadGuard", "guard_methods"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ThreadGuard:
+    """The owner thread of an object and how deep it is in its methods."""
+
+    __slots__ = ("_try", "_owner", "_depth")
+
+    def __init__(self) -> None:
+        self._try = threading.Lock()          # only ever tried, never waited on
+        self._owner: Optional[int] = None
+        self._depth = 0
+
+    def acquire(self) -> None:
+        me = threading.get_ident()
+        if self._owner == me:
+            self._depth += 1
+            return
+        if not self._try.acquire(blocking=False):
+            raise ConcurrentModificationError(
+                f"Consumer is not safe for multi-threaded access. currentThread(name: "
+                f"{threading.current_thread().name}, id: {me}) otherThread(id: {self._owner})")
+        self._owner, self._depth = me, 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._try.release()
+
+
+def _guarded(fn: F) -> F:
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        guard = self._guard
+        guard.acquire()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            guard.release()
+    return call  # type: ignore[return-value]
+
+
+def guard_methods(cls: type, names: tuple[str, ...]) -> None:
+    """Wrap cls's methods `names` so that each holds the instance's `_guard` (a ThreadGuard)."""
+    for name in names:
+        setattr(cls, name, _guarded(getattr(cls, name)))
