@@ -339,29 +339,28 @@ class LocalLog:
             self._check_writable()
             if target_offset >= self._leo:
                 return False
-            segs = self._segments.segs
+            start, segs = self._log_start_offset, self._segments.segs
             if segs[0].base_offset > target_offset:
-                self.truncate_fully_and_start_at(target_offset)
-                return True
-            keep = [s for s in segs if s.base_offset <= target_offset]
-            drop = [s for s in segs if s.base_offset > target_offset]
-            # last first: a reader listing the directory meanwhile sees a shorter log, never
-            # one with a hole in the middle
-            for s in reversed(drop):
-                s.delete()
-            new_active = keep[-1]
-            # the cut (and a rolled segment taking appends again) gets a new file: readers of
-            # the old one keep valid pages and may trust a rolled file to be complete
-            new_active.truncate_to(target_offset, replace=not new_active.is_active)
-            new_active.make_active()
-            self._set_segments(keep)
-            self._truncations += 1
-            self._leo = target_offset
-            lowered = target_offset < self._log_start_offset
-            self._log_start_offset = min(target_offset, self._log_start_offset)
-            self._recovery_point = min(target_offset, self._recovery_point)
-            self._ring()
-        if lowered:
+                self._truncate_fully_locked(target_offset)
+            else:
+                keep = [s for s in segs if s.base_offset <= target_offset]
+                drop = [s for s in segs if s.base_offset > target_offset]
+                # last first: a reader listing the directory sees a shorter log, never a hole
+                for s in reversed(drop):
+                    s.delete()
+                new_active = keep[-1]
+                # the cut (and a rolled segment taking appends again) gets a new file: readers
+                # of the old one keep valid pages and may trust a rolled file to be complete
+                new_active.truncate_to(target_offset, replace=not new_active.is_active)
+                new_active.make_active()
+                self._set_segments(keep)
+                self._truncations += 1
+                self._leo = target_offset
+                self._log_start_offset = min(target_offset, start)
+                self._recovery_point = min(target_offset, self._recovery_point)
+                self._ring()
+            moved = self._log_start_offset != start
+        if moved:         # saved with no lock held: checkpoint_lock, _flush_lock are above ours
             self._start_moved()
         return True
 
@@ -370,16 +369,19 @@ class LocalLog:
         """Delete every segment and start empty at new_offset."""
         with self._lock:
             self._check_writable()
-            for s in reversed(self._segments.segs):      # last first, as truncate_to
-                s.delete()
-            seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
-            seg.make_active()
-            self._set_segments([seg])
-            self._truncations += 1
-            self._io.fsync_dir(self.dir)
-            self._leo = self._log_start_offset = self._recovery_point = new_offset
-            self._ring()
+            self._truncate_fully_locked(new_offset)
         self._start_moved()
+
+    def _truncate_fully_locked(self, new_offset: int) -> None:     # lock held
+        for s in reversed(self._segments.segs):      # last first, as truncate_to
+            s.delete()
+        seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
+        seg.make_active()
+        self._set_segments([seg])
+        self._truncations += 1
+        self._io.fsync_dir(self.dir)
+        self._leo = self._log_start_offset = self._recovery_point = new_offset
+        self._ring()
 
     @storage_op
     def delete_records(self, offset: int) -> int:
@@ -393,8 +395,7 @@ class LocalLog:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
             moved = offset > self._log_start_offset
-            if moved:
-                self._log_start_offset = offset
+            self._log_start_offset = max(offset, self._log_start_offset)
             try:
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
                                       "log start offset breach")

@@ -3,6 +3,8 @@ the writer's locks (Kafka's LocalLogTest and UnifiedLogTest cases)."""
 import json
 import os
 import struct
+import threading
+import time as _time
 
 import pytest
 
@@ -10,10 +12,12 @@ import kstore
 from kstore import _core
 from kstore.clock import MockTime
 from kstore.errors import OffsetOutOfRangeError
+from kstore.fileio import FileOps
 
 from kstore.errors import LogDirLockedError
 from kstore.manager import LogManager
 from log_helpers import NOW, files, log_with_stale_index_entry, values
+from thread_watchdog import join_all
 
 
 def test_partition_directory_layout(open_log, log_dir):
@@ -335,6 +339,57 @@ def test_delete_records_from_threads_saves_the_last_start(open_log, log_dir, wat
     saved = json.loads(open(os.path.join(log_dir, ".kstore-log-start")).read())
     assert saved == {"version": 0, "log_start_offset": log.log_start_offset}
     assert log.log_start_offset > 40
+
+
+class _FlushGateOps(FileOps):
+    """Holds the "flusher" thread's directory fsync (after its segments', before it takes the
+    log lock to advance the recovery point) until go is set; entered: it is there."""
+
+    def __init__(self):
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def fsync_dir(self, path):
+        if threading.current_thread().name == "flusher" and not self.go.is_set():
+            self.entered.set()
+            assert self.go.wait(30)
+        return super().fsync_dir(path)
+
+
+def test_a_truncation_below_the_first_segment_beside_a_flush(log_dir, watchdog):
+    """truncate_to below the first segment's base (after retention or DeleteRecords removed
+    segment 0) saves the new start after releasing the log lock: a flush holding the flush
+    lock while it waits for the log lock finishes, and so does the truncation (it used to
+    save the start under the log lock, waiting for the flush lock: both threads hung)."""
+    watchdog(60)
+    ops = _FlushGateOps()
+    log = kstore.Log.open(log_dir, {"segment.bytes": 2000}, io=ops)
+    for _ in range(40):
+        log.append([(None, b"v", NOW)] * 10)
+    log.flush()
+    cut = log.segments[2].base_offset
+    assert log.delete_records(cut) == cut and log.segments[0].base_offset == cut
+    n = len(log.segments)
+    while len(log.segments) == n:                # a new segment: the flush fsyncs the dir
+        log.append([(None, b"w", NOW)] * 10)
+    flusher = threading.Thread(target=log.flush, name="flusher", daemon=True)
+    flusher.start()
+    assert ops.entered.wait(10)                  # holds _flush_lock, the log lock released
+    truncator = threading.Thread(target=log.truncate_to, args=(5,), name="truncator", daemon=True)
+    truncator.start()
+    deadline = _time.monotonic() + 10
+    while log.log_end_offset != 5 and _time.monotonic() < deadline:
+        _time.sleep(0.005)
+    assert log.log_end_offset == 5                # truncated; now saving the start
+    ops.go.set()
+    join_all([flusher, truncator], 10)
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+    assert json.loads(open(os.path.join(log_dir, ".kstore-log-start")).read())["log_start_offset"] == 5
+    log.append([(None, b"x", NOW)])
+    log.flush()
+    log.close_handlers()                          # a crash: the saved start is what reopens
+    with kstore.Log.open(log_dir) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (5, 6)
+        assert [r.value for r in log.read(5)] == [b"x"]
 
 
 def test_retention_by_size(open_log):
