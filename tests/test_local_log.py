@@ -342,14 +342,24 @@ def test_delete_records_from_threads_saves_the_last_start(open_log, log_dir, wat
 
 
 class _FlushGateOps(FileOps):
-    """Holds the "flusher" thread's directory fsync (after its segments', before it takes the
-    log lock to advance the recovery point) until go is set; entered: it is there."""
+    """Holds the named thread's directory fsyncs (a flush's, after its segments' and before it
+    takes the log lock; a DeleteRecords', after its lock) until go is set; entered: it waits."""
 
-    def __init__(self):
+    def __init__(self, thread="flusher"):
         self.entered, self.go = threading.Event(), threading.Event()
+        self.thread = thread
+        self.atomic = threading.local()
+
+    def write_atomic(self, path, data):
+        self.atomic.on = True            # its directory fsync is not held
+        try:
+            return super().write_atomic(path, data)
+        finally:
+            self.atomic.on = False
 
     def fsync_dir(self, path):
-        if threading.current_thread().name == "flusher" and not self.go.is_set():
+        if threading.current_thread().name == self.thread and not self.go.is_set() \
+                and not getattr(self.atomic, "on", False):
             self.entered.set()
             assert self.go.wait(30)
         return super().fsync_dir(path)
@@ -357,9 +367,9 @@ class _FlushGateOps(FileOps):
 
 def test_a_truncation_below_the_first_segment_beside_a_flush(log_dir, watchdog):
     """truncate_to below the first segment's base (after retention or DeleteRecords removed
-    segment 0) saves the new start after releasing the log lock: a flush holding the flush
-    lock while it waits for the log lock finishes, and so does the truncation (it used to
-    save the start under the log lock, waiting for the flush lock: both threads hung)."""
+    segment 0) beside a flush: both finish, and the new start is saved (the truncation used
+    to save it holding the log lock, waiting for the flush lock, which the flush held while
+    it waited for the log lock: both threads hung)."""
     watchdog(60)
     ops = _FlushGateOps()
     log = kstore.Log.open(log_dir, {"segment.bytes": 2000}, io=ops)
@@ -376,11 +386,10 @@ def test_a_truncation_below_the_first_segment_beside_a_flush(log_dir, watchdog):
     assert ops.entered.wait(10)                  # holds _flush_lock, the log lock released
     truncator = threading.Thread(target=log.truncate_to, args=(5,), name="truncator", daemon=True)
     truncator.start()
-    deadline = _time.monotonic() + 10
+    deadline = _time.monotonic() + 0.5
     while log.log_end_offset != 5 and _time.monotonic() < deadline:
         _time.sleep(0.005)
-    assert log.log_end_offset == 5                # truncated; now saving the start
-    ops.go.set()
+    ops.go.set()                    # the truncator waits for the flush lock (or did truncate)
     join_all([flusher, truncator], 10)
     assert (log.log_start_offset, log.log_end_offset) == (5, 5)
     assert json.loads(open(os.path.join(log_dir, ".kstore-log-start")).read())["log_start_offset"] == 5
@@ -390,6 +399,36 @@ def test_a_truncation_below_the_first_segment_beside_a_flush(log_dir, watchdog):
     with kstore.Log.open(log_dir) as log:
         assert (log.log_start_offset, log.log_end_offset) == (5, 6)
         assert [r.value for r in log.read(5)] == [b"x"]
+
+
+def test_a_close_beside_a_delete_records_leaves_no_stale_start_for_the_next_writer(log_dir, watchdog):
+    """close() while another thread's delete_records is past the log lock: the start is saved
+    before close can write its marker and release the partition, so nothing is written into
+    the directory after the next writer took it (the save used to come after the deletion's
+    directory fsync, unlocked: it wrote the old log's start over the next writer's, whose
+    reopen after a crash found its log end below that start and dropped every record)."""
+    watchdog(60)
+    ops = _FlushGateOps("deleter")
+    log = kstore.Log.open(log_dir, {"segment.bytes": 2000}, io=ops)
+    for _ in range(40):
+        log.append([(None, b"v", NOW)] * 10)
+    log.flush()
+    cut = log.segments[2].base_offset
+    deleter = threading.Thread(target=log.delete_records, args=(cut,), name="deleter", daemon=True)
+    deleter.start()
+    assert ops.entered.wait(10)                  # segments retired, the log lock released
+    log.close()
+    nxt = kstore.Log.open(log_dir)               # the next writer of the partition
+    assert (nxt.log_start_offset, nxt.log_end_offset) == (cut, 400)
+    assert nxt.truncate_to(5)                    # below the first segment: starts again at 5
+    nxt.append([(None, b"n%d" % i, NOW) for i in range(3)])
+    nxt.flush()
+    ops.go.set()
+    join_all([deleter], 10)
+    nxt.close_handlers()                         # a crash of the next writer
+    with kstore.Log.open(log_dir) as lg:
+        assert (lg.log_start_offset, lg.log_end_offset) == (5, 8)
+        assert values(lg) == [b"n0", b"n1", b"n2"]
 
 
 def test_retention_by_size(open_log):
@@ -537,7 +576,9 @@ def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path
                 action()
 
     io = TruncateDuringFsync()
-    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io)
+    # managed: a standalone log's truncation waits for a flush (its start is saved under
+    # _flush_lock), so only a LogManager's log can truncate during the flush's fsyncs
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io, clean_shutdown=False, recovery_point=0)
     try:
         for o in range(10):
             lg.append([(None, b"v%d" % o, NOW)])
