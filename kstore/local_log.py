@@ -8,12 +8,13 @@ reference) and new sizes for every change, so a reader always sees whole batches
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import random
 import threading
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence, TypeVar
 
 from kstore import _notify, swap
 from kstore.config import LogConfig
@@ -62,7 +63,7 @@ class LocalLog:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
-        #: a LogManager's log-start checkpoint, run after delete_records moved the start
+        #: a LogManager's log-start checkpoint of this log's dir, run after the start moved
         self.log_start_listener: Optional[Callable[[], None]] = None
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
@@ -73,10 +74,9 @@ class LocalLog:
         self._bell: Optional[_notify.Bell] = None
 
     def _take_locks(self) -> None:
-        """A standalone writable open excludes every other writer of the partition: the
-        partition directory flocked exclusively (another standalone Log, in this process or
-        another; no file is added to Kafka's directory) and the parent log dir's `.lock` shared
-        (a LogManager holds it exclusively). Held until close or close_handlers."""
+        """A standalone writable open excludes every other writer: the partition directory
+        flocked exclusively (another standalone Log, in any process; no file is added to Kafka's
+        directory), the parent's `.lock` shared (a LogManager's). Until close(_handlers)."""
         parent = os.path.dirname(os.path.abspath(self.dir))
         fd = self._io.try_lock(os.path.join(parent, LOG_DIR_LOCK), shared=True)
         if fd is None:
@@ -94,10 +94,8 @@ class LocalLog:
     def _release_locks(self) -> None:
         fds, self._lock_fds = self._lock_fds, []
         for fd in fds:
-            try:
+            with contextlib.suppress(OSError):   # the descriptor is gone either way: its lock too
                 self._io.unlock(fd)
-            except OSError:
-                pass          # the descriptor is gone either way: so is its lock
 
     def _create_dir(self) -> None:
         if not self._io.exists(self.dir):
@@ -112,10 +110,9 @@ class LocalLog:
         self._segments = segs if isinstance(segs, LogSegments) else LogSegments(segs)
 
     def attach_bell(self) -> _notify.Bell:
-        """The writer's Bell, its notification file mapped and its header and hints written at
-        the first call: the log's first change or first wait, not its open (~20-45 µs a
-        partition at start-up; notify.py), unless the partition had no page or recovery cut a
-        torn tail (Log._load). A read-only or closed log's is the notifier's (never mapped)."""
+        """The writer's Bell, its notification file mapped and written at the log's first
+        change or wait, not its open (~20-45 µs a partition; notify.py), unless it had no page
+        or recovery cut a torn tail (Log._load). A read-only or closed log's: never mapped."""
         with self._lock:
             if self._bell is None and not self.read_only and not self._closed:
                 self._bell = self.notifier.attach_writer()
@@ -128,9 +125,8 @@ class LocalLog:
 
     def wait_for(self, offset: int, timeout: Optional[float] = None, *, spin: float = 0.0) -> bool:
         """Block until the log end is above offset (True) or timeout seconds pass (False; None
-        waits on), as threading.Event.wait. Works on writable logs (other threads append) and
-        read-only ones (another process appends: the log refreshes itself), with no polling
-        (notify.py). spin: busy-wait up to that many seconds first, for the lowest latency.
+        waits on), as threading.Event.wait, on writable and read-only logs (another process
+        appends: it refreshes itself), no polling (notify.py). spin: busy-wait that long first.
         KStoreStateError once the log is closed; UnknownTopicError if its directory is deleted."""
         return self.notifier.wait(offset, timeout, spin)
 
@@ -166,9 +162,7 @@ class LocalLog:
     def log_end_offset(self) -> int:
         return self._leo
 
-    @property
-    def high_watermark(self) -> int:
-        return self._leo
+    high_watermark = log_end_offset
 
     @property
     def recovery_point(self) -> int:
@@ -200,9 +194,8 @@ class LocalLog:
         return deferred
 
     def _after_write(self, deferred: list, flush_due: bool = False) -> None:
-        """Run, with no lock held, what a write left for after the lock: the fsyncs and
-        scheduler hand-offs of a roll or a deletion (in order), then the flush.messages flush.
-        An I/O error fails the log, as in the write itself."""
+        """Run, with no lock held, a write's fsyncs and hand-offs of a roll or a deletion (in
+        order), then the flush.messages flush; an I/O error fails the log, as in the write."""
         try:
             for action in deferred:
                 action()
@@ -335,51 +328,59 @@ class LocalLog:
         if there was nothing to drop."""
         if target_offset < 0:
             raise OffsetOutOfRangeError(f"cannot truncate {self.dir} to a negative offset {target_offset}")
-        with self._lock:
-            self._check_writable()
-            if target_offset >= self._leo:
-                return False
-            segs = self._segments.segs
-            if segs[0].base_offset > target_offset:
-                self.truncate_fully_and_start_at(target_offset)
-                return True
-            keep = [s for s in segs if s.base_offset <= target_offset]
-            drop = [s for s in segs if s.base_offset > target_offset]
-            # last first: a reader listing the directory meanwhile sees a shorter log, never
-            # one with a hole in the middle
-            for s in reversed(drop):
-                s.delete()
-            new_active = keep[-1]
-            # the cut (and a rolled segment taking appends again) gets a new file: readers of
-            # the old one keep valid pages and may trust a rolled file to be complete
-            new_active.truncate_to(target_offset, replace=not new_active.is_active)
-            new_active.make_active()
-            self._set_segments(keep)
-            self._truncations += 1
-            self._leo = target_offset
-            lowered = target_offset < self._log_start_offset
-            self._log_start_offset = min(target_offset, self._log_start_offset)
-            self._recovery_point = min(target_offset, self._recovery_point)
-            self._ring()
-        if lowered:
-            self._start_moved()
+        with self._start_guard():
+            with self._lock:
+                self._check_writable()
+                if target_offset >= self._leo:
+                    return False
+                moved = self._truncate_locked(target_offset)
+            if moved:       # past the log lock: checkpoint_lock and _flush_lock are above it
+                self._start_moved()
         return True
+
+    def _truncate_locked(self, target_offset: int) -> bool:
+        """truncate_to's change (lock held); True if it moved the log start."""
+        start, segs = self._log_start_offset, self._segments.segs
+        if segs[0].base_offset > target_offset:
+            self._truncate_fully_locked(target_offset)
+            return target_offset != start
+        keep = [s for s in segs if s.base_offset <= target_offset]
+        drop = [s for s in segs if s.base_offset > target_offset]
+        # last first: a reader listing the directory sees a shorter log, never a hole
+        for s in reversed(drop):
+            s.delete()
+        new_active = keep[-1]
+        # the cut (and a rolled segment taking appends again) gets a new file: readers of the
+        # old one keep valid pages and may trust a rolled file to be complete
+        new_active.truncate_to(target_offset, replace=not new_active.is_active)
+        new_active.make_active()
+        self._set_segments(keep)
+        self._truncations += 1
+        self._leo = target_offset
+        self._log_start_offset = min(target_offset, start)
+        self._recovery_point = min(target_offset, self._recovery_point)
+        self._ring()
+        return target_offset < start
 
     @storage_op
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at new_offset."""
-        with self._lock:
-            self._check_writable()
-            for s in reversed(self._segments.segs):      # last first, as truncate_to
-                s.delete()
-            seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
-            seg.make_active()
-            self._set_segments([seg])
-            self._truncations += 1
-            self._io.fsync_dir(self.dir)
-            self._leo = self._log_start_offset = self._recovery_point = new_offset
-            self._ring()
-        self._start_moved()
+        with self._start_guard():
+            with self._lock:
+                self._check_writable()
+                self._truncate_fully_locked(new_offset)
+            self._start_moved()
+
+    def _truncate_fully_locked(self, new_offset: int) -> None:     # lock held
+        for s in reversed(self._segments.segs):      # last first, as truncate_to
+            s.delete()
+        seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
+        seg.make_active()
+        self._set_segments([seg])
+        self._truncations += 1
+        self._io.fsync_dir(self.dir)
+        self._leo = self._log_start_offset = self._recovery_point = new_offset
+        self._ring()
 
     @storage_op
     def delete_records(self, offset: int) -> int:
@@ -387,34 +388,38 @@ class LocalLog:
         wholly below it, and save it (_start_moved). Returns the new log start offset."""
         if offset < 0:        # Kafka's ReplicaManager: "The offset -3 for partition ... is not valid"
             raise OffsetOutOfRangeError(f"The offset {offset} for {self.dir} is not valid (an offset >= 0)")
-        with self._lock:
-            self._check_writable()
-            if offset > self._leo:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records up to {offset}: beyond the high watermark {self._leo} of {self.dir}")
-            moved = offset > self._log_start_offset
-            if moved:
-                self._log_start_offset = offset
-            try:
-                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                      "log start offset breach")
-            finally:
-                deferred = self._take_deferred()
-            start = self._log_start_offset
-            self._ring()
+        with self._start_guard():
+            with self._lock:
+                self._check_writable()
+                if offset > self._leo:
+                    raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: beyond "
+                                                f"the high watermark {self._leo} of {self.dir}")
+                moved = offset > self._log_start_offset
+                self._log_start_offset = max(offset, self._log_start_offset)
+                try:
+                    self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
+                                          "log start offset breach")
+                finally:
+                    deferred = self._take_deferred()
+                start = self._log_start_offset
+                self._ring()
+            if moved and not self._managed:
+                self._start_moved()
         self._after_write(deferred)
-        if moved:
+        if moved and self._managed:     # once the retired segments are gone for good
             self._start_moved()
         return start
 
+    def _start_guard(self) -> ContextManager:
+        """Standalone: _flush_lock, so close() never comes between a start's move and save."""
+        return self._flush_lock if not self._managed else contextlib.nullcontext()
+
     def _start_moved(self) -> None:
-        """A start moved by DeleteRecords or a truncation (no lock held): checkpointed by the
-        LogManager (other processes read it), or saved in a standalone log's directory."""
-        if (listener := self.log_start_listener) is not None:
+        """Save a moved start: standalone, in its directory; managed, the dir's checkpoint."""
+        if not self._managed:
+            save_log_start(self._io, self.dir, self._log_start_offset)
+        elif (listener := self.log_start_listener) is not None:
             listener()
-        elif not self._managed and not self.read_only:
-            with self._flush_lock:
-                save_log_start(self._io, self.dir, self._log_start_offset)
 
     @storage_op
     def delete_old_segments(self) -> int:
@@ -487,8 +492,7 @@ class LocalLog:
         return len(doomed)
 
     def _sync_dir(self) -> None:
-        """fsync the partition directory after the lock; nothing to do if the log was closed
-        meanwhile (a deleted topic's directory has moved)."""
+        """fsync the directory after the lock (not once closed: a deleted topic's has moved)."""
         try:
             self._io.fsync_dir(self.dir)
         except OSError:
@@ -496,8 +500,7 @@ class LocalLog:
                 raise
 
     def _delete_later(self, segs: list[LogSegment]) -> None:
-        """Unlink retired (.deleted) segments after file.delete.delay.ms (Kafka), on the
-        scheduler when there is one; called with no lock held."""
+        """Unlink retired segments, after file.delete.delay.ms on the scheduler if any (unlocked)."""
         if self._scheduler is None:
             for seg in segs:
                 seg.delete()
@@ -507,10 +510,9 @@ class LocalLog:
                                           delay_ms=self._config.file_delete_delay_ms)
 
     def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
-        """Swap a cleaned segment in for `old` (Kafka's replaceSegments, swap.swap_in): its
-        `.cleaned` files become `.swap`, the old segments `.deleted`, then final; the directory
-        is fsynced. A crash at any point is finished or undone by the next load. Returns False
-        (nothing changed) if the old segments are no longer all in the log."""
+        """Swap a cleaned segment in for `old` (Kafka's replaceSegments, swap.swap_in): `.cleaned`
+        -> `.swap`, old -> `.deleted`, then final, the directory fsynced; a crash is finished or
+        undone by the next load. False (nothing changed) if `old` is no longer all in the log."""
         io = self._io
         with self._lock:
             if self._closed or any(s not in self._segments for s in old):
@@ -520,8 +522,7 @@ class LocalLog:
                              rng=self._rng, file_already_exists=True)
             self._set_segments(self._segments.replaced(old, [new]))
             self._ring()
-        # the final renames' fsync and the unlinks need no lock (a crash before the fsync is
-        # finished by the next load, as above)
+        # the final renames' fsync and the unlinks need no lock (the next load finishes them)
         io.fsync_dir(self.dir)
         self._delete_later(old)
         return True

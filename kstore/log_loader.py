@@ -125,8 +125,12 @@ class LogLoader:
             elif log_start_offset is None:
                 log_start_offset = self._saved_start()
         names = listing if listing is not None else io.listdir(self.dir)
-        if not standalone and LOG_START_FILE in names:
-            io.unlink(os.path.join(self.dir, LOG_START_FILE))   # the manager's checkpoint rules
+        if not standalone:
+            # a standalone life's files, durably gone before any change: the manager's
+            # checkpoints rule now, and a standalone open after a crash must recover
+            for name in (STANDALONE_CLEAN_MARKER, LOG_START_FILE):
+                if name in names:
+                    remove_marker(io, os.path.join(self.dir, name), self.dir)
         split = split_listing(names)
         if any(n.endswith(_SWAP_LEFTOVERS) for n in split[2]):
             # only a suffixed or temporary name gives complete_swaps work: most loads skip it

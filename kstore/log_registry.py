@@ -6,6 +6,7 @@ never changed again, so appends, the scheduled tasks and the cleaner read it wit
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
@@ -32,9 +33,9 @@ class LogRegistry:
         self.dir_of: dict[TopicPartition, str] = {}
         self.parts: dict[str, tuple[int, ...]] = {}
         self.failed: dict[TopicPartition, FailedPartition] = {}
-        #: set by the LogManager: writes its log-start checkpoints (a DeleteRecords is visible
-        #: to other processes' StoreReaders at their next refresh, not a checkpoint interval later)
-        self.on_log_start: Optional[Callable[[], None]] = None
+        #: set by the LogManager: writes one log dir's log-start checkpoint (a DeleteRecords is
+        #: visible to other processes' StoreReaders at their next refresh, not 60 s later)
+        self.on_log_start: Optional[Callable[[str], None]] = None
 
     def publish(self, logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, str],
                 failed: Optional[dict[TopicPartition, FailedPartition]] = None) -> None:
@@ -47,8 +48,9 @@ class LogRegistry:
         parts: dict[str, list[int]] = {}
         for t, p in sorted(set(logs) | set(self.failed)):
             parts.setdefault(t, []).append(p)
-        for lg in logs.values():
-            lg.log_start_listener = self.on_log_start
+        if (on_start := self.on_log_start) is not None:
+            for tp, lg in logs.items():      # a moved start rewrites its own dir's file only
+                lg.log_start_listener = functools.partial(on_start, dir_of[tp])
         self.dir_of = dir_of
         self.logs = logs
         self.parts = {t: tuple(ps) for t, ps in parts.items()}

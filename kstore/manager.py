@@ -494,17 +494,18 @@ class LogManager:
     def checkpoint_recovery_offsets(self) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
 
-    def checkpoint_log_start_offsets(self) -> None:
+    def checkpoint_log_start_offsets(self, log_dir: Optional[str] = None) -> None:
+        """Write every log dir's log-start checkpoint, or log_dir's only (a moved start's)."""
         def start(lg):
             segs = lg.segments
             return lg.log_start_offset if segs and lg.log_start_offset > segs[0].base_offset else None
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, start)
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, start, log_dir)
 
-    def _checkpoint(self, name: str, value) -> None:
+    def _checkpoint(self, name: str, value, log_dir: Optional[str] = None) -> None:
         if self.read_only:
             return
         failed = []
-        for d in self.log_dirs:
+        for d in self.log_dirs if log_dir is None else [log_dir]:
             if self._failures.is_offline(d):
                 continue
             cp = OffsetCheckpointFile(os.path.join(d, name), self._io)

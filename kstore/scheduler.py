@@ -12,17 +12,17 @@ from typing import Any, Callable, Optional
 log = logging.getLogger("kstore.scheduler")
 
 
-def weak_task(method: MethodType, skip: Callable[[Any], bool]) -> Callable[[], None]:
+def weak_task(method: MethodType, skip: Callable[[Any], bool]) -> Callable[..., None]:
     """A task calling a bound method through a weak reference to its object (weakref.WeakMethod):
     the scheduler's queue does not keep the object alive, so an object that holds the scheduler
     (a LogManager) forms no reference cycle with it. A no-op once the object is gone or while
     skip(object) is true (closed)."""
     ref = weakref.WeakMethod(method)
 
-    def run() -> None:
+    def run(*args: Any) -> None:
         fn = ref()
         if fn is not None and not skip(fn.__self__):
-            fn()
+            fn(*args)
     return run
 
 

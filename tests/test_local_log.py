@@ -3,6 +3,8 @@ the writer's locks (Kafka's LocalLogTest and UnifiedLogTest cases)."""
 import json
 import os
 import struct
+import threading
+import time as _time
 
 import pytest
 
@@ -10,10 +12,12 @@ import kstore
 from kstore import _core
 from kstore.clock import MockTime
 from kstore.errors import OffsetOutOfRangeError
+from kstore.fileio import FileOps
 
 from kstore.errors import LogDirLockedError
 from kstore.manager import LogManager
 from log_helpers import NOW, files, log_with_stale_index_entry, values
+from thread_watchdog import join_all
 
 
 def test_partition_directory_layout(open_log, log_dir):
@@ -337,6 +341,96 @@ def test_delete_records_from_threads_saves_the_last_start(open_log, log_dir, wat
     assert log.log_start_offset > 40
 
 
+class _FlushGateOps(FileOps):
+    """Holds the named thread's directory fsyncs (a flush's, after its segments' and before it
+    takes the log lock; a DeleteRecords', after its lock) until go is set; entered: it waits."""
+
+    def __init__(self, thread="flusher"):
+        self.entered, self.go = threading.Event(), threading.Event()
+        self.thread = thread
+        self.atomic = threading.local()
+
+    def write_atomic(self, path, data):
+        self.atomic.on = True            # its directory fsync is not held
+        try:
+            return super().write_atomic(path, data)
+        finally:
+            self.atomic.on = False
+
+    def fsync_dir(self, path):
+        if threading.current_thread().name == self.thread and not self.go.is_set() \
+                and not getattr(self.atomic, "on", False):
+            self.entered.set()
+            assert self.go.wait(30)
+        return super().fsync_dir(path)
+
+
+def test_a_truncation_below_the_first_segment_beside_a_flush(log_dir, watchdog):
+    """truncate_to below the first segment's base (after retention or DeleteRecords removed
+    segment 0) beside a flush: both finish, and the new start is saved (the truncation used
+    to save it holding the log lock, waiting for the flush lock, which the flush held while
+    it waited for the log lock: both threads hung)."""
+    watchdog(60)
+    ops = _FlushGateOps()
+    log = kstore.Log.open(log_dir, {"segment.bytes": 2000}, io=ops)
+    for _ in range(40):
+        log.append([(None, b"v", NOW)] * 10)
+    log.flush()
+    cut = log.segments[2].base_offset
+    assert log.delete_records(cut) == cut and log.segments[0].base_offset == cut
+    n = len(log.segments)
+    while len(log.segments) == n:                # a new segment: the flush fsyncs the dir
+        log.append([(None, b"w", NOW)] * 10)
+    flusher = threading.Thread(target=log.flush, name="flusher", daemon=True)
+    flusher.start()
+    assert ops.entered.wait(10)                  # holds _flush_lock, the log lock released
+    truncator = threading.Thread(target=log.truncate_to, args=(5,), name="truncator", daemon=True)
+    truncator.start()
+    deadline = _time.monotonic() + 0.5
+    while log.log_end_offset != 5 and _time.monotonic() < deadline:
+        _time.sleep(0.005)
+    ops.go.set()                    # the truncator waits for the flush lock (or did truncate)
+    join_all([flusher, truncator], 10)
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+    assert json.loads(open(os.path.join(log_dir, ".kstore-log-start")).read())["log_start_offset"] == 5
+    log.append([(None, b"x", NOW)])
+    log.flush()
+    log.close_handlers()                          # a crash: the saved start is what reopens
+    with kstore.Log.open(log_dir) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (5, 6)
+        assert [r.value for r in log.read(5)] == [b"x"]
+
+
+def test_a_close_beside_a_delete_records_leaves_no_stale_start_for_the_next_writer(log_dir, watchdog):
+    """close() while another thread's delete_records is past the log lock: the start is saved
+    before close can write its marker and release the partition, so nothing is written into
+    the directory after the next writer took it (the save used to come after the deletion's
+    directory fsync, unlocked: it wrote the old log's start over the next writer's, whose
+    reopen after a crash found its log end below that start and dropped every record)."""
+    watchdog(60)
+    ops = _FlushGateOps("deleter")
+    log = kstore.Log.open(log_dir, {"segment.bytes": 2000}, io=ops)
+    for _ in range(40):
+        log.append([(None, b"v", NOW)] * 10)
+    log.flush()
+    cut = log.segments[2].base_offset
+    deleter = threading.Thread(target=log.delete_records, args=(cut,), name="deleter", daemon=True)
+    deleter.start()
+    assert ops.entered.wait(10)                  # segments retired, the log lock released
+    log.close()
+    nxt = kstore.Log.open(log_dir)               # the next writer of the partition
+    assert (nxt.log_start_offset, nxt.log_end_offset) == (cut, 400)
+    assert nxt.truncate_to(5)                    # below the first segment: starts again at 5
+    nxt.append([(None, b"n%d" % i, NOW) for i in range(3)])
+    nxt.flush()
+    ops.go.set()
+    join_all([deleter], 10)
+    nxt.close_handlers()                         # a crash of the next writer
+    with kstore.Log.open(log_dir) as lg:
+        assert (lg.log_start_offset, lg.log_end_offset) == (5, 8)
+        assert values(lg) == [b"n0", b"n1", b"n2"]
+
+
 def test_retention_by_size(open_log):
     """testCleanupSegmentsToMaintainSize in Log form."""
     log = open_log({"segment.bytes": 400, "retention.bytes": 1000}, time=MockTime(NOW + 100))
@@ -482,7 +576,9 @@ def test_flush_racing_a_truncation_leaves_the_recovery_point_at_the_cut(tmp_path
                 action()
 
     io = TruncateDuringFsync()
-    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io)
+    # managed: a standalone log's truncation waits for a flush (its start is saved under
+    # _flush_lock), so only a LogManager's log can truncate during the flush's fsyncs
+    lg = kstore.Log.open(str(tmp_path / "t-0"), {}, io=io, clean_shutdown=False, recovery_point=0)
     try:
         for o in range(10):
             lg.append([(None, b"v%d" % o, NOW)])

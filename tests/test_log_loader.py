@@ -400,3 +400,29 @@ def test_recovery_leaves_sound_indexes_unwritten(tmp_path):
         assert [r.offset for r in lg.read(0, 10 ** 6)] == list(range(150))
     finally:
         lg.close()
+
+
+def test_a_managed_life_ends_a_standalone_clean_shutdown_marker(tmp_path, watchdog):
+    """A LogManager's open of a partition a standalone Log closed cleanly removes that Log's
+    clean-shutdown marker: a later standalone open after the manager's process was killed
+    recovers the log (the marker used to survive the managed life: that open skipped recovery
+    and its read of the killed writer's untrimmed active segment raised CorruptRecordError)."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    d = str(tmp_path / "store")
+    part = os.path.join(d, "t-0")
+    with kstore.Log.open(part) as lg:
+        for i in range(10):
+            lg.append([(None, b"v%d" % i, NOW + i)])
+    assert ".kstore-clean-shutdown" in os.listdir(part)
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("lg = m.log('t', 0)", "assert lg.truncate_to(2)",
+              "lg.append([(None, b'w%d' % i) for i in range(3)])")
+        assert ".kstore-clean-shutdown" not in os.listdir(part)
+    finally:
+        w.p.kill()                       # kill -9: no close, the active segment untrimmed
+        w.p.wait(30)
+    with kstore.Log.open(part) as lg:
+        assert (lg.log_start_offset, lg.log_end_offset) == (0, 5)
+        assert values(lg) == [b"v0", b"v1", b"w0", b"w1", b"w2"]

@@ -386,6 +386,48 @@ def test_delete_records_writes_the_log_start_checkpoint_at_once(tmp_path, mock):
     m.close()
 
 
+class _CheckpointDirOps(FileOps):
+    """Records the log-start checkpoints written; fails those of fail_dir (ENOSPC)."""
+
+    def __init__(self):
+        self.written: list = []
+        self.fail_dir = None
+
+    def write_atomic(self, path, data):
+        if os.path.basename(path) == "log-start-offset-checkpoint":
+            if os.path.dirname(path) == self.fail_dir:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            self.written.append(os.path.dirname(path))
+        return super().write_atomic(path, data)
+
+
+def test_a_delete_records_writes_only_its_log_dirs_checkpoint(tmp_path, mock):
+    """DeleteRecords checkpoints the log start of its partition's log dir only: one file
+    written (not one per log dir), and a failing disk elsewhere neither fails the call nor is
+    taken offline by it (it used to rewrite every dir's checkpoint, so a DeleteRecords of a
+    partition in d1 raised LogDirOfflineError for d2's ENOSPC and took d2 offline); the
+    periodic task still finds d2's failure."""
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    ops = _CheckpointDirOps()
+    m = manager([d1, d2], mock=mock, io=ops)
+    m.create_topic("a", 2)
+    dirs = {p: os.path.dirname(m.log("a", p).dir) for p in (0, 1)}
+    assert sorted(dirs.values()) == [d1, d2]
+    p1 = [p for p in (0, 1) if dirs[p] == d1][0]
+    for p in (0, 1):
+        m.log("a", p).append([(b"k", b"v")] * 10)
+    ops.written.clear()
+    ops.fail_dir = d2
+    assert m.log("a", p1).delete_records(4) == 4
+    assert ops.written == [d1]
+    assert OffsetCheckpointFile(os.path.join(d1, "log-start-offset-checkpoint")).read() == {("a", p1): 4}
+    assert m.offline_dirs == {}
+    with pytest.raises(LogDirOfflineError, match="log-start-offset-checkpoint"):
+        m.checkpoint_log_start_offsets()
+    assert list(m.offline_dirs) == [d2]
+    m.close()                 # d2 was offline before: closed without it, no error
+
+
 def test_assign_replicas_matches_kafka():
     a = kstore.assign_replicas(10, 5, 3, start_index=0, shift=0)
     assert a[0] == [0, 1, 2] and a[3] == [3, 4, 0] and a[4] == [4, 0, 1]

@@ -372,8 +372,8 @@ def test_an_older_checkpoint_snapshot_never_lands_after_a_newer_one(tmp_path, wa
         older = threading.Thread(target=m.checkpoint_log_start_offsets)   # snapshot: 5
         older.start()
         assert io.held.wait(30)
-        lg.delete_records(10)
-        newer = threading.Thread(target=m.checkpoint_log_start_offsets)   # snapshot: 10
+        # delete_records writes the checkpoint itself (snapshot: 10), after the older one's
+        newer = threading.Thread(target=lg.delete_records, args=(10,))
         newer.start()
         _time.sleep(0.3)
         io.release.set()
