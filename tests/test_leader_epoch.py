@@ -202,10 +202,16 @@ def test_the_file_follows_appends_truncations_and_deletions_on_other_threads(tmp
 
     def deleter(stop):
         while not stop.is_set():
-            lg.delete_records(max(lg.log_start_offset, lg.log_end_offset - 30))
+            try:
+                lg.delete_records(max(lg.log_start_offset, lg.log_end_offset - 30))
+            except kstore.OffsetOutOfRangeError:
+                pass    # the truncater cut the log below the offset after it was computed:
+                # refused, as Kafka refuses a DeleteRecords past the high watermark
             lg.delete_old_segments()
+            # empty only between a truncation below the log start (a full one: Kafka's
+            # clearAndFlush) and the next append, which starts the epoch again
             entries = lg.leader_epoch_cache.entries
-            assert entries and all(a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))
+            assert all(a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))
     run_threads(3, appender, truncater, deleter)
     entries = lg.leader_epoch_cache.entries
     start = lg.log_start_offset
