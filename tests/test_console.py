@@ -1,9 +1,11 @@
 """kstore.tools.console: `kstore produce` and `kstore consume` (Kafka's console tools over a store)."""
+import contextlib
 import io
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -312,6 +314,27 @@ def test_consume_follow_prints_a_record_appended_after_it_started(tmp_path, watc
         assert w.close() == 0
 
 
+@contextlib.contextmanager
+def following(d, cwd, *args):
+    """`kstore consume --follow --print-offset` of topic t from its beginning, in a child run
+    with cwd outside the checkout (it imports the installed kstore; PYTHONPATH kept); yields
+    the process and the list its stderr lines are collected into by a thread. Killed if still
+    running at the end."""
+    c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                          "--from-beginning", "--follow", "--print-offset", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    errs: list = []
+    t = threading.Thread(target=lambda: errs.extend(c.stderr), daemon=True)
+    t.start()
+    try:
+        yield c, errs
+    finally:
+        if c.poll() is None:
+            c.kill()
+            c.wait(timeout=30)
+        t.join(10)
+
+
 @pytest.mark.parametrize("partition", [True, False])
 def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watchdog, partition):
     """`consume --follow` (with --partition 0, and without) beside the writer process: after
@@ -319,7 +342,6 @@ def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watc
     consumer prints b0 at offset 0 of the new topic and stops at --max-messages 3. Before, with
     --partition the deleted partition was never looked for again: the consumer slept on,
     printing nothing more."""
-    import threading
     import time
     from writer_process import WriterProcess
     watchdog(90)
@@ -329,15 +351,8 @@ def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watc
     w = WriterProcess(d, d)
     try:
         w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'a0'), (None, b'a1')])")
-        # cwd outside the checkout: the child imports the installed kstore (PYTHONPATH kept)
-        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
-                              "--from-beginning", "--follow", "--max-messages", "3", "--timeout-ms", "60000",
-                              "--print-offset"] + (["--partition", "0"] if partition else []),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-        errs: list = []
-        t = threading.Thread(target=lambda: errs.extend(c.stderr), daemon=True)
-        t.start()
-        try:
+        with following(d, str(tmp_path), "--max-messages", "3", "--timeout-ms", "60000",
+                       *(["--partition", "0"] if partition else [])) as (c, errs):
             assert [c.stdout.readline() for _ in range(2)] == ["Offset:0\ta0\n", "Offset:1\ta1\n"]
             w.run("m.delete_topic('t')")
             deadline = time.monotonic() + 30
@@ -346,11 +361,6 @@ def test_consume_follow_finds_its_topic_again_after_a_re_creation(tmp_path, watc
             w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'b0')])")
             out = c.stdout.read()        # to its end: the consumer's exit (the watchdog bounds it)
             c.wait(timeout=60)
-        finally:
-            if c.poll() is None:
-                c.kill()
-                c.wait(timeout=30)
-        t.join(10)
         assert (c.returncode, out) == (0, "Offset:0\tb0\n")
         assert errs == ["kstore consume: t-0 was deleted\n", "Processed a total of 3 messages\n"]
     finally:
@@ -363,7 +373,6 @@ def test_consume_follow_reads_a_re_created_topic_from_its_start(tmp_path, watchd
     two reads of `consume --follow`): the consumer says so and prints the new topic from offset
     0. The old code went on at its position (2) in the new log: with 3 records it printed b2
     only, skipping b0 and b1; with 1 it took the new log for a truncated one and skipped b0."""
-    import threading
     from writer_process import WriterProcess
     watchdog(90)
     d = str(tmp_path / "s")
@@ -372,24 +381,12 @@ def test_consume_follow_reads_a_re_created_topic_from_its_start(tmp_path, watchd
     w = WriterProcess(d, d)
     try:
         w.run(f"m.create_topic('t', 1, {cfg})", "m.log('t', 0).append([(None, b'a0'), (None, b'a1')])")
-        c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
-                              "--from-beginning", "--follow", "--max-messages", str(2 + n), "--timeout-ms", "5000",
-                              "--print-offset"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-        errs: list = []
-        t = threading.Thread(target=lambda: errs.extend(c.stderr), daemon=True)
-        t.start()
-        try:
+        with following(d, str(tmp_path), "--max-messages", str(2 + n), "--timeout-ms", "5000") as (c, errs):
             assert [c.stdout.readline() for _ in range(2)] == ["Offset:0\ta0\n", "Offset:1\ta1\n"]
             w.run(f"m.delete_topic('t'); m.create_topic('t', 1, {cfg}); "
                   f"m.log('t', 0).append([(None, b'b%d' % i) for i in range({n})])")
             out = c.stdout.read()
             c.wait(timeout=60)
-        finally:
-            if c.poll() is None:
-                c.kill()
-                c.wait(timeout=30)
-        t.join(10)
         assert (c.returncode, out) == (0, "".join(f"Offset:{i}\tb{i}\n" for i in range(n)))
         assert errs[-1] == f"Processed a total of {2 + n} messages\n"
         assert set(errs[:-1]) <= {"kstore consume: t-0 was deleted\n",
