@@ -112,18 +112,15 @@ class LogLoader:
             # standalone: the marker is deleted before loading, so a crash during this open
             # is itself recovered next time (KAFKA-10471)
             clean_shutdown = False
+            saved = os.path.join(self.dir, LOG_START_FILE)
             if io.exists(marker):
-                try:
-                    info = json.loads(io.read_file(marker).decode())
-                    if log_start_offset is None and isinstance(info.get("log_start_offset"), int):
-                        log_start_offset = info["log_start_offset"]
-                    clean_shutdown = True
-                except (ValueError, OSError, AttributeError):
-                    log.warning("ignoring unreadable clean-shutdown marker %s", marker)
+                clean_shutdown, start = self._read_start(marker, "clean-shutdown marker")
+                if log_start_offset is None:
+                    log_start_offset = start
                 # durably gone before any file changes: in the background (marker_gate)
                 remove_marker(io, marker, self.dir)
-            elif log_start_offset is None:
-                log_start_offset = self._saved_start()
+            elif log_start_offset is None and io.exists(saved):
+                log_start_offset = self._read_start(saved, "log start file")[1]
         names = listing if listing is not None else io.listdir(self.dir)
         if not standalone:
             # a standalone life's files, durably gone before any change: the manager's
@@ -237,14 +234,12 @@ class LogLoader:
             leo = kept[-1].read_next_offset() if kept else 0
         return kept, leo
 
-    def _saved_start(self) -> Optional[int]:
-        """A standalone log's saved start (LOG_START_FILE), None if there is none; a file that
-        does not hold one (torn, hostile, too large) is ignored with a warning: the segments'
-        base offsets still bound the start."""
-        path = os.path.join(self.dir, LOG_START_FILE)
+    def _read_start(self, path: str, what: str) -> tuple[bool, Optional[int]]:
+        """A file save_log_start wrote (the clean-shutdown marker or LOG_START_FILE), read
+        bounded (4 KiB): (True, its start, None if it has none), or (False, None) with a
+        warning if it does not hold one (torn, hostile, too large, a bad start): bytes from
+        disk are hostile, and the segments' base offsets still bound the start."""
         io = self._io
-        if not io.exists(path):
-            return None
         try:
             fd = io.open(path, os.O_RDONLY)
             try:
@@ -252,13 +247,14 @@ class LogLoader:
             finally:
                 io.close(fd)
             info = json.loads(data.decode()) if len(data) <= 4096 else None
-            start = info.get("log_start_offset") if isinstance(info, dict) else None
-            if type(start) is int and 0 <= start <= INT64_MAX:
-                return start
+            if isinstance(info, dict):
+                start = info.get("log_start_offset")
+                if start is None or (type(start) is int and 0 <= start <= INT64_MAX):
+                    return True, start
         except (ValueError, OSError, UnicodeDecodeError):
             pass
-        log.warning("ignoring unreadable log start file %s", path)
-        return None
+        log.warning("ignoring unreadable %s %s", what, path)
+        return False, None
 
     def _recover_missing_indexes(self, segs: list[LogSegment]) -> list[LogSegment]:
         """Segments whose .index or .timeindex is missing are recovered whatever the shutdown."""

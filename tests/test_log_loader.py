@@ -2,6 +2,8 @@
 and swap files, the overflow split (Kafka's LogLoaderTest)."""
 import os
 
+import pytest
+
 import kstore
 from kstore import _core
 
@@ -426,3 +428,20 @@ def test_a_managed_life_ends_a_standalone_clean_shutdown_marker(tmp_path, watchd
     with kstore.Log.open(part) as lg:
         assert (lg.log_start_offset, lg.log_end_offset) == (0, 5)
         assert values(lg) == [b"v0", b"v1", b"w0", b"w1", b"w2"]
+
+
+@pytest.mark.parametrize("content", [b'{"version": 0, "log_start_offset": -5}', b'{"log_start_offset": true}',
+                                     b'{"log_start_offset": 3}' + b" " * 5000])
+def test_a_marker_with_a_bad_start_is_not_trusted(tmp_path, content, caplog):
+    """The clean-shutdown marker is read as the start file is (bounded, the start checked): one
+    whose start is negative, not an int, or that is over 4 KiB is ignored with a warning and
+    the log recovered, its start from its segments (was: a negative start was taken as is)."""
+    d = str(tmp_path / "t-0")
+    with kstore.Log.open(d) as lg:
+        lg.append([(None, b"v")] * 5)
+    with open(os.path.join(d, ".kstore-clean-shutdown"), "wb") as f:
+        f.write(content)
+    with caplog.at_level("WARNING", logger="kstore"):
+        with kstore.Log.open(d) as lg:
+            assert (lg.log_start_offset, lg.log_end_offset) == (0, 5)
+    assert "ignoring unreadable clean-shutdown marker" in caplog.text
