@@ -162,8 +162,8 @@ class AsyncWaiter:
             return True
         for b, seen in zip(w.bells, w.seen):
             word = b.arm()
-            if word >> 1 != seen:
-                return True
+            if b.closed or word >> 1 != seen:
+                return True                  # rang, or closed (replaced): it cannot ring
             bells[id(b)] = (b, word)
         usable: Optional[bool] = False
         for lg, off in zip(w.logs, w.offsets):

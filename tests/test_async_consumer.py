@@ -281,3 +281,41 @@ def test_the_lingering_waiter_keeps_no_loop_alive(store, watchdog):
     time.sleep(0.1)                             # the waiter's turn is over: it lingers
     gc.collect()
     assert WAITER.running and ref[0]() is None
+
+
+def test_a_wait_on_a_bell_closed_before_it_began_resolves_without_spinning(store, watchdog):
+    """A group bell replaced by a heartbeat (its file re-created) is closed under a wait spec
+    taken just before: the wait ends at once, as for a bell that rang, instead of turning the
+    waiter thread in a busy loop until its deadline (the consumer then polls the new bell)."""
+    from kstore import _notify
+    import kstore.async_consumer as ac
+    watchdog(60)
+    d, m = store
+    lg = m.log("t", 0)
+    bell = _notify.Bell.private()
+    bell.close()
+    waiter = ac.AsyncWaiter()
+
+    async def main():
+        t0 = time.monotonic()
+        await asyncio.wait_for(waiter.wait([lg], [lg.log_end_offset], [bell], 20.0), 30)
+        return time.monotonic() - t0
+    took = asyncio.run(main())
+    assert took < 10, took                   # not the 20 s deadline
+    assert waiter.wakeups <= 2, waiter.wakeups
+
+
+def test_a_blocking_wait_on_a_closed_bell_returns_at_once(store, watchdog):
+    """fetcher.wait_logs, the blocking poll's sleep: a closed bell ends it (it cannot ring)."""
+    from kstore import _notify
+    from kstore import fetcher
+    watchdog(60)
+    d, m = store
+    lg = m.log("t", 0)
+    bell = _notify.Bell.private()
+    bell.close()
+    calls = []
+    t0 = time.monotonic()
+    fetcher.wait_logs([lg], [lg.log_end_offset], 20.0, [bell], check=lambda: calls.append(1) and False)
+    assert time.monotonic() - t0 < 10
+    assert len(calls) <= 1, len(calls)       # returned before its first sleep, no spinning turns
