@@ -59,7 +59,8 @@ class LogManager:
 
     Use as a context manager. `config` takes Kafka broker keys (and topic-level defaults through
     their broker synonyms). `read_only=True` takes no lock and writes nothing, so it can read
-    beside a process that appends.
+    beside a process that appends: its topics are those of its open (a `StoreReader` follows
+    topics created and deleted later).
     """
 
     def __init__(self, log_dirs: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
