@@ -35,6 +35,11 @@ class ConcurrentModificationError(KStoreError):
     close() may be called from any thread)."""
 
 
+class WakeupError(KStoreError):
+    """Consumer.wakeup() interrupted a blocking call (poll, commit, committed) or the next one:
+    Kafka's WakeupException. The consumer stays usable, at the same positions."""
+
+
 class NoOffsetForPartitionError(KStoreError):
     """A consumer with auto_offset_reset="none" has no committed offset for a partition: Kafka's
     NoOffsetForPartitionException (a position out of the log's range raises
