@@ -33,7 +33,7 @@ import time
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import InvalidConfigError, KStoreStateError
+from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError
 from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
@@ -526,7 +526,11 @@ class Consumer:
             owned = self._member.owned()
             positions = {tp: o for tp, o in positions.items() if tp in owned}
         changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
-        self._commit(changed)
+        try:
+            self._commit(changed)
+        except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
+            log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
+            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions})
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
         """The group's committed offset of tp (None if none); metadata=True: the whole

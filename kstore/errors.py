@@ -127,7 +127,12 @@ class PartitionLoadError(KStoreError):
 
 
 class UnknownTopicError(KStoreError):
-    """The topic does not exist (and auto.create.topics.enable is off)."""
+    """The topic does not exist (and auto.create.topics.enable is off), or the partition is not
+    the store's: Kafka's UNKNOWN_TOPIC_OR_PARTITION. ``partitions``: those at fault, if named."""
+
+    def __init__(self, message: str = "", partitions=()):
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
 
 
 class UnknownPartitionCountError(KStoreError):
