@@ -233,7 +233,7 @@ class HostedPartitions:
         self._deleting: frozenset[str] = frozenset()
 
     def _load(self) -> None:
-        sig = []
+        sig: list[Optional[tuple[int, int, int]]] = []
         for d in self._dirs:
             try:
                 st = self._io.stat_path(os.path.join(d, TOPIC_CONFIG_FILE))
