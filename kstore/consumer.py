@@ -387,7 +387,8 @@ class Consumer:
                 self._coord(), self.group_id,
                 topics=sorted(st.topics) if st.topics else None, pattern=st.pattern,
                 partitions_for=partitions_for, list_topics=list_topics,
-                assignors=assignors_from(self._strategy), io=self._io, **self._group_settings)
+                assignors=assignors_from(self._strategy), io=self._io, interrupt=self._wake.check_wait,
+                **self._group_settings)
             change, self._member = member.join(), member     # a failed join: retried next poll
             self.last_poll_time = time.monotonic()
             self._poll_timer = PollTimer(self.max_poll_interval, self._lock, self, self._evict,

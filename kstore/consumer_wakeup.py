@@ -1,6 +1,7 @@
 """What another thread may do to a Consumer's blocking calls (KafkaConsumer.wakeup and its
 close): `wakeup()` makes the poll blocked now, or the next poll/commit/committed, raise
 WakeupError once; `close()` ends a poll's wait at once (the poll returns what it has: nothing).
+A group join waiting for another process's group.lock is ended the same way (check_wait).
 
 Both ring a private Bell that every poll sleeps on beside its logs' words, so the sleeper wakes
 at once (one futex_waitv; GIL released), never after its timeout. The request itself is a flag:
@@ -13,7 +14,7 @@ import threading
 from typing import Optional
 
 from kstore import _notify
-from kstore.errors import WakeupError
+from kstore.errors import KStoreStateError, WakeupError
 
 __all__ = ["Wakeup"]
 
@@ -43,6 +44,13 @@ class Wakeup:
         if self.requested:
             self.requested = False
             raise WakeupError("the consumer was woken up (Consumer.wakeup)")
+
+    def check_wait(self) -> None:
+        """A group join's or rebalance's wait for group.lock: WakeupError on a wakeup, and
+        KStoreStateError once close() has begun (the poll then gives way to it)."""
+        if self.closing is not None:
+            raise KStoreStateError("the consumer is closed")
+        self.check()
 
     def interrupted(self) -> bool:
         """A wait's check: a wakeup or a close arrived."""

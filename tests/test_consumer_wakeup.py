@@ -126,6 +126,41 @@ def test_wakeup_interrupts_a_group_members_poll(group_store, watchdog):
         assert {tp: [r.value for r in rs] for tp, rs in got.items()} == {TP("t", 2): [b"new"]}
 
 
+def test_wakeup_interrupts_a_join_waiting_for_the_group_lock(group_store, watchdog):
+    """A rebalance holds group.lock (here: this test, as another member would): a new member's
+    poll waits for it up to its 30 s lock timeout. wakeup() ends that wait with WakeupError, the
+    consumer is not in the group (nothing joined, nothing owned), and once the lock is free its
+    next poll joins and reads every partition's records from the start."""
+    from kstore.fileio import FileOps
+    from kstore.group_coordinator import GroupCoordinator
+    from kstore.group_files import GroupDir
+    watchdog(60)
+    d, _m = group_store
+    with GroupCoordinator(d) as gc:
+        gdir = GroupDir(FileOps(), gc.log_dir_for("g"), "g")
+    gdir.make()
+    held = gdir.lock(5)
+    try:
+        with Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as c:
+            t, out, started = _poll_in_thread(c)
+            c.wakeup()
+            join_all([t], GENEROUS_S)
+            assert time.monotonic() - started[0] < GENEROUS_S
+            assert type(out[0]) is WakeupError
+            assert c.assignment() == set()
+            gdir.unlock(held)
+            held = None
+            got: dict = {}
+            deadline = time.monotonic() + GENEROUS_S
+            while sum(map(len, got.values())) < 40 and time.monotonic() < deadline:
+                for tp, rs in c.poll(timeout_ms=1000).items():
+                    got.setdefault(tp, []).extend(r.offset for r in rs)
+            assert got == {TP("t", p): list(range(10)) for p in range(4)}
+    finally:
+        if held is not None:
+            gdir.unlock(held)
+
+
 def test_close_from_another_thread_interrupts_the_poll(writer, watchdog):
     """close() from another thread does not wait out a 30 s poll: the poll returns {} (no
     records taken), close() returns, and the polling thread's next call says closed."""
