@@ -221,9 +221,9 @@ class HostedPartitions:
     """Which partitions a store hosts, as Kafka's broker decides an OffsetCommit's
     UNKNOWN_TOPIC_OR_PARTITION: a partition below its topic's recorded count, or (count not
     recorded: a broker's dirs, an older kstore's topic) one with a directory in a log dir; never
-    one of a topic whose deletion is recorded. The topic config file is re-read only when a
-    copy's (inode, size, mtime) changed; racing threads each use data at least as new as their
-    own look at those (the signature is stored last)."""
+    one of a topic whose deletion is recorded. The topic config files are read at each call and
+    parsed only when their bytes changed (an inode, size and mtime can all repeat); racing
+    threads each use data at least as new as their own read (the bytes are stored last)."""
 
     def __init__(self, log_dirs: Sequence[str], io: Optional[FileOps] = None):
         self._dirs = list(log_dirs)
@@ -233,18 +233,17 @@ class HostedPartitions:
         self._deleting: frozenset[str] = frozenset()
 
     def _load(self) -> None:
-        sig: list[Optional[tuple[int, int, int]]] = []
+        seen: list[Optional[bytes]] = []
         for d in self._dirs:
             try:
-                st = self._io.stat_path(os.path.join(d, TOPIC_CONFIG_FILE))
-                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
-            except OSError:
-                sig.append(None)
-        if tuple(sig) != self._seen:
+                seen.append(self._io.read_file(os.path.join(d, TOPIC_CONFIG_FILE)))
+            except (OSError, UnusableFileError):
+                seen.append(None)
+        if tuple(seen) != self._seen:
             f = TopicConfigFile.read(self._dirs, self._io)
             self._counts = dict(f.partitions) if f is not None else {}
             self._deleting = frozenset(f.deleting) if f is not None else frozenset()
-            self._seen = tuple(sig)
+            self._seen = tuple(seen)
 
     def unknown(self, tps: Iterable[Sequence[Any]]) -> list:
         """Of tps ((topic, partition) pairs), those the store does not host, in order."""
