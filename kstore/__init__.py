@@ -39,7 +39,7 @@ from kstore.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord
 from kstore.async_consumer import AsyncConsumer  # noqa: E402
 from kstore.group_membership import CommitFailedError  # noqa: E402
 from kstore.errors import ConcurrentModificationError, NoOffsetForPartitionError  # noqa: E402
-from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError  # noqa: E402
+from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError, WakeupError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -53,5 +53,5 @@ __all__ = [
     "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
     "Consumer", "AsyncConsumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp",
     "NoOffsetForPartitionError", "StoreNotVisibleError", "UnsafeFilesystemError",
-    "CommitFailedError", "ConcurrentModificationError",
+    "CommitFailedError", "ConcurrentModificationError", "WakeupError",
 ]

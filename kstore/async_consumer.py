@@ -20,7 +20,7 @@ import errno
 import os
 import threading
 import time
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from kstore import _notify, notify
 from kstore._core import Record
@@ -32,9 +32,9 @@ __all__ = ["AsyncConsumer", "AsyncWaiter", "WAITER"]
 
 
 class _Wait:
-    __slots__ = ("loop", "fut", "logs", "offsets", "bells", "seen", "deadline")
+    __slots__ = ("loop", "fut", "logs", "offsets", "bells", "seen", "deadline", "check")
 
-    def __init__(self, loop, fut, logs, offsets, bells, deadline):
+    def __init__(self, loop, fut, logs, offsets, bells, deadline, check=None):
         self.loop = loop
         self.fut = fut
         self.logs = logs
@@ -42,6 +42,7 @@ class _Wait:
         self.bells = bells
         self.seen = [b.load() >> 1 for b in bells]   # the bells' counters when the wait began
         self.deadline = deadline
+        self.check = check
 
 
 def _resolve(fut: "asyncio.Future[None]") -> None:
@@ -75,12 +76,15 @@ class AsyncWaiter:
         t = self._thread
         return t is not None and t.is_alive()
 
-    def wait(self, logs, offsets, bells, timeout: float) -> "asyncio.Future[None]":
+    def wait(self, logs, offsets, bells, timeout: float,
+             check: Optional[Callable[[], bool]] = None) -> "asyncio.Future[None]":
         """A future (of the running loop) done when some logs[i] ends past offsets[i], a bell's
-        word moves, or after timeout seconds."""
+        word moves, check() holds (asked after arming: a Consumer's wakeup), or after timeout
+        seconds."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        w = _Wait(loop, fut, list(logs), list(offsets), list(bells), time.monotonic() + max(0.0, timeout))
+        w = _Wait(loop, fut, list(logs), list(offsets), list(bells), time.monotonic() + max(0.0, timeout),
+                  check)
         with self._lock:
             self._waits.append(w)
             if self._thread is None:
@@ -165,6 +169,8 @@ class AsyncWaiter:
             if b.closed or word >> 1 != seen:
                 return True                  # rang, or closed (replaced): it cannot ring
             bells[id(b)] = (b, word)
+        if w.check is not None and w.check():
+            return True
         usable: Optional[bool] = False
         for lg, off in zip(w.logs, w.offsets):
             n = lg.notifier
@@ -230,7 +236,7 @@ class AsyncConsumer:
             if got or left <= 0:
                 return got
             logs, offsets, bells, bound = self._c.wait_spec(partitions or None)
-            await WAITER.wait(logs, offsets, bells, min(left, bound))
+            await WAITER.wait(logs, offsets, bells, min(left, bound), self._c.wait_interrupted)
 
     def _poll_now(self, partitions, max_records) -> dict[TopicPartition, list[Record]]:
         if not partitions:

@@ -20,7 +20,8 @@ default) commits the positions of records already returned: in poll every auto_c
 before partitions are revoked, and at close (at-least-once). A member that does not poll for
 max_poll_interval_ms is evicted by its poll timer (poll_timer.py) without a commit; its next poll
 reports the partitions lost and rejoins. One user thread at a time, as Kafka's: a second raises
-ConcurrentModificationError (consumer_access.py; close() waits for a poll in progress instead);
+ConcurrentModificationError (consumer_access.py); any thread may call wakeup() (a blocked poll
+raises WakeupError) and close() (a poll in progress returns at once): consumer_wakeup.py.
 `_lock` (re-entrant) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
@@ -32,11 +33,11 @@ import time
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import (InvalidConfigError, KStoreStateError,
-                           NoOffsetForPartitionError, UnknownTopicError)
+from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError
 from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
+from kstore.consumer_wakeup import Wakeup
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.notify import SLICE_S
@@ -113,6 +114,7 @@ class Consumer:
         self._closed = False
         self._lock = threading.RLock()
         self._guard = ThreadGuard()             # one user thread at a time (consumer_access.py)
+        self._wake = Wakeup()                   # wakeup() and close() from other threads
         self.last_poll_time = time.monotonic()  # of the last poll (what the poll timer reads)
         self._poll_timer: Optional[PollTimer] = None
         names = list(topic_names) + list(topics or ())
@@ -258,41 +260,11 @@ class Consumer:
                           ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For each partition the earliest offset whose timestamp is >= the one given, with
         that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
-        out: dict[TopicPartition, Optional[OffsetAndTimestamp]] = {}
-        for tp, ts in timestamps.items():
-            if not isinstance(ts, int) or ts < 0:
-                raise InvalidConfigError(f"The target time for partition {tp} is {ts}. The target time cannot be negative.")
-            r = self._source.log(TopicPartition(*tp), fresh=True).fetch_offset_by_timestamp(ts)
-            out[TopicPartition(*tp)] = None if r is None else OffsetAndTimestamp(r[0], r[1])
-        return out
+        return self._fetcher.offsets_for_times(timestamps)
 
     def _update_positions(self, only: Optional[Sequence[TopicPartition]] = None) -> None:
-        """Positions of partitions that have none: a pending seek_to_*, else the committed
-        offset, else auto_offset_reset ("none": NoOffsetForPartitionError)."""
-        missing = [tp for tp in (only if only is not None else self._state.missing_positions())
-                   if self._state.position(tp) is None]
-        if not missing:
-            return
-        need_committed = [tp for tp in missing if self._state.pending_reset(tp) is None]
-        committed = self._fetch_committed(need_committed) if need_committed and self.group_id else {}
-        no_offset = []
-        for tp in missing:
-            policy = self._state.pending_reset(tp)
-            try:
-                if policy is None and tp in committed:
-                    self._state.seek(tp, committed[tp])
-                    continue
-                policy = policy or self._state.default_reset
-                if policy == "none":
-                    no_offset.append(tp)
-                    continue
-                self._state.seek(tp, self._fetcher.offset_for_policy(tp, policy))
-            except UnknownTopicError:
-                continue                     # not in the store (yet): no position
-        if no_offset:
-            raise NoOffsetForPartitionError(
-                f"Undefined offset with no reset policy for partitions: {sorted(map(str, no_offset))}",
-                no_offset)
+        """Positions of partitions that have none (Fetcher.update_positions)."""
+        self._fetcher.update_positions(only, self._fetch_committed if self.group_id else None)
 
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
@@ -305,7 +277,8 @@ class Consumer:
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
-            self._check_open()           # under the lock: a close() may have taken it first
+            self._check_open(closing=True)     # under the lock: a close() may have taken it first
+            self._wake.check()
             if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
                 return self._buffer.drain(limit)
@@ -318,9 +291,24 @@ class Consumer:
                 now = self.last_poll_time = time.monotonic()
                 if got or now >= deadline:
                     return got
-                bells = [self._member.notify_word()] if self._member is not None else []
-                self._fetcher.wait(min(deadline - now, self._wait_bound(now)), bells,
-                                   self._group_changed if self._member is not None else None)
+                bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
+                self._fetcher.wait(min(deadline - now, self._wait_bound(now)), bells, self._wait_check)
+                if self._wake.closing is not None:     # close() has begun: return now
+                    return {}
+                self._wake.check()
+
+    def _wait_check(self) -> bool:
+        """An idle poll's wait ends on wakeup(), close() or a rebalance (kept for _coordinate)."""
+        return self._wake.interrupted() or (self._member is not None and self._group_changed())
+
+    def wakeup(self) -> None:
+        """From any thread (Kafka's wakeup): the poll blocked in another thread, or else the
+        next poll, commit or committed, raises WakeupError once; positions stay as they were."""
+        self._wake.wake()
+
+    def wait_interrupted(self) -> bool:
+        """Whether wakeup() or close() was called and a wait should end (the AsyncWaiter's check)."""
+        return self._wake.interrupted()
 
     def _wait_bound(self, now: float) -> float:
         """The longest an idle poll may sleep before it has work: the next auto-commit, heartbeat
@@ -342,9 +330,9 @@ class Consumer:
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
         with self._lock:
             logs, offsets = self._fetcher.wait_spec(only)
-            if self._pending is _EVICTED:            # the next poll rejoins: no sleep
+            if self._pending is _EVICTED or self._wake.interrupted():   # the next poll acts
                 return logs, offsets, [], 0.0
-            bells = [self._member.notify_word()] if self._member is not None else []
+            bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
             return logs, offsets, bells, self._wait_bound(time.monotonic())
 
     # -- the group -------------------------------------------------------------------------------
@@ -399,7 +387,8 @@ class Consumer:
                 self._coord(), self.group_id,
                 topics=sorted(st.topics) if st.topics else None, pattern=st.pattern,
                 partitions_for=partitions_for, list_topics=list_topics,
-                assignors=assignors_from(self._strategy), io=self._io, **self._group_settings)
+                assignors=assignors_from(self._strategy), io=self._io, interrupt=self._wake.check_wait,
+                **self._group_settings)
             change, self._member = member.join(), member     # a failed join: retried next poll
             self.last_poll_time = time.monotonic()
             self._poll_timer = PollTimer(self.max_poll_interval, self._lock, self, self._evict,
@@ -506,7 +495,8 @@ class Consumer:
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
-            self._check_open()           # under the lock: a close() may have taken it first
+            self._check_open(closing=True)     # under the lock: a close() may have taken it first
+            self._wake.check()
             self._commit(self._consumed() if offsets is None else offsets)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
@@ -537,7 +527,11 @@ class Consumer:
             owned = self._member.owned()
             positions = {tp: o for tp, o in positions.items() if tp in owned}
         changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
-        self._commit(changed)
+        try:
+            self._commit(changed)
+        except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
+            log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
+            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions})
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
         """The group's committed offset of tp (None if none); metadata=True: the whole
@@ -545,6 +539,7 @@ class Consumer:
         self._check_open()
         if self.group_id is None:
             raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
+        self._wake.check()
         tp = TopicPartition(*tp)
         got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
         if got is None:
@@ -560,8 +555,9 @@ class Consumer:
     def closed(self) -> bool:
         return self._closed
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def _check_open(self, closing: bool = False) -> None:
+        """closing: also refuse once another thread's close() has begun (it waits for _lock)."""
+        if self._closed or (closing and self._wake.closing not in (None, threading.get_ident())):
             raise KStoreStateError("the consumer is closed")
 
     def close(self, autocommit: bool = True) -> None:
@@ -569,6 +565,7 @@ class Consumer:
         consumer opened. Idempotent."""
         if self._closed:
             return
+        self._wake.close()                    # a poll in another thread returns now
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:
             try:
@@ -593,7 +590,7 @@ class Consumer:
                 f"assignment={sorted(map(str, self._state.assignment()))})")
 
 
-# Kafka's acquire() in every user-facing method but close() (any thread; waits for a poll) and wait_spec
+# Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
                          "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll",

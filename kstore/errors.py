@@ -35,6 +35,11 @@ class ConcurrentModificationError(KStoreError):
     close() may be called from any thread)."""
 
 
+class WakeupError(KStoreError):
+    """Consumer.wakeup() interrupted a blocking call (poll, commit, committed) or the next one:
+    Kafka's WakeupException. The consumer stays usable, at the same positions."""
+
+
 class NoOffsetForPartitionError(KStoreError):
     """A consumer with auto_offset_reset="none" has no committed offset for a partition: Kafka's
     NoOffsetForPartitionException (a position out of the log's range raises
@@ -122,7 +127,12 @@ class PartitionLoadError(KStoreError):
 
 
 class UnknownTopicError(KStoreError):
-    """The topic does not exist (and auto.create.topics.enable is off)."""
+    """The topic does not exist (and auto.create.topics.enable is off), or the partition is not
+    the store's: Kafka's UNKNOWN_TOPIC_OR_PARTITION. ``partitions``: those at fault, if named."""
+
+    def __init__(self, message: str = "", partitions=()):
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
 
 
 class UnknownPartitionCountError(KStoreError):

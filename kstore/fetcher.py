@@ -14,12 +14,13 @@ import errno
 import logging
 import os
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from kstore import _notify, notify
 from kstore._core import Record
-from kstore.errors import (KStoreStateError, OffsetOutOfRangeError, SegmentGoneError,
-                           UnknownTopicError)
+from kstore.consumer_types import OffsetAndTimestamp
+from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
+                           OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
@@ -124,6 +125,49 @@ class Fetcher:
         if not self.read_committed:
             return lg.log_end_offset
         return self._filter(tp, lg.log_start_offset).stable_offset(lg)
+
+    def update_positions(self, only: Optional[Sequence[TopicPartition]],
+                         committed: Optional[Callable[[list[TopicPartition]], dict[TopicPartition, int]]]
+                         ) -> None:
+        """Positions of partitions that have none (of only, if given): a pending seek_to_*,
+        else the committed offset (committed: the group's, None without one), else
+        auto_offset_reset ("none": NoOffsetForPartitionError); Kafka's updateFetchPositions."""
+        st = self.state
+        missing = [tp for tp in (only if only is not None else st.missing_positions())
+                   if st.position(tp) is None]
+        if not missing:
+            return
+        need_committed = [tp for tp in missing if st.pending_reset(tp) is None]
+        offsets = committed(need_committed) if need_committed and committed is not None else {}
+        no_offset = []
+        for tp in missing:
+            policy = st.pending_reset(tp)
+            try:
+                if policy is None and tp in offsets:
+                    st.seek(tp, offsets[tp])
+                    continue
+                policy = policy or st.default_reset
+                if policy == "none":
+                    no_offset.append(tp)
+                    continue
+                st.seek(tp, self.offset_for_policy(tp, policy))
+            except UnknownTopicError:
+                continue                     # not in the store (yet): no position
+        if no_offset:
+            raise NoOffsetForPartitionError(
+                f"Undefined offset with no reset policy for partitions: {sorted(map(str, no_offset))}",
+                no_offset)
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+                          ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """Consumer.offsets_for_times (Kafka's OffsetFetcher.offsetsForTimes)."""
+        out: dict[TopicPartition, Optional[OffsetAndTimestamp]] = {}
+        for tp, ts in timestamps.items():
+            if not isinstance(ts, int) or ts < 0:
+                raise InvalidConfigError(f"The target time for partition {tp} is {ts}. The target time cannot be negative.")
+            r = self.source.log(TopicPartition(*tp), fresh=True).fetch_offset_by_timestamp(ts)
+            out[TopicPartition(*tp)] = None if r is None else OffsetAndTimestamp(r[0], r[1])
+        return out
 
     def _reset(self, tp: TopicPartition, pos: int, lg: Log, e: OffsetOutOfRangeError) -> None:
         """A position outside the log: reset as auto_offset_reset says (Kafka's rule), or raise."""

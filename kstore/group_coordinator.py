@@ -36,6 +36,7 @@ from kstore.group_records import (CONSUMER_PROTOCOL_TYPE, OFFSETS_TOPIC, GroupKe
 from kstore.log import Log
 from kstore.offsets_topic import GROUPS_DIR, CoordinatorLockTimeout, OffsetsTopic
 from kstore.topic_partition import TopicPartition
+from kstore.topics import HostedPartitions
 
 if TYPE_CHECKING:
     from kstore.manager import LogManager
@@ -111,6 +112,7 @@ class GroupCoordinator:
                                                     "segment.bytes": cfg["offsets.topic.segment.bytes"]}),
                                   io=self._io, time=self._time, lock_timeout=lock_timeout)
         self.num_partitions = self.topic.num_partitions
+        self._hosted = HostedPartitions(self.log_dirs, self._io)     # what commits may name
 
     # -- where things are ----------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -220,7 +222,9 @@ class GroupCoordinator:
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[OffsetAndMetadata, int]],
                        *, generation: int = -1, member_id: str = "") -> None:
         """Commit offsets as ONE batch of OffsetCommit records in the group's partition (all or
-        none survive a crash). A commit timestamp of -1 becomes now. generation/member_id are
+        none survive a crash). A partition the store does not host (HostedPartitions: an unknown
+        topic, one being deleted, a partition beyond the count) raises UnknownTopicError and
+        nothing is written (Kafka's UNKNOWN_TOPIC_OR_PARTITION). A commit timestamp of -1 becomes now. generation/member_id are
         accepted for Kafka's API shape; ownership is checked by group membership, not here."""
         if not offsets:
             return
@@ -235,7 +239,14 @@ class GroupCoordinator:
             ts = now if om.commit_timestamp == -1 else om.commit_timestamp
             recs.append((offset_commit_key(group_id, topic, part),
                          offset_commit_value(om, commit_timestamp=ts), ts))
-        self._append(self.partition_for(group_id), recs)
+        with self.topic.locked(self.partition_for(group_id)) as lg:
+            # under the flock delete_topic's tombstones take: a commit checked before the
+            # deletion was recorded lands before them, one after it is refused
+            unknown = self._hosted.unknown(TopicPartition(*tp) for tp in offsets)
+            if unknown:
+                raise UnknownTopicError(f"cannot commit offsets of {', '.join(map(str, sorted(unknown)))}: "
+                                        "This server does not host this topic-partition.", unknown)
+            lg.append(recs)
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None
                       ) -> dict[TopicPartition, OffsetAndMetadata]:

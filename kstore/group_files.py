@@ -30,7 +30,7 @@ import logging
 import os
 import re
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from kstore.errors import InvalidConfigError, KStoreError
 from kstore.fileio import FileOps
@@ -142,9 +142,10 @@ class GroupDir:
         return (st.st_dev, st.st_ino)
 
     # -- group.lock --------------------------------------------------------------------------
-    def lock(self, timeout: float) -> int:
+    def lock(self, timeout: float, interrupt: Optional[Callable[[], None]] = None) -> int:
         """Take group.lock, waiting at most timeout seconds (polls from 0.2 ms up to 10 ms: a
-        holder's work is short and bounded). Returns the descriptor to pass to unlock."""
+        holder's work is short and bounded; interrupt() is called before each pause and may
+        raise, a Consumer's wakeup). Returns the descriptor to pass to unlock."""
         path = os.path.join(self.path, LOCK_FILE)
         deadline = time.monotonic() + timeout
         pause = 0.0002
@@ -161,6 +162,8 @@ class GroupDir:
                 raise GroupLockTimeoutError(
                     f"{path}: group {self.group_id!r} locked by another process"
                     f"{' (pid ' + holder + ')' if holder.isdigit() else ''} for more than {timeout:g} s")
+            if interrupt is not None:
+                interrupt()
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
 

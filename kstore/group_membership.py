@@ -147,9 +147,8 @@ def _select_protocol(members: Sequence[dict], leader: Optional[str]) -> Optional
 
 class GroupMember:
     """One member of a consumer group (see the module doc). Thread-safe; one consumer uses it.
-
-    Lock: `_lock` guards the member's state (owned partitions, descriptors) and is held
-    across its group.lock wait and a rebalance (locks.py)."""
+    Lock: `_lock` guards the member's state (owned partitions, descriptors) and is held across
+    its group.lock wait (interrupt() may end a join's) and a rebalance (locks.py)."""
 
     def __init__(self, coordinator: "GroupCoordinator", group_id: str, *,
                  topics: Optional[Sequence[str]] = None, pattern: "Optional[re.Pattern[str]]" = None,
@@ -158,7 +157,8 @@ class GroupMember:
                  assignors: Sequence[ConsumerPartitionAssignor] = (RangeAssignor(),),
                  client_id: str = "kstore", session_timeout_ms: int = 45000,
                  heartbeat_interval_ms: int = 3000, rebalance_timeout_ms: int = 300000,
-                 io: Optional[FileOps] = None, lock_timeout: float = 30.0) -> None:
+                 io: Optional[FileOps] = None, lock_timeout: float = 30.0,
+                 interrupt: Optional[Callable[[], None]] = None) -> None:
         if (topics is None) == (pattern is None):
             raise InvalidConfigError("subscribe to topics or to a pattern (exactly one)")
         if isinstance(topics, str):
@@ -187,7 +187,7 @@ class GroupMember:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self._lock_timeout = lock_timeout
+        self._lock_timeout, self._interrupt = lock_timeout, interrupt   # (raises: ends a join's wait)
         self._lock = threading.Lock()
         self._held = _Held(self.io)
         weakref.finalize(self, self._held.close_all)
@@ -221,7 +221,7 @@ class GroupMember:
                 self._topics = self._resolve()
             self._joined_ms = now_ms()
             try:
-                fd = self._gdir.lock(self._lock_timeout)
+                fd = self._gdir.lock(self._lock_timeout, self._interrupt)
             except BaseException:
                 bell.close()
                 self._bell = None
@@ -472,7 +472,7 @@ class GroupMember:
     def _locked_rebalance(self) -> dict:
         self._gdir.make()                       # the group's directory removed under it?
         self._check_bell()
-        fd = self._gdir.lock(self._lock_timeout)
+        fd = self._gdir.lock(self._lock_timeout, self._interrupt)
         try:
             mfd = self._held.member_fd
             if mfd is not None and (self._meta_dirty or not self._gdir.is_alive(self.member_id)):

@@ -171,7 +171,7 @@ class LogManager:
             if not self._failures.is_offline(d):
                 self._loader.check_names(d)    # a child that is no partition: refuse to start
         if not self.read_only:
-            self._admin.finish_deletions()
+            self._admin.finish_deletions(self._forget_deleted)
         self._check_some_dir_online()
         live = [d for d in self.log_dirs if not self._failures.is_offline(d)]
         if self._progress is not None:
@@ -361,39 +361,39 @@ class LogManager:
         """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms.
 
         Crash-atomic: the intent is first recorded durably in the topic config of every log dir
-        ("deleting"); a crash after that is finished by the next start-up before anything loads,
-        so the topic comes back whole or not at all."""
+        ("deleting"), dropped after the renames and the groups' offsets of it are gone; a crash
+        before is finished by the next start-up: the topic comes back whole or not at all."""
         self._check_writable()
         self._admin.delete_topic(name)
         # outside the registry lock: a checkpoint's lock is taken before it (lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
-        self._forget_cleaned_offsets(name)
-        self._forget_committed_offsets(name)
+        if self._forget_deleted([name]):          # else: the next start-up tries again
+            self._admin.finish_deletion(name)
 
-    def _forget_committed_offsets(self, topic: str) -> None:
-        """The deleted topic's committed offsets are tombstoned in every group (Kafka's
-        onPartitionsDeleted), so a topic created again under its name is not read from them.
-        The topic is gone whatever happens here: a failure is logged, not raised."""
+    def _forget_deleted(self, topics: list[str]) -> bool:
+        """What else names deleted topics (also at a start-up ending deletions a crash cut
+        short): cleaner-offset-checkpoint entries (Kafka's asyncDelete) and every group's
+        committed offsets (onPartitionsDeleted: tombstones), so a topic created again under a
+        name inherits neither. False if the offsets stay (logged; the deletion stays recorded)."""
         from kstore.group_coordinator import GroupCoordinator
-        try:
-            with GroupCoordinator(self, io=self._io, time=self._time) as gc:
-                gc.on_topics_deleted([topic])
-        except (KStoreError, OSError) as e:
-            log.error("topic %s was deleted but its committed offsets could not be removed: %s",
-                      topic, e)
-
-    def _forget_cleaned_offsets(self, topic: str) -> None:
-        """The deleted topic leaves cleaner-offset-checkpoint (Kafka's asyncDelete): a topic
-        created again under its name must not inherit its first dirty offsets."""
         for d in [d for d in self.log_dirs if not self._failures.is_offline(d)]:
             try:
-                if self.cleaner is not None:        # it holds the entries in memory too
-                    self.cleaner.forget_topic(topic, [d])
-                else:
-                    drop_topic_entries(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io, topic)
+                for t in topics:
+                    if self.cleaner is not None:        # it holds the entries in memory too
+                        self.cleaner.forget_topic(t, [d])
+                    else:
+                        drop_topic_entries(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io, t)
             except OSError as e:
                 self._failures.mark_offline(d, e)
+        try:
+            with GroupCoordinator(self, io=self._io, time=self._time) as gc:
+                gc.on_topics_deleted(topics)
+            return True
+        except (KStoreError, OSError) as e:
+            log.error("topic(s) %s deleted but their committed offsets could not be removed: %s",
+                      topics, e)
+            return False
 
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
                partition: Optional[int] = None, timestamp: Optional[int] = None,

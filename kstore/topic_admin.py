@@ -2,15 +2,16 @@
 configs and delete topics (what Kafka's controller does for CreateTopics, CreatePartitions,
 IncrementalAlterConfigs and DeleteTopics), each published whole to the log registry.
 
-Deletion is crash-atomic: recorded in the topic config file first, finished by the next
-start-up (finish_deletions) if it was cut short.
+Deletion is crash-atomic: recorded in the topic config file first, the record dropped last
+(after the partitions' renames and the groups' committed offsets), finished by the next start-up
+(finish_deletions) if it was cut short.
 """
 from __future__ import annotations
 
 import logging
 import os
 from collections import deque
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
 from kstore.config import LogConfig
@@ -43,10 +44,11 @@ class TopicAdmin:
         self._scheduler = scheduler
         self._to_remove = to_remove       # (`-delete` dir, renamed at ms): the manager removes them
 
-    def finish_deletions(self) -> None:
+    def finish_deletions(self, forget: Callable[[list[str]], bool]) -> None:
         """Complete the topic deletions a crash cut short (delete_topic records the intent in
         the topic config before its first rename): rename every partition left of those topics
-        to its `-delete` name, then drop the record. A dir that is offline keeps it pending.
+        to its `-delete` name, forget(topics) what else names them (committed offsets), then
+        drop the record. A dir that is offline, or forget returning False, keeps it pending.
         Writable stores only (a read-only one shows no partition of a topic being deleted)."""
         if not self._topics.deleting:
             return
@@ -69,10 +71,18 @@ class TopicAdmin:
             except (OSError, UnusableFileError) as e:
                 self._failures.mark_offline(d, e)
                 done = False
-        if done:
-            deleting = list(self._topics.deleting)
+        deleting = list(self._topics.deleting)
+        if done and forget(deleting):
             log.info("finished the deletion of topic(s) %s cut short before", deleting)
             self._topics.finish_deletions(deleting)
+
+    def finish_deletion(self, name: str) -> None:
+        """Drop the record of delete_topic(name) once its committed offsets are gone too: the
+        record is what makes a start-up after a crash finish the whole deletion, and until it
+        goes the name cannot be created again ("marked for deletion", as Kafka's)."""
+        with self._reg.lock:
+            if not self._failures.offline_dirs:
+                self._topics.finish_deletions([name])
 
     def create_topic(self, name: str, partitions: Optional[int] = None,
                      config: Optional[Mapping[str, Any]] = None) -> None:
@@ -233,5 +243,4 @@ class TopicAdmin:
                 except OSError as e:
                     self._failures.mark_offline(d, e)
                     raise LogDirOfflineError(f"could not delete {name}: {e}") from e
-            if not self._failures.offline_dirs:
-                self._topics.finish_deletions([name])
+            # the record stays until the caller's finish_deletion: committed offsets go first

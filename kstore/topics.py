@@ -215,3 +215,48 @@ class TopicConfigs:
         done = set(topics)
         self._file.deleting = [t for t in self._file.deleting if t not in done]
         self.persist()
+
+
+class HostedPartitions:
+    """Which partitions a store hosts, as Kafka's broker decides an OffsetCommit's
+    UNKNOWN_TOPIC_OR_PARTITION: a partition below its topic's recorded count, or (count not
+    recorded: a broker's dirs, an older kstore's topic) one with a directory in a log dir; never
+    one of a topic whose deletion is recorded. The topic config files are read at each call and
+    parsed only when their bytes changed (an inode, size and mtime can all repeat); racing
+    threads each use data at least as new as their own read (the bytes are stored last)."""
+
+    def __init__(self, log_dirs: Sequence[str], io: Optional[FileOps] = None):
+        self._dirs = list(log_dirs)
+        self._io = io or get_file_ops()
+        self._seen: tuple = ()
+        self._counts: dict[str, int] = {}
+        self._deleting: frozenset[str] = frozenset()
+
+    def _load(self) -> None:
+        seen: list[Optional[bytes]] = []
+        for d in self._dirs:
+            try:
+                seen.append(self._io.read_file(os.path.join(d, TOPIC_CONFIG_FILE)))
+            except (OSError, UnusableFileError):
+                seen.append(None)
+        if tuple(seen) != self._seen:
+            f = TopicConfigFile.read(self._dirs, self._io)
+            self._counts = dict(f.partitions) if f is not None else {}
+            self._deleting = frozenset(f.deleting) if f is not None else frozenset()
+            self._seen = tuple(seen)
+
+    def unknown(self, tps: Iterable[Sequence[Any]]) -> list:
+        """Of tps ((topic, partition) pairs), those the store does not host, in order."""
+        self._load()
+        out = []
+        for tp in tps:
+            topic, p = tp[0], tp[1]
+            n = self._counts.get(topic)
+            if topic in self._deleting or not isinstance(p, int) or p < 0:
+                out.append(tp)
+            elif n is not None:
+                if p >= n:
+                    out.append(tp)
+            elif not any(self._io.exists(os.path.join(d, f"{topic}-{p}")) for d in self._dirs):
+                out.append(tp)
+        return out

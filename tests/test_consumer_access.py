@@ -121,34 +121,6 @@ def test_a_seek_from_another_thread_is_never_lost(writer, watchdog):
     assert (lost, applied + refused) == (0, 300), (applied, refused)
 
 
-def test_close_from_another_thread_waits_for_the_poll(writer, watchdog):
-    """close() is the one call any thread may make: it waits for a poll in progress to return,
-    then closes; the polling thread's next call says the consumer is closed."""
-    watchdog(60)
-    d, _w = writer
-    c = Consumer(d, auto_offset_reset="latest")
-    c.assign([T0])
-    c.poll()
-    results, closed = [], threading.Event()
-
-    def poll_twice():
-        results.append(c.poll(timeout_ms=1500))
-        closed.wait(30)
-        try:
-            c.poll()
-        except kstore.KStoreStateError as e:
-            results.append(str(e))
-    a = threading.Thread(target=poll_twice)
-    a.start()
-    time.sleep(0.3)
-    t0 = time.monotonic()
-    c.close()
-    assert 0.5 < time.monotonic() - t0 < 10
-    closed.set()
-    join_all([a], 30)
-    assert results == [{}, "the consumer is closed"]
-
-
 def test_a_poll_that_waited_for_a_closing_thread_says_closed(writer, watchdog):
     """A poll that arrives while close() runs in another thread (here: close holds the lock a
     poll takes) raises KStoreStateError once it gets in. The old code checked before waiting

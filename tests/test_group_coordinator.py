@@ -30,6 +30,14 @@ NOW = 1_700_000_000_000
 # kstore/ has no built core there
 
 
+def host(d):
+    """Topics t (10 partitions), u (4), x and gone (1) in store d: what the tests commit offsets of
+    (commit_offsets refuses partitions the store does not host)."""
+    with LogManager(d) as m:
+        for topic, n in (("t", 10), ("u", 4), ("x", 1), ("gone", 1)):
+            m.create_topic(topic, n)
+
+
 def part_dir(d, group, n=50):
     return os.path.join(d, f"__consumer_offsets-{partition_for(group, n)}")
 
@@ -58,6 +66,7 @@ def batches(path):
 
 def test_commit_is_one_batch_of_kafka_records(tmp_path):
     d = str(tmp_path)
+    host(d)
     t = MockTime(NOW)
     with GroupCoordinator(d, time=t) as gc:
         gc.commit_offsets("g", {TP("t", 0): 5, TP("t", 1): OffsetAndMetadata(7, "meta", 3)})
@@ -97,6 +106,7 @@ def test_commit_is_one_batch_of_kafka_records(tmp_path):
 
 def test_store_group_list_and_delete(tmp_path):
     d = str(tmp_path)
+    host(d)
     m = MemberMetadata("c-1", None, "c", "/127.0.0.1", 300000, 45000, subscription_bytes(["t"]),
                        assignment_bytes([TP("t", 0)]))
     g = GroupMetadata("consumer", 3, "range", "c-1", NOW, (m,))
@@ -125,6 +135,7 @@ def test_store_group_list_and_delete(tmp_path):
 
 
 def test_delete_group_refuses_live_members(tmp_path, monkeypatch):
+    host(str(tmp_path))
     with GroupCoordinator(str(tmp_path)) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
         live = [MemberMetadata("m-1", None, "c", "/h", 1, 1, b"", b"")]
@@ -136,6 +147,7 @@ def test_delete_group_refuses_live_members(tmp_path, monkeypatch):
 
 def test_partition_count_is_fixed_once_written(tmp_path):
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d, num_partitions=3) as gc:
         assert gc.partition_for("foo") == partition_for("foo", 3)
         gc.commit_offsets("foo", {TP("t", 0): 1})
@@ -151,6 +163,7 @@ def test_partition_count_is_fixed_once_written(tmp_path):
 
 def test_lock_timeout_names_the_holder(tmp_path):
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
         # a standalone writable Log of the partition takes the same flock
@@ -168,6 +181,7 @@ def test_lock_timeout_names_the_holder(tmp_path):
 def test_readers_bell_rings_on_commit(tmp_path, watchdog):
     watchdog(60)
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
         with Log.open(part_dir(d, "g"), read_only=True) as lg:
@@ -189,6 +203,7 @@ def test_threads_commit_concurrently(tmp_path, watchdog):
     watchdog(120)
     from thread_watchdog import join_all
     d = str(tmp_path)
+    host(d)
     gcs = [GroupCoordinator(d), GroupCoordinator(d)]      # two coordinators, two fds: flocks
 
     def work(i):
@@ -247,6 +262,7 @@ def child(d, *args):
 
 def test_processes_commit_while_another_reads(tmp_path):
     d = str(tmp_path)
+    host(d)
     n = 150
     GroupCoordinator(d).close()
     reader = child(d, "read", n)
@@ -265,6 +281,7 @@ def test_processes_commit_while_another_reads(tmp_path):
 
 def test_kill9_of_a_committer_keeps_every_returned_commit(tmp_path):
     d = str(tmp_path)
+    host(d)
     for round_ in range(3):
         p = child(d, "hold", 0)
         assert p.stdout.readline().strip() == "ready"
@@ -289,6 +306,7 @@ def test_kill9_of_a_committer_keeps_every_returned_commit(tmp_path):
 
 def test_commit_after_a_torn_tail(tmp_path):
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
     seg = os.path.join(part_dir(d, "g"), "00000000000000000000.log")
@@ -305,13 +323,14 @@ def test_commit_after_a_torn_tail(tmp_path):
 
 def test_manager_in_another_process_beside_commits(tmp_path):
     d = str(tmp_path)
+    with LogManager(d) as m:
+        m.create_topic("t", 2)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
     code = textwrap.dedent("""
         import sys
         from kstore import LogManager
         m = LogManager(sys.argv[1])
-        m.create_topic("t", 2)
         print(sorted(m.topics()), sorted(m.logs()), flush=True)
         sys.stdin.readline()
         print(sorted(m.topics()), flush=True)
@@ -344,6 +363,7 @@ def member(topics):
 
 def test_expire_offsets_kafka_rules(tmp_path):
     d = str(tmp_path)
+    host(d)
     t = MockTime(NOW)
     cfg = {"offsets.retention.minutes": 1}
     with GroupCoordinator(d, time=t, config=cfg) as gc:
@@ -374,6 +394,7 @@ def test_expire_offsets_kafka_rules(tmp_path):
 
 def test_compaction_keeps_latest_and_drops_tombstones(tmp_path):
     d = str(tmp_path)
+    host(d)
     t = MockTime(NOW)
     cfg = {"offsets.topic.segment.bytes": 2000}
     with GroupCoordinator(d, time=t, config=cfg) as gc:
@@ -407,6 +428,7 @@ def test_compaction_keeps_latest_and_drops_tombstones(tmp_path):
 
 def test_reader_state_resets_when_compaction_replaces_segments(tmp_path):
     d = str(tmp_path)
+    host(d)
     t = MockTime(NOW)
     cfg = {"offsets.topic.segment.bytes": 1500}
     with GroupCoordinator(d, time=t, config=cfg) as writer, GroupCoordinator(d, config=cfg) as reader:
@@ -424,6 +446,7 @@ def test_reader_state_resets_when_compaction_replaces_segments(tmp_path):
 
 def test_manager_task_expires_and_compacts(tmp_path):
     d = str(tmp_path)
+    host(d)
     t = MockTime(NOW)
     s = MockScheduler(t)
     cfg = {"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "1000",
@@ -431,7 +454,7 @@ def test_manager_task_expires_and_compacts(tmp_path):
     with LogManager(d, cfg, time=t, scheduler=s) as m:
         with GroupCoordinator(m, time=t) as gc:
             gc.commit_offsets("g", {TP("t", 0): 1})
-            assert m.topics() == []
+            assert m.topics() == ["gone", "t", "u", "x"]      # __consumer_offsets is not one
             t.sleep(60_000)
             s.tick()
             assert gc.fetch_offsets("g") == {}
@@ -454,6 +477,7 @@ def test_expiry_asks_membership_without_holding_locks(tmp_path, monkeypatch, wat
     t = MockTime(NOW)
     with GroupCoordinator(d, time=t, config={"offsets.retention.minutes": 1}) as gc:
         gc.store_group("g", GroupMetadata("consumer", 3, "range", "m-1", NOW, (member(["t"]),)))
+        host(d)                     # (after the coordinator made the dir)
         gc.commit_offsets("g", {TP("t", 0): 1})
         asked = []
 
@@ -471,6 +495,7 @@ def test_expiry_asks_membership_without_holding_locks(tmp_path, monkeypatch, wat
 def test_a_waiting_reader_does_not_make_the_writer_reopen(tmp_path, watchdog, monkeypatch):
     watchdog(60)
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
         opens = []
@@ -497,6 +522,7 @@ def test_a_waiting_reader_does_not_make_the_writer_reopen(tmp_path, watchdog, mo
 def test_manager_compacts_in_another_process_while_commits_go_on(tmp_path, watchdog):
     watchdog(180)
     d = str(tmp_path)
+    host(d)
     cfg = {"offsets.topic.segment.bytes": 1500, "offsets.retention.minutes": 10080}
     code = textwrap.dedent("""
         import sys, time
@@ -542,6 +568,7 @@ def test_manager_compacts_in_another_process_while_commits_go_on(tmp_path, watch
 def test_a_malformed_group_record_names_partition_and_offset(tmp_path):
     from kstore.group_coordinator import GroupRecordError
     d = str(tmp_path)
+    host(d)
     with GroupCoordinator(d) as gc:
         gc.commit_offsets("g", {TP("t", 0): 1})
     with Log.open(part_dir(d, "g"), {"cleanup.policy": "compact"}) as lg:    # a valid batch...

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from group_helpers import ChildMember, FakeCoordinator
+import kstore
 from kstore import _notify
 from kstore.assignors import RangeAssignor, RoundRobinAssignor
 from kstore.errors import InvalidConfigError, KStoreStateError
@@ -501,6 +502,8 @@ def test_with_the_real_coordinator(tmp_path):
     from kstore.group_coordinator import GroupCoordinator
     from kstore.group_records import parse_assignment, parse_subscription
     store = Store(t=3)
+    with kstore.LogManager(str(tmp_path)) as m:      # offsets are committed of topics that exist
+        m.create_topic("t", 3)
     with GroupCoordinator(str(tmp_path), num_partitions=5) as gc:
         a = GroupMember(gc, G, topics=["t"], partitions_for=store.partitions_for,
                         list_topics=store.list_topics, heartbeat_interval_ms=100)

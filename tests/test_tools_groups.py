@@ -205,6 +205,34 @@ def test_reset_refused_while_members_live(store):
         assert gc.fetch_offsets("g")[TP("t", 0)].offset == 10
 
 
+def test_reset_offsets_of_an_unknown_topic_or_partition(store):
+    """Kafka's kafka-consumer-groups --reset-offsets: a topic the cluster does not have fails
+    the command (describeTopics: UnknownTopicOrPartitionException, printed on stdout); a named
+    partition it does not host has no log start/end/timestamp offset (printUsageAndExit's line
+    on stderr) or, for --to-offset, is refused by the broker's OffsetCommit. Exit status 1 and
+    nothing committed for any group, dry run or --execute; --all-topics skips nothing silently."""
+    unknown = ("\nError: Executing consumer group command failed due to UnknownTopicOrPartitionException: "
+               "This server does not host this topic-partition.\n")
+    for args in (["--topic", "nope", "--to-earliest"], ["--topic", "t", "--topic", "nope", "--to-latest"],
+                 ["--topic", "nope:0", "--to-offset", "3"], ["--topic", "t:0,2", "--to-offset", "3"],
+                 ["--topic", "t:2", "--to-current"]):
+        for mode in ([], ["--execute"]):
+            rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", *args, *mode)
+            assert (rc, out, err) == (1, unknown, ""), args
+    for opt, what in (("--to-earliest", "starting offset"), ("--to-latest", "ending offset"),
+                      ("--to-datetime=2023-11-14T22:13:40.000Z", "offset by timestamp")):
+        rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t:1,2",
+                           opt, "--execute")
+        assert (rc, out, err) == (1, "", f"Error getting {what} of topic partition: t-2\n")
+    rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t:5", "--shift-by", "1")
+    assert (rc, out, err) == (1, "", "kstore: error: Cannot shift offset for partition t-5 since there is "
+                                     "no current committed offset\n")
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 10, TP("t", 1): 45}
+        with pytest.raises(kstore.UnknownTopicError):   # what --execute would have met
+            gc.commit_offsets("g", {TP("t", 2): 3})
+
+
 def test_delete_groups(store):
     rc, out, _ = run("--log-dirs", store, "--delete", "--group", "g")
     assert rc == 0 and out == "Deletion of requested consumer groups ('g') was successful.\n"

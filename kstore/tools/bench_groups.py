@@ -48,6 +48,14 @@ def _offsets(i: int) -> dict[TopicPartition, OffsetAndMetadata]:
     return {TopicPartition("events", p): OffsetAndMetadata(i * 1000 + p) for p in range(10)}
 
 
+def _store(d: str) -> str:
+    """Store d with the topic the benchmark commits offsets of (events, 10 partitions)."""
+    from kstore.manager import LogManager
+    with LogManager(d) as m:
+        m.create_topic("events", 10)
+    return d
+
+
 def warm(n: int, d: str) -> dict[str, float]:
     commits, fetches = [], []
     with GroupCoordinator(d) as gc:
@@ -119,9 +127,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     root = a.dir or tempfile.mkdtemp(prefix="kstore-bench-groups-")
     try:
-        res = {"warm": warm(a.commits, tempfile.mkdtemp(dir=root)),
-               "fresh": fresh(a.fresh, tempfile.mkdtemp(dir=root)) if a.fresh else {},
-               "contended": contended(a.contended, tempfile.mkdtemp(dir=root)) if a.contended else {}}
+        res = {"warm": warm(a.commits, _store(tempfile.mkdtemp(dir=root))),
+               "fresh": fresh(a.fresh, _store(tempfile.mkdtemp(dir=root))) if a.fresh else {},
+               "contended": contended(a.contended, _store(tempfile.mkdtemp(dir=root))) if a.contended else {}}
     finally:
         if not a.dir:
             shutil.rmtree(root, ignore_errors=True)

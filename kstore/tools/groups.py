@@ -98,6 +98,16 @@ def main(args, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
     raise UsageError("one of --list, --describe, --delete, --reset-offsets is required")
 
 
+#: Kafka's words when a reset names a topic or partition the cluster does not host (its
+#: describeTopics, or the broker's OffsetCommit, fails with UNKNOWN_TOPIC_OR_PARTITION)
+UNKNOWN_TOPIC_FAILURE = ("Executing consumer group command failed due to "
+                         "UnknownTopicOrPartitionException: This server does not host this topic-partition.")
+
+
+class _NoOffset(KStoreError):
+    """A reset's partition has no start, end or timestamp offset (not hosted)."""
+
+
 def _error(out: IO[str], msg: str) -> None:
     """Kafka's printError: on stdout, after a blank line."""
     print(f"\nError: {msg}", file=out)
@@ -297,7 +307,7 @@ class _Command:
                     raise UsageError(f"--topic {spec}: partitions must be numbers") from None
             else:
                 out += [TopicPartition(*tp) for tp in self.reader.partitions(topic)]
-                if not self.reader.partitions(topic):
+                if not self.reader.partitions(topic):     # Kafka's describeTopics fails
                     raise UnknownTopicError(f"unknown topic {topic} in {self.gc.log_dirs}")
         return out
 
@@ -312,7 +322,14 @@ class _Command:
                 _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
                                  f"but the current state is {state}.")
                 continue
-            plan[g] = {tp: self.new_offset(g, tp) for tp in self.partitions_to_reset(g)}
+            try:
+                plan[g] = {tp: self.new_offset(g, tp) for tp in self.partitions_to_reset(g)}
+            except _NoOffset as e:               # Kafka's printUsageAndExit: stderr, status 1
+                print(e, file=self.err)
+                return 1
+            except UnknownTopicError:            # nothing is committed for any group
+                _error(self.out, UNKNOWN_TOPIC_FAILURE)
+                return 1
         if a.execute:
             for g, offs in plan.items():
                 self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in offs.items()})
@@ -333,7 +350,14 @@ class _Command:
         """Kafka's prepareOffsetsToReset for one partition, clamped to [log start, log end]."""
         a = self.args
         start, end = self.start_offset(tp), self.end_offset(tp)
-        if start is None or end is None:
+        if start is None or end is None:          # not hosted: Kafka's ListOffsets has no answer
+            what = ("starting offset" if a.to_earliest else "ending offset" if a.to_latest
+                    else "offset by timestamp" if a.to_datetime is not None else None)
+            if what is not None:
+                raise _NoOffset(f"Error getting {what} of topic partition: {tp}")
+            if a.shift_by is not None and self.gc.fetch_offsets(g, [tp]).get(tp) is None:
+                raise KStoreError(f"Cannot shift offset for partition {tp} since there is no "
+                                  f"current committed offset")
             raise UnknownTopicError(f"unknown topic partition {tp} in {self.gc.log_dirs}")
         if a.to_earliest:
             return start

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from crash_harness import TracingOps, explore
 
-from kstore import TopicPartition as TP
+from kstore import LogManager, TopicPartition as TP
 from kstore.clock import MockTime
 from kstore.group_coordinator import GroupCoordinator
 from kstore.group_records import GroupMetadata
@@ -16,6 +16,9 @@ NOW = 1_700_000_000_000
 def test_commit_crash_states(tmp_path, reliability_counts):
     root = tmp_path / "store"
     root.mkdir()
+    with LogManager(str(root)) as m:                   # the topics committed (they must exist)
+        m.create_topic("t", 2)
+        m.create_topic("u", 1)
     ops = TracingOps(str(root))
     cfg = {"offsets.topic.segment.bytes": 700}          # rolls during the workload
     gc = GroupCoordinator(str(root), io=ops, time=MockTime(NOW), config=cfg)

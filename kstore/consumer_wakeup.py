@@ -1,0 +1,57 @@
+"""What another thread may do to a Consumer's blocking calls (KafkaConsumer.wakeup and its
+close): `wakeup()` makes the poll blocked now, or the next poll/commit/committed, raise
+WakeupError once; `close()` ends a poll's wait at once (the poll returns what it has: nothing).
+A group join waiting for another process's group.lock is ended the same way (check_wait).
+
+Both ring a private Bell that every poll sleeps on beside its logs' words, so the sleeper wakes
+at once (one futex_waitv; GIL released), never after its timeout. The request itself is a flag:
+two wakeups before one raise are one WakeupError, as Kafka's AtomicBoolean. No lock: the flag
+is one attribute and the Bell's bump is atomic.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from kstore import _notify
+from kstore.errors import KStoreStateError, WakeupError
+
+__all__ = ["Wakeup"]
+
+
+class Wakeup:
+    """One consumer's wakeup and close requests, and the bell its waits include."""
+
+    __slots__ = ("bell", "requested", "closing")
+
+    def __init__(self) -> None:
+        self.bell = _notify.Bell.private()
+        self.requested = False          # a wakeup() not raised yet
+        self.closing: Optional[int] = None   # the thread whose close() has begun
+
+    def wake(self) -> None:
+        """wakeup(): any thread; the consumer's next blocking call (or the one now) raises."""
+        self.requested = True
+        self.bell.nudge()
+
+    def close(self) -> None:
+        """close() has begun: a poll's wait ends now (its thread need not be this one)."""
+        self.closing = threading.get_ident()
+        self.bell.nudge()
+
+    def check(self) -> None:
+        """Raise WakeupError if a wakeup is pending (and clear it: it is raised once)."""
+        if self.requested:
+            self.requested = False
+            raise WakeupError("the consumer was woken up (Consumer.wakeup)")
+
+    def check_wait(self) -> None:
+        """A group join's or rebalance's wait for group.lock: WakeupError on a wakeup, and
+        KStoreStateError once close() has begun (the poll then gives way to it)."""
+        if self.closing is not None:
+            raise KStoreStateError("the consumer is closed")
+        self.check()
+
+    def interrupted(self) -> bool:
+        """A wait's check: a wakeup or a close arrived."""
+        return self.requested or self.closing is not None

@@ -1,0 +1,247 @@
+"""kstore.consumer_wakeup: Consumer.wakeup() (KafkaConsumer.wakeup): from any thread, it makes the
+poll blocked in another thread, or the next poll/commit, raise WakeupError at once instead of
+waiting out its timeout; the consumer goes on from the same position. close() from another
+thread interrupts a poll the same way (Kafka's close does not wait out a poll)."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+import kstore
+from kstore import Consumer, TopicPartition as TP, WakeupError
+from thread_watchdog import join_all
+from writer_process import WriterProcess
+
+T0 = TP("t", 0)
+GENEROUS_S = 10      # far below every 30 s poll here, far above any scheduling delay
+
+
+@pytest.fixture
+def writer(tmp_path):
+    """(log dir, WriterProcess): topic t, 1 partition of 100 records b"0".."99", owned by
+    another process."""
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    w.run('m.create_topic("t", 1)',
+          'm.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])')
+    yield d, w
+    assert w.close() == 0
+
+
+def _poll_in_thread(c, timeout_ms=30_000):
+    """Start a thread polling c once; returns (thread, outcome list, time the poll began)."""
+    out, started = [], []
+
+    def run():
+        started.append(time.monotonic())
+        try:
+            out.append(c.poll(timeout_ms=timeout_ms))
+        except kstore.KStoreError as e:
+            out.append(e)
+    t = threading.Thread(target=run, name="poller")
+    t.start()
+    deadline = time.monotonic() + GENEROUS_S
+    while c._guard._owner is None and time.monotonic() < deadline:    # inside poll
+        time.sleep(0.001)
+    time.sleep(0.2)                                                   # asleep in its wait
+    return t, out, started
+
+
+def test_wakeup_interrupts_a_poll_blocked_in_another_thread(writer, watchdog):
+    """A poll(timeout=30 s) at the log end, waiting on the writer process's notification word,
+    raises WakeupError soon after wakeup() from the main thread; the consumer keeps its position
+    and its next poll returns exactly the records appended since, none lost or repeated."""
+    watchdog(60)
+    d, w = writer
+    with Consumer(d, auto_offset_reset="latest") as c:
+        c.assign([T0])
+        assert c.poll() == {} and c.position(T0) == 100
+        t, out, started = _poll_in_thread(c)
+        c.wakeup()
+        join_all([t], GENEROUS_S)
+        assert time.monotonic() - started[0] < GENEROUS_S
+        assert type(out[0]) is WakeupError and isinstance(out[0], kstore.KStoreError)
+        assert c.position(T0) == 100
+        w.run('m.append_batch("t", 0, [(None, b"a"), (None, b"b")])')
+        got = c.poll(timeout_ms=GENEROUS_S * 1000)
+        assert [(r.offset, r.value) for r in got[T0]] == [(100, b"a"), (101, b"b")]
+        assert c.poll() == {}                # the wakeup was raised once, not again
+
+
+def test_wakeup_before_poll_raises_in_the_next_poll_once(writer, watchdog):
+    """No thread blocked: the next poll raises (even with records to return, which stay for the
+    poll after it), then polls and iteration go on from the same position."""
+    watchdog(60)
+    d, _w = writer
+    with Consumer(d, auto_offset_reset="earliest", max_poll_records=10) as c:
+        c.assign([T0])
+        assert [r.offset for r in c.poll(timeout_ms=5000)[T0]] == list(range(10))
+        c.wakeup()
+        c.wakeup()                           # two before the raise: one WakeupError
+        with pytest.raises(WakeupError):
+            c.poll(timeout_ms=30_000)
+        assert c.position(T0) == 10
+        assert [r.offset for r in c.poll(timeout_ms=5000)[T0]] == list(range(10, 20))
+        c.wakeup()
+        with pytest.raises(WakeupError):
+            next(iter(c))
+        assert [next(c).offset for _ in range(3)] == [20, 21, 22]
+
+
+def test_wakeup_makes_the_next_commit_and_committed_raise(group_store, watchdog):
+    """commit() and committed() are blocking calls in Kafka: a pending wakeup raises there and
+    nothing is written; the commit after it writes."""
+    watchdog(60)
+    d, _m = group_store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.assign([TP("t", 0)])
+        assert len(c.poll(timeout_ms=5000)[TP("t", 0)]) == 10
+        c.wakeup()
+        with pytest.raises(WakeupError):
+            c.commit()
+        assert c.committed(TP("t", 0)) is None
+        c.wakeup()
+        with pytest.raises(WakeupError):
+            c.committed(TP("t", 0))
+        c.commit()
+        assert c.committed(TP("t", 0)) == 10
+
+
+def test_wakeup_interrupts_a_group_members_poll(group_store, watchdog):
+    """A subscribed group member's poll sleeps on the logs and the group's bell: wakeup ends it;
+    the member stays in the group with its partitions and its next poll goes on."""
+    watchdog(60)
+    d, m = group_store
+    with Consumer(d, "t", group_id="g", auto_offset_reset="latest") as c:
+        c.poll(timeout_ms=0)
+        assert c.assignment() == {TP("t", p) for p in range(4)}
+        t, out, started = _poll_in_thread(c)
+        c.wakeup()
+        join_all([t], GENEROUS_S)
+        assert type(out[0]) is WakeupError
+        assert c.assignment() == {TP("t", p) for p in range(4)}
+        m.append_batch("t", 2, [(b"k", b"new")])
+        got = c.poll(timeout_ms=GENEROUS_S * 1000)
+        assert {tp: [r.value for r in rs] for tp, rs in got.items()} == {TP("t", 2): [b"new"]}
+
+
+def test_wakeup_interrupts_a_join_waiting_for_the_group_lock(group_store, watchdog):
+    """A rebalance holds group.lock (here: this test, as another member would): a new member's
+    poll waits for it up to its 30 s lock timeout. wakeup() ends that wait with WakeupError, the
+    consumer is not in the group (nothing joined, nothing owned), and once the lock is free its
+    next poll joins and reads every partition's records from the start."""
+    from kstore.fileio import FileOps
+    from kstore.group_coordinator import GroupCoordinator
+    from kstore.group_files import GroupDir
+    watchdog(60)
+    d, _m = group_store
+    with GroupCoordinator(d) as gc:
+        gdir = GroupDir(FileOps(), gc.log_dir_for("g"), "g")
+    gdir.make()
+    held = gdir.lock(5)
+    try:
+        with Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as c:
+            t, out, started = _poll_in_thread(c)
+            c.wakeup()
+            join_all([t], GENEROUS_S)
+            assert time.monotonic() - started[0] < GENEROUS_S
+            assert type(out[0]) is WakeupError
+            assert c.assignment() == set()
+            gdir.unlock(held)
+            held = None
+            got: dict = {}
+            deadline = time.monotonic() + GENEROUS_S
+            while sum(map(len, got.values())) < 40 and time.monotonic() < deadline:
+                for tp, rs in c.poll(timeout_ms=1000).items():
+                    got.setdefault(tp, []).extend(r.offset for r in rs)
+            assert got == {TP("t", p): list(range(10)) for p in range(4)}
+    finally:
+        if held is not None:
+            gdir.unlock(held)
+
+
+def test_close_from_another_thread_interrupts_the_poll(writer, watchdog):
+    """close() from another thread does not wait out a 30 s poll: the poll returns {} (no
+    records taken), close() returns, and the polling thread's next call says closed."""
+    watchdog(60)
+    d, _w = writer
+    c = Consumer(d, auto_offset_reset="latest")
+    c.assign([T0])
+    c.poll()
+    t, out, started = _poll_in_thread(c)
+    c.close()
+    join_all([t], GENEROUS_S)
+    assert time.monotonic() - started[0] < GENEROUS_S
+    assert out == [{}]
+    with pytest.raises(kstore.KStoreStateError, match="^the consumer is closed$"):
+        c.poll()
+
+
+def test_wakeup_interrupts_an_async_getmany(writer, watchdog):
+    """An AsyncConsumer's getmany(timeout 30 s) waits in the process's waiter thread: a wakeup()
+    of its Consumer from another thread ends it with WakeupError; the next getmany reads on."""
+    watchdog(60)
+    d, w = writer
+
+    async def main():
+        async with kstore.AsyncConsumer(d, auto_offset_reset="latest") as ac:
+            ac.assign([T0])
+            assert await ac.getmany() == {}
+            threading.Timer(0.3, ac.consumer.wakeup).start()
+            t0 = time.monotonic()
+            with pytest.raises(WakeupError):
+                await ac.getmany(timeout_ms=30_000)
+            assert time.monotonic() - t0 < GENEROUS_S
+            w.run('m.append_batch("t", 0, [(None, b"x")])')
+            got = await ac.getmany(timeout_ms=GENEROUS_S * 1000)
+            assert [(r.offset, r.value) for r in got[T0]] == [(100, b"x")]
+    asyncio.run(main())
+
+
+def test_wakeup_from_other_threads_leaves_another_process_consumer_alone(writer, watchdog, tmp_path):
+    """A consumer in another process, reading beside this one, never sees this one's wakeups:
+    it reads all 100 + 50 records while threads here wake this consumer 20 times and a thread
+    keeps polling it (each WakeupError caught, the poll repeated; it too ends with all)."""
+    import os
+    import subprocess
+    import sys
+    watchdog(120)
+    d, w = writer
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, kstore\n"
+         "c = kstore.Consumer(sys.argv[1], auto_offset_reset='earliest')\n"
+         "c.assign([kstore.TopicPartition('t', 0)])\n"
+         "n = []\n"
+         "while len(n) < 150:\n"
+         "    for rs in c.poll(timeout_ms=1000).values(): n += [r.offset for r in rs]\n"
+         "print(n == list(range(150)), flush=True)\n", d],
+        cwd=str(tmp_path), env=dict(os.environ), stdout=subprocess.PIPE, text=True)
+    wakes = 0
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        seen: list = []
+
+        def poller():
+            nonlocal wakes
+            while len(seen) < 150:
+                try:
+                    for rs in c.poll(timeout_ms=30_000).values():
+                        seen.extend(r.offset for r in rs)
+                except WakeupError:
+                    wakes += 1
+        t = threading.Thread(target=poller, name="poller")
+        t.start()
+        wakers = [threading.Thread(target=c.wakeup, name=f"waker-{i}") for i in range(20)]
+        for th in wakers:
+            th.start()
+            time.sleep(0.02)
+        join_all(wakers, 30)
+        for _ in range(5):
+            w.run('m.append_batch("t", 0, [(None, b"n") for _ in range(10)])')
+        join_all([t], 60)
+        assert seen == list(range(150))
+        assert 1 <= wakes <= 20
+    out, _ = child.communicate(timeout=60)
+    assert (child.returncode, out) == (0, "True\n")
