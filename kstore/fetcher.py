@@ -314,9 +314,10 @@ def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,
               bells: Sequence[_notify.Bell] = (), check: Optional[Callable[[], bool]] = None) -> None:
     """Until the end of some logs[i] is above offsets[i], the word of one of bells moves (a
     consumer group's rebalance bell) or one is closed, check() is true (called after arming,
-    so a change between the check and the sleep still wakes), or timeout seconds. One futex_waitv over all the words
-    (notify.wait_any's scheme, plus the extra bells), in slices of notify.SLICE_S; a log without
-    a usable word (or more than _notify.WAIT_ANY_MAX words) makes it poll every notify.POLL_S.
+    so a change between the check and the sleep still wakes), or timeout seconds. One
+    futex_waitv over all the words (notify.wait_any's scheme, plus the extra bells), in slices
+    of notify.SLICE_S; a log without a usable word (or more than _notify.WAIT_ANY_MAX words)
+    makes it poll every notify.POLL_S.
     A log closed or deleted meanwhile ends the wait: the next fetch finds out."""
     deadline = time.monotonic() + max(0.0, timeout)
     quiet = False
