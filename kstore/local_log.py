@@ -21,10 +21,10 @@ from kstore.config import LogConfig
 from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
-from kstore.log_loader import STANDALONE_CLEAN_MARKER, save_log_start
 from kstore.log_segments import LogSegments
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
+from kstore.start_file import STANDALONE_CLEAN_MARKER, save_log_start
 from kstore.storage_errors import storage_error, storage_op
 
 log = logging.getLogger("kstore.log")

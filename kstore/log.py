@@ -23,7 +23,7 @@ from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
 from kstore.fileio import FileOps, get_file_ops
 from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog
-from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
+from kstore.log_loader import LogLoader
 from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
@@ -33,6 +33,7 @@ from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
 from kstore.row_split import split_rows
+from kstore.start_file import STANDALONE_CLEAN_MARKER
 from kstore.storage_errors import failed_error, storage_error, storage_op
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",

@@ -1,0 +1,56 @@
+"""A standalone log's saved start: the two small JSON files it keeps in its partition directory
+(a LogManager's logs have the log-start-offset-checkpoint instead), written atomically and read
+bounded, since bytes from disk are hostile.
+
+- STANDALONE_CLEAN_MARKER, written by a clean close: the log needs no recovery; its start.
+- LOG_START_FILE, written whenever DeleteRecords or a truncation moves the start: read at an
+  open after a crash, so the records below it never come back.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Optional
+
+from kstore.fileio import FileOps
+
+log = logging.getLogger("kstore.log")
+
+INT64_MAX = (1 << 63) - 1
+#: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
+#: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
+STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
+#: A standalone log's start after a DeleteRecords or truncation moved it (what a LogManager's
+#: log-start-offset-checkpoint holds for its logs), read at an open without the marker
+LOG_START_FILE = ".kstore-log-start"
+#: the most either file may hold: anything longer is not one save_log_start wrote
+MAX_BYTES = 4096
+
+
+def save_log_start(io: FileOps, dir_: str, start: int, name: str = LOG_START_FILE) -> None:
+    """A standalone log's start, saved atomically where its next open reads it: the start file
+    (read after a crash) or, at a clean close, the clean-shutdown marker."""
+    io.write_atomic(os.path.join(dir_, name),
+                    json.dumps({"version": 0, "log_start_offset": start}).encode())
+
+
+def read_saved_start(io: FileOps, path: str, what: str) -> tuple[bool, Optional[int]]:
+    """A file save_log_start wrote, read bounded (MAX_BYTES): (True, its start, None if it has
+    none), or (False, None) with a warning if it does not hold one (torn, hostile, too large,
+    a bad start, gone): the segments' base offsets still bound the start."""
+    try:
+        fd = io.open(path, os.O_RDONLY)
+        try:
+            data = io.pread(fd, MAX_BYTES + 1, 0)
+        finally:
+            io.close(fd)
+        info = json.loads(data.decode()) if len(data) <= MAX_BYTES else None
+        if isinstance(info, dict):
+            start = info.get("log_start_offset")
+            if start is None or (type(start) is int and 0 <= start <= INT64_MAX):
+                return True, start
+    except (ValueError, OSError, UnicodeDecodeError):
+        pass
+    log.warning("ignoring unreadable %s %s", what, path)
+    return False, None
