@@ -58,7 +58,8 @@ take none.
   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only.
                                 A standalone log's delete_records and truncations hold it
                                 across the change (Log._lock) and the save of a moved start
-                                (.kstore-log-start), so close() never comes between the two
+                                (.kstore-log-start; a lowered one is saved before the cut,
+                                log_start.py), so close() never comes between the two
   Log._lock                     the append lock: in-memory state, the segment list, the bytes
                                 of an append. No fsync/msync waits and no scheduler hand-off
                                 under it: flushes, a roll's flush (or its scheduling), the
