@@ -119,7 +119,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
     def refresh(self, log_start_offset: Optional[int] = None, *,
                 tail: Optional[tuple[int, int]] = None) -> None:
         """Read-only logs: pick up the segments and batches another process added, deleted or
-        replaced (readers of an old file finish on it); tail: the writer's (active base, size)
+        replaced (readers of an old file finish on it), and a start a standalone writer saved
+        (start_file.py; never lowered); tail: the writer's (active base, size)
         hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone;
         KStoreStateError once closed (checked under the lock: a refresh racing close() would
         open segments, and keep a descriptor, that nothing closes)."""
@@ -133,7 +134,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             if segs is not self._segments:
                 self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
-            start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
+            start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0,
+                        self._ro_refresh.saved_start() or 0)     # a standalone writer's
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
 
