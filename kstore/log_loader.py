@@ -24,7 +24,8 @@ from kstore.marker_gate import gate_for, remove_marker
 from kstore.notify import NOTIFY_FILE
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
-from kstore.start_file import LOG_START_FILE, STANDALONE_CLEAN_MARKER, read_saved_start
+from kstore.start_file import (LOG_START_FILE, STANDALONE_CLEAN_MARKER, carry_to_manager,
+                               checkpointed_start, read_saved_start)
 
 log = logging.getLogger("kstore.log")
 
@@ -107,13 +108,18 @@ class LogLoader:
                 remove_marker(io, marker, self.dir)
             elif log_start_offset is None and io.exists(saved):
                 log_start_offset = read_saved_start(io, saved, "log start file")[1]
+            elif log_start_offset is None:          # a LogManager's life before this one
+                log_start_offset = checkpointed_start(io, self.dir)
         names = listing if listing is not None else io.listdir(self.dir)
         if not standalone:
-            # a standalone life's files, durably gone before any change: the manager's
-            # checkpoints rule now, and a standalone open after a crash must recover
-            for name in (STANDALONE_CLEAN_MARKER, LOG_START_FILE):
-                if name in names:
-                    remove_marker(io, os.path.join(self.dir, name), self.dir)
+            left = [n for n in (STANDALONE_CLEAN_MARKER, LOG_START_FILE) if n in names]
+            if left:
+                # a standalone life's start, newer than the checkpoint's, carried into it;
+                # then its files durably gone before any change: the manager's checkpoints
+                # rule now, and a standalone open after a crash must recover
+                log_start_offset = carry_to_manager(io, self.dir, left, log_start_offset)
+            for name in left:
+                remove_marker(io, os.path.join(self.dir, name), self.dir)
         split = split_listing(names)
         if any(n.endswith(_SWAP_LEFTOVERS) for n in split[2]):
             # only a suffixed or temporary name gives complete_swaps work: most loads skip it

@@ -5,6 +5,10 @@ bounded, since bytes from disk are hostile.
 - STANDALONE_CLEAN_MARKER, written by a clean close: the log needs no recovery; its start.
 - LOG_START_FILE, written whenever DeleteRecords or a truncation moves the start: read at an
   open after a crash, so the records below it never come back.
+
+A partition may switch between standalone and managed use: a standalone open without files of
+its own takes its log dir's checkpoint entry, and a managed open carries these files' start
+into the checkpoint before removing them (records deleted stay deleted, either way).
 """
 from __future__ import annotations
 
@@ -13,7 +17,10 @@ import logging
 import os
 from typing import Optional
 
+from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
+from kstore.errors import KStoreError
 from kstore.fileio import FileOps
+from kstore.files import PARTITION_DIR
 
 log = logging.getLogger("kstore.log")
 
@@ -54,3 +61,53 @@ def read_saved_start(io: FileOps, path: str, what: str) -> tuple[bool, Optional[
         pass
     log.warning("ignoring unreadable %s %s", what, path)
     return False, None
+
+
+def checkpointed_start(io: FileOps, dir_: str) -> Optional[int]:
+    """A standalone open without start files of its own: the start its log dir's
+    log-start-offset-checkpoint holds for it (a LogManager's life of the partition, since which
+    no standalone one moved the start), None if none (or not in a log dir)."""
+    tp = partition_of(dir_)
+    if tp is None:
+        return None
+    try:
+        return OffsetCheckpointFile(_checkpoint_path(dir_), io).read().get(tp)
+    except (CheckpointError, OSError, KStoreError):
+        return None         # ignored, as a LogManager ignores it: the segments bound the start
+
+
+def carry_to_manager(io: FileOps, dir_: str, names: list[str],
+                     checkpointed: Optional[int]) -> Optional[int]:
+    """A managed open of a partition a standalone Log used since its LogManager last held it:
+    the start that life saved (names: the start files present, the marker's first) replaces the
+    older checkpointed one, and is written into the log dir's checkpoint now, before the
+    caller removes the files, so no crash loses it. Returns the start to load with."""
+    start = None
+    for name in names:
+        ok, saved = read_saved_start(io, os.path.join(dir_, name), name)
+        if ok and saved is not None:
+            start = saved
+            break
+    tp = partition_of(dir_)
+    if start is None or tp is None:
+        return checkpointed
+    cp = OffsetCheckpointFile(_checkpoint_path(dir_), io)
+    with cp.lock:
+        try:
+            entries = cp.read()
+        except CheckpointError:
+            entries = {}        # the manager ignores it too; its next checkpoint is whole
+        if entries.get(tp) != start:
+            entries[tp] = start
+            cp.write(entries)
+    return start
+
+
+def partition_of(dir_: str) -> Optional[tuple[str, int]]:
+    """(topic, partition) a partition directory's name says, None if it is not one."""
+    m = PARTITION_DIR.match(os.path.basename(os.path.abspath(dir_)))
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _checkpoint_path(dir_: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(dir_)), LOG_START_OFFSET_CHECKPOINT)
