@@ -24,7 +24,8 @@ from kstore.marker_gate import gate_for, remove_marker
 from kstore.notify import NOTIFY_FILE
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
-from kstore.start_file import (LOG_START_FILE, STANDALONE_CLEAN_MARKER, carry_to_manager,
+from kstore.start_file import (LOG_START_FILE, MANAGER_CLEAN_MARKER, STANDALONE_CLEAN_MARKER,
+                               carry_to_manager,
                                checkpointed_start, read_saved_start)
 
 log = logging.getLogger("kstore.log")
@@ -110,6 +111,11 @@ class LogLoader:
                 log_start_offset = read_saved_start(io, saved, "log start file")[1]
             elif log_start_offset is None:          # a LogManager's life before this one
                 log_start_offset = checkpointed_start(io, self.dir)
+            # the log dir's clean-shutdown marker stops being true once this writer changes a
+            # file: durably gone before any change, as the partition's own
+            parent = os.path.dirname(os.path.abspath(self.dir))
+            if io.exists(os.path.join(parent, MANAGER_CLEAN_MARKER)):
+                remove_marker(io, os.path.join(parent, MANAGER_CLEAN_MARKER), parent)
         names = listing if listing is not None else io.listdir(self.dir)
         if not standalone:
             left = [n for n in (STANDALONE_CLEAN_MARKER, LOG_START_FILE) if n in names]

@@ -31,6 +31,9 @@ STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
 #: A standalone log's start after a DeleteRecords or truncation moved it (what a LogManager's
 #: log-start-offset-checkpoint holds for its logs), read at an open without the marker
 LOG_START_FILE = ".kstore-log-start"
+#: a LogManager's clean-shutdown marker in a log dir (Kafka's): a standalone writable open of one
+#: of its partitions removes it, since the dir's logs need recovery once that writer changed one
+MANAGER_CLEAN_MARKER = ".kafka_cleanshutdown"
 #: the most either file may hold: anything longer is not one save_log_start wrote
 MAX_BYTES = 4096
 

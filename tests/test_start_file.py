@@ -62,7 +62,9 @@ def test_a_standalone_start_after_a_standalone_crash_is_kept_by_a_log_manager(tm
 def test_a_standalone_truncation_below_an_older_checkpointed_start_keeps_its_records(tmp_path):
     """A managed life checkpointed start 6; a standalone life then truncated below it and
     appended: the next managed open starts at the standalone start, with every record (before:
-    at the checkpoint's 6, above the log end 5, so the loader dropped all of them)."""
+    at the checkpoint's 6, above the log end 5, so the loader dropped all of them). Again with
+    the standalone writer killed (its start file only; and the manager's clean-shutdown marker
+    must not make the manager skip recovering it)."""
     store = str(tmp_path / "store")
     with kstore.LogManager(store) as m:
         m.create_topic("t", 1)
@@ -70,7 +72,7 @@ def test_a_standalone_truncation_below_an_older_checkpointed_start_keeps_its_rec
         m.log("t", 0).delete_records(6)
     assert OffsetCheckpointFile(os.path.join(store, "log-start-offset-checkpoint")).read() \
         == {("t", 0): 6}
-    for crash in (False,):
+    for crash in (False, True):
         part = os.path.join(store, "t-0")
         lg = kstore.Log.open(part)
         assert lg.log_start_offset == (11 if crash else 6)
@@ -109,3 +111,25 @@ def test_a_managed_start_is_kept_by_a_standalone_open(tmp_path):
             assert (lg.log_start_offset, lg.log_end_offset) == (3, 11)
         with kstore.LogManager(d) as m2:                          # and back
             assert (m2.log("t", 0).log_start_offset, m2.log("t", 0).log_end_offset) == (3, 11)
+
+
+def test_a_log_manager_after_a_standalone_writers_kill_recovers_the_partition(tmp_path):
+    """A manager's clean close left its dir's .kafka_cleanshutdown; a standalone writer then
+    appended to a partition and was killed (its active segment untrimmed, nothing flushed): the
+    next manager recovers the partition, every record there (before: the marker was still on
+    disk, the manager loaded without recovery, and its first read of the partition raised
+    CorruptRecordError in the untrimmed segment)."""
+    store = str(tmp_path / "store")
+    with kstore.LogManager(store) as m:
+        m.create_topic("t", 1)
+        m.log("t", 0).append([(None, b"m%d" % i, NOW) for i in range(5)])
+    assert os.path.exists(os.path.join(store, ".kafka_cleanshutdown"))
+    lg = kstore.Log.open(os.path.join(store, "t-0"))
+    lg.append([(None, b"s%d" % i, NOW) for i in range(3)])
+    lg.close_handlers()
+    with kstore.LogManager(store) as m:
+        lg = m.log("t", 0)
+        assert lg.log_end_offset == 8
+        assert _values(lg) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"s0", b"s1", b"s2"]
+        lg.append([(None, b"after", NOW)])
+        assert lg.log_end_offset == 9
