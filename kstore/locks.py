@@ -31,7 +31,9 @@ take none.
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
-                                never taken under LogRegistry.lock (delete_topic writes after)
+                                never taken under LogRegistry.lock (delete_topic writes after);
+                                a managed open carrying a standalone start into it takes it
+                                holding no other lock (start_file.carry_to_manager)
   LogRegistry.lock              the manager's registry lock (log_registry.py): registry changes
                                 (create/delete/add/alter topics, start-up's publishing); appends,
                                 the scheduled tasks and the cleaner read the registry without it
