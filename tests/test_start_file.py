@@ -133,3 +133,42 @@ def test_a_log_manager_after_a_standalone_writers_kill_recovers_the_partition(tm
         assert _values(lg) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"s0", b"s1", b"s2"]
         lg.append([(None, b"after", NOW)])
         assert lg.log_end_offset == 9
+
+
+def test_a_reader_process_sees_the_start_across_a_writer_processs_switch(tmp_path, watchdog):
+    """A writer process uses a partition standalone (DeleteRecords), then under a LogManager
+    (DeleteRecords again), then standalone again, while this process reads it through a kept
+    StoreReader and fresh ones: every view starts at the last DeleteRecords, none shows a
+    deleted record (before: a fresh reader after the switch to the manager started at 0)."""
+    from kstore.reader import StoreReader
+    from writer_process import WriterProcess
+    watchdog(120)
+    store = str(tmp_path / "store")
+    part = os.path.join(store, "t-0")
+    w = WriterProcess(str(tmp_path / "other"), str(tmp_path))
+    kept = None
+    try:
+        w.run(f"lg = kstore.Log.open({part!r})",
+              "lg.append([(None, b'v%d' % i, NOW) for i in range(10)])", "lg.delete_records(2)")
+        kept = StoreReader(store)
+        views = []
+
+        def check(start, end):
+            kept.refresh()
+            views.append(kept.offsets("t", 0))
+            with StoreReader(store) as fresh:
+                views.append(fresh.offsets("t", 0))
+                assert [r.offset for r in fresh.log("t", 0)][:1] == [start]
+            assert views[-2:] == [(start, end)] * 2
+        check(2, 10)
+        w.run("lg.close()", f"m2 = LogManager({store!r})")
+        check(2, 10)
+        w.run("m2.log('t', 0).delete_records(5)")
+        check(5, 10)
+        w.run("m2.close()", f"lg = kstore.Log.open({part!r})", "lg.delete_records(7)")
+        check(7, 10)
+        w.run("lg.close()")
+    finally:
+        if kept is not None:
+            kept.close()
+        w.close()
