@@ -26,7 +26,7 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 # ASCII digits only: \d would take other scripts' digits, which int() reads as an offset
 _NAME = re.compile(r"^([0-9]{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$", re.ASCII)
-_PARTITION_DIR = re.compile(r"^(.+)-([0-9]+)$", re.ASCII)
+PARTITION_DIR = re.compile(r"^(.+)-([0-9]+)$", re.ASCII)
 # `topic-N.<32 hex>-delete`; a long topic's name is cut, partition number and all (Kafka)
 _DELETE_DIR = re.compile(r"^(.+)\.([0-9a-f]{32})-delete$", re.ASCII)
 INT64_MAX = (1 << 63) - 1
@@ -86,7 +86,7 @@ def partition_dirs(io, log_dir: str) -> list[tuple[tuple[str, int], str]]:
     for name in sorted(io.listdir(log_dir)):
         if name in _NOT_PARTITIONS or _DELETE_DIR.match(name) or name.endswith(("-future", "-stray")):
             continue
-        m = _PARTITION_DIR.match(name)
+        m = PARTITION_DIR.match(name)
         if not m or m.group(1) in _NOT_PARTITIONS:      # KRaft's __cluster_metadata-0
             continue
         path = os.path.join(log_dir, name)

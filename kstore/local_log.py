@@ -14,17 +14,18 @@ import logging
 import os
 import random
 import threading
-from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from kstore import _notify, swap
 from kstore.config import LogConfig
 from kstore.errors import KStoreError, KStoreStateError, LogDirLockedError, OffsetOutOfRangeError
 from kstore.fileio import FileOps
 from kstore.files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
-from kstore.log_loader import STANDALONE_CLEAN_MARKER, save_log_start
 from kstore.log_segments import LogSegments
+from kstore.log_start import LogStart
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
+from kstore.start_file import STANDALONE_CLEAN_MARKER, save_log_start
 from kstore.storage_errors import storage_error, storage_op
 
 log = logging.getLogger("kstore.log")
@@ -40,7 +41,7 @@ LOG_DIR_LOCK = ".lock"
 
 _L = TypeVar("_L", bound="LocalLog")
 
-class LocalLog:
+class LocalLog(LogStart):
     """A partition directory's segments and offsets, and what changes them on disk."""
 
     def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
@@ -63,8 +64,7 @@ class LocalLog:
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
-        #: a LogManager's log-start checkpoint of this log's dir, run after the start moved
-        self.log_start_listener: Optional[Callable[[], None]] = None
+        LogStart.__init__(self)
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
         self._lock_fds: list[int] = []    # flocks of a standalone writable log (_take_locks)
         self._last_flush_ms = time.milliseconds()
@@ -328,22 +328,20 @@ class LocalLog:
         if there was nothing to drop."""
         if target_offset < 0:
             raise OffsetOutOfRangeError(f"cannot truncate {self.dir} to a negative offset {target_offset}")
-        with self._start_guard():
+        with self._start_guard(), self._lowering(target_offset):
             with self._lock:
                 self._check_writable()
                 if target_offset >= self._leo:
                     return False
-                moved = self._truncate_locked(target_offset)
-            if moved:       # past the log lock: checkpoint_lock and _flush_lock are above it
-                self._start_moved()
+                self._truncate_locked(target_offset)
         return True
 
-    def _truncate_locked(self, target_offset: int) -> bool:
-        """truncate_to's change (lock held); True if it moved the log start."""
+    def _truncate_locked(self, target_offset: int) -> None:
+        """truncate_to's change (lock held)."""
         start, segs = self._log_start_offset, self._segments.segs
         if segs[0].base_offset > target_offset:
             self._truncate_fully_locked(target_offset)
-            return target_offset != start
+            return
         keep = [s for s in segs if s.base_offset <= target_offset]
         drop = [s for s in segs if s.base_offset > target_offset]
         # last first: a reader listing the directory sees a shorter log, never a hole
@@ -360,16 +358,17 @@ class LocalLog:
         self._log_start_offset = min(target_offset, start)
         self._recovery_point = min(target_offset, self._recovery_point)
         self._ring()
-        return target_offset < start
 
     @storage_op
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at new_offset."""
-        with self._start_guard():
+        with self._start_guard(), self._lowering(new_offset):
             with self._lock:
                 self._check_writable()
+                raised = new_offset > self._log_start_offset
                 self._truncate_fully_locked(new_offset)
-            self._start_moved()
+            if raised:       # saved after the cut: a start above the old segments' is only safe then
+                self._start_moved()
 
     def _truncate_fully_locked(self, new_offset: int) -> None:     # lock held
         for s in reversed(self._segments.segs):      # last first, as truncate_to
@@ -381,45 +380,6 @@ class LocalLog:
         self._io.fsync_dir(self.dir)
         self._leo = self._log_start_offset = self._recovery_point = new_offset
         self._ring()
-
-    @storage_op
-    def delete_records(self, offset: int) -> int:
-        """Advance log_start_offset to offset (Kafka's DeleteRecords), deleting the segments
-        wholly below it, and save it (_start_moved). Returns the new log start offset."""
-        if offset < 0:        # Kafka's ReplicaManager: "The offset -3 for partition ... is not valid"
-            raise OffsetOutOfRangeError(f"The offset {offset} for {self.dir} is not valid (an offset >= 0)")
-        with self._start_guard():
-            with self._lock:
-                self._check_writable()
-                if offset > self._leo:
-                    raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: beyond "
-                                                f"the high watermark {self._leo} of {self.dir}")
-                moved = offset > self._log_start_offset
-                self._log_start_offset = max(offset, self._log_start_offset)
-                try:
-                    self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset,
-                                          "log start offset breach")
-                finally:
-                    deferred = self._take_deferred()
-                start = self._log_start_offset
-                self._ring()
-            if moved and not self._managed:
-                self._start_moved()
-        self._after_write(deferred)
-        if moved and self._managed:     # once the retired segments are gone for good
-            self._start_moved()
-        return start
-
-    def _start_guard(self) -> ContextManager:
-        """Standalone: _flush_lock, so close() never comes between a start's move and save."""
-        return self._flush_lock if not self._managed else contextlib.nullcontext()
-
-    def _start_moved(self) -> None:
-        """Save a moved start: standalone, in its directory; managed, the dir's checkpoint."""
-        if not self._managed:
-            save_log_start(self._io, self.dir, self._log_start_offset)
-        elif (listener := self.log_start_listener) is not None:
-            listener()
 
     @storage_op
     def delete_old_segments(self) -> int:

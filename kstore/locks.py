@@ -31,7 +31,9 @@ take none.
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
-                                never taken under LogRegistry.lock (delete_topic writes after)
+                                never taken under LogRegistry.lock (delete_topic writes after);
+                                a managed open carrying a standalone start into it takes it
+                                holding no other lock (start_file.carry_to_manager)
   LogRegistry.lock              the manager's registry lock (log_registry.py): registry changes
                                 (create/delete/add/alter topics, start-up's publishing); appends,
                                 the scheduled tasks and the cleaner read the registry without it
@@ -58,7 +60,8 @@ take none.
   Log._flush_lock               one flush of a log at a time; its fsyncs run under this only.
                                 A standalone log's delete_records and truncations hold it
                                 across the change (Log._lock) and the save of a moved start
-                                (.kstore-log-start), so close() never comes between the two
+                                (.kstore-log-start; a lowered one is saved before the cut,
+                                log_start.py), so close() never comes between the two
   Log._lock                     the append lock: in-memory state, the segment list, the bytes
                                 of an append. No fsync/msync waits and no scheduler hand-off
                                 under it: flushes, a roll's flush (or its scheduling), the

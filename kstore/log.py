@@ -23,7 +23,7 @@ from kstore.errors import (CorruptRecordError, KStoreError, KStoreStateError,
 from kstore.fileio import FileOps, get_file_ops
 from kstore.leader_epoch import LeaderEpochs
 from kstore.local_log import LOG_DIR_LOCK, LocalLog
-from kstore.log_loader import STANDALONE_CLEAN_MARKER, LogLoader
+from kstore.log_loader import LogLoader
 from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
@@ -33,6 +33,7 @@ from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
 from kstore.row_split import split_rows
+from kstore.start_file import STANDALONE_CLEAN_MARKER
 from kstore.storage_errors import failed_error, storage_error, storage_op
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
@@ -118,7 +119,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
     def refresh(self, log_start_offset: Optional[int] = None, *,
                 tail: Optional[tuple[int, int]] = None) -> None:
         """Read-only logs: pick up the segments and batches another process added, deleted or
-        replaced (readers of an old file finish on it); tail: the writer's (active base, size)
+        replaced (readers of an old file finish on it), and a start a standalone writer saved
+        (start_file.py; never lowered); tail: the writer's (active base, size)
         hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone;
         KStoreStateError once closed (checked under the lock: a refresh racing close() would
         open segments, and keep a descriptor, that nothing closes)."""
@@ -132,7 +134,8 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             if segs is not self._segments:
                 self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
-            start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0)
+            start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0,
+                        self._ro_refresh.saved_start() or 0)     # a standalone writer's
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
 

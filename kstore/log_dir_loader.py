@@ -27,13 +27,14 @@ from kstore.gc_pause import gc_paused
 from kstore.log import Log
 from kstore.log_dir_failure import PARTITION_ERRNOS
 from kstore.marker_gate import remove_marker
+from kstore.start_file import MANAGER_CLEAN_MARKER
 from kstore.topics import TopicConfigs
 
 log = logging.getLogger("kstore.manager")
 
 TopicPartition = tuple[str, int]
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+CLEAN_SHUTDOWN_FILE = MANAGER_CLEAN_MARKER     # (start_file.py: standalone opens remove it)
 # a partition with at least this much to recover loads on a recovery thread (see load())
 PARALLEL_RECOVERY_BYTES = 4 << 20
 

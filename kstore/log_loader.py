@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import logging
 import os
 import random
@@ -25,27 +24,16 @@ from kstore.marker_gate import gate_for, remove_marker
 from kstore.notify import NOTIFY_FILE
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
+from kstore.start_file import (LOG_START_FILE, MANAGER_CLEAN_MARKER, STANDALONE_CLEAN_MARKER,
+                               carry_to_manager,
+                               checkpointed_start, read_saved_start)
 
 log = logging.getLogger("kstore.log")
 
 INT32_MAX = (1 << 31) - 1
-INT64_MAX = (1 << 63) - 1
-#: Written in a standalone (unmanaged) log's directory by close(); its presence at open means
-#: the log was closed cleanly. Kafka brokers ignore unknown files in a partition directory.
-STANDALONE_CLEAN_MARKER = ".kstore-clean-shutdown"
-#: A standalone log's start after a DeleteRecords or truncation moved it (what a LogManager's
-#: log-start-offset-checkpoint holds for its logs), read at an open without the marker
-LOG_START_FILE = ".kstore-log-start"
 #: the names swap.complete_swaps acts on (removes, discards or completes): a listing without
 #: one needs no pass of it
 _SWAP_LEFTOVERS = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
-
-
-def save_log_start(io: FileOps, dir_: str, start: int, name: str = LOG_START_FILE) -> None:
-    """A standalone log's start, saved atomically where its next open reads it: the start file
-    (read after a crash) or, at a clean close, the clean-shutdown marker."""
-    io.write_atomic(os.path.join(dir_, name),
-                    json.dumps({"version": 0, "log_start_offset": start}).encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,20 +102,30 @@ class LogLoader:
             clean_shutdown = False
             saved = os.path.join(self.dir, LOG_START_FILE)
             if io.exists(marker):
-                clean_shutdown, start = self._read_start(marker, "clean-shutdown marker")
+                clean_shutdown, start = read_saved_start(io, marker, "clean-shutdown marker")
                 if log_start_offset is None:
                     log_start_offset = start
                 # durably gone before any file changes: in the background (marker_gate)
                 remove_marker(io, marker, self.dir)
             elif log_start_offset is None and io.exists(saved):
-                log_start_offset = self._read_start(saved, "log start file")[1]
+                log_start_offset = read_saved_start(io, saved, "log start file")[1]
+            elif log_start_offset is None:          # a LogManager's life before this one
+                log_start_offset = checkpointed_start(io, self.dir)
+            # the log dir's clean-shutdown marker stops being true once this writer changes a
+            # file: durably gone before any change, as the partition's own
+            parent = os.path.dirname(os.path.abspath(self.dir))
+            if io.exists(os.path.join(parent, MANAGER_CLEAN_MARKER)):
+                remove_marker(io, os.path.join(parent, MANAGER_CLEAN_MARKER), parent)
         names = listing if listing is not None else io.listdir(self.dir)
         if not standalone:
-            # a standalone life's files, durably gone before any change: the manager's
-            # checkpoints rule now, and a standalone open after a crash must recover
-            for name in (STANDALONE_CLEAN_MARKER, LOG_START_FILE):
-                if name in names:
-                    remove_marker(io, os.path.join(self.dir, name), self.dir)
+            left = [n for n in (STANDALONE_CLEAN_MARKER, LOG_START_FILE) if n in names]
+            if left:
+                # a standalone life's start, newer than the checkpoint's, carried into it;
+                # then its files durably gone before any change: the manager's checkpoints
+                # rule now, and a standalone open after a crash must recover
+                log_start_offset = carry_to_manager(io, self.dir, left, log_start_offset)
+            for name in left:
+                remove_marker(io, os.path.join(self.dir, name), self.dir)
         split = split_listing(names)
         if any(n.endswith(_SWAP_LEFTOVERS) for n in split[2]):
             # only a suffixed or temporary name gives complete_swaps work: most loads skip it
@@ -233,28 +231,6 @@ class LogLoader:
         if leo is None:
             leo = kept[-1].read_next_offset() if kept else 0
         return kept, leo
-
-    def _read_start(self, path: str, what: str) -> tuple[bool, Optional[int]]:
-        """A file save_log_start wrote (the clean-shutdown marker or LOG_START_FILE), read
-        bounded (4 KiB): (True, its start, None if it has none), or (False, None) with a
-        warning if it does not hold one (torn, hostile, too large, a bad start): bytes from
-        disk are hostile, and the segments' base offsets still bound the start."""
-        io = self._io
-        try:
-            fd = io.open(path, os.O_RDONLY)
-            try:
-                data = io.pread(fd, 4097, 0)
-            finally:
-                io.close(fd)
-            info = json.loads(data.decode()) if len(data) <= 4096 else None
-            if isinstance(info, dict):
-                start = info.get("log_start_offset")
-                if start is None or (type(start) is int and 0 <= start <= INT64_MAX):
-                    return True, start
-        except (ValueError, OSError, UnicodeDecodeError):
-            pass
-        log.warning("ignoring unreadable %s %s", what, path)
-        return False, None
 
     def _recover_missing_indexes(self, segs: list[LogSegment]) -> list[LogSegment]:
         """Segments whose .index or .timeindex is missing are recovered whatever the shutdown."""

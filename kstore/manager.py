@@ -498,8 +498,8 @@ class LogManager:
     def checkpoint_log_start_offsets(self, log_dir: Optional[str] = None) -> None:
         """Write every log dir's log-start checkpoint, or log_dir's only (a moved start's)."""
         def start(lg):
-            segs = lg.segments
-            return lg.log_start_offset if segs and lg.log_start_offset > segs[0].base_offset else None
+            segs, s = lg.segments, lg.checkpoint_start
+            return s if segs and s > segs[0].base_offset else None
         self._checkpoint(LOG_START_OFFSET_CHECKPOINT, start, log_dir)
 
     def _checkpoint(self, name: str, value, log_dir: Optional[str] = None) -> None:

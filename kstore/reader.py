@@ -68,8 +68,9 @@ class StoreReader:
     def refresh(self) -> None:
         """Rescan the log dirs for partitions and re-read the log-start-offset checkpoints and
         the topic config file (the partitions of a topic being deleted are left out). A writing
-        LogManager checkpoints a DeleteRecords before the call returns, so the next refresh
-        (then `log(..., refresh=True)` or `offsets`) has its start."""
+        LogManager checkpoints a DeleteRecords before the call returns (a standalone writer
+        saves it in the partition directory), so the next refresh (then `log(..., refresh=True)`
+        or `offsets`) has its start."""
         with self._lock:
             self._rescan()
 

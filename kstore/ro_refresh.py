@@ -25,6 +25,7 @@ trust (a change after a step back could repeat a time).
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import Callable, Optional
 
@@ -33,6 +34,7 @@ from kstore.fileio import FileOps
 from kstore.log_loader import LogLoader
 from kstore.log_segments import LogSegments
 from kstore.segment_ro import ReadOnlySegment
+from kstore.start_file import LOG_START_FILE, read_saved_start
 
 Stamp = tuple[int, int, int, int, int, int]
 
@@ -50,7 +52,7 @@ class DirWatch:
     COARSE_SLACK_NS = 2_100_000_000
 
     def __init__(self, io: FileOps, path: str) -> None:
-        self._io = io
+        self.io = io
         self.path = path
         self._trusted: Optional[Stamp] = None
         self._since = 0             # the wall clock when the trusted listing was started
@@ -58,7 +60,7 @@ class DirWatch:
     def stamp(self) -> Stamp:
         """The directory's stamp now; UnknownTopicError if it is gone (topic deleted)."""
         try:
-            st = self._io.stat_path(self.path, follow_symlinks=True)
+            st = self.io.stat_path(self.path, follow_symlinks=True)
         except FileNotFoundError:
             raise UnknownTopicError(f"partition directory {self.path} was deleted") from None
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
@@ -102,11 +104,32 @@ class DirWatch:
 
 
 class ReadOnlyRefresh:
-    """What a read-only Log keeps between refreshes: the watch on its directory."""
+    """What a read-only Log keeps between refreshes: the watch on its directory, and the start
+    a standalone writer saved there (start_file.LOG_START_FILE) as last read."""
 
     def __init__(self, io: FileOps, path: str) -> None:
         self.watch = DirWatch(io, path)
         self._identity: Optional[tuple[int, int]] = None   # the directory's (device, inode)
+        self._listed = False        # the last scan listed the directory (it may have changed)
+        self._saved: Optional[tuple[tuple[int, ...], Optional[int]]] = None   # (stat, start)
+
+    def saved_start(self) -> Optional[int]:
+        """The start a standalone writer saved in the directory (its DeleteRecords' or
+        truncations'), None if none. Looked at only when the last scan listed the directory
+        (saving renames a new file in, which changes the directory's stamp), and read again
+        (bounded: start_file.read_saved_start) only when the file's stat changed."""
+        if not self._listed:
+            return self._saved[1] if self._saved is not None else None
+        path = os.path.join(self.watch.path, LOG_START_FILE)
+        try:
+            st = self.watch.io.stat_path(path)
+        except FileNotFoundError:
+            self._saved = None
+            return None
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        if self._saved is None or self._saved[0] != key:
+            self._saved = (key, read_saved_start(self.watch.io, path, "log start file")[1])
+        return self._saved[1]
 
     def recreated(self, before: tuple[Stamp, int]) -> bool:
         """Whether the listing started at `before` is of another directory than the last one
@@ -130,6 +153,7 @@ class ReadOnlyRefresh:
         (ReadOnlySegment.extend_tail), without a stat; anything else takes the path above.
         on_recreated: called (under the caller's lock) when the listing finds another directory
         at the path than the last listing did."""
+        self._listed = False
         if tail is not None and self.extend(old, tail[0], tail[1]):
             return old
         if len(old) and self.watch.unchanged():
@@ -141,6 +165,7 @@ class ReadOnlyRefresh:
             except SegmentGoneError:
                 pass
             self.watch.forget()
+        self._listed = True
         loader = make_loader()
         for _attempt in range(SCAN_ATTEMPTS):
             before = self.watch.before_listing()

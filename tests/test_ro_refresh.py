@@ -210,3 +210,82 @@ def test_a_scan_attempt_thrown_away_keeps_no_descriptor(tmp_path, monkeypatch):
     ro.close()
     w.close()
     assert (fds(), segment_ro.KEPT.count) == before
+
+
+class StartFileOps(FileOps):
+    """Counts the stats and opens of a standalone log's start file."""
+
+    def __init__(self):
+        self.stats = self.opens = 0
+
+    def stat_path(self, path, follow_symlinks=False):
+        self.stats += path.endswith(".kstore-log-start")
+        return super().stat_path(path, follow_symlinks)
+
+    def open(self, path, flags, mode=0o644):
+        self.opens += path.endswith(".kstore-log-start")
+        return super().open(path, flags, mode)
+
+
+def test_readers_beside_a_standalone_writer_process_honour_its_delete_records(tmp_path, watchdog):
+    """A standalone writer in another process moves its start (DeleteRecords inside a segment,
+    saved in .kstore-log-start): a read-only Log's refresh, a fresh read-only open and a
+    StoreReader's refresh all start there (before: at the segment's base, 0, returning the
+    deleted records, until retention removed the segment)."""
+    from kstore.errors import OffsetOutOfRangeError
+    from kstore.reader import StoreReader
+    from writer_process import WriterProcess
+    watchdog(120)
+    part = str(tmp_path / "store" / "t-0")
+    w = WriterProcess(str(tmp_path / "mgr"), str(tmp_path))
+    try:
+        w.run(f"lg = kstore.Log.open({part!r})",
+              "lg.append([(None, b'v%d' % i, NOW) for i in range(10)])")
+        ro = kstore.Log.open(part, read_only=True)
+        sr = StoreReader(str(tmp_path / "store"))
+        assert (ro.log_start_offset, ro.log_end_offset) == (0, 10)
+        assert sr.offsets("t", 0) == (0, 10)
+        w.run("lg.delete_records(4)")
+        ro.refresh()
+        assert (ro.log_start_offset, ro.log_end_offset) == (4, 10)
+        with pytest.raises(OffsetOutOfRangeError):
+            ro.read(3)
+        assert [r.value for r in ro.read(4)][:1] == [b"v4"]
+        sr.refresh()
+        assert sr.offsets("t", 0) == (4, 10)
+        with kstore.Log.open(part, read_only=True) as fresh:
+            assert (fresh.log_start_offset, fresh.log_end_offset) == (4, 10)
+        w.run("lg.append([(None, b'w', NOW)])", "lg.delete_records(7)", "lg.close()")
+        ro.refresh()
+        sr.refresh()
+        assert (ro.log_start_offset, ro.log_end_offset) == (7, 11) == sr.offsets("t", 0)
+        ro.close()
+        sr.close()
+    finally:
+        w.close()
+
+
+def test_the_start_file_is_read_again_only_when_it_changed(tmp_path):
+    """A read-only log's refresh costs what changed: with its directory unchanged it does not
+    look at the start file; after a change it stats it, and reads it only if it is new."""
+    d = str(tmp_path / "t-0")
+    lg = _writer_log(d)
+    _append(lg, 20)
+    lg.delete_records(5)
+    ops = StartFileOps()
+    ro = kstore.Log.open(d, read_only=True, io=ops)
+    assert ro.log_start_offset == 5 and ops.opens == 1
+    _settle()
+    ro.refresh()                       # lists again (the open's listing was not yet trusted)
+    ops.stats = ops.opens = 0
+    for _ in range(5):
+        ro.refresh()
+    assert (ops.stats, ops.opens) == (0, 0)
+    _append(lg, 1)                     # the active segment grows: the directory does not change
+    ro.refresh()
+    assert (ops.stats, ops.opens, ro.log_end_offset) == (0, 0, 21)
+    lg.delete_records(8)
+    ro.refresh()
+    assert (ops.opens, ro.log_start_offset) == (1, 8)
+    lg.close()
+    ro.close()
