@@ -132,12 +132,27 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 self.dir, self._config, io=self._io, time=self._time, rng=self._rng), tail,
                 self._forget_log_start)
             if segs is not self._segments:
+                if self._start_lowered(self._segments, segs):
+                    self._log_start_offset = 0      # from the writer's files again, below
                 self._set_segments(segs)
             self._leo = segs[-1].read_next_offset() if segs else (log_start_offset or 0)
             start = max(log_start_offset or 0, self._log_start_offset, segs[0].base_offset if segs else 0,
                         self._ro_refresh.saved_start() or 0)     # a standalone writer's
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
+
+    def _start_lowered(self, old: LogSegments, segs: LogSegments) -> bool:
+        """Whether the writer truncated below the start this reader keeps (truncateFullyAndStartAt,
+        the one change that lowers a start): its log end is now below that start, or every
+        segment was replaced and the first begins below it. (A start learned from the page
+        alone comes back at the caller's next page look.)"""
+        kept = self._log_start_offset
+        if not len(segs) or not len(old) or segs.segs[0].base_offset >= kept:
+            return False
+        if segs.segs[-1].read_next_offset() < kept:
+            return True
+        survivors = {id(s) for s in old.segs}
+        return not any(id(s) in survivors for s in segs.segs)
 
     def note_log_start(self, offset: int) -> None:
         """A read-only log: the writer's log start from its notification page (notify.py; a

@@ -289,3 +289,28 @@ def test_the_start_file_is_read_again_only_when_it_changed(tmp_path):
     assert (ops.opens, ro.log_start_offset) == (1, 8)
     lg.close()
     ro.close()
+
+
+@pytest.mark.parametrize("after", [3, 80])
+def test_a_kept_reader_follows_a_truncation_below_its_start(tmp_path, after):
+    """A writer's truncation below the log start (Kafka's truncateFullyAndStartAt) is the one
+    change that lowers a start: a kept read-only log shows what a fresh one shows, whether the
+    appends since stay below the old start (3) or pass it (80); its start is never raised past
+    what the writer's files say."""
+    path = str(tmp_path / "t-0")
+    lg = _writer_log(path)
+    _append(lg, 60)
+    start = lg.segments[2].base_offset + 1
+    lg.delete_records(start)
+    ro = kstore.Log.open(path, read_only=True)
+    assert ro.log_start_offset == start
+    lg.truncate_to(2)
+    assert (lg.log_start_offset, lg.log_end_offset) == (2, 2)
+    _append(lg, after)
+    ro.refresh()
+    fresh = kstore.Log.open(path, read_only=True)
+    assert _view(ro) == _view(fresh)
+    assert (ro.log_start_offset, ro.log_end_offset) == (2, 2 + after)
+    fresh.close()
+    ro.close()
+    lg.close()
