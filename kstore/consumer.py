@@ -30,6 +30,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
@@ -439,8 +440,16 @@ class Consumer:
         return self._pending is not None
 
     def _apply(self, change) -> None:
+        """Apply a rebalance's change. A listener raising (a WakeupError from its commit)
+        does not undo it: the revoked partitions are dropped and released all the same, and
+        the assigned ones are kept for the next poll (Kafka completes the rebalance too)."""
         if change.revoked:
-            self._revoke(set(change.revoked) & self._state.assignment(), release=False)
+            try:
+                self._revoke(set(change.revoked) & self._state.assignment(), release=False)
+            except BaseException:
+                self._member.release(change.revoked)
+                self._pending = replace(change, revoked=frozenset())
+                raise
             self._member.release(change.revoked)
         added = set(change.assigned) - self._state.assignment()
         self._state.add(sorted(change.assigned))
@@ -451,12 +460,14 @@ class Consumer:
         """Give partitions up: auto-commit their positions, tell the listener, forget them and
         (release) let the group's next owner have them."""
         if tps:
-            self._maybe_commit_before_losing(tps)
-            if self._listener is not None:
-                self._listener.on_partitions_revoked(set(tps))
-            self._state.remove(tps)
-            self._fetcher.forget(tps)
-            self._buffer.drop(tps)
+            try:
+                self._maybe_commit_before_losing(tps)
+                if self._listener is not None:
+                    self._listener.on_partitions_revoked(set(tps))
+            finally:                         # given up even if the listener raised
+                self._state.remove(tps)
+                self._fetcher.forget(tps)
+                self._buffer.drop(tps)
         if release and self._member is not None:
             self._member.release(tps)
 
