@@ -479,13 +479,15 @@ class Consumer:
         member, self._member = self._member, None
         self._pending = None
         owned = self._state.assignment()
-        self._maybe_commit_before_losing(owned)
-        if owned and self._listener is not None:
-            self._listener.on_partitions_revoked(owned)
-        self._state.remove(owned)
-        self._fetcher.forget(owned)
-        self._buffer.drop(owned)
-        member.leave()
+        try:
+            self._maybe_commit_before_losing(owned)
+            if owned and self._listener is not None:
+                self._listener.on_partitions_revoked(owned)
+        finally:                             # the member leaves even if the listener raised
+            self._state.remove(owned)
+            self._fetcher.forget(owned)
+            self._buffer.drop(owned)
+            member.leave()
 
     # -- commits ---------------------------------------------------------------------------------
     def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:

@@ -254,7 +254,8 @@ class _CommitOnRevoke:
 
     def __init__(self) -> None:
         self.c: Any = None
-        self.wake_during = False
+        self.wake_during = False         # wake the consumer from another thread first
+        self.commit_always = False       # commit even without waking
         self.calls: list = []
 
     def on_partitions_revoked(self, tps) -> None:
@@ -264,6 +265,8 @@ class _CommitOnRevoke:
             waker = threading.Thread(target=self.c.wakeup, name="waker")
             waker.start()
             join_all([waker], GENEROUS_S)
+            self.c.commit()
+        elif self.commit_always:
             self.c.commit()
 
     def on_partitions_assigned(self, tps) -> None:
@@ -324,3 +327,37 @@ def test_wakeup_during_a_revoke_callback_completes_the_rebalance(group_store, wa
         stop.set()
         c2.close()
         c1.close()
+
+
+def test_close_with_a_wakeup_pending_commits_in_the_listener_and_leaves(group_store, watchdog):
+    """A wakeup() from another thread is pending when close() runs the revoke callback, which
+    commits (auto-commit off): close returns (Kafka's close disables wakeups), the commit is
+    written, and a member polling in another thread takes all four partitions and reads on
+    from it. Before, close raised WakeupError, the listener's commit was lost and the member
+    did not leave."""
+    watchdog(60)
+    d, m = group_store
+    lst = _CommitOnRevoke()
+    c1 = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c1.subscribe(["t"], listener=lst)
+    lst.c, lst.commit_always = c1, True
+    assert sum(map(len, c1.poll(timeout_ms=GENEROUS_S * 1000, max_records=1000).values())) == 40
+    waker = threading.Thread(target=c1.wakeup, name="waker")
+    waker.start()
+    join_all([waker], GENEROUS_S)
+    c1.close()
+    assert c1.closed and lst.calls[-1] == ("revoked", {TP("t", p) for p in range(4)})
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"after")])
+    got: list = []
+
+    def member2():
+        with Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as c2:
+            deadline = time.monotonic() + GENEROUS_S
+            while len(got) < 4 and time.monotonic() < deadline:
+                for rs in c2.poll(timeout_ms=100).values():
+                    got.extend((r.offset, r.value) for r in rs)
+    t = threading.Thread(target=member2, name="member-2")
+    t.start()
+    join_all([t], GENEROUS_S * 2)
+    assert got == [(10, b"after")] * 4
