@@ -30,6 +30,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
@@ -183,8 +184,7 @@ class Consumer:
         gone = self._state.assignment() - set(tps)
         if gone:
             self._maybe_commit_before_losing(gone)
-        self._fetcher.forget(gone)
-        self._buffer.drop(gone)
+        self._drop(gone, remove=False)
         self._state.assign_from_user(tps)
 
     def assignment(self) -> set[TopicPartition]:
@@ -209,7 +209,7 @@ class Consumer:
             if tp in held:
                 return held[tp]
         if self._state.position(tp) is None:
-            self._update_positions([tp])
+            self._fetcher.update_positions([tp], self._fetch_committed if self.group_id else None)
         pos = self._state.position(tp)
         if pos is None:
             raise KStoreStateError(f"no position for {tp}: the partition is not in the store")
@@ -219,8 +219,7 @@ class Consumer:
         self._check_open()
         tp = TopicPartition(*tp)
         self._state.seek(tp, offset)
-        self._fetcher.forget([tp])
-        self._buffer.drop([tp])
+        self._drop([tp], remove=False)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_policy(partitions, "earliest")
@@ -233,8 +232,7 @@ class Consumer:
         tps = [TopicPartition(*tp) for tp in partitions] or list(self._state.assignment())
         for tp in tps:
             self._state.request_reset(tp, policy)
-        self._fetcher.forget(tps)
-        self._buffer.drop(tps)
+        self._drop(tps, remove=False)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -262,9 +260,6 @@ class Consumer:
         that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
         return self._fetcher.offsets_for_times(timestamps)
 
-    def _update_positions(self, only: Optional[Sequence[TopicPartition]] = None) -> None:
-        """Positions of partitions that have none (Fetcher.update_positions)."""
-        self._fetcher.update_positions(only, self._fetch_committed if self.group_id else None)
 
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
@@ -286,7 +281,7 @@ class Consumer:
             while True:
                 self._maybe_auto_commit()
                 self._coordinate()
-                self._update_positions()
+                self._fetcher.update_positions(None, self._fetch_committed if self.group_id else None)
                 got = self._fetcher.fetch(limit)
                 now = self.last_poll_time = time.monotonic()
                 if got or now >= deadline:
@@ -422,10 +417,15 @@ class Consumer:
             self._member = self._pending = None
             self._cancel_timer()
         finally:
-            self._state.remove(lost)
-            self._fetcher.forget(lost)
-            self._buffer.drop(lost)
+            self._drop(lost)
             self._last_commit = {tp: o for tp, o in self._last_commit.items() if tp not in lost}
+
+    def _drop(self, tps: Iterable[TopicPartition], remove: bool = True) -> None:
+        """Forget the partitions' fetch state and read-ahead records (remove: them too)."""
+        if remove:
+            self._state.remove(tps)
+        self._fetcher.forget(tps)
+        self._buffer.drop(tps)
 
     def _cancel_timer(self) -> None:
         timer, self._poll_timer = self._poll_timer, None
@@ -439,9 +439,16 @@ class Consumer:
         return self._pending is not None
 
     def _apply(self, change) -> None:
+        """Apply a rebalance's change; a listener raising (a WakeupError from its commit) does
+        not undo it: the revoked are dropped and released, the assigned kept for the next poll."""
         if change.revoked:
-            self._revoke(set(change.revoked) & self._state.assignment(), release=False)
-            self._member.release(change.revoked)
+            try:
+                self._revoke(set(change.revoked) & self._state.assignment(), release=False)
+            except BaseException:
+                self._pending = replace(change, revoked=frozenset())
+                raise
+            finally:
+                self._member.release(change.revoked)
         added = set(change.assigned) - self._state.assignment()
         self._state.add(sorted(change.assigned))
         if self._listener is not None:
@@ -451,12 +458,12 @@ class Consumer:
         """Give partitions up: auto-commit their positions, tell the listener, forget them and
         (release) let the group's next owner have them."""
         if tps:
-            self._maybe_commit_before_losing(tps)
-            if self._listener is not None:
-                self._listener.on_partitions_revoked(set(tps))
-            self._state.remove(tps)
-            self._fetcher.forget(tps)
-            self._buffer.drop(tps)
+            try:
+                self._maybe_commit_before_losing(tps)
+                if self._listener is not None:
+                    self._listener.on_partitions_revoked(set(tps))
+            finally:                         # given up even if the listener raised
+                self._drop(tps)
         if release and self._member is not None:
             self._member.release(tps)
 
@@ -468,13 +475,13 @@ class Consumer:
         member, self._member = self._member, None
         self._pending = None
         owned = self._state.assignment()
-        self._maybe_commit_before_losing(owned)
-        if owned and self._listener is not None:
-            self._listener.on_partitions_revoked(owned)
-        self._state.remove(owned)
-        self._fetcher.forget(owned)
-        self._buffer.drop(owned)
-        member.leave()
+        try:
+            self._maybe_commit_before_losing(owned)
+            if owned and self._listener is not None:
+                self._listener.on_partitions_revoked(owned)
+        finally:                             # the member leaves even if the listener raised
+            self._drop(owned)
+            member.leave()
 
     # -- commits ---------------------------------------------------------------------------------
     def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
@@ -534,17 +541,14 @@ class Consumer:
             self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions})
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
-        """The group's committed offset of tp (None if none); metadata=True: the whole
-        OffsetAndMetadata."""
+        """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
         self._check_open()
         if self.group_id is None:
             raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
         self._wake.check()
         tp = TopicPartition(*tp)
         got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
-        if got is None:
-            return None
-        return got if metadata else got.offset
+        return got if got is None or metadata else got.offset
 
     def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         got = self._coord().fetch_offsets(self.group_id, tps)
@@ -561,8 +565,7 @@ class Consumer:
             raise KStoreStateError("the consumer is closed")
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (with auto-commit, unless autocommit=False), leave the group, close what the
-        consumer opened. Idempotent."""
+        """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
         if self._closed:
             return
         self._wake.close()                    # a poll in another thread returns now

@@ -40,8 +40,9 @@ class Wakeup:
         self.bell.nudge()
 
     def check(self) -> None:
-        """Raise WakeupError if a wakeup is pending (and clear it: it is raised once)."""
-        if self.requested:
+        """Raise WakeupError if a wakeup is pending (and clear it: it is raised once); never
+        once close() has begun (Kafka's close disables wakeups: a listener's commit in it)."""
+        if self.requested and self.closing is None:
             self.requested = False
             raise WakeupError("the consumer was woken up (Consumer.wakeup)")
 

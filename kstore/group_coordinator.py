@@ -315,7 +315,8 @@ class GroupCoordinator:
         gone = set(topics)
         total = 0
         for p in self.topic.existing_partitions():
-            s = self._advance(p)
+            self.topic.wait_writers(p)     # a commit checked before the deletion was recorded
+            s = self._advance(p)           # is read here, not skipped and landing after
             with s.lock:
                 if not any(tp.topic in gone for offs in s.offsets.values() for tp in offs):
                     continue

@@ -48,7 +48,8 @@ take none.
                                 (offsets_topic.py): held across the partition flock below
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
-                                compaction of the partition, the kept writable Log's reuse check
+                                compaction of the partition, the kept writable Log's reuse check;
+                                taken and dropped by on_topics_deleted (wait_writers: a barrier)
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)

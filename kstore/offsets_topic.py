@@ -242,6 +242,13 @@ class OffsetsTopic:
             finally:
                 self._io.unlock(fd)
 
+    def wait_writers(self, p: int) -> None:
+        """Wait for the append in flight on an existing partition, if any (take its flock and
+        drop it): a commit checked before a topic deletion was recorded has landed on return."""
+        with self._writer(p).lock:
+            path = self.partition_path(p)
+            self._io.unlock(self._wait_lock(path, directory=True, what=f"the writer's lock of {path}"))
+
     def _still_ours(self, w: _Writer, path: str) -> bool:
         """Whether our kept Log still describes the partition (flock held): nobody bumped its
         notification word since our last change and the word's file is the one we mapped."""

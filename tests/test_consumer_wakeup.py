@@ -5,6 +5,7 @@ thread interrupts a poll the same way (Kafka's close does not wait out a poll)."
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -245,3 +246,118 @@ def test_wakeup_from_other_threads_leaves_another_process_consumer_alone(writer,
         assert 1 <= wakes <= 20
     out, _ = child.communicate(timeout=60)
     assert (child.returncode, out) == (0, "True\n")
+
+
+class _CommitOnRevoke:
+    """A rebalance listener committing in on_partitions_revoked (Kafka's usual pattern); a
+    wakeup() from another thread arrives while the callback runs, so its commit raises."""
+
+    def __init__(self) -> None:
+        self.c: Any = None
+        self.wake_during = False         # wake the consumer from another thread first
+        self.commit_always = False       # commit even without waking
+        self.calls: list = []
+
+    def on_partitions_revoked(self, tps) -> None:
+        self.calls.append(("revoked", set(tps)))
+        if self.wake_during:
+            self.wake_during = False
+            waker = threading.Thread(target=self.c.wakeup, name="waker")
+            waker.start()
+            join_all([waker], GENEROUS_S)
+            self.c.commit()
+        elif self.commit_always:
+            self.c.commit()
+
+    def on_partitions_assigned(self, tps) -> None:
+        self.calls.append(("assigned", set(tps)))
+
+
+def test_wakeup_during_a_revoke_callback_completes_the_rebalance(group_store, watchdog):
+    """A second member joins; the first's revoke callback is woken up mid-commit, so its poll
+    raises WakeupError (once). The rebalance still completes: the first keeps two partitions
+    (its next poll reports nothing new assigned), the second, polling in another thread, gets
+    the other two and reads a record appended there. Before, the first kept all four partitions for
+    good and the second never got any."""
+    watchdog(60)
+    d, m = group_store
+    lst = _CommitOnRevoke()
+    stop = threading.Event()
+    c1 = Consumer(d, group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=200)
+    c2 = Consumer(d, "t", group_id="g", auto_offset_reset="latest", heartbeat_interval_ms=200)
+    try:
+        c1.subscribe(["t"], listener=lst)
+        lst.c = c1
+        assert sum(map(len, c1.poll(timeout_ms=GENEROUS_S * 1000).values())) == 40
+        lst.wake_during = True
+        got2: list = []
+        owned2: list = [set()]                          # c2's assignment after its last poll
+
+        def member2():
+            while not stop.is_set():
+                for rs in c2.poll(timeout_ms=100).values():
+                    got2.extend(r.value for r in rs)
+                owned2[0] = c2.assignment()
+        t = threading.Thread(target=member2, name="member-2")
+        t.start()
+        raised = 0
+        deadline = time.monotonic() + GENEROUS_S
+        while len(c1.assignment()) != 2 and time.monotonic() < deadline:
+            try:
+                c1.poll(timeout_ms=100)
+            except WakeupError:
+                raised += 1
+        assert raised == 1
+        c1.poll(timeout_ms=0)                           # applies the rest of the change
+        kept = c1.assignment()
+        gone = {TP("t", p) for p in range(4)} - kept
+        assert len(kept) == 2 and lst.calls[1:] == [("revoked", gone), ("assigned", set())]
+        while owned2[0] != gone and time.monotonic() < deadline:
+            c1.poll(timeout_ms=10)
+        tp2 = min(gone)
+        m.append_batch("t", tp2.partition, [(b"k", b"new")])
+        while got2 != [b"new"] and time.monotonic() < deadline:
+            c1.poll(timeout_ms=100)                     # c1 stays a live member meanwhile
+        stop.set()
+        join_all([t], GENEROUS_S)
+        assert got2 == [b"new"]
+        assert owned2[0] == gone and c1.assignment() == kept
+        assert c1.committed(tp2) == 10           # the commit before the revoke, on time
+    finally:
+        stop.set()
+        c2.close()
+        c1.close()
+
+
+def test_close_with_a_wakeup_pending_commits_in_the_listener_and_leaves(group_store, watchdog):
+    """A wakeup() from another thread is pending when close() runs the revoke callback, which
+    commits (auto-commit off): close returns (Kafka's close disables wakeups), the commit is
+    written, and a member polling in another thread takes all four partitions and reads on
+    from it. Before, close raised WakeupError, the listener's commit was lost and the member
+    did not leave."""
+    watchdog(60)
+    d, m = group_store
+    lst = _CommitOnRevoke()
+    c1 = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c1.subscribe(["t"], listener=lst)
+    lst.c, lst.commit_always = c1, True
+    assert sum(map(len, c1.poll(timeout_ms=GENEROUS_S * 1000, max_records=1000).values())) == 40
+    waker = threading.Thread(target=c1.wakeup, name="waker")
+    waker.start()
+    join_all([waker], GENEROUS_S)
+    c1.close()
+    assert c1.closed and lst.calls[-1] == ("revoked", {TP("t", p) for p in range(4)})
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"after")])
+    got: list = []
+
+    def member2():
+        with Consumer(d, "t", group_id="g", auto_offset_reset="earliest") as c2:
+            deadline = time.monotonic() + GENEROUS_S
+            while len(got) < 4 and time.monotonic() < deadline:
+                for rs in c2.poll(timeout_ms=100).values():
+                    got.extend((r.offset, r.value) for r in rs)
+    t = threading.Thread(target=member2, name="member-2")
+    t.start()
+    join_all([t], GENEROUS_S * 2)
+    assert got == [(10, b"after")] * 4

@@ -164,3 +164,45 @@ def test_threads_commit_while_another_process_creates_and_deletes_the_topic(tmp_
     with GroupCoordinator(d) as gc:
         got = {tp: o.offset for tp, o in gc.fetch_offsets("g").items()}
     assert got == {TP("t", i): 1_000_000 + i for i in range(4)}
+
+
+def test_a_commit_in_flight_when_its_topic_is_deleted_is_tombstoned(tmp_path, watchdog):
+    """A commit of topic late (the group's first offset of it) has passed its check and holds
+    the group's offsets partition when delete_topic, in another thread, tombstones the groups'
+    offsets of late: the deletion waits for that commit and tombstones it, so late created again
+    has no committed offset. Before, the deletion saw no offset of late in the partition, left
+    it without waiting, and the commit landed after: the new late resumed at offset 5."""
+    watchdog(60)
+    d = str(tmp_path)
+    with LogManager(d) as m:
+        m.create_topic("late", 1)
+        with GroupCoordinator(d) as gc:
+            checked, go = threading.Event(), threading.Event()
+            real = gc._hosted.unknown
+
+            def unknown(tps):                    # the commit's check, then a pause (flock held)
+                got = real(tps)
+                checked.set()
+                go.wait(10)
+                return got
+            gc._hosted.unknown = unknown         # type: ignore[method-assign]
+            errors: list = []
+
+            def run(fn):
+                try:
+                    fn()
+                except Exception as e:           # noqa: BLE001  (asserted below)
+                    errors.append(e)
+            committer = threading.Thread(target=run, name="committer",
+                                         args=(lambda: gc.commit_offsets("g", {TP("late", 0): 5}),))
+            committer.start()
+            assert checked.wait(10)
+            deleter = threading.Thread(target=run, name="deleter", args=(lambda: m.delete_topic("late"),))
+            deleter.start()
+            deleter.join(0.5)                    # done already: it did not wait for the commit
+            go.set()
+            join_all([committer, deleter], 30)
+            assert errors == []
+        m.create_topic("late", 1)
+        with GroupCoordinator(d) as gc:
+            assert gc.fetch_offsets("g") == {}
