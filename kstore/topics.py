@@ -223,36 +223,40 @@ class HostedPartitions:
     recorded: a broker's dirs, an older kstore's topic) one with a directory in a log dir; never
     one of a topic whose deletion is recorded. The topic config files are read at each call and
     parsed only when their bytes changed (an inode, size and mtime can all repeat); racing
-    threads each use data at least as new as their own read (the bytes are stored last)."""
+    threads each use data at least as new as their own read (_load's snapshot)."""
 
     def __init__(self, log_dirs: Sequence[str], io: Optional[FileOps] = None):
         self._dirs = list(log_dirs)
         self._io = io or get_file_ops()
-        self._seen: tuple = ()
-        self._counts: dict[str, int] = {}
-        self._deleting: frozenset[str] = frozenset()
+        #: (the files' bytes, counts, deleting): one attribute, replaced whole, so a thread
+        #: never pairs one parse's counts with another's deletions
+        self._snap: tuple[tuple, dict[str, int], frozenset[str]] = ((), {}, frozenset())
 
-    def _load(self) -> None:
+    def _load(self) -> tuple[tuple, dict[str, int], frozenset[str]]:
+        """The snapshot of the files as this call read them (parsed only if their bytes changed
+        since the cached one): the caller uses what this returns, never the cache, which a
+        slower thread may have set back to an older parse."""
         seen: list[Optional[bytes]] = []
         for d in self._dirs:
             try:
                 seen.append(self._io.read_file(os.path.join(d, TOPIC_CONFIG_FILE)))
             except (OSError, UnusableFileError):
                 seen.append(None)
-        if tuple(seen) != self._seen:
+        snap = self._snap
+        if tuple(seen) != snap[0]:
             f = TopicConfigFile.read(self._dirs, self._io)
-            self._counts = dict(f.partitions) if f is not None else {}
-            self._deleting = frozenset(f.deleting) if f is not None else frozenset()
-            self._seen = tuple(seen)
+            snap = self._snap = (tuple(seen), dict(f.partitions) if f is not None else {},
+                                 frozenset(f.deleting) if f is not None else frozenset())
+        return snap
 
     def unknown(self, tps: Iterable[Sequence[Any]]) -> list:
         """Of tps ((topic, partition) pairs), those the store does not host, in order."""
-        self._load()
+        _seen, counts, deleting = self._load()
         out = []
         for tp in tps:
             topic, p = tp[0], tp[1]
-            n = self._counts.get(topic)
-            if topic in self._deleting or not isinstance(p, int) or p < 0:
+            n = counts.get(topic)
+            if topic in deleting or not isinstance(p, int) or p < 0:
                 out.append(tp)
             elif n is not None:
                 if p >= n:
