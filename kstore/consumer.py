@@ -37,7 +37,8 @@ from kstore._core import Record
 from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError
 from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
-from kstore.consumer_types import ConsumerRebalanceListener, ConsumerRecord, OffsetAndTimestamp
+from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
+                                   OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import Wakeup
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
@@ -48,7 +49,6 @@ from kstore.topic_partition import TopicPartition
 
 __all__ = ["Consumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp"]
 
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _new_tuple = tuple.__new__     # a ConsumerRecord without NamedTuple's Python-level __new__
 _EVICTED = object()            # _pending after the poll timer evicted the member
 log = logging.getLogger("kstore.consumer")
@@ -80,14 +80,7 @@ class Consumer:
                  consumer_timeout_ms: Optional[float] = None,
                  listener: Optional[ConsumerRebalanceListener] = None,
                  coordinator: Any = None, io: Optional[FileOps] = None):
-        if isolation_level not in ISOLATION_LEVELS:
-            raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
-        if not isinstance(max_poll_records, int) or max_poll_records < 1:
-            raise InvalidConfigError(f"max_poll_records must be a positive int, not {max_poll_records!r}")
-        if group_id is not None and (not isinstance(group_id, str) or not group_id):
-            raise InvalidConfigError(f"group_id must be a non-empty string, not {group_id!r}")
-        if type(max_poll_interval_ms) is not int or max_poll_interval_ms < 1:
-            raise InvalidConfigError(f"max_poll_interval_ms must be a positive int, not {max_poll_interval_ms!r}")
+        check_settings(isolation_level, max_poll_records, group_id, max_poll_interval_ms)
         self.group_id = group_id
         self.client_id = client_id
         self.enable_auto_commit = enable_auto_commit and group_id is not None
@@ -133,9 +126,11 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, waiting (consumer_timeout_ms: StopIteration); positions advance by one."""
+        """The next record, waiting (StopIteration after consumer_timeout_ms or once closed)."""
         buf = self._buffer
         while True:
+            if self._closing():
+                raise StopIteration("the consumer is closed")
             if buf:
                 entry = buf[0]
                 recs, i = entry[1], entry[2]
@@ -147,7 +142,7 @@ class Consumer:
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            buf.fill(self.poll, self.consumer_timeout)
+            buf.fill(self.poll, self.consumer_timeout, self._closing)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -561,8 +556,11 @@ class Consumer:
 
     def _check_open(self, closing: bool = False) -> None:
         """closing: also refuse once another thread's close() has begun (it waits for _lock)."""
-        if self._closed or (closing and self._wake.closing not in (None, threading.get_ident())):
+        if self._closed or (closing and self._closing()):
             raise KStoreStateError("the consumer is closed")
+
+    def _closing(self) -> bool:
+        return self._closed or self._wake.closing not in (None, threading.get_ident())
 
     def close(self, autocommit: bool = True) -> None:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""

@@ -20,11 +20,14 @@ __all__ = ["RecordBuffer"]
 class RecordBuffer(deque[list]):
     """Read-ahead records of one consumer (used by its one thread: no lock)."""
 
-    def fill(self, poll: Callable[..., dict], timeout: Optional[float]) -> None:
+    def fill(self, poll: Callable[..., dict], timeout: Optional[float],
+             closed: Callable[[], bool] = lambda: False) -> None:
         """Poll (in SLICE_S waits) until records arrive; StopIteration after timeout seconds
-        (consumer_timeout_ms) without one, never if timeout is None."""
+        (consumer_timeout_ms) without one, never if timeout is None, or once closed()."""
         start = time.monotonic()
         while not self:
+            if closed():
+                raise StopIteration("the consumer is closed")
             left = SLICE_S
             if timeout is not None:
                 left = timeout - (time.monotonic() - start)

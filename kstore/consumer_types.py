@@ -5,9 +5,27 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from kstore.errors import InvalidConfigError
 from kstore.topic_partition import TopicPartition
 
-__all__ = ["ConsumerRecord", "OffsetAndTimestamp", "ConsumerRebalanceListener"]
+__all__ = ["ConsumerRecord", "OffsetAndTimestamp", "ConsumerRebalanceListener", "check_settings"]
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def check_settings(isolation_level: str, max_poll_records: int, group_id: Optional[str],
+                   max_poll_interval_ms: int) -> None:
+    """A Consumer's settings checked before anything is opened (InvalidConfigError naming it)."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise InvalidConfigError(
+            f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
+    if not isinstance(max_poll_records, int) or max_poll_records < 1:
+        raise InvalidConfigError(f"max_poll_records must be a positive int, not {max_poll_records!r}")
+    if group_id is not None and (not isinstance(group_id, str) or not group_id):
+        raise InvalidConfigError(f"group_id must be a non-empty string, not {group_id!r}")
+    if type(max_poll_interval_ms) is not int or max_poll_interval_ms < 1:
+        raise InvalidConfigError(
+            f"max_poll_interval_ms must be a positive int, not {max_poll_interval_ms!r}")
 
 
 class OffsetAndTimestamp(NamedTuple):

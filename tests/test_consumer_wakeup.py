@@ -179,6 +179,36 @@ def test_close_from_another_thread_interrupts_the_poll(writer, watchdog):
         c.poll()
 
 
+def test_close_from_another_thread_ends_an_iteration(writer, watchdog):
+    """`for r in consumer` ends (StopIteration, as kafka-python's) when another thread closes the
+    consumer, after exactly the records read before; iterating a closed consumer ends at once.
+    Before, the loop raised KStoreStateError out of the iteration."""
+    watchdog(60)
+    d, _w = writer
+    c = Consumer(d, auto_offset_reset="earliest", consumer_timeout_ms=30_000)
+    c.assign([T0])
+    got: list = []
+    errors: list = []
+
+    def run():
+        try:
+            for r in c:
+                got.append(r.offset)
+        except BaseException as e:      # noqa: BLE001 - the test reports it
+            errors.append(e)
+    t = threading.Thread(target=run, name="iterating")
+    t.start()
+    deadline = time.monotonic() + GENEROUS_S
+    while len(got) < 100 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)                     # asleep in the poll under the iteration
+    c.close()
+    join_all([t], GENEROUS_S)
+    assert errors == []
+    assert got == list(range(100))
+    assert list(c) == []
+
+
 def test_wakeup_interrupts_an_async_getmany(writer, watchdog):
     """An AsyncConsumer's getmany(timeout 30 s) waits in the process's waiter thread: a wakeup()
     of its Consumer from another thread ends it with WakeupError; the next getmany reads on."""
