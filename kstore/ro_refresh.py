@@ -52,7 +52,7 @@ class DirWatch:
     COARSE_SLACK_NS = 2_100_000_000
 
     def __init__(self, io: FileOps, path: str) -> None:
-        self.io = io
+        self._io = io
         self.path = path
         self._trusted: Optional[Stamp] = None
         self._since = 0             # the wall clock when the trusted listing was started
@@ -60,7 +60,7 @@ class DirWatch:
     def stamp(self) -> Stamp:
         """The directory's stamp now; UnknownTopicError if it is gone (topic deleted)."""
         try:
-            st = self.io.stat_path(self.path, follow_symlinks=True)
+            st = self._io.stat_path(self.path, follow_symlinks=True)
         except FileNotFoundError:
             raise UnknownTopicError(f"partition directory {self.path} was deleted") from None
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
@@ -109,6 +109,7 @@ class ReadOnlyRefresh:
 
     def __init__(self, io: FileOps, path: str) -> None:
         self.watch = DirWatch(io, path)
+        self._io = io
         self._identity: Optional[tuple[int, int]] = None   # the directory's (device, inode)
         self._listed = False        # the last scan listed the directory (it may have changed)
         self._saved: Optional[tuple[tuple[int, ...], Optional[int]]] = None   # (stat, start)
@@ -122,13 +123,13 @@ class ReadOnlyRefresh:
             return self._saved[1] if self._saved is not None else None
         path = os.path.join(self.watch.path, LOG_START_FILE)
         try:
-            st = self.watch.io.stat_path(path)
+            st = self._io.stat_path(path)
         except FileNotFoundError:
             self._saved = None
             return None
         key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         if self._saved is None or self._saved[0] != key:
-            self._saved = (key, read_saved_start(self.watch.io, path, "log start file")[1])
+            self._saved = (key, read_saved_start(self._io, path, "log start file")[1])
         return self._saved[1]
 
     def recreated(self, before: tuple[Stamp, int]) -> bool:
