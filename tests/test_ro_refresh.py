@@ -314,3 +314,29 @@ def test_a_kept_reader_follows_a_truncation_below_its_start(tmp_path, after):
     fresh.close()
     ro.close()
     lg.close()
+
+
+def test_a_kept_store_reader_follows_a_writer_process_truncating_below_the_start(tmp_path, watchdog):
+    """The same through a StoreReader beside a LogManager in another process (its checkpoint
+    lowered before the cut): after the writer truncates below the start and appends 80
+    records, the kept log's next refresh shows exactly the writer's log (old code: from 32)."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    d = str(tmp_path / "store")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1, {'segment.bytes': 2000})", "lg = m.log('t', 0)",
+              "for i in range(60): lg.append([(b'k', b'%d;' % i * 20, 1)])",
+              "assert lg.delete_records(32) == 32")
+        with kstore.StoreReader(d) as store:
+            kept = store.log("t", 0)
+            assert store.offsets("t", 0) == (32, 60)
+            w.run("lg.truncate_to(2)",
+                  "for i in range(80): lg.append([(b'k', b'new%d' % i, 1)])")
+            store.refresh()
+            assert store.log("t", 0) is kept
+            assert store.offsets("t", 0) == (2, 82)
+            got = [(r.offset, r.value) for r in kept.read(2, 1000)]
+            assert got == [(2 + i, b"new%d" % i) for i in range(80)]
+    finally:
+        assert w.close() == 0
