@@ -28,9 +28,16 @@ class Append:
         self.log = kstore.Log.open(os.path.join(self.dir, "t-0"))
         self.one = [(KEY, VALUE, TS)]
         self.batch = [(KEY, VALUE, TS + i) for i in range(1000)]
+        probe = kstore.Log.open(os.path.join(self.dir, "probe-0"))
+        probe.append(self.batch)
+        probe.close()
+        with open(os.path.join(self.dir, "probe-0", "0" * 20 + ".log"), "rb") as f:
+            self.batch_bytes = f.read()           # one encoded 1000-record batch
+        self.fd = os.open(os.path.join(self.dir, "floor"), os.O_WRONLY | os.O_CREAT)
 
     def teardown(self):
         self.log.close()
+        os.close(self.fd)
         shutil.rmtree(self.dir)
 
     def time_append_single_record(self):
@@ -41,6 +48,10 @@ class Append:
 
     def time_append_1000_record_batch(self):
         self.log.append(self.batch)
+
+    def time_write_1000_record_batch_bytes(self):
+        """The floor under the batch append: write() of the same batch's bytes, nothing else."""
+        os.write(self.fd, self.batch_bytes)
 
 
 class AppendColumns:

@@ -161,6 +161,30 @@ def _bench_kstore(root, n, rows, offsets, stamps, res, quiet):
     res["bytes_on_disk"] = blog.size
     log.close()
     blog.close()
+    _bench_write_floor(root, n, os.path.join(root, "kstore", "batch-0"), res, quiet)
+
+
+def _bench_write_floor(root: str, n: int, log_dir: str, res: dict, quiet: bool) -> None:
+    """The floor under any batch append to the page cache: write() of the batched log's own
+    bytes, a batch's worth per call, into a new file beside it (no encoding, CRC or index)."""
+    _progress("write(): the batched log's bytes, a batch per call", quiet)
+    data = bytearray()
+    for name in sorted(f for f in os.listdir(log_dir) if f.endswith(".log")):
+        with open(os.path.join(log_dir, name), "rb") as f:
+            data += f.read()
+    batches = max(1, n // 1000)
+    step = len(data) // batches
+    view = memoryview(data)
+    path = os.path.join(root, "write-floor")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        total, p50, p99 = _timed_loop(lambda i: os.write(fd, view[i * step:(i + 1) * step]),
+                                      range(batches))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    res["write_floor"] = {"rate": n / total, "p50_us": p50, "p99_us": p99,
+                          "batch_bytes": step}
 
 
 def _bench_sqlite(root, n, rows, offsets, stamps, res, quiet):
@@ -302,6 +326,8 @@ def _ratios(out: dict) -> dict:
 
     if "append_single" in lm:
         ratio("append_batch_rate_vs_lmdb_putmulti", k["append_batch"]["rate"], lm["append_batch"]["rate"])
+        if "write_floor" in k:
+            ratio("write_floor_rate_vs_lmdb_putmulti", k["write_floor"]["rate"], lm["append_batch"]["rate"])
         ratio("random_read_p50_vs_lmdb", k["random_read"]["p50_us"], lm["random_read"]["p50_us"])
         ratio("time_lookup_p50_vs_lmdb", k["time_lookup"]["p50_us"], lm["time_lookup"]["p50_us"])
         ratio("sequential_read_rate_vs_lmdb", k["sequential_read"]["rate"], lm["sequential_read"]["rate"])
@@ -313,6 +339,8 @@ def _ratios(out: dict) -> dict:
         ratio("random_read_p50_vs_sqlite", k["random_read"]["p50_us"], sq["random_read"]["p50_us"])
         ratio("sequential_read_rate_vs_sqlite", k["sequential_read"]["rate"], sq["sequential_read"]["rate"])
         ratio("time_lookup_p50_vs_sqlite", k["time_lookup"]["p50_us"], sq["time_lookup"]["p50_us"])
+    if "write_floor" in k:
+        ratio("append_batch_rate_vs_write_floor", k["append_batch"]["rate"], k["write_floor"]["rate"])
     ratio("time_lookup_p50_vs_offset_lookup_p50", k["time_lookup"]["p50_us"], k["random_read"]["p50_us"])
     ratio("time_lookup_single_log_p50_vs_offset_lookup_p50", k["time_lookup_single_log"]["p50_us"],
           k["random_read_single_log"]["p50_us"])
@@ -381,6 +409,10 @@ def print_report(out: dict, file: IO[str] = sys.stdout) -> None:
         label = label or f"{op} {'' if field == 'rate' else field.replace('_us', '')}".strip()
         p(f"{label:<36}{cell('kstore', op, field):>14}{cell('sqlite', op, field):>14}{cell('lmdb', op, field):>14}")
     k = out["kstore"]
+    if "write_floor" in k:
+        w = k["write_floor"]
+        p(f"{'write() of the same bytes (floor)':<36}{w['rate']:>12,.0f}/s  "
+          f"({w['batch_bytes']:,} bytes a call; p50 {w['p50_us']:.2f} µs, p99 {w['p99_us']:.2f} µs)")
     p(f"{'segment recovery':<36}{k['recovery']['gb_per_s']:>9.2f} GB/s  ({k['recovery']['bytes']:,} bytes)")
     p(f"{'CRC-32C 64 KiB':<36}{k['crc32c_gb_per_s']:>9.2f} GB/s  (table {k['crc32c_table_gb_per_s']:.2f}, "
       + (f"crcmod {k['crcmod_gb_per_s']:.2f})" if k["crcmod_gb_per_s"] is not None
