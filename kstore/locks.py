@@ -28,6 +28,11 @@ take none.
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
                                 for group.lock (live_members, called by delete_group, only tries)
+  TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
+                                holds it across its renames, checkpoints, tombstones and the
+                                record's drop; the retry task only tries it, create_topic's
+                                retry waits for it. Takes the registry, checkpoint and offsets
+                                locks below; taken holding none of the locks here
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
