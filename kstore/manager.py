@@ -8,7 +8,7 @@ and keeps the public API.
 
 Nothing it holds refers back to it strongly: its scheduled tasks call it through
 scheduler.weak_task (a no-op once it is closed or gone), the cleaner keeps a weakref.proxy, the
-producer a WeakMethod of create_topic, and Scheduler.shutdown drops its queue, so a closed
+producer a WeakMethod of _create, and Scheduler.shutdown drops its queue, so a closed
 manager, Log or StoreReader is freed by reference counting alone.
 """
 from __future__ import annotations
@@ -118,7 +118,7 @@ class LogManager:
                                          self._failures, io=self._io, time=self._time)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
-                                  create_topic=self.create_topic,
+                                  create_topic=self._create,
                                   partition_count=self._admin.partition_count)
         self.cleaner: Optional[LogCleaner] = None
         try:
@@ -343,12 +343,19 @@ class LogManager:
     # -- topics (topic_admin.py) and appends by topic (producer.py) -------------------------------
     def create_topic(self, name: str, partitions: Optional[int] = None,
                      config: Optional[Mapping[str, Any]] = None) -> None:
-        """Create `name` with `partitions` partitions (default num.partitions) and overrides."""
+        """Create `name` with `partitions` partitions (default num.partitions) and overrides; a
+        name whose deletion is pending is refused ("marked for deletion") if a retry fails."""
+        self._create(name, partitions, config, retry=True)
+
+    def _create(self, name: str, partitions: Optional[int] = None,
+                config: Optional[Mapping[str, Any]] = None, retry: bool = False) -> None:
+        """create_topic; the producer's auto-creation holds the registry lock, so it never
+        retries a pending deletion (whose lock is above it): the retry task ends that one."""
         self._check_writable()
         if name == OFFSETS_TOPIC:      # never a manager's own log (produce would auto-create it)
             raise InvalidTopicError(f"{OFFSETS_TOPIC} is written only through "
                                     f"kstore.group_coordinator.GroupCoordinator (shared-writer partitions)")
-        if self._topics.is_deleting(name):
+        if retry and self._topics.is_deleting(name):
             self._deletions.retry()        # "marked for deletion" only if this fails too
         self._admin.create_topic(name, partitions, config)
 

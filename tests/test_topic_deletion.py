@@ -200,3 +200,47 @@ stayed "marked for deletion" until a restart."""
     finally:
         child.close()
         m.close()
+
+
+def test_an_append_auto_creating_a_name_marked_for_deletion_does_not_retry(tmp_path, monkeypatch,
+                                                                           watchdog):
+    """The producer's auto-creation holds the registry lock, below the deletion tail's lock: an
+    append to t while a retry runs in another thread (inside its tombstoning) is refused at once
+    ("marked for deletion", nothing created) instead of waiting for that retry, which itself
+    needs the registry lock to finish. Once the retry is done the append auto-creates t."""
+    watchdog(60)
+    inside, release = threading.Event(), threading.Event()
+    real = GroupCoordinator.on_topics_deleted
+
+    def slow(self, topics):
+        inside.set()
+        assert release.wait(GENEROUS_S)
+        return real(self, topics)
+
+    ops = OffsetsLockFails()
+    with LogManager(str(tmp_path), io=ops) as m:
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
+        out: dict = {}
+        retry = threading.Thread(target=lambda: out.setdefault("retry", m.retry_deletions(wait=True)),
+                                 name="retry")
+        retry.start()
+        assert inside.wait(GENEROUS_S)
+
+        def append():
+            try:
+                m.append("t", None, b"x")
+            except TopicExistsError as e:
+                out["append"] = str(e)
+        appender = threading.Thread(target=append, name="append")
+        appender.start()
+        join_all([appender], GENEROUS_S)           # while the retry is still inside
+        assert out == {"append": "Topic 't' is marked for deletion."} and m.topics() == ["u"]
+        release.set()
+        join_all([retry], GENEROUS_S)
+        assert out["retry"] is True and _offsets(m) == GONE
+        assert m.append("t", None, b"x").offset == 0
+        assert m.topics() == ["t", "u"]
