@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore import _notify
-from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named
+from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named, select_protocol
 from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.group_files import GroupDir, GroupLockTimeoutError
@@ -126,23 +126,6 @@ class _Held:
                 self.io.unlock(fd)
             except OSError:
                 pass
-
-
-def _select_protocol(members: Sequence[dict], leader: Optional[str]) -> Optional[str]:
-    """Kafka's selectProtocol: the assignors every member supports; each member votes for the
-    first of its own list among them; most votes wins (a tie: the leader's preference)."""
-    if not members:
-        return None
-    common = set(members[0]["assignors"]).intersection(*(m["assignors"] for m in members[1:]))
-    if not common:
-        return None
-    votes: dict[str, int] = {}
-    for m in members:
-        vote = next(a for a in m["assignors"] if a in common)
-        votes[vote] = votes.get(vote, 0) + 1
-    first = next((m for m in members if m["member_id"] == leader), members[0])
-    rank = {a: i for i, a in enumerate(first["assignors"])}
-    return max(votes, key=lambda a: (votes[a], -rank.get(a, len(rank))))
 
 
 class GroupMember:
@@ -508,7 +491,7 @@ class GroupMember:
         leader = state.get("leader") if state is not None else None
         if leader not in [m["member_id"] for m in live]:
             leader = live[0]["member_id"] if live else None
-        protocol = _select_protocol(live, leader)
+        protocol = select_protocol(live, leader)
         if live and protocol is None:
             protocol = live[0]["assignors"][0]      # refused at join; a hostile member file
         topics = sorted({t for m in live for t in m["topics"]})
