@@ -277,9 +277,10 @@ class GroupMember:
             if released:
                 bell.ring(self._generation, 0, 0, 0)
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """coordinator.commit_offsets for partitions this member owns (CommitFailedError for
-        any other: it lost them), with its generation and member id."""
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+               sleep: Optional[Callable[[float], None]] = None) -> None:
+        """coordinator.commit_offsets (its flock wait paused by sleep) for partitions this member
+        owns (CommitFailedError for any other: it lost them), with its generation and member id."""
         with self._lock:
             if self.expired:
                 raise CommitFailedError(f"group {self.group_id!r}: member {self.member_id}: {NOT_IN_GROUP}")
@@ -290,7 +291,8 @@ class GroupMember:
                     f"group {self.group_id!r}: member {self.member_id} does not own {sorted(lost)} "
                     f"(generation {self._generation}): the commit is refused")
             gen, member = self._generation, self.member_id
-        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member)
+        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member,
+                                         sleep=sleep)
 
     def owned(self) -> frozenset[TopicPartition]:
         """Partitions whose owner lock this member holds (revoked ones until released)."""
