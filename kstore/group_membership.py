@@ -240,26 +240,32 @@ class GroupMember:
         before the next heartbeat: one atomic load, no syscall. A heartbeat (twice per interval)
         checks the other members' liveness, once per interval this member's pattern and
         partition counts too, and rebalances if any changed; a ring re-reads the group state
-        and retries the partitions still held by others."""
+        and retries the partitions still held by others. A step cut short (a wakeup, a
+        group.lock timeout) is redone whole by the next poll."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
             word = bell.load() >> 1
             if word == self._seen and now < self._next_heartbeat:
                 return None
-            self._seen = word
-            state = self._gdir.read_state()
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
-                metadata = now >= self._next_metadata
-                if metadata:
-                    self._next_metadata = now + self.heartbeat_interval_ms / 1000
-                    self._check_bell()
-                if self._needs_rebalance(state, metadata):
+            before = (self._seen, self._next_heartbeat, self._next_metadata)
+            try:
+                self._seen = word
+                state = self._gdir.read_state()
+                if now >= self._next_heartbeat:
+                    self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
+                    metadata = now >= self._next_metadata
+                    if metadata:
+                        self._next_metadata = now + self.heartbeat_interval_ms / 1000
+                        self._check_bell()
+                    if self._needs_rebalance(state, metadata):
+                        state = self._locked_rebalance()
+                if state is None:
                     state = self._locked_rebalance()
-            if state is None:
-                state = self._locked_rebalance()
-            return self._apply(state)
+                return self._apply(state)
+            except BaseException:     # a wakeup or lock timeout: the next poll redoes it all
+                self._seen, self._next_heartbeat, self._next_metadata = before
+                raise
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         """Give up partitions (after committing their offsets): their owner locks are dropped

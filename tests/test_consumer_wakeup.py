@@ -518,3 +518,53 @@ def test_wakeup_interrupts_a_commit_waiting_behind_another_threads_commit(group_
             b.commit()
             assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {
                 TP("t", 0): 10, TP("t", 1): 10, TP("t", 2): 1}
+
+
+def test_a_rebalance_interrupted_by_a_wakeup_is_redone_by_the_next_poll(group_store, watchdog,
+                                                                        tmp_path):
+    """a (here) and b (another process) share t; a then subscribes to u too, and its next poll's
+    rebalance waits for group.lock, which b's process holds (as a third member's join would).
+    wakeup() from another thread ends that wait (WakeupError). Once the lock is free, a's very
+    next poll redoes the rebalance: it owns u's two partitions beside its share of t. Before,
+    the heartbeat that had begun the rebalance counted as done, so nothing happened until the
+    next one, heartbeat_interval_ms / 2 later (30 s here)."""
+    from group_helpers import ChildMember
+    watchdog(90)
+    d, m = group_store
+    m.create_topic("u", 2)
+    slow = dict(heartbeat_interval_ms=60_000, session_timeout_ms=120_000)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!import kstore; from kstore.fileio import FileOps")
+        child.run(f"!b = kstore.Consumer({d!r}, 't', group_id='g', heartbeat_interval_ms=60000, "
+                  "session_timeout_ms=120000)")
+        with Consumer(d, "t", group_id="g", **slow) as a:
+            a.poll(timeout_ms=0)
+            assert a.assignment() == {TP("t", p) for p in range(4)}
+            child.run("b.poll(timeout_ms=0) and None")         # joins: a rebalance, a ring
+            a.poll(timeout_ms=0)                               # a gives up b's half
+            mine = a.assignment()
+            assert len(mine) == 2 and {tp.topic for tp in mine} == {"t"}
+            a.subscribe(["t", "u"])
+            child.run(f"!gd = GroupDir(FileOps(), {d!r}, 'g'); fd = gd.lock(5)")
+            out: list = []
+            t = threading.Thread(target=lambda: out.append(_raises(a.poll)), name="poller")
+            t.start()
+            _wait_inside(a)
+            a.wakeup()
+            join_all([t], GENEROUS_S)
+            assert [type(e) for e in out] == [WakeupError] and a.assignment() == mine
+            child.run("!gd.unlock(fd)")
+            a.poll(timeout_ms=0)
+            assert a.assignment() == mine | {TP("u", 0), TP("u", 1)}
+        child.run("!b.close()")
+    finally:
+        child.close()
+
+
+def _raises(fn):
+    """What fn() raised (a kstore error), or what it returned."""
+    try:
+        return fn()
+    except kstore.KStoreError as e:
+        return e
