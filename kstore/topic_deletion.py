@@ -7,7 +7,8 @@ deletion record dropped from the topic config. A tail that fails (an offsets flo
 timeout, an unreadable offsets-topic.json, an I/O error) leaves the record, and the name stays
 "marked for deletion": a running writable LogManager retries it on its scheduler every
 `retry_interval_ms` and once, synchronously, when create_topic meets the name. One tail runs at
-a time (`_lock`, in locks.py's order): a second caller waits and sees the first one's outcome.
+a time (`_lock`, in locks.py's order): a caller that waited for a retry begun after its call
+takes that retry's outcome instead of running another.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ MIN_RETRY_MS = 1000
 
 
 def retry_interval_ms(cfg: BrokerConfig) -> int:
-    """The retry task's period: file.delete.delay.ms (Kafka's deleteLogs runs again that long
-    after finding nothing due; the deletion's other background step keeps that beat), >= 1 s."""
+    """The retry task's period: file.delete.delay.ms, the beat of a deletion's other background
+    step (Kafka's deleteLogs runs again that long after finding nothing due); at least 1 s,
+    kstore's kafka-delete-logs period, as the delay may be 0."""
     return max(MIN_RETRY_MS, cfg.log_config().file_delete_delay_ms)
 
 
