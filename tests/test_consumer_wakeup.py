@@ -568,3 +568,26 @@ def _raises(fn):
         return fn()
     except kstore.KStoreError as e:
         return e
+
+
+def test_a_commits_pause_sleeps_on_the_bell_and_a_wakeup_ends_it(watchdog):
+    """Wakeup.pause, the offsets flock wait's pause: it sleeps (10 pauses of 20 ms take at least
+    0.2 s: no hot loop), and a wakeup() from another thread ends a 30 s one with WakeupError;
+    the next pause sleeps again (the wakeup was raised once)."""
+    from kstore.consumer_wakeup import Wakeup
+    watchdog(60)
+    w = Wakeup()
+    t0 = time.monotonic()
+    for _ in range(10):
+        w.pause(0.02)
+    assert time.monotonic() - t0 >= 0.2
+    waker = threading.Timer(0.2, w.wake)
+    waker.start()
+    t0 = time.monotonic()
+    with pytest.raises(WakeupError):
+        w.pause(30)
+    assert time.monotonic() - t0 < GENEROUS_S
+    join_all([waker], GENEROUS_S)
+    t0 = time.monotonic()
+    w.pause(0.05)
+    assert time.monotonic() - t0 >= 0.05
