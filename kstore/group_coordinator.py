@@ -80,17 +80,18 @@ class GroupCoordinator:
     def __init__(self, store: "LogManager | str | os.PathLike | Sequence[str]", *,
                  num_partitions: Optional[int] = None, lock_timeout: float = 30.0,
                  io: Optional[FileOps] = None, time=None,
-                 config: Optional[Mapping[str, Any]] = None) -> None:
+                 config: Optional[Mapping[str, Any] | BrokerConfig] = None) -> None:
         """store: a LogManager (its log dirs and broker settings) or log dirs. config: broker
-        keys (`offsets.*`) when store is not a LogManager. num_partitions: the offsets topic's
-        partition count if it does not exist yet (default offsets.topic.num.partitions, 50);
-        once it exists it is fixed and a different explicit value is refused."""
+        keys (`offsets.*`) or a BrokerConfig when store is not a LogManager. num_partitions: the
+        offsets topic's partition count if it does not exist yet (default
+        offsets.topic.num.partitions, 50); once it exists it is fixed and a different explicit
+        value is refused."""
         if isinstance(store, (str, os.PathLike)):
             dirs = [os.fspath(store)]
-            cfg = BrokerConfig(config, warn=False)
+            cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
         elif isinstance(store, Sequence):
             dirs = [os.fspath(d) for d in store]
-            cfg = BrokerConfig(config, warn=False)
+            cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
         else:
             dirs = list(store.log_dirs)
             cfg = store.broker_config

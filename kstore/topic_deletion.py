@@ -111,7 +111,8 @@ class TopicDeletions:
             except OSError as e:
                 self._failures.mark_offline(d, e)
         try:
-            with GroupCoordinator(self._dirs, config=self._cfg.raw, io=self._io, time=self._time) as gc:
+            with GroupCoordinator(self._dirs, config=self._cfg, io=self._io,
+                                  time=self._time) as gc:
                 gc.on_topics_deleted(topics)
             return True
         except (KStoreError, OSError) as e:
