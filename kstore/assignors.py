@@ -14,6 +14,8 @@ rack awareness: kstore's partitions have no replicas):
   partitions ascending) dealt in turn to the members sorted, skipping a member not subscribed to
   the partition's topic.
 
+`select_protocol` picks the assignor a group uses (Kafka's GroupMetadata.selectProtocol).
+
 Members sort as Kafka's `MemberInfo`: those with a group instance id (static membership) first,
 by instance id, then the others by member id; strings compare as Java's `String.compareTo`
 (UTF-16 code units).
@@ -26,7 +28,7 @@ from kstore.group_records import java_string_hash
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["ConsumerPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "ASSIGNORS",
-           "assignor_named", "assignors_from"]
+           "assignor_named", "assignors_from", "select_protocol"]
 
 
 class ConsumerPartitionAssignor(Protocol):
@@ -152,3 +154,20 @@ def assignors_from(names: Sequence[Any]) -> list[ConsumerPartitionAssignor]:
     """partition_assignment_strategy: assignor names ("range", "roundrobin"), classes or objects."""
     return [assignor_named(n) if isinstance(n, str) else n() if isinstance(n, type) else n
             for n in names]
+
+
+def select_protocol(members: Sequence[dict], leader: Optional[str]) -> Optional[str]:
+    """Kafka's selectProtocol: the assignors every member supports; each member votes for the
+    first of its own list among them; most votes wins (a tie: the leader's preference)."""
+    if not members:
+        return None
+    common = set(members[0]["assignors"]).intersection(*(m["assignors"] for m in members[1:]))
+    if not common:
+        return None
+    votes: dict[str, int] = {}
+    for m in members:
+        vote = next(a for a in m["assignors"] if a in common)
+        votes[vote] = votes.get(vote, 0) + 1
+    first = next((m for m in members if m["member_id"] == leader), members[0])
+    rank = {a: i for i, a in enumerate(first["assignors"])}
+    return max(votes, key=lambda a: (votes[a], -rank.get(a, len(rank))))

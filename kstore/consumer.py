@@ -31,7 +31,7 @@ import re
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
 from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError
@@ -493,23 +493,25 @@ class Consumer:
         """Commit offsets (default: the positions of every assigned partition, i.e. after the
         records returned so far) to the group's `__consumer_offsets` partition, in one batch.
         When it returns the commit survives a kill -9 of this process. A group member commits
-        only partitions it owns (CommitFailedError otherwise, as Kafka's)."""
+        only partitions it owns (CommitFailedError otherwise, as Kafka's). wakeup() raises
+        WakeupError here, also in its wait for another process's commit (nothing written)."""
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
             self._check_open(closing=True)     # under the lock: a close() may have taken it first
-            self._wake.check()
-            self._commit(self._consumed() if offsets is None else offsets)
+            self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
+            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
 
-    def _commit(self, offsets: Mapping[TopicPartition, Any]) -> None:
+    def _commit(self, offsets: Mapping[TopicPartition, Any],
+                sleep: Optional[Callable[[float], None]] = None) -> None:
         if not offsets:
             return
         from kstore.group_records import OffsetAndMetadata
         values = {TopicPartition(*tp): OffsetAndMetadata.coerce(v) for tp, v in offsets.items()}
         if self._member is not None:
-            self._member.commit(values)       # CommitFailedError for a partition it lost
+            self._member.commit(values, sleep)       # CommitFailedError for a partition it lost
         else:
-            self._coord().commit_offsets(self.group_id, values)
+            self._coord().commit_offsets(self.group_id, values, sleep=sleep)
         self._last_commit.update((tp, v.offset) for tp, v in values.items())
 
     def _maybe_auto_commit(self) -> None:

@@ -1,7 +1,8 @@
 """What another thread may do to a Consumer's blocking calls (KafkaConsumer.wakeup and its
 close): `wakeup()` makes the poll blocked now, or the next poll/commit/committed, raise
 WakeupError once; `close()` ends a poll's wait at once (the poll returns what it has: nothing).
-A group join waiting for another process's group.lock is ended the same way (check_wait).
+A group join waiting for another process's group.lock is ended the same way (check_wait), and
+a commit waiting for an offsets flock too (pause).
 
 Both ring a private Bell that every poll sleeps on beside its logs' words, so the sleeper wakes
 at once (one futex_waitv; GIL released), never after its timeout. The request itself is a flag:
@@ -51,6 +52,14 @@ class Wakeup:
         KStoreStateError once close() has begun (the poll then gives way to it)."""
         if self.closing is not None:
             raise KStoreStateError("the consumer is closed")
+        self.check()
+
+    def pause(self, seconds: float) -> None:
+        """A commit's pause between attempts at the offsets flock (no notification to sleep
+        on): sleep on the bell up to seconds, so a wakeup() ends it at once (WakeupError)."""
+        armed = self.bell.arm()
+        self.check()
+        self.bell.sleep(armed, seconds)
         self.check()
 
     def interrupted(self) -> bool:

@@ -20,7 +20,7 @@ import importlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from kstore.broker_config import BrokerConfig
 from kstore.clock import SYSTEM_TIME
@@ -80,17 +80,18 @@ class GroupCoordinator:
     def __init__(self, store: "LogManager | str | os.PathLike | Sequence[str]", *,
                  num_partitions: Optional[int] = None, lock_timeout: float = 30.0,
                  io: Optional[FileOps] = None, time=None,
-                 config: Optional[Mapping[str, Any]] = None) -> None:
+                 config: Optional[Mapping[str, Any] | BrokerConfig] = None) -> None:
         """store: a LogManager (its log dirs and broker settings) or log dirs. config: broker
-        keys (`offsets.*`) when store is not a LogManager. num_partitions: the offsets topic's
-        partition count if it does not exist yet (default offsets.topic.num.partitions, 50);
-        once it exists it is fixed and a different explicit value is refused."""
+        keys (`offsets.*`) or a BrokerConfig when store is not a LogManager. num_partitions: the
+        offsets topic's partition count if it does not exist yet (default
+        offsets.topic.num.partitions, 50); once it exists it is fixed and a different explicit
+        value is refused."""
         if isinstance(store, (str, os.PathLike)):
             dirs = [os.fspath(store)]
-            cfg = BrokerConfig(config, warn=False)
+            cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
         elif isinstance(store, Sequence):
             dirs = [os.fspath(d) for d in store]
-            cfg = BrokerConfig(config, warn=False)
+            cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
         else:
             dirs = list(store.log_dirs)
             cfg = store.broker_config
@@ -220,12 +221,15 @@ class GroupCoordinator:
 
     # -- the API -------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, Union[OffsetAndMetadata, int]],
-                       *, generation: int = -1, member_id: str = "") -> None:
+                       *, generation: int = -1, member_id: str = "",
+                       sleep: Optional[Callable[[float], None]] = None) -> None:
         """Commit offsets as ONE batch of OffsetCommit records in the group's partition (all or
         none survive a crash). A partition the store does not host (HostedPartitions: an unknown
         topic, one being deleted, a partition beyond the count) raises UnknownTopicError and
         nothing is written (Kafka's UNKNOWN_TOPIC_OR_PARTITION). A commit timestamp of -1 becomes now. generation/member_id are
-        accepted for Kafka's API shape; ownership is checked by group membership, not here."""
+        accepted for Kafka's API shape; ownership is checked by group membership, not here.
+        sleep: the pauses of the wait for the partition's flock (may raise: a Consumer's
+        wakeup, and then nothing is written)."""
         if not offsets:
             return
         now = self._time.milliseconds()
@@ -239,7 +243,7 @@ class GroupCoordinator:
             ts = now if om.commit_timestamp == -1 else om.commit_timestamp
             recs.append((offset_commit_key(group_id, topic, part),
                          offset_commit_value(om, commit_timestamp=ts), ts))
-        with self.topic.locked(self.partition_for(group_id)) as lg:
+        with self.topic.locked(self.partition_for(group_id), sleep=sleep) as lg:
             # under the flock delete_topic's tombstones take: a commit checked before the
             # deletion was recorded lands before them, one after it is refused
             unknown = self._hosted.unknown(TopicPartition(*tp) for tp in offsets)

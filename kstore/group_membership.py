@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore import _notify
-from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named
+from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named, select_protocol
 from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.group_files import GroupDir, GroupLockTimeoutError
@@ -126,23 +126,6 @@ class _Held:
                 self.io.unlock(fd)
             except OSError:
                 pass
-
-
-def _select_protocol(members: Sequence[dict], leader: Optional[str]) -> Optional[str]:
-    """Kafka's selectProtocol: the assignors every member supports; each member votes for the
-    first of its own list among them; most votes wins (a tie: the leader's preference)."""
-    if not members:
-        return None
-    common = set(members[0]["assignors"]).intersection(*(m["assignors"] for m in members[1:]))
-    if not common:
-        return None
-    votes: dict[str, int] = {}
-    for m in members:
-        vote = next(a for a in m["assignors"] if a in common)
-        votes[vote] = votes.get(vote, 0) + 1
-    first = next((m for m in members if m["member_id"] == leader), members[0])
-    rank = {a: i for i, a in enumerate(first["assignors"])}
-    return max(votes, key=lambda a: (votes[a], -rank.get(a, len(rank))))
 
 
 class GroupMember:
@@ -257,26 +240,32 @@ class GroupMember:
         before the next heartbeat: one atomic load, no syscall. A heartbeat (twice per interval)
         checks the other members' liveness, once per interval this member's pattern and
         partition counts too, and rebalances if any changed; a ring re-reads the group state
-        and retries the partitions still held by others."""
+        and retries the partitions still held by others. A step cut short (a wakeup, a
+        group.lock timeout) is redone whole by the next poll."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
             word = bell.load() >> 1
             if word == self._seen and now < self._next_heartbeat:
                 return None
-            self._seen = word
-            state = self._gdir.read_state()
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
-                metadata = now >= self._next_metadata
-                if metadata:
-                    self._next_metadata = now + self.heartbeat_interval_ms / 1000
-                    self._check_bell()
-                if self._needs_rebalance(state, metadata):
+            before = (self._seen, self._next_heartbeat, self._next_metadata)
+            try:
+                self._seen = word
+                state = self._gdir.read_state()
+                if now >= self._next_heartbeat:
+                    self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
+                    metadata = now >= self._next_metadata
+                    if metadata:
+                        self._next_metadata = now + self.heartbeat_interval_ms / 1000
+                        self._check_bell()
+                    if self._needs_rebalance(state, metadata):
+                        state = self._locked_rebalance()
+                if state is None:
                     state = self._locked_rebalance()
-            if state is None:
-                state = self._locked_rebalance()
-            return self._apply(state)
+                return self._apply(state)
+            except BaseException:     # a wakeup or lock timeout: the next poll redoes it all
+                self._seen, self._next_heartbeat, self._next_metadata = before
+                raise
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         """Give up partitions (after committing their offsets): their owner locks are dropped
@@ -294,9 +283,10 @@ class GroupMember:
             if released:
                 bell.ring(self._generation, 0, 0, 0)
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """coordinator.commit_offsets for partitions this member owns (CommitFailedError for
-        any other: it lost them), with its generation and member id."""
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+               sleep: Optional[Callable[[float], None]] = None) -> None:
+        """coordinator.commit_offsets (its flock wait paused by sleep) for partitions this member
+        owns (CommitFailedError for any other: it lost them), with its generation and member id."""
         with self._lock:
             if self.expired:
                 raise CommitFailedError(f"group {self.group_id!r}: member {self.member_id}: {NOT_IN_GROUP}")
@@ -307,7 +297,8 @@ class GroupMember:
                     f"group {self.group_id!r}: member {self.member_id} does not own {sorted(lost)} "
                     f"(generation {self._generation}): the commit is refused")
             gen, member = self._generation, self.member_id
-        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member)
+        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member,
+                                         sleep=sleep)
 
     def owned(self) -> frozenset[TopicPartition]:
         """Partitions whose owner lock this member holds (revoked ones until released)."""
@@ -508,7 +499,7 @@ class GroupMember:
         leader = state.get("leader") if state is not None else None
         if leader not in [m["member_id"] for m in live]:
             leader = live[0]["member_id"] if live else None
-        protocol = _select_protocol(live, leader)
+        protocol = select_protocol(live, leader)
         if live and protocol is None:
             protocol = live[0]["assignors"][0]      # refused at join; a hostile member file
         topics = sorted({t for m in live for t in m["topics"]})

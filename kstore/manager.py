@@ -8,7 +8,7 @@ and keeps the public API.
 
 Nothing it holds refers back to it strongly: its scheduled tasks call it through
 scheduler.weak_task (a no-op once it is closed or gone), the cleaner keeps a weakref.proxy, the
-producer a WeakMethod of create_topic, and Scheduler.shutdown drops its queue, so a closed
+producer a WeakMethod of _create, and Scheduler.shutdown drops its queue, so a closed
 manager, Log or StoreReader is freed by reference counting alone.
 """
 from __future__ import annotations
@@ -21,8 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
-from kstore.checkpoint import (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
-                               RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, drop_topic_entries)
+from kstore.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 from kstore.clock import SYSTEM_TIME
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import (InvalidConfigError, InvalidTopicError, KStoreError, KStoreStateError,
@@ -41,6 +40,7 @@ from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler, weak_task
 from kstore.topic_admin import TopicAdmin
+from kstore.topic_deletion import RETRY_TASK, TopicDeletions, retry_interval_ms
 from kstore.topics import TopicConfigs
 
 if TYPE_CHECKING:
@@ -114,9 +114,11 @@ class LogManager:
         self._admin = TopicAdmin(self.log_dirs, self._cfg, self._reg, self._topics, self._failures,
                                  io=self._io, time=self._time, scheduler=self._scheduler,
                                  to_remove=self._logs_to_delete)
+        self._deletions = TopicDeletions(self.log_dirs, self._cfg, self._topics, self._admin,
+                                         self._failures, io=self._io, time=self._time)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
-                                  create_topic=self.create_topic,
+                                  create_topic=self._create,
                                   partition_count=self._admin.partition_count)
         self.cleaner: Optional[LogCleaner] = None
         try:
@@ -171,7 +173,7 @@ class LogManager:
             if not self._failures.is_offline(d):
                 self._loader.check_names(d)    # a child that is no partition: refuse to start
         if not self.read_only:
-            self._admin.finish_deletions(self._forget_deleted)
+            self._admin.finish_deletions(self._deletions.forget)
         self._check_some_dir_online()
         live = [d for d in self.log_dirs if not self._failures.is_offline(d)]
         if self._progress is not None:
@@ -188,7 +190,7 @@ class LogManager:
                                      c["log.cleaner.io.buffer.load.factor"],
                                      c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
                                      self._time, self._io)
-                self.cleaner = cleaner
+                self.cleaner = self._deletions.cleaner = cleaner
                 if self._own_scheduler:
                     cleaner.start()
 
@@ -269,6 +271,7 @@ class LogManager:
         s.schedule("kafka-log-start-offset-checkpoint", self._task(self.checkpoint_log_start_offsets), delay,
                    max(1, c["log.flush.start.offset.checkpoint.interval.ms"]))
         s.schedule("kafka-delete-logs", self._task(self.delete_logs), delay, 1000)
+        s.schedule(RETRY_TASK, self._task(self.retry_deletions), delay, retry_interval_ms(c))
         s.schedule("kafka-offsets-expiry", self._task(self.expire_group_offsets), delay,
                    c["offsets.retention.check.interval.ms"])
 
@@ -340,11 +343,20 @@ class LogManager:
     # -- topics (topic_admin.py) and appends by topic (producer.py) -------------------------------
     def create_topic(self, name: str, partitions: Optional[int] = None,
                      config: Optional[Mapping[str, Any]] = None) -> None:
-        """Create `name` with `partitions` partitions (default num.partitions) and overrides."""
+        """Create `name` with `partitions` partitions (default num.partitions) and overrides; a
+        name whose deletion is pending is refused ("marked for deletion") if a retry fails."""
+        self._create(name, partitions, config, retry=True)
+
+    def _create(self, name: str, partitions: Optional[int] = None,
+                config: Optional[Mapping[str, Any]] = None, retry: bool = False) -> None:
+        """create_topic; the producer's auto-creation holds the registry lock, so it never
+        retries a pending deletion (whose lock is above it): the retry task ends that one."""
         self._check_writable()
         if name == OFFSETS_TOPIC:      # never a manager's own log (produce would auto-create it)
             raise InvalidTopicError(f"{OFFSETS_TOPIC} is written only through "
                                     f"kstore.group_coordinator.GroupCoordinator (shared-writer partitions)")
+        if retry and self._topics.is_deleting(name):
+            self._deletions.retry()        # "marked for deletion" only if this fails too
         self._admin.create_topic(name, partitions, config)
 
     def add_partitions(self, name: str, count: int) -> list[int]:
@@ -361,39 +373,22 @@ class LogManager:
         """Rename every partition dir to Kafka's `-delete` name; removed after file.delete.delay.ms.
 
         Crash-atomic: the intent is first recorded durably in the topic config of every log dir
-        ("deleting"), dropped after the renames and the groups' offsets of it are gone; a crash
-        before is finished by the next start-up: the topic comes back whole or not at all."""
+        ("deleting"), dropped after the renames and the groups' offsets of it are gone; a tail
+        that failed is retried (retry_deletions), a crash's is finished by the next start-up."""
         self._check_writable()
+        self._deletions.delete(name, self._delete_first)
+
+    def _delete_first(self, name: str) -> None:
         self._admin.delete_topic(name)
         # outside the registry lock: a checkpoint's lock is taken before it (lock hierarchy)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
-        if self._forget_deleted([name]):          # else: the next start-up tries again
-            self._admin.finish_deletion(name)
 
-    def _forget_deleted(self, topics: list[str]) -> bool:
-        """What else names deleted topics (also at a start-up ending deletions a crash cut
-        short): cleaner-offset-checkpoint entries (Kafka's asyncDelete) and every group's
-        committed offsets (onPartitionsDeleted: tombstones), so a topic created again under a
-        name inherits neither. False if the offsets stay (logged; the deletion stays recorded)."""
-        from kstore.group_coordinator import GroupCoordinator
-        for d in [d for d in self.log_dirs if not self._failures.is_offline(d)]:
-            try:
-                for t in topics:
-                    if self.cleaner is not None:        # it holds the entries in memory too
-                        self.cleaner.forget_topic(t, [d])
-                    else:
-                        drop_topic_entries(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), self._io, t)
-            except OSError as e:
-                self._failures.mark_offline(d, e)
-        try:
-            with GroupCoordinator(self, io=self._io, time=self._time) as gc:
-                gc.on_topics_deleted(topics)
-            return True
-        except (KStoreError, OSError) as e:
-            log.error("topic(s) %s deleted but their committed offsets could not be removed: %s",
-                      topics, e)
-            return False
+    def retry_deletions(self, wait: bool = False) -> bool:
+        """The retry task (topic_deletion.py): complete the deletions whose tail failed (their
+        groups' offsets stayed); True if none is left pending. wait: behind one running now."""
+        self._check_writable()
+        return self._deletions.retry(wait)
 
     def append(self, topic: str, key: Optional[bytes], value: Optional[bytes], *,
                partition: Optional[int] = None, timestamp: Optional[int] = None,

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time as _time
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from kstore.config import LogConfig
 from kstore.errors import InvalidConfigError, KStoreError
@@ -185,8 +185,10 @@ class OffsetsTopic:
         self._io.fsync_dir(os.path.dirname(path))
 
     # -- the shared-writer protocol ------------------------------------------------------------
-    def _wait_lock(self, path: str, *, directory: bool, what: str) -> int:
-        """flock path exclusively, waiting up to lock_timeout (polling: 0.2 ms doubling to 20 ms)."""
+    def _wait_lock(self, path: str, *, directory: bool, what: str,
+                   sleep: Optional[Callable[[float], None]] = None) -> int:
+        """flock path exclusively, waiting up to lock_timeout (polling: 0.2 ms doubling to 20 ms).
+        sleep: called for each pause instead of time.sleep; it may raise (a Consumer's wakeup)."""
         deadline = _time.monotonic() + self.lock_timeout
         pause = 0.0002
         while True:
@@ -198,7 +200,19 @@ class OffsetsTopic:
                 holder = f" (held by pid {pid})" if pid is not None else ""
                 raise CoordinatorLockTimeout(
                     f"timed out after {self.lock_timeout} s waiting for {what}{holder}")
-            _time.sleep(pause)
+            (sleep or _time.sleep)(pause)
+            pause = min(pause * 2, 0.02)
+
+    @staticmethod
+    def _acquire(lock: threading.Lock, sleep: Optional[Callable[[float], None]]) -> None:
+        """lock.acquire(); with sleep, tried in the same pauses as the flock, so the wait for
+        another thread's commit through this coordinator ends on a wakeup too."""
+        if sleep is None:
+            lock.acquire()
+            return
+        pause = 0.0002
+        while not lock.acquire(blocking=False):
+            sleep(pause)
             pause = min(pause * 2, 0.02)
 
     def _writer(self, p: int) -> _Writer:
@@ -209,21 +223,25 @@ class OffsetsTopic:
             return w
 
     @contextlib.contextmanager
-    def locked(self, p: int, *, reopen: bool = False) -> Iterator[Log]:
+    def locked(self, p: int, *, reopen: bool = False,
+               sleep: Optional[Callable[[float], None]] = None) -> Iterator[Log]:
         """The partition's writable Log, with its flock held for the block. reopen: open it
         afresh even if our kept Log is current (recovery of what a crash left, for readers that
-        met it). A block that raises leaves the kept Log to be reopened next time."""
+        met it). sleep: the waits' pauses (_wait_lock). A block that raises leaves the kept Log
+        to be reopened next time."""
         if self.closed:
             raise KStoreError(f"{OFFSETS_TOPIC} of {self.log_dirs} is closed")
         self._ensure_recorded()
         w = self._writer(p)
-        with w.lock:
+        self._acquire(w.lock, sleep)
+        try:
             path = self.partition_path(p)
             if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
                 self._paths[p] = path
-            fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}")
+            fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}",
+                                 sleep=sleep)
             try:
                 if reopen:
                     w.word = -1
@@ -241,6 +259,8 @@ class OffsetsTopic:
                 w.word = bell.load() | 1 if bell.shared else -1
             finally:
                 self._io.unlock(fd)
+        finally:
+            w.lock.release()
 
     def wait_writers(self, p: int) -> None:
         """Wait for the append in flight on an existing partition, if any (take its flock and

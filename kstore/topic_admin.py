@@ -3,8 +3,8 @@ configs and delete topics (what Kafka's controller does for CreateTopics, Create
 IncrementalAlterConfigs and DeleteTopics), each published whole to the log registry.
 
 Deletion is crash-atomic: recorded in the topic config file first, the record dropped last
-(after the partitions' renames and the groups' committed offsets), finished by the next start-up
-(finish_deletions) if it was cut short.
+(after the partitions' renames and the groups' committed offsets: topic_deletion.py), finished by
+the next start-up (finish_deletions) if it was cut short.
 """
 from __future__ import annotations
 
@@ -76,13 +76,16 @@ class TopicAdmin:
             log.info("finished the deletion of topic(s) %s cut short before", deleting)
             self._topics.finish_deletions(deleting)
 
-    def finish_deletion(self, name: str) -> None:
-        """Drop the record of delete_topic(name) once its committed offsets are gone too: the
+    def finish_deletion(self, names: list[str]) -> bool:
+        """Drop the record of delete_topic(names) once their committed offsets are gone too: the
         record is what makes a start-up after a crash finish the whole deletion, and until it
-        goes the name cannot be created again ("marked for deletion", as Kafka's)."""
+        goes the name cannot be created again ("marked for deletion", as Kafka's). False (kept)
+        while a log dir is offline: its partitions may still need their rename."""
         with self._reg.lock:
-            if not self._failures.offline_dirs:
-                self._topics.finish_deletions([name])
+            if self._failures.offline_dirs:
+                return False
+            self._topics.finish_deletions(names)
+            return True
 
     def create_topic(self, name: str, partitions: Optional[int] = None,
                      config: Optional[Mapping[str, Any]] = None) -> None:

@@ -47,7 +47,7 @@ class FakeCoordinator:
         with self.lock:
             return (self.groups.get(group_id) or [None])[-1]
 
-    def commit_offsets(self, group_id, offsets, *, generation=-1, member_id="") -> None:
+    def commit_offsets(self, group_id, offsets, *, generation=-1, member_id="", sleep=None) -> None:
         with self.lock:
             self.commits.append((group_id, dict(offsets), generation, member_id))
 

@@ -3,6 +3,10 @@ poll blocked in another thread, or the next poll/commit, raise WakeupError at on
 waiting out its timeout; the consumer goes on from the same position. close() from another
 thread interrupts a poll the same way (Kafka's close does not wait out a poll)."""
 import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -391,3 +395,199 @@ def test_close_with_a_wakeup_pending_commits_in_the_listener_and_leaves(group_st
     t.start()
     join_all([t], GENEROUS_S * 2)
     assert got == [(10, b"after")] * 4
+
+
+@contextlib.contextmanager
+def _flock_held(path, cwd):
+    """Another process holds path's (a directory's) exclusive flock for the block."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(cwd),
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=GENEROUS_S) == 0
+
+
+def _commit_into(c, out, started):
+    """A thread's c.commit(): "committed" or the kstore error, appended to out."""
+    started.append(time.monotonic())
+    try:
+        c.commit()
+        out.append("committed")
+    except kstore.KStoreError as e:
+        out.append(e)
+
+
+def _wait_inside(c):
+    """Until a thread is inside one of c's calls, then a little more (waiting in it)."""
+    deadline = time.monotonic() + GENEROUS_S
+    while c._guard._owner is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.3)
+
+
+_HOLD_FLOCK = ("import fcntl, os, sys\n"
+               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('locked', flush=True)\n"
+               "sys.stdin.read()\n")
+
+
+@pytest.mark.parametrize("member", [False, True], ids=["assigned", "group-member"])
+def test_wakeup_interrupts_a_commit_waiting_for_the_offsets_flock(group_store, watchdog, tmp_path,
+                                                                  member):
+    """Another process holds the flock of the group's __consumer_offsets partition: a commit in
+    one thread (of an assigned partition, or a subscribed group member's) waits for it, up to
+    its 30 s lock timeout. wakeup() from another thread ends that wait with WakeupError well
+    before: nothing is written (the committed offset stays 10, read while the flock is still
+    held), the position stays 15, and once the flock is released the next commit writes 15.
+    Before, the commit waited the flock out."""
+    from kstore.group_coordinator import GroupCoordinator
+    watchdog(90)
+    d, m = group_store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        if member:
+            c.subscribe(["t"])
+        else:
+            c.assign([TP("t", 0)])
+        assert sum(map(len, c.poll(timeout_ms=5000).values())) == (40 if member else 10)
+        c.commit()                                   # makes the group's offsets partition
+        m.append_batch("t", 0, [(b"k", b"more%d" % i) for i in range(5)])
+        assert len(c.poll(timeout_ms=5000)[TP("t", 0)]) == 5
+        with GroupCoordinator(d) as gc:
+            path = gc.topic.partition_path(gc.partition_for("g"))
+        with _flock_held(path, tmp_path):
+            out: list = []
+            started: list = []
+            t = threading.Thread(target=_commit_into, args=(c, out, started), name="committer")
+            t.start()
+            _wait_inside(c)
+            assert t.is_alive() and out == []
+            c.wakeup()
+            join_all([t], GENEROUS_S)
+            assert time.monotonic() - started[0] < GENEROUS_S
+            assert len(out) == 1 and type(out[0]) is WakeupError, out
+            assert c.committed(TP("t", 0)) == 10 and c.position(TP("t", 0)) == 15
+        c.commit()
+        assert c.committed(TP("t", 0)) == 15
+
+
+def test_wakeup_interrupts_a_commit_waiting_behind_another_threads_commit(group_store, watchdog,
+                                                                          tmp_path):
+    """Two consumers of g share one GroupCoordinator, each used by its own thread: a's commit
+    waits for the offsets flock another process holds, b's waits behind a's (the coordinator's
+    one writer of the partition). b.wakeup() ends b's wait only; a.wakeup() then ends a's.
+    Nothing was written; with the flock free both commit."""
+    from kstore.group_coordinator import GroupCoordinator
+    watchdog(90)
+    d, _m = group_store
+    with GroupCoordinator(d) as gc:
+        a = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                     coordinator=gc)
+        b = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                     coordinator=gc)
+        with a, b:
+            a.assign([TP("t", 0)])
+            b.assign([TP("t", 1)])
+            assert len(a.poll(timeout_ms=5000)[TP("t", 0)]) == 10
+            assert len(b.poll(timeout_ms=5000)[TP("t", 1)]) == 10
+            gc.commit_offsets("g", {TP("t", 2): 1})          # makes the offsets partition
+            with _flock_held(gc.topic.partition_path(gc.partition_for("g")), tmp_path):
+                outs: dict = {"a": [], "b": []}
+                started: list = []
+                ta = threading.Thread(target=_commit_into, args=(a, outs["a"], started), name="a")
+                ta.start()
+                _wait_inside(a)
+                tb = threading.Thread(target=_commit_into, args=(b, outs["b"], started), name="b")
+                tb.start()
+                _wait_inside(b)
+                b.wakeup()
+                join_all([tb], GENEROUS_S)
+                assert [type(e) for e in outs["b"]] == [WakeupError] and outs["a"] == []
+                assert ta.is_alive()
+                a.wakeup()
+                join_all([ta], GENEROUS_S)
+                assert [type(e) for e in outs["a"]] == [WakeupError]
+                assert time.monotonic() - started[0] < 2 * GENEROUS_S
+                assert gc.fetch_offsets("g") == {TP("t", 2): gc.fetch_offsets("g")[TP("t", 2)]}
+            a.commit()
+            b.commit()
+            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {
+                TP("t", 0): 10, TP("t", 1): 10, TP("t", 2): 1}
+
+
+def test_a_rebalance_interrupted_by_a_wakeup_is_redone_by_the_next_poll(group_store, watchdog,
+                                                                        tmp_path):
+    """a (here) and b (another process) share t; a then subscribes to u too, and its next poll's
+    rebalance waits for group.lock, which b's process holds (as a third member's join would).
+    wakeup() from another thread ends that wait (WakeupError). Once the lock is free, a's very
+    next poll redoes the rebalance: it owns u's two partitions beside its share of t. Before,
+    the heartbeat that had begun the rebalance counted as done, so nothing happened until the
+    next one, heartbeat_interval_ms / 2 later (30 s here)."""
+    from group_helpers import ChildMember
+    watchdog(90)
+    d, m = group_store
+    m.create_topic("u", 2)
+    slow = dict(heartbeat_interval_ms=60_000, session_timeout_ms=120_000)
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!import kstore; from kstore.fileio import FileOps")
+        child.run(f"!b = kstore.Consumer({d!r}, 't', group_id='g', heartbeat_interval_ms=60000, "
+                  "session_timeout_ms=120000)")
+        with Consumer(d, "t", group_id="g", **slow) as a:
+            a.poll(timeout_ms=0)
+            assert a.assignment() == {TP("t", p) for p in range(4)}
+            child.run("b.poll(timeout_ms=0) and None")         # joins: a rebalance, a ring
+            a.poll(timeout_ms=0)                               # a gives up b's half
+            mine = a.assignment()
+            assert len(mine) == 2 and {tp.topic for tp in mine} == {"t"}
+            a.subscribe(["t", "u"])
+            child.run(f"!gd = GroupDir(FileOps(), {d!r}, 'g'); fd = gd.lock(5)")
+            out: list = []
+            t = threading.Thread(target=lambda: out.append(_raises(a.poll)), name="poller")
+            t.start()
+            _wait_inside(a)
+            a.wakeup()
+            join_all([t], GENEROUS_S)
+            assert [type(e) for e in out] == [WakeupError] and a.assignment() == mine
+            child.run("!gd.unlock(fd)")
+            a.poll(timeout_ms=0)
+            assert a.assignment() == mine | {TP("u", 0), TP("u", 1)}
+        child.run("!b.close()")
+    finally:
+        child.close()
+
+
+def _raises(fn):
+    """What fn() raised (a kstore error), or what it returned."""
+    try:
+        return fn()
+    except kstore.KStoreError as e:
+        return e
+
+
+def test_a_commits_pause_sleeps_on_the_bell_and_a_wakeup_ends_it(watchdog):
+    """Wakeup.pause, the offsets flock wait's pause: it sleeps (10 pauses of 20 ms take at least
+    0.2 s: no hot loop), and a wakeup() from another thread ends a 30 s one with WakeupError;
+    the next pause sleeps again (the wakeup was raised once)."""
+    from kstore.consumer_wakeup import Wakeup
+    watchdog(60)
+    w = Wakeup()
+    t0 = time.monotonic()
+    for _ in range(10):
+        w.pause(0.02)
+    assert time.monotonic() - t0 >= 0.2
+    waker = threading.Timer(0.2, w.wake)
+    waker.start()
+    t0 = time.monotonic()
+    with pytest.raises(WakeupError):
+        w.pause(30)
+    assert time.monotonic() - t0 < GENEROUS_S
+    join_all([waker], GENEROUS_S)
+    t0 = time.monotonic()
+    w.pause(0.05)
+    assert time.monotonic() - t0 >= 0.05

@@ -646,3 +646,13 @@ def test_delete_topic_removes_its_committed_offsets(tmp_path, watchdog):
             assert gc.fetch_offsets("h") == {}
             assert gc.fetch_offsets("g")[TP("t", 0)].offset == 150
             assert {tp.topic for tp in gc.fetch_offsets("g")} == {"t"}
+
+
+def test_a_coordinator_on_log_dirs_takes_broker_keys_or_a_parsed_broker_config(tmp_path):
+    """config: broker keys, or a BrokerConfig already parsed (what a LogManager's deletion tail
+    passes, so its settings are not parsed and logged again): the same offsets settings."""
+    from kstore.broker_config import BrokerConfig
+    keys = {"offsets.topic.num.partitions": 3, "offsets.retention.minutes": 7}
+    for config in (keys, BrokerConfig(keys)):
+        with GroupCoordinator([str(tmp_path)], config=config) as gc:
+            assert (gc.num_partitions, gc.retention_ms) == (3, 7 * 60_000)

@@ -653,3 +653,29 @@ def test_leaver_that_does_not_know_the_remaining_protocol(co):
     assert b.owned() | c.owned() == tps("t", 0, 1)
     b.leave()
     c.leave()
+
+
+def test_a_rebalance_cut_short_by_a_lock_timeout_is_redone_by_the_next_poll(co, tmp_path):
+    """A member's subscription change makes its next poll rebalance; group.lock is held by
+    another process past the member's lock timeout, so that poll raises GroupLockTimeoutError.
+    The poll after the lock is free redoes the rebalance at once (u's partitions assigned), not
+    at the next heartbeat (heartbeat_interval_ms / 2 = 30 s here)."""
+    from kstore.group_files import GroupLockTimeoutError
+    store = Store(t=2, u=2)
+    m = member(co, store, heartbeat_interval_ms=60_000, session_timeout_ms=120_000,
+               lock_timeout=0.3)
+    holder = ChildMember(tmp_path)
+    try:
+        assert m.join().assigned == tps("t", 0, 1)
+        m.subscribe(["t", "u"])
+        holder.run(f"!gd = GroupDir(__import__('kstore').fileio.FileOps(), {str(tmp_path)!r}, {G!r})")
+        holder.run("!fd = gd.lock(5)")
+        with pytest.raises(GroupLockTimeoutError):
+            m.poll()
+        holder.run("!gd.unlock(fd)")
+        change = m.poll()
+        assert change is not None and change.assigned == tps("u", 0, 1)
+        assert m.assignment() == tps("t", 0, 1) | tps("u", 0, 1)
+    finally:
+        holder.close()
+        m.leave()

@@ -1,0 +1,246 @@
+"""kstore.topic_deletion: a topic deletion whose tail failed (its groups' committed offsets could
+not be tombstoned) is retried by the running LogManager, as Kafka's controller retries a
+deletion until it completes: by its scheduled task (kafka-topic-deletion-retry) and once when
+create_topic meets the name, which is refused ("marked for deletion") only if that retry fails
+too. One retry at a time: a second waits and finds the deletion done."""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from group_helpers import ChildMember
+from thread_watchdog import join_all
+
+from kstore import LogManager, TopicExistsError, TopicPartition as TP, UnknownTopicError
+from kstore.fileio import FileOps
+from kstore.group_coordinator import GroupCoordinator
+from kstore.topic_deletion import RETRY_TASK
+from kstore.topics import TopicConfigFile
+
+GENEROUS_S = 20
+
+
+class OffsetsLockFails(FileOps):
+    """FileOps whose flock of a __consumer_offsets partition fails (EIO) while `failing`: the
+    tombstoning of a deleted topic's offsets fails as on a failing disk."""
+
+    failing = False
+
+    def try_lock(self, path, *, shared=False, directory=False):
+        if self.failing and os.path.basename(path).startswith("__consumer_offsets-"):
+            raise OSError(errno.EIO, f"injected: cannot lock {path}")
+        return super().try_lock(path, shared=shared, directory=directory)
+
+
+def _store(m: LogManager) -> None:
+    """t (2 partitions, 100 records each) and u (7 records); group g committed t, h u and t."""
+    m.create_topic("t", 2)
+    m.create_topic("u", 1)
+    for p in range(2):
+        m.append_batch("t", p, [(None, b"old%d" % i) for i in range(100)])
+    m.append_batch("u", 0, [(None, b"u")] * 7)
+    with GroupCoordinator(m) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 100, TP("t", 1): 60})
+        gc.commit_offsets("h", {TP("u", 0): 7, TP("t", 1): 30})
+
+
+def _offsets(m: LogManager) -> dict:
+    with GroupCoordinator(m) as gc:
+        return {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()} for g in ("g", "h")}
+
+
+def _pending(m: LogManager) -> list[str]:
+    doc = TopicConfigFile.read(m.log_dirs)
+    return doc.deleting if doc is not None else []
+
+
+OLD = {"g": {TP("t", 0): 100, TP("t", 1): 60}, "h": {TP("u", 0): 7, TP("t", 1): 30}}
+GONE = {"g": {}, "h": {TP("u", 0): 7}}
+
+
+def test_the_retry_task_finishes_a_deletion_whose_offsets_stayed(tmp_path, mock, caplog):
+    """The tombstoning fails (EIO on the offsets flock): t is gone but recorded as deleting, its
+    offsets stay. The retry task (every file.delete.delay.ms, 60 s) fails while the fault lasts
+    and leaves everything as it was; once the disk works its next run tombstones g's and h's
+    offsets of t, keeps h's of u and drops the record, so the name can be created again."""
+    t, s = mock
+    ops = OffsetsLockFails()
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 0}, time=t, scheduler=s,
+                    io=ops) as m:
+        assert RETRY_TASK in s.pending()
+        s.tick()                                   # every task's first run (offsets expiry's too)
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        assert m.topics() == ["u"] and _pending(m) == ["t"]
+        s.advance(60_000)                          # a retry, failing
+        assert _pending(m) == ["t"]
+        ops.failing = False
+        assert _offsets(m) == OLD
+        s.advance(59_999)
+        assert _pending(m) == ["t"]                # not due yet
+        s.advance(1)
+        assert _pending(m) == []
+        assert _offsets(m) == GONE
+        m.create_topic("t", 1)
+        assert m.topics() == ["t", "u"]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all(e.startswith(
+        "topic(s) ['t'] deleted but their committed offsets could not be removed: [Errno 5] "
+        "injected: cannot lock ") for e in errors), errors
+
+
+def test_create_topic_retries_the_deletion_once_and_refuses_only_if_it_fails(tmp_path):
+    """create_topic of a name marked for deletion retries its tail at once: while the fault lasts
+    it is refused as Kafka refuses it (TopicExistsError, "marked for deletion"), commits of the
+    topic stay refused; once the retry succeeds the topic is created, with no offsets."""
+    ops = OffsetsLockFails()
+    with LogManager(str(tmp_path), io=ops) as m:
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        with pytest.raises(TopicExistsError, match=r"^Topic 't' is marked for deletion\.$"):
+            m.create_topic("t", 2)
+        assert _offsets(m) == OLD and _pending(m) == ["t"]
+        with GroupCoordinator(m) as gc, pytest.raises(UnknownTopicError, match="does not host"):
+            gc.commit_offsets("g", {TP("t", 0): 101})
+        ops.failing = False
+        m.create_topic("t", 2)
+        assert _offsets(m) == GONE and _pending(m) == []
+        m.append_batch("t", 0, [(None, b"new")])
+        with GroupCoordinator(m) as gc:
+            gc.commit_offsets("g", {TP("t", 0): 1})
+        assert _offsets(m)["g"] == {TP("t", 0): 1}
+
+
+def test_two_retries_at_once_run_one_tail(tmp_path, monkeypatch, watchdog):
+    """A retry in one thread is inside the tombstoning; the scheduled task's retry (no wait)
+    returns False at once, and create_topic from a third thread waits for the running retry and
+    then creates the topic without tombstoning a second time."""
+    watchdog(60)
+    inside, release = threading.Event(), threading.Event()
+    calls: list = []
+    real = GroupCoordinator.on_topics_deleted
+
+    def slow(self, topics):
+        calls.append(list(topics))
+        if len(calls) == 1:
+            inside.set()
+            assert release.wait(GENEROUS_S)
+        return real(self, topics)
+
+    ops = OffsetsLockFails()
+    with LogManager(str(tmp_path), io=ops) as m:
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
+        out: dict = {}
+        first = threading.Thread(target=lambda: out.setdefault("first", m.retry_deletions(wait=True)),
+                                 name="retry-1")
+        first.start()
+        assert inside.wait(GENEROUS_S)
+        assert m.retry_deletions() is False        # the task's: another retry is running
+        creator = threading.Thread(target=lambda: out.setdefault("create", m.create_topic("t", 2)),
+                                   name="create")
+        creator.start()
+        time.sleep(0.3)                            # in its retry, waiting for the first
+        assert creator.is_alive() and calls == [["t"]]
+        release.set()
+        join_all([first, creator], GENEROUS_S)
+        assert calls == [["t"]] and out == {"first": True, "create": None}
+        assert m.topics() == ["t", "u"] and _offsets(m) == GONE
+
+
+def test_retry_beside_a_consumer_group_of_the_topic_in_another_process(tmp_path, watchdog):
+    """A member of g in another process reads t and auto-commits. t is deleted and its offsets'
+    tombstoning fails: the member's commits of t are refused meanwhile (none lands). The topic
+    created again after the retry has no committed offset, so the member reads it from the start
+    (earliest), exactly the 5 new records, and commits offsets of the new topic; before, the name
+stayed "marked for deletion" until a restart."""
+    watchdog(120)
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    ops = OffsetsLockFails()
+    m = LogManager(d, io=ops)
+    child = ChildMember(tmp_path)
+    try:
+        _store(m)
+        child.run("!import kstore")
+        child.run(f"!c = kstore.Consumer({d!r}, 't', group_id='g', auto_offset_reset='earliest', "
+                  "auto_commit_interval_ms=0, heartbeat_interval_ms=200)")
+        child.run("!exec('def drain(n, budget=15):\\n    got, end = [], time.monotonic() + budget\\n"
+                  "    while len(got) < n and time.monotonic() < end:\\n"
+                  "        for tp, rs in c.poll(timeout_ms=200).items():\\n"
+                  "            got += [(tp.partition, r.offset, r.value) for r in rs]\\n"
+                  "    return sorted(got)')")
+        got = eval(child.run("drain(40)"))         # g resumes t-0 at 100 (none left), t-1 at 60
+        assert got == [(1, i, b"old%d" % i) for i in range(60, 100)]
+        child.run("c.commit()")
+        assert _offsets(m)["g"] == {TP("t", 0): 100, TP("t", 1): 100}
+        ops.failing = True
+        m.delete_topic("t")
+        assert eval(child.run("drain(1, budget=1)")) == []       # polls on: t is gone
+        assert _offsets(m)["g"] == {TP("t", 0): 100, TP("t", 1): 100}
+        with pytest.raises(TopicExistsError, match="marked for deletion"):
+            m.create_topic("t", 2)
+        ops.failing = False
+        m.create_topic("t", 2)
+        assert _offsets(m) == {"g": {}, "h": {TP("u", 0): 7}}
+        m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(5)])
+        assert eval(child.run("drain(5)")) == [(0, i, b"new%d" % i) for i in range(5)]
+        child.run("c.commit()")
+        assert _offsets(m)["g"] == {TP("t", 0): 5, TP("t", 1): 0}
+        child.run("c.close()")
+    finally:
+        child.close()
+        m.close()
+
+
+def test_an_append_auto_creating_a_name_marked_for_deletion_does_not_retry(tmp_path, monkeypatch,
+                                                                           watchdog):
+    """The producer's auto-creation holds the registry lock, below the deletion tail's lock: an
+    append to t while a retry runs in another thread (inside its tombstoning) is refused at once
+    ("marked for deletion", nothing created) instead of waiting for that retry, which itself
+    needs the registry lock to finish. Once the retry is done the append auto-creates t."""
+    watchdog(60)
+    inside, release = threading.Event(), threading.Event()
+    real = GroupCoordinator.on_topics_deleted
+
+    def slow(self, topics):
+        inside.set()
+        assert release.wait(GENEROUS_S)
+        return real(self, topics)
+
+    ops = OffsetsLockFails()
+    with LogManager(str(tmp_path), io=ops) as m:
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
+        out: dict = {}
+        retry = threading.Thread(target=lambda: out.setdefault("retry", m.retry_deletions(wait=True)),
+                                 name="retry")
+        retry.start()
+        assert inside.wait(GENEROUS_S)
+
+        def append():
+            try:
+                m.append("t", None, b"x")
+            except TopicExistsError as e:
+                out["append"] = str(e)
+        appender = threading.Thread(target=append, name="append")
+        appender.start()
+        join_all([appender], GENEROUS_S)           # while the retry is still inside
+        assert out == {"append": "Topic 't' is marked for deletion."} and m.topics() == ["u"]
+        release.set()
+        join_all([retry], GENEROUS_S)
+        assert out["retry"] is True and _offsets(m) == GONE
+        assert m.append("t", None, b"x").offset == 0
+        assert m.topics() == ["t", "u"]
