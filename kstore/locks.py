@@ -31,9 +31,10 @@ take none.
   TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
                                 holds it across its renames, checkpoints, tombstones and the
                                 record's drop; the retry task only tries it, create_topic's
-                                retry waits for it. Takes the registry, checkpoint and offsets
-                                locks below; never taken under them (the producer's
-                                auto-creation, under LogRegistry.lock, does not retry)
+                                retry and the manager's close() (holding nothing) wait for
+                                it. Takes the registry, checkpoint and offsets locks below;
+                                never taken under them (the producer's auto-creation, under
+                                LogRegistry.lock, does not retry)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
