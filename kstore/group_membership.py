@@ -468,8 +468,9 @@ class GroupMember:
             mfd = self._held.member_fd
             if mfd is not None and (self._meta_dirty or not self._gdir.is_alive(self.member_id)):
                 self._held.member_fd = self._gdir.update_member(mfd, self._meta())
-            self._meta_dirty = False
-            return self._rebalance()
+            state = self._rebalance()
+            self._meta_dirty = False        # only now: a rebalance that raised is redone
+            return state
         finally:
             self._gdir.unlock(fd)
 

@@ -679,3 +679,40 @@ def test_a_rebalance_cut_short_by_a_lock_timeout_is_redone_by_the_next_poll(co, 
     finally:
         holder.close()
         m.leave()
+
+
+class StateWriteFails(FileOps):
+    """FileOps whose next `fail` renames of a group state file fail (ENOSPC), as on a full disk."""
+
+    fail = 0
+
+    def rename(self, src, dst, *args, **kw):
+        if self.fail and os.path.basename(dst).startswith("state-"):
+            self.fail -= 1
+            raise OSError(28, f"injected: no space left for {dst}")
+        return super().rename(src, dst, *args, **kw)
+
+
+def test_a_subscription_change_whose_rebalance_failed_is_redone_by_the_next_poll(co):
+    """A member of t and u subscribes to t only; the rebalance of its next poll fails writing
+    the group's state (ENOSPC), after the member file took the new subscription. The poll after
+    it redoes the rebalance: u's partitions are revoked. Before, the failed rebalance had
+    already cleared the subscription change, and a heartbeat compares only the partition counts
+    of the topics subscribed: polls saw nothing to do and the member kept reading u."""
+    store = Store(t=2, u=2)
+    ops = StateWriteFails()
+    m = member(co, store, topics=("t", "u"), heartbeat_interval_ms=60_000,
+               session_timeout_ms=120_000, io=ops)
+    try:
+        assert m.join().assigned == tps("t", 0, 1) | tps("u", 0, 1)
+        m.subscribe(["t"])
+        ops.fail = 1
+        with pytest.raises(OSError, match="injected: no space left"):
+            m.poll()
+        change = m.poll()
+        assert change is not None and change.revoked == tps("u", 0, 1) and not change.assigned
+        m.release(change.revoked)
+        assert m.assignment() == tps("t", 0, 1)
+        assert m.poll() is None
+    finally:
+        m.leave()
