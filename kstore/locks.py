@@ -53,8 +53,9 @@ take none.
                                 writer's pre-wake at the start of Log.append, under Log._lock)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below.
-                                A Consumer's commit waits for both in pauses slept on its
-                                wakeup bell (Wakeup.pause): wakeup() ends the wait
+                                A Consumer's commit() and poll's auto-commit wait for both
+                                in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
+                                ends the wait
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
