@@ -307,3 +307,50 @@ def test_a_deletion_after_close_began_is_refused(tmp_path):
     with pytest.raises(KStoreStateError, match=r"^LogManager is closed$"):
         m.retry_deletions()
     assert (_pending(m), _offsets(m)) == before == ([], OLD)
+
+
+_HOLD_FLOCK = ("import fcntl, os, sys\n"
+               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('locked', flush=True)\n"
+               "sys.stdin.read()\n")
+
+
+def test_close_waits_for_a_delete_topic_held_up_by_another_processs_commit(tmp_path, watchdog):
+    """Another process holds the flock of group g's __consumer_offsets partition (as its commit
+    does): delete_topic in one thread waits there before tombstoning, and close() from another
+    thread waits for it instead of closing the store under it. When the process lets go, the
+    deletion completes (record dropped, g's and h's offsets of t gone), then close() returns;
+    the next open finds nothing left to finish."""
+    import subprocess
+    import sys
+    watchdog(90)
+    d = str(tmp_path / "data")
+    m = LogManager(d)
+    _store(m)
+    with GroupCoordinator(m) as gc:
+        path = gc.topic.partition_path(gc.partition_for("g"))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(tmp_path),
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        out: dict = {}
+        deleter = threading.Thread(target=lambda: out.setdefault("delete", m.delete_topic("t")),
+                                   name="delete")
+        deleter.start()
+        deadline = time.monotonic() + GENEROUS_S
+        while m.topics() != ["u"] and time.monotonic() < deadline:
+            time.sleep(0.01)                      # renamed: now in its tail, at the flock
+        closer = threading.Thread(target=m.close, name="close")
+        closer.start()
+        closer.join(0.5)
+        assert deleter.is_alive() and closer.is_alive() and _pending(m) == ["t"]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=GENEROUS_S) == 0
+    join_all([deleter, closer], GENEROUS_S)
+    assert out == {"delete": None} and _pending(m) == [] and _offsets(m) == GONE
+    with LogManager(d) as m2:
+        assert m2.topics() == ["u"] and _pending(m2) == []
