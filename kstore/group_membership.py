@@ -266,7 +266,7 @@ class GroupMember:
                 if state is None:
                     state = self._locked_rebalance()
                 return self._apply(state)
-            except (WakeupError, GroupLockTimeoutError, KStoreStateError):
+            except (WakeupError, GroupLockTimeoutError):     # cut short, not failed
                 self._seen, self._next_heartbeat, self._next_metadata = before
                 raise
             except BaseException:
