@@ -11,18 +11,17 @@ words and the group's bell until data, a rebalance or the timeout (no busy loop)
 
 Positions start at the group's committed offset (`__consumer_offsets`, through a
 `GroupCoordinator`), else at `auto_offset_reset` ("latest", "earliest", or "none":
-NoOffsetForPartitionError); a position outside the log (retention, truncation) resets the same
-way ("none": OffsetOutOfRangeError), as Kafka's consumer, and so does one read from a topic since
-deleted and re-created (never committed: fetcher.py). With `subscribe` and a group_id the
-partitions are shared with the group's other members (`GroupMember`: file locks, any process);
-with `assign` there is no membership, commits still go to the group's offsets. Auto-commit (the
-default) commits the positions of records already returned: in poll every auto_commit_interval_ms,
-before partitions are revoked, and at close (at-least-once). A member that does not poll for
-max_poll_interval_ms is evicted by its poll timer (poll_timer.py) without a commit; its next poll
-reports the partitions lost and rejoins. One user thread at a time, as Kafka's: a second raises
-ConcurrentModificationError (consumer_access.py); any thread may call wakeup() (a blocked poll
-raises WakeupError) and close() (a poll in progress returns at once): consumer_wakeup.py.
-`_lock` (re-entrant) only keeps that timer out of poll, commit and close.
+NoOffsetForPartitionError); a position outside the log (retention, truncation) resets the same way
+("none": OffsetOutOfRangeError), as Kafka's, and so does one read from a topic since deleted and
+re-created (never committed: fetcher.py). With `subscribe` and a group_id the partitions are shared
+with the group's other members (`GroupMember`: file locks); with `assign` there is no membership,
+commits still go to the group's offsets. Auto-commit (the default) commits the positions of records
+returned: in poll every auto_commit_interval_ms, before partitions are revoked, at close
+(at-least-once). A member not polling for max_poll_interval_ms is evicted by its poll timer
+(poll_timer.py) without a commit; its next poll reports the partitions lost and rejoins. One user
+thread at a time (Kafka's): a second raises ConcurrentModificationError (consumer_access.py); any
+thread may call wakeup() (a blocked poll or commit raises WakeupError) and close() (a poll
+returns): consumer_wakeup.py. `_lock` (RLock) only keeps that timer out of poll, commit and close.
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError
+from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError, WakeupError
 from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
@@ -97,8 +96,7 @@ class Consumer:
         self._source = LogSource(store, io=io)
         self._fetcher = Fetcher(self._source, self._state, max_partition_bytes=max_partition_fetch_bytes,
                                 read_committed=isolation_level == "read_committed")
-        self._coordinator = coordinator
-        self._own_coordinator = coordinator is None
+        self._coordinator, self._own_coordinator = coordinator, coordinator is None
         self._member: Any = None
         self._pending: Any = None               # an AssignmentChange seen while waiting
         self._listener = listener
@@ -254,7 +252,6 @@ class Consumer:
         """For each partition the earliest offset whose timestamp is >= the one given, with
         that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
         return self._fetcher.offsets_for_times(timestamps)
-
 
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
@@ -517,25 +514,29 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if not self.enable_auto_commit or time.monotonic() < self._next_commit:
             return
-        self._next_commit = time.monotonic() + self.auto_commit_interval
-        self._commit_changed(self._consumed())
+        due, self._next_commit = self._next_commit, time.monotonic() + self.auto_commit_interval
+        try:        # wakeup() ends its flock wait (nothing written): the next poll commits
+            self._commit_changed(self._consumed(), self._wake.pause)
+        except WakeupError:
+            self._next_commit = due
+            raise
 
     def _maybe_commit_before_losing(self, tps: Iterable[TopicPartition]) -> None:
         if self.enable_auto_commit:
             self._commit_changed(self._consumed(tps))
 
-    def _commit_changed(self, positions: dict[TopicPartition, int]) -> None:
-        """Commit the positions that moved since the last commit (an idle consumer writes
-        nothing)."""
+    def _commit_changed(self, positions: dict[TopicPartition, int],
+                        sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Commit the positions that moved since the last commit (an idle one writes nothing)."""
         if self._member is not None:
             owned = self._member.owned()
             positions = {tp: o for tp, o in positions.items() if tp in owned}
         changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
         try:
-            self._commit(changed)
+            self._commit(changed, sleep)
         except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
             log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
-            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions})
+            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep)
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
         """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
@@ -572,8 +573,7 @@ class Consumer:
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:
             try:
-                if not autocommit:
-                    self.enable_auto_commit = False
+                self.enable_auto_commit = self.enable_auto_commit and autocommit
                 if self._member is not None:
                     self._leave_group()
                 elif self.enable_auto_commit:

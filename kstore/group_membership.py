@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequenc
 
 from kstore import _notify
 from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named, select_protocol
-from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError
+from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError, WakeupError
 from kstore.fileio import FileOps, get_file_ops
 from kstore.group_files import GroupDir, GroupLockTimeoutError
 from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
@@ -71,6 +71,8 @@ class InconsistentGroupProtocolError(KStoreError):
     """A joining member supports none of the assignors every current member supports."""
 
 
+#: how long a poll waits to redo a step that failed (Kafka's retry.backoff.ms default)
+RETRY_BACKOFF_S = 0.1
 #: the most an eviction waits for group.lock (Kafka's leave on a poll timeout never blocks;
 #: the consumer's lock is held meanwhile); without it the flocks still go
 EXPIRE_LOCK_S = 1.0
@@ -241,7 +243,8 @@ class GroupMember:
         checks the other members' liveness, once per interval this member's pattern and
         partition counts too, and rebalances if any changed; a ring re-reads the group state
         and retries the partitions still held by others. A step cut short (a wakeup, a
-        group.lock timeout) is redone whole by the next poll."""
+        group.lock timeout) is redone whole by the next poll, one that failed (an I/O error)
+        by the first RETRY_BACKOFF_S later: a loop catching the error is not hot."""
         with self._lock:
             bell = self._check_joined()
             now = time.monotonic()
@@ -263,8 +266,11 @@ class GroupMember:
                 if state is None:
                     state = self._locked_rebalance()
                 return self._apply(state)
-            except BaseException:     # a wakeup or lock timeout: the next poll redoes it all
+            except (WakeupError, GroupLockTimeoutError):     # cut short, not failed
                 self._seen, self._next_heartbeat, self._next_metadata = before
+                raise
+            except BaseException:
+                self._next_heartbeat, self._next_metadata = now + RETRY_BACKOFF_S, before[2]
                 raise
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
@@ -468,8 +474,9 @@ class GroupMember:
             mfd = self._held.member_fd
             if mfd is not None and (self._meta_dirty or not self._gdir.is_alive(self.member_id)):
                 self._held.member_fd = self._gdir.update_member(mfd, self._meta())
-            self._meta_dirty = False
-            return self._rebalance()
+            state = self._rebalance()
+            self._meta_dirty = False        # only now: a rebalance that raised is redone
+            return state
         finally:
             self._gdir.unlock(fd)
 

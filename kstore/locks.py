@@ -31,9 +31,10 @@ take none.
   TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
                                 holds it across its renames, checkpoints, tombstones and the
                                 record's drop; the retry task only tries it, create_topic's
-                                retry waits for it. Takes the registry, checkpoint and offsets
-                                locks below; never taken under them (the producer's
-                                auto-creation, under LogRegistry.lock, does not retry)
+                                retry and the manager's close() (holding nothing) wait for
+                                it. Takes the registry, checkpoint and offsets locks below;
+                                never taken under them (the producer's auto-creation, under
+                                LogRegistry.lock, does not retry)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
@@ -52,8 +53,9 @@ take none.
                                 writer's pre-wake at the start of Log.append, under Log._lock)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below.
-                                A Consumer's commit waits for both in pauses slept on its
-                                wakeup bell (Wakeup.pause): wakeup() ends the wait
+                                A Consumer's commit() and poll's auto-commit wait for both
+                                in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
+                                ends the wait
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;

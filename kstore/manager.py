@@ -534,12 +534,15 @@ class LogManager:
 
     # -- shutdown --------------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush and close every log, write both checkpoints, then the clean-shutdown marker of
-        each dir that started clean or finished loading, and release the locks."""
+        """Wait for a topic deletion in flight, flush and close every log, write both
+        checkpoints, then the clean-shutdown marker of each dir that started clean or finished
+        loading, and release the locks."""
         if self._closed:
             return
         self._closed = True
         try:
+            if not self.read_only:
+                self._deletions.close()     # a delete_topic or retry running: it ends first
             if self.cleaner is not None:
                 self.cleaner.shutdown()
             if self._own_scheduler and self._scheduler is not None:

@@ -8,7 +8,8 @@ timeout, an unreadable offsets-topic.json, an I/O error) leaves the record, and 
 "marked for deletion": a running writable LogManager retries it on its scheduler every
 `retry_interval_ms` and once, synchronously, when create_topic meets the name. One tail runs at
 a time (`_lock`, in locks.py's order): a caller that waited for a retry begun after its call
-takes that retry's outcome instead of running another.
+takes that retry's outcome instead of running another. The manager's close() waits for the
+tail in flight and none runs after it (it would write to a store no longer locked).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, drop_topic_entries
-from kstore.errors import KStoreError
+from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.topic_admin import TopicAdmin
@@ -58,6 +59,7 @@ class TopicDeletions:
         self._time = time
         self._lock = threading.Lock()     # one tail at a time (locks.py: TopicDeletions._lock)
         self._retries = 0                 # retries begun (each covers every deletion pending)
+        self._closed = False              # the manager's close() ran close(): no tail after it
         #: the manager's LogCleaner once it has one (it keeps checkpoint entries in memory)
         self.cleaner: Optional[LogCleaner] = None
 
@@ -65,6 +67,8 @@ class TopicDeletions:
         """delete_topic: first(name) (record, renames, checkpoints), then the tail; True if it
         completed (else it stays recorded, for a retry). One tail at a time."""
         with self._lock:
+            if self._closed:
+                raise KStoreStateError("LogManager is closed")
             first(name)
             return self._tail([name])
 
@@ -78,6 +82,8 @@ class TopicDeletions:
         if not self._lock.acquire(blocking=wait):
             return False
         try:
+            if self._closed:
+                return False
             pending = list(self._topics.deleting)
             if not pending or self._retries > begun:
                 return not pending
@@ -90,6 +96,12 @@ class TopicDeletions:
             return done
         finally:
             self._lock.release()
+
+    def close(self) -> None:
+        """The manager's close(), first: wait for the tail in flight, so its renames, tombstones
+        and the record's drop end while the store is still locked; no tail runs after it."""
+        with self._lock:
+            self._closed = True
 
     def _tail(self, topics: list[str]) -> bool:
         """Forget the topics, then drop their deletion record (not while a dir is offline)."""

@@ -591,3 +591,40 @@ def test_a_commits_pause_sleeps_on_the_bell_and_a_wakeup_ends_it(watchdog):
     t0 = time.monotonic()
     w.pause(0.05)
     assert time.monotonic() - t0 >= 0.05
+
+
+def test_wakeup_interrupts_a_polls_auto_commit_waiting_for_the_offsets_flock(group_store, watchdog,
+                                                                             tmp_path):
+    """A poll's auto-commit waits for the group's offsets flock, which another process holds:
+    wakeup() from another thread ends that poll with WakeupError well before the flock's 30 s
+    timeout, nothing written (committed stays 10), position 15; once the flock is free the very
+    next poll auto-commits 15 (the woken auto-commit is not put off for an interval, 1 s here).
+    Before, the poll sat in the wait until the flock was released or timed out."""
+    from kstore.group_coordinator import GroupCoordinator
+    watchdog(90)
+    d, m = group_store
+    with Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=True,
+                  auto_commit_interval_ms=1000) as c:
+        c.assign([TP("t", 0)])
+        assert len(c.poll(timeout_ms=5000)[TP("t", 0)]) == 10
+        c.commit()
+        m.append_batch("t", 0, [(b"k", b"more%d" % i) for i in range(5)])
+        assert len(c.poll(timeout_ms=5000)[TP("t", 0)]) == 5
+        time.sleep(1.1)                              # the auto-commit is due at the next poll
+        with GroupCoordinator(d) as gc:
+            path = gc.topic.partition_path(gc.partition_for("g"))
+        with _flock_held(path, tmp_path):
+            out: list = []
+            t0 = time.monotonic()
+            t = threading.Thread(target=lambda: out.append(_raises(lambda: c.poll(timeout_ms=60_000))),
+                                 name="poller")
+            t.start()
+            _wait_inside(c)
+            assert t.is_alive() and out == []
+            c.wakeup()
+            join_all([t], GENEROUS_S)
+            assert time.monotonic() - t0 < GENEROUS_S
+            assert [type(e) for e in out] == [WakeupError], out
+            assert c.committed(TP("t", 0)) == 10 and c.position(TP("t", 0)) == 15
+        assert c.poll(timeout_ms=0) == {}
+        assert c.committed(TP("t", 0)) == 15

@@ -17,8 +17,8 @@ from kstore.assignors import RangeAssignor, RoundRobinAssignor
 from kstore.errors import InvalidConfigError, KStoreStateError
 from kstore.fileio import FileOps
 from kstore.group_files import GROUPS_DIR, GroupDir, decode_name, encode_name
-from kstore.group_membership import (CommitFailedError, GroupMember, InconsistentGroupProtocolError,
-                                     live_members)
+from kstore.group_membership import (RETRY_BACKOFF_S, CommitFailedError, GroupMember,
+                                     InconsistentGroupProtocolError, live_members)
 from kstore.group_records import OffsetAndMetadata
 from kstore.topic_partition import TopicPartition as TP
 
@@ -678,4 +678,90 @@ def test_a_rebalance_cut_short_by_a_lock_timeout_is_redone_by_the_next_poll(co, 
         assert m.assignment() == tps("t", 0, 1) | tps("u", 0, 1)
     finally:
         holder.close()
+        m.leave()
+
+
+class StateWriteFails(FileOps):
+    """FileOps whose next `fail` renames of a group state file fail (ENOSPC), as on a full disk."""
+
+    fail = 0
+
+    def rename(self, src, dst, *args, **kw):
+        if self.fail and os.path.basename(dst).startswith("state-"):
+            self.fail -= 1
+            raise OSError(28, f"injected: no space left for {dst}")
+        return super().rename(src, dst, *args, **kw)
+
+
+def test_a_subscription_change_whose_rebalance_failed_is_redone_by_the_next_poll(co):
+    """A member of t and u subscribes to t only; the rebalance of its next poll fails writing
+    the group's state (ENOSPC), after the member file took the new subscription. A poll after
+    the retry backoff redoes the rebalance: u's partitions are revoked. Before, the failed rebalance had
+    already cleared the subscription change, and a heartbeat compares only the partition counts
+    of the topics subscribed: polls saw nothing to do and the member kept reading u."""
+    store = Store(t=2, u=2)
+    ops = StateWriteFails()
+    m = member(co, store, topics=("t", "u"), heartbeat_interval_ms=60_000,
+               session_timeout_ms=120_000, io=ops)
+    try:
+        assert m.join().assigned == tps("t", 0, 1) | tps("u", 0, 1)
+        m.subscribe(["t"])
+        ops.fail = 1
+        with pytest.raises(OSError, match="injected: no space left"):
+            m.poll()
+        time.sleep(RETRY_BACKOFF_S * 1.5)
+        change = m.poll()
+        assert change is not None and change.revoked == tps("u", 0, 1) and not change.assigned
+        m.release(change.revoked)
+        assert m.assignment() == tps("t", 0, 1)
+        assert m.poll() is None
+    finally:
+        m.leave()
+
+
+class StateWriteAlwaysFails(FileOps):
+    """FileOps whose renames of a group state file fail (ENOSPC) while `failing`; counts them."""
+
+    failing = False
+    attempts = 0
+
+    def rename(self, src, dst, *args, **kw):
+        if self.failing and os.path.basename(dst).startswith("state-"):
+            self.attempts += 1
+            raise OSError(28, f"injected: no space left for {dst}")
+        return super().rename(src, dst, *args, **kw)
+
+
+def test_a_rebalance_that_keeps_failing_is_retried_after_a_backoff_not_by_every_poll(co):
+    """A member's rebalance fails at once each time (ENOSPC writing the group state). A poll
+    loop that catches the error is not hot: polls within Kafka's retry.backoff.ms (100 ms) of a
+    failure return None without trying (one atomic load), and the rebalance is retried at most
+    once per backoff, at least every heartbeat. Once the disk has room the rebalance is done.
+    Before, every poll redid the failed rebalance (group.lock, member scan, state write): over a
+    thousand attempts a second."""
+    store = Store(t=2, u=2)
+    ops = StateWriteAlwaysFails()
+    m = member(co, store, topics=("t", "u"), heartbeat_interval_ms=60_000,
+               session_timeout_ms=120_000, io=ops)
+    try:
+        assert m.join().assigned == tps("t", 0, 1) | tps("u", 0, 1)
+        m.subscribe(["t"])
+        ops.failing = True
+        polls, raised = 0, 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.5:
+            polls += 1
+            try:
+                assert m.poll() is None
+            except OSError as e:
+                assert str(e).startswith("[Errno 28] injected: no space left for ")
+                raised += 1
+        elapsed = time.monotonic() - t0
+        assert ops.attempts == raised and 2 <= raised <= elapsed / RETRY_BACKOFF_S + 1, (raised, polls)
+        assert polls > 10 * raised
+        ops.failing = False
+        time.sleep(RETRY_BACKOFF_S * 1.5)
+        change = m.poll()
+        assert change is not None and change.revoked == tps("u", 0, 1) and not change.assigned
+    finally:
         m.leave()

@@ -15,7 +15,8 @@ import pytest
 from group_helpers import ChildMember
 from thread_watchdog import join_all
 
-from kstore import LogManager, TopicExistsError, TopicPartition as TP, UnknownTopicError
+from kstore import (KStoreStateError, LogManager, TopicExistsError, TopicPartition as TP,
+                    UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.group_coordinator import GroupCoordinator
 from kstore.topic_deletion import RETRY_TASK
@@ -244,3 +245,112 @@ def test_an_append_auto_creating_a_name_marked_for_deletion_does_not_retry(tmp_p
         assert out["retry"] is True and _offsets(m) == GONE
         assert m.append("t", None, b"x").offset == 0
         assert m.topics() == ["t", "u"]
+
+
+@pytest.mark.parametrize("how", ["delete_topic", "retry"])
+def test_close_waits_for_a_deletion_tail_in_flight(tmp_path, monkeypatch, watchdog, how):
+    """close() from another thread while delete_topic (or a retry, as the scheduler's task runs
+    it) is inside its tombstoning waits for that tail: the record is dropped while the store is
+    still locked, and nothing is written once close() has returned. Before, close() returned at
+    once and the deleting thread rewrote kstore-topic-config.json afterwards from its stale copy,
+    over what a manager opened next had written (a topic it created lost its config)."""
+    watchdog(60)
+    inside, release = threading.Event(), threading.Event()
+    real = GroupCoordinator.on_topics_deleted
+
+    def slow(self, topics):
+        inside.set()
+        assert release.wait(GENEROUS_S)
+        return real(self, topics)
+
+    ops = OffsetsLockFails()
+    m = LogManager(str(tmp_path), io=ops)
+    _store(m)
+    if how == "retry":
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+    monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
+    out: dict = {}
+    run = (lambda: m.delete_topic("t")) if how == "delete_topic" else (
+        lambda: m.retry_deletions(wait=True))
+    worker = threading.Thread(target=lambda: out.setdefault(how, run()), name=how)
+    worker.start()
+    assert inside.wait(GENEROUS_S)
+    closer = threading.Thread(target=m.close, name="close")
+    closer.start()
+    try:
+        closer.join(0.5)
+        assert closer.is_alive(), "close() returned while a deletion tail was still running"
+        assert _pending(m) == ["t"]
+    finally:
+        release.set()
+    join_all([worker, closer], GENEROUS_S)
+    assert out == {how: None if how == "delete_topic" else True}
+    assert _pending(m) == [] and _offsets(m) == GONE
+    monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", real)
+    with LogManager(str(tmp_path)) as m2:
+        assert m2.topics() == ["u"]
+        m2.create_topic("t", 1, {"cleanup.policy": "compact"})
+    with LogManager(str(tmp_path)) as m3:
+        assert m3.topics() == ["t", "u"] and m3.topic_config("t").compact
+
+
+def test_a_deletion_after_close_began_is_refused(tmp_path):
+    """delete_topic and the retry after close() are refused (KStoreStateError), nothing written."""
+    m = LogManager(str(tmp_path))
+    _store(m)
+    m.close()
+    before = _pending(m), _offsets(m)
+    with pytest.raises(KStoreStateError, match=r"^LogManager is closed$"):
+        m.delete_topic("t")
+    with pytest.raises(KStoreStateError, match=r"^LogManager is closed$"):
+        m.retry_deletions()
+    assert (_pending(m), _offsets(m)) == before == ([], OLD)
+
+
+_HOLD_FLOCK = ("import fcntl, os, sys\n"
+               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('locked', flush=True)\n"
+               "sys.stdin.read()\n")
+
+
+def test_close_waits_for_a_delete_topic_held_up_by_another_processs_commit(tmp_path, watchdog):
+    """Another process holds the flock of group g's __consumer_offsets partition (as its commit
+    does): delete_topic in one thread waits there before tombstoning, and close() from another
+    thread waits for it instead of closing the store under it. When the process lets go, the
+    deletion completes (record dropped, g's and h's offsets of t gone), then close() returns;
+    the next open finds nothing left to finish."""
+    import subprocess
+    import sys
+    watchdog(90)
+    d = str(tmp_path / "data")
+    m = LogManager(d)
+    _store(m)
+    with GroupCoordinator(m) as gc:
+        path = gc.topic.partition_path(gc.partition_for("g"))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(tmp_path),
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        out: dict = {}
+        deleter = threading.Thread(target=lambda: out.setdefault("delete", m.delete_topic("t")),
+                                   name="delete")
+        deleter.start()
+        deadline = time.monotonic() + GENEROUS_S
+        while m.topics() != ["u"] and time.monotonic() < deadline:
+            time.sleep(0.01)                      # renamed: now in its tail, at the flock
+        closer = threading.Thread(target=m.close, name="close")
+        closer.start()
+        closer.join(0.5)
+        assert deleter.is_alive() and closer.is_alive() and _pending(m) == ["t"]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=GENEROUS_S) == 0
+    join_all([deleter, closer], GENEROUS_S)
+    assert out == {"delete": None} and _pending(m) == [] and _offsets(m) == GONE
+    with LogManager(d) as m2:
+        assert m2.topics() == ["u"] and _pending(m2) == []
