@@ -255,7 +255,6 @@ class Consumer:
         that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
         return self._fetcher.offsets_for_times(timestamps)
 
-
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
              ) -> dict[TopicPartition, list[Record]]:
@@ -569,6 +568,9 @@ class Consumer:
         self._wake.close()                    # a poll in another thread returns now
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:
+            if self._closed:                  # another thread's close() ran meanwhile
+                return
+            self._wake.claim(self._guard)     # this thread closes: its listener's calls pass
             try:
                 if not autocommit:
                     self.enable_auto_commit = False
