@@ -28,7 +28,8 @@ take none.
                                 --execute's look and commit. Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
-                                for group.lock (live_members, called by delete_group, only tries)
+                                for group.lock (live_members only tries; delete_group takes
+                                group.lock first)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);

@@ -15,15 +15,13 @@ import contextlib
 import json
 import sys
 from datetime import datetime
-from typing import IO, Any, Callable, Iterator, Optional
+from typing import IO, Any, Callable, Optional
 
 from kstore.errors import KStoreError, UnknownTopicError
 from kstore.group_records import MemberMetadata, OffsetAndMetadata, parse_assignment
 from kstore.topic_partition import TopicPartition
 
 MISSING = "-"
-#: the most --reset-offsets --execute waits for group.lock (a member's join holds it briefly)
-GROUP_LOCK_TIMEOUT_S = 30.0
 
 EPILOG = """examples:
   kstore consumer-groups --log-dirs D --list
@@ -294,24 +292,6 @@ class _Command:
         return 1 if failed else 0
 
     # -- --reset-offsets ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def group_locked(self, g: str, lock: bool) -> Iterator[None]:
-        """lock: hold the group's group.lock, under which members join, so that none joins
-        between the look at the group's state and the write (Kafka's coordinator decides both
-        under its group lock); nothing if no kstore member ever met there (a broker's group:
-        its GroupMetadata's members are what the state looks at)."""
-        from kstore.fileio import get_file_ops
-        from kstore.group_files import GroupDir
-        gdir = GroupDir(get_file_ops(), self.gc.log_dir_for(g), g)
-        if not lock or not gdir.exists():
-            yield
-            return
-        fd = gdir.lock(GROUP_LOCK_TIMEOUT_S)
-        try:
-            yield
-        finally:
-            gdir.unlock(fd)
-
     def partitions_to_reset(self, g: str) -> list[TopicPartition]:
         a = self.args
         if a.all_topics:
@@ -338,7 +318,7 @@ class _Command:
             raise UsageError("--dry-run and --execute are exclusive")
         plan: dict[str, dict[TopicPartition, int]] = {}
         for g in groups:
-            with self.group_locked(g, a.execute):
+            with self.gc.group_locked(g) if a.execute else contextlib.nullcontext():
                 state = self.state(g)
                 if state not in ("Empty", "Dead"):
                     _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
