@@ -572,6 +572,9 @@ class Consumer:
         self._wake.close()                    # a poll in another thread returns now
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:
+            if self._closed:                  # another thread's close() ran meanwhile
+                return
+            self._wake.claim(self._guard)     # this thread closes: its listener's calls pass
             try:
                 self.enable_auto_commit = self.enable_auto_commit and autocommit
                 if self._member is not None:

@@ -2,8 +2,10 @@
 thread while another thread is inside raises ConcurrentModificationError at once, instead of
 racing it (a seek lost under a poll's position update, a record returned twice by two iterating
 threads). The same thread may re-enter (a rebalance listener called in poll may commit or seek);
-calls from different threads one after another are fine. Nothing waits here: the check is a
-non-blocking try, so it has no place in the lock hierarchy.
+calls from different threads one after another are fine. close() may come from any thread: the
+thread running it (under the consumer's lock, which a poll holds while it runs) passes, so a
+rebalance listener's commit in that close works while another thread sits in a poll. Nothing
+waits here: the check is a non-blocking try, so it has no place in the lock hierarchy.
 """
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 class ThreadGuard:
     """The owner thread of an object and how deep it is in its methods."""
 
-    __slots__ = ("_try", "_owner", "_depth")
+    __slots__ = ("_try", "_owner", "_depth", "closer")
 
     def __init__(self) -> None:
         self._try = threading.Lock()          # only ever tried, never waited on
         self._owner: Optional[int] = None
         self._depth = 0
+        self.closer: Optional[int] = None     # the thread running close(), which passes
 
     def acquire(self) -> None:
         me = threading.get_ident()
@@ -50,6 +53,8 @@ def _guarded(fn: F) -> F:
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
         guard = self._guard
+        if guard.closer == threading.get_ident():     # close()'s own calls (its listener's)
+            return fn(self, *args, **kwargs)
         guard.acquire()
         try:
             return fn(self, *args, **kwargs)

@@ -12,10 +12,13 @@ is one attribute and the Bell's bump is atomic.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from kstore import _notify
 from kstore.errors import KStoreStateError, WakeupError
+
+if TYPE_CHECKING:
+    from kstore.consumer_access import ThreadGuard
 
 __all__ = ["Wakeup"]
 
@@ -36,9 +39,17 @@ class Wakeup:
         self.bell.nudge()
 
     def close(self) -> None:
-        """close() has begun: a poll's wait ends now (its thread need not be this one)."""
-        self.closing = threading.get_ident()
+        """close() has begun: a poll's wait ends now (its thread need not be this one). A later
+        close() keeps the first one's thread; the one that runs the close claims it (claim)."""
+        if self.closing is None:
+            self.closing = threading.get_ident()
         self.bell.nudge()
+
+    def claim(self, guard: "ThreadGuard") -> None:
+        """The calling thread runs the close (under the consumer's lock): its listener's calls
+        (commit, committed) are the close's own, whichever thread called close() first, and
+        pass the guard while another thread's poll waits for the lock."""
+        self.closing = guard.closer = threading.get_ident()
 
     def check(self) -> None:
         """Raise WakeupError if a wakeup is pending (and clear it: it is raised once); never

@@ -16,11 +16,12 @@ records are skipped; transactional offset commits are read as plain ones).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from kstore.broker_config import BrokerConfig
 from kstore.clock import SYSTEM_TIME
@@ -289,9 +290,30 @@ class GroupCoordinator:
                 out.update(s.offsets)
         return sorted(out)
 
+    @contextlib.contextmanager
+    def group_locked(self, group_id: str) -> Iterator[None]:
+        """Hold the group's group.lock (group_files.py), under which members join: an admin's
+        look at the group's members and its write are one step, as under Kafka's group lock.
+        Nothing to hold if no kstore member ever met here (a broker's group)."""
+        from kstore.group_files import GroupDir
+        gdir = GroupDir(self._io, self.log_dir_for(group_id), group_id)
+        if not gdir.exists():
+            yield
+            return
+        fd = gdir.lock(self.lock_timeout)
+        try:
+            yield
+        finally:
+            gdir.unlock(fd)
+
     def delete_group(self, group_id: str) -> None:
         """Tombstones for the group's offsets and metadata, in one batch; GroupNotEmptyError if
-        it has live members (group_membership.live_members)."""
+        it has live members (group_membership.live_members), looked at under group.lock so
+        that none joins before the tombstones land."""
+        with self.group_locked(group_id):
+            self._delete_group(group_id)
+
+    def _delete_group(self, group_id: str) -> None:
         live = self.live_members(group_id)
         if live:
             raise GroupNotEmptyError(

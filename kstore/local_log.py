@@ -74,16 +74,20 @@ class LocalLog(LogStart):
         self._bell: Optional[_notify.Bell] = None
 
     def _take_locks(self) -> None:
-        """A standalone writable open excludes every other writer: the partition directory
-        flocked exclusively (another standalone Log, in any process; no file is added to Kafka's
-        directory), the parent's `.lock` shared (a LogManager's). Until close(_handlers)."""
+        """A standalone writable open excludes every other writer: the parent's `.lock` shared
+        (a LogManager's), then the partition directory (made here if missing, so that a refused
+        open adds nothing to a manager's log dir) flocked exclusively (another standalone Log,
+        in any process; no file is added to Kafka's directory). Until close(_handlers)."""
         parent = os.path.dirname(os.path.abspath(self.dir))
+        if not self._io.exists(parent):
+            os.makedirs(parent, exist_ok=True)
         fd = self._io.try_lock(os.path.join(parent, LOG_DIR_LOCK), shared=True)
         if fd is None:
             raise LogDirLockedError(
                 f"cannot open {self.dir} for writing: a LogManager owns its log dir {parent} "
                 f"(in this process or another); append through it, or open read-only")
         self._lock_fds.append(fd)
+        self._create_dir()
         fd = self._io.try_lock(self.dir, directory=True)
         if fd is None:
             raise LogDirLockedError(
@@ -98,11 +102,14 @@ class LocalLog(LogStart):
                 self._io.unlock(fd)
 
     def _create_dir(self) -> None:
+        """The partition directory, made (durably) if missing; one made meanwhile by another
+        opener (a standalone Log racing this one for it) is used, made durable all the same."""
         if not self._io.exists(self.dir):
             parent = os.path.dirname(os.path.abspath(self.dir))
             if not self._io.exists(parent):
                 os.makedirs(parent, exist_ok=True)
-            self._io.mkdir(self.dir)
+            with contextlib.suppress(FileExistsError):
+                self._io.mkdir(self.dir)
             self._io.fsync_dir(parent)
 
     def _set_segments(self, segs: LogSegments | Sequence[LogSegment]) -> None:

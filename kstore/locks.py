@@ -24,10 +24,12 @@ take none.
                                 partitions and descriptors; held across its group.lock wait
   group.lock flock              a consumer group's exclusive flock, across processes and threads
                                 (group_files.py, a bounded polling wait): joins, leaves,
-                                rebalances, group.json. Under it member and owner flocks are
+                                rebalances, group.json, and consumer-groups --reset-offsets
+                                --execute's look and commit. Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
-                                for group.lock (live_members, called by delete_group, only tries)
+                                for group.lock (live_members only tries; delete_group takes
+                                group.lock first)
   TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
                                 holds it across its renames, checkpoints, tombstones and the
                                 record's drop; the retry task only tries it, create_topic's

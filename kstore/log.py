@@ -193,11 +193,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
 
     def _load(self, recovery_point: Optional[int], log_start_offset: Optional[int],
               clean_shutdown: Optional[bool], listing: Optional[list[str]] = None) -> None:
-        """A writable open: the directory created if missing, a standalone log's flocks
-        taken, the loader's segments and offsets published."""
-        self._create_dir()
-        if not self._managed:
-            self._take_locks()
+        """A writable open: a standalone log's flocks taken (a refused open makes no directory),
+        the directory created if missing, the loader's segments and offsets published."""
+        self._create_dir() if self._managed else self._take_locks()
         loaded = LogLoader(self.dir, self._config, io=self._io, time=self._time,
                            rng=self._rng).load(recovery_point, log_start_offset, clean_shutdown,
                                                listing)

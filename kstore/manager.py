@@ -13,6 +13,7 @@ manager, Log or StoreReader is freed by reference counting alone.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -154,7 +155,8 @@ class LogManager:
                     if self.read_only:
                         raise KStoreError(f"log dir {d} does not exist (read-only manager)")
                     os.makedirs(os.path.dirname(d), exist_ok=True)
-                    self._io.mkdir(d)
+                    with contextlib.suppress(FileExistsError):    # made meanwhile elsewhere
+                        self._io.mkdir(d)
                     self._io.fsync_dir(os.path.dirname(d))
                 elif not os.path.isdir(d):
                     raise UnusableFileError(d, "a log dir that is not a directory")

@@ -393,3 +393,35 @@ def test_consume_follow_reads_a_re_created_topic_from_its_start(tmp_path, watchd
                                   "kstore consume: t-0 was deleted and re-created; reading it from its start\n"}
     finally:
         assert w.close() == 0
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, watchdog, sig):
+    """`consume --group g --follow` in another process, stopped by SIGTERM (or SIGINT) after
+    printing the 100 records there: it closes as Kafka's console consumer's shutdown hook does
+    (exit 0, "Processed a total of 100 messages", offset 100 committed), and run again it
+    prints only the 5 records appended since. Before, SIGTERM killed it before any commit (the
+    auto-commit comes every 5 s), so the restart printed all 105."""
+    import signal
+    import time
+    watchdog(120)
+    d = str(tmp_path / "data")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        with following(d, str(tmp_path), "--group", "g") as (c, errs):
+            lines = [c.stdout.readline() for _ in range(100)]
+            assert lines == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
+            time.sleep(0.3)                       # asleep in its poll
+            c.send_signal(getattr(signal, sig))
+            assert c.wait(timeout=30) == 0
+            assert c.stdout.read() == ""
+        assert errs[-1] == "Processed a total of 100 messages\n"
+        from kstore.group_coordinator import GroupCoordinator
+        with GroupCoordinator([d]) as gc:
+            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}
+        m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(5)])
+    again = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                            "--group", "g", "--print-offset"], capture_output=True, text=True,
+                           cwd=str(tmp_path), timeout=60)
+    assert (again.returncode, again.stdout) == (0, "".join("Offset:%d\tnew%d\n" % (100 + i, i) for i in range(5)))

@@ -628,3 +628,113 @@ def test_wakeup_interrupts_a_polls_auto_commit_waiting_for_the_offsets_flock(gro
             assert c.committed(TP("t", 0)) == 10 and c.position(TP("t", 0)) == 15
         assert c.poll(timeout_ms=0) == {}
         assert c.committed(TP("t", 0)) == 15
+
+
+_AFTER_CHILD = (
+    "import sys, time, kstore\n"
+    "got = []\n"
+    "with kstore.Consumer(sys.argv[1], 't', group_id='g', auto_offset_reset='earliest') as c:\n"
+    "    deadline = time.monotonic() + 20\n"
+    "    while len(got) < 4 and time.monotonic() < deadline:\n"
+    "        for rs in c.poll(timeout_ms=200).values(): got += [(r.offset, r.value) for r in rs]\n"
+    "print(sorted(got), flush=True)\n")
+
+
+def _after_in_another_process(d, tmp_path, m) -> str:
+    """Append b"after" to each of t's 4 partitions; a group g member in another process reads
+    what it gets from the committed offsets (its stdout: the sorted (offset, value) list)."""
+    import os
+    import subprocess
+    import sys
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"after")])
+    child = subprocess.run([sys.executable, "-c", _AFTER_CHILD, d], cwd=str(tmp_path), env=dict(os.environ),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    return child.stdout
+
+
+def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchdog, tmp_path):
+    """close() from another thread while a thread keeps polling: the revoke callback (run by
+    close, in the closing thread, while the poller is back inside poll() waiting for the lock)
+    commits (auto-commit off), close returns, the poller's polls end with {} then "closed", and
+    a member in another process reads on from that commit. Before, the listener's commit raised
+    ConcurrentModificationError (the poller held the thread guard) out of close(), and the
+    commit was lost: the next member read all 40 records again."""
+    watchdog(90)
+    d, m = group_store
+    outcomes: list = []
+    in_close = threading.Event()
+
+    class CommitOnceThePollerWaits:
+        def on_partitions_revoked(self, tps) -> None:
+            in_close.set()
+            deadline = time.monotonic() + GENEROUS_S
+            while c1._guard._owner != poller.ident and time.monotonic() < deadline:
+                time.sleep(0.001)          # the poller is inside poll() again, waiting for the lock
+            time.sleep(0.05)
+            c1.commit()
+            outcomes.append(("revoked", sorted(tps)))
+
+        def on_partitions_assigned(self, tps) -> None:
+            pass
+    c1 = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c1.subscribe(["t"], listener=CommitOnceThePollerWaits())
+    assert sum(map(len, c1.poll(timeout_ms=GENEROUS_S * 1000, max_records=1000).values())) == 40
+
+    def poll_until_closed():
+        outcomes.append(c1.poll(timeout_ms=30_000))
+        in_close.wait(GENEROUS_S)         # then poll again: it waits for close's lock
+        try:
+            outcomes.append(c1.poll(timeout_ms=30_000))
+        except kstore.KStoreError as e:
+            outcomes.append(str(e))
+    poller = threading.Thread(target=poll_until_closed, name="poller")
+    poller.start()
+    deadline = time.monotonic() + GENEROUS_S
+    while c1._guard._owner is None and time.monotonic() < deadline:    # inside poll
+        time.sleep(0.001)
+    time.sleep(0.2)                                                   # asleep in its wait
+    c1.close()
+    join_all([poller], GENEROUS_S)
+    assert outcomes == [{}, ("revoked", [TP("t", p) for p in range(4)]), "the consumer is closed"]
+    assert _after_in_another_process(d, tmp_path, m) == "[(10, b'after'), (10, b'after'), (10, b'after'), (10, b'after')]\n"
+
+
+def test_a_second_close_while_the_first_runs_the_listener(group_store, watchdog, tmp_path):
+    """A second close() from another thread arrives while the first close's revoke callback
+    runs: the callback's commit is written, both closes return without an error, and a member
+    in another process reads on from the commit. Before, the second close took the close over
+    (the closing thread's id), so the first close's listener commit raised KStoreStateError
+    ("the consumer is closed") out of close() and was lost."""
+    watchdog(90)
+    d, m = group_store
+    errors: list = []
+    seconds: list = []
+
+    class SecondCloseThenCommit:
+        def on_partitions_revoked(self, tps) -> None:
+            word = c1._wake.bell.load()
+
+            def close_again():
+                try:
+                    c1.close()
+                except BaseException as e:      # noqa: BLE001 - the test reports it
+                    errors.append(e)
+            th = threading.Thread(target=close_again, name="second-close")
+            th.start()
+            seconds.append(th)
+            deadline = time.monotonic() + GENEROUS_S
+            while c1._wake.bell.load() == word and time.monotonic() < deadline:
+                time.sleep(0.001)          # until the second close() rang the bell: it began
+            c1.commit()
+
+        def on_partitions_assigned(self, tps) -> None:
+            pass
+    c1 = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c1.subscribe(["t"], listener=SecondCloseThenCommit())
+    assert sum(map(len, c1.poll(timeout_ms=GENEROUS_S * 1000, max_records=1000).values())) == 40
+    c1.close()
+    join_all(seconds, GENEROUS_S)
+    assert errors == [] and c1.closed
+    assert _after_in_another_process(d, tmp_path, m) == "[(10, b'after'), (10, b'after'), (10, b'after'), (10, b'after')]\n"

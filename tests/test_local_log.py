@@ -607,3 +607,19 @@ def test_unflushed_messages_count_from_the_recovery_point(tmp_path):
     log.flush()
     assert log.unflushed_messages == 0 and log.recovery_point == 3
     log.close()
+
+
+def test_a_partition_dir_made_by_another_opener_meanwhile_is_used(tmp_path):
+    """Another process's open makes the partition directory between this open's look and its
+    mkdir (and has closed since): the open goes on in it. Before, the mkdir's EEXIST failed the
+    open as a failing disk (KafkaStorageError)."""
+
+    class OtherMakesItFirst(FileOps):
+        def mkdir(self, path):
+            os.mkdir(path)                  # the other opener, first
+            super().mkdir(path)
+    path = str(tmp_path / "t-0")
+    with kstore.Log.open(path, io=OtherMakesItFirst()) as lg:
+        assert lg.append([(b"k", b"v")]).first_offset == 0
+    with kstore.Log.open(path) as lg:
+        assert [r.value for r in lg] == [b"v"]

@@ -262,3 +262,88 @@ def test_bench_groups_reports_every_figure(tmp_path, capsys):
     assert set(res["fresh"]) == {"import_ms_p50", "first_commit_ms_p50", "first_commit_ms_p99"}
     assert set(res["contended"]) == {"commit_p50", "commit_p99"}
     assert all(v > 0 for part in res.values() for v in part.values())
+
+
+_JOINER = """
+import sys, kstore
+starts = {}
+
+class Starts(kstore.ConsumerRebalanceListener):
+    def on_partitions_revoked(self, tps):
+        pass
+
+    def on_partitions_assigned(self, tps):
+        starts.update((tp.partition, c.position(tp)) for tp in tps)
+c = kstore.Consumer(sys.argv[1], group_id="g", enable_auto_commit=False, auto_offset_reset="latest")
+c.subscribe(["t"], listener=Starts())
+while len(starts) < 2:
+    c.poll(timeout_ms=100)
+print(starts[0], starts[1], flush=True)
+c.close()
+"""
+
+
+def test_a_member_joining_during_a_reset_starts_at_the_reset_offsets(store, monkeypatch, watchdog, tmp_path):
+    """A consumer in another process joins group g (Empty: its kstore members have left) while
+    --reset-offsets --to-earliest --execute is between its look at the group's state and its
+    write: the member starts at the reset offsets (0, 0). Before, the member joined in that
+    window, read the old commits (10, 45) and read on from them, and the reset, having seen
+    the group Empty, was written under it and reported done (Kafka's coordinator checks and
+    writes under its group lock; the tool now holds group.lock, under which members join)."""
+    import subprocess
+    import sys
+    import time
+    from kstore.tools import groups as groups_tool
+    watchdog(120)
+    with kstore.Consumer(store, "t", group_id="g", enable_auto_commit=False) as c:     # the group met here
+        c.poll(timeout_ms=0)
+    child: list = []
+    real = groups_tool._Command.new_offset
+
+    def new_offset_with_a_join(self, g, tp):
+        if not child:
+            child.append(subprocess.Popen([sys.executable, "-c", _JOINER, store], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
+            time.sleep(3)          # the old code's window: the child joined and read the commits
+        return real(self, g, tp)
+    monkeypatch.setattr(groups_tool._Command, "new_offset", new_offset_with_a_join)
+    rc, _out, _err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t",
+                         "--to-earliest", "--execute")
+    out, err = child[0].communicate(timeout=60)
+    assert (rc, child[0].returncode, out) == (0, 0, "0 0\n"), err
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 0, TP("t", 1): 0}
+
+
+def test_a_member_joining_during_a_delete_starts_without_the_deleted_offsets(store, monkeypatch, watchdog, tmp_path):
+    """A consumer in another process joins group g (Empty) while --delete has found no live
+    member and not yet written its tombstones: the member starts as a new group's would, at
+    auto_offset_reset (latest: 50, 50), and nothing of g is left committed. Before, it joined
+    in that window, read the commits (10, 45) and read on from them, the deletion reported done
+    (delete_group now looks and writes under group.lock, under which members join)."""
+    import subprocess
+    import sys
+    import time
+    watchdog(120)
+    with kstore.Consumer(store, "t", group_id="g", enable_auto_commit=False) as c:     # the group met here
+        c.poll(timeout_ms=0)
+    child: list = []
+    calls: list = []
+    real = GroupCoordinator.live_members
+
+    def live_members_then_a_join(self, group_id):
+        live = real(self, group_id)
+        calls.append(group_id)
+        if len(calls) == 2:        # the first is the tool's look at the state, the second delete_group's
+            child.append(subprocess.Popen([sys.executable, "-c", _JOINER, store], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
+            time.sleep(3)          # the old code's window: the child joined and read the commits
+        return live
+    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    rc, out, _err = run("--log-dirs", store, "--delete", "--group", "g")
+    assert (rc, out) == (0, "Deletion of requested consumer groups ('g') was successful.\n")
+    got, err = child[0].communicate(timeout=60)
+    assert (child[0].returncode, got) == (0, "50 50\n"), err
+    monkeypatch.undo()
+    with GroupCoordinator(store) as gc:
+        assert gc.fetch_offsets("g") == {}

@@ -7,15 +7,19 @@ a timestamp, the beginning or the end, and with --follow keeps tailing what the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import stat
 import sys
+import threading
 import time
-from typing import IO, Optional
+from typing import IO, Iterator, Optional
 
 from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
-from kstore.errors import InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError
+from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
+                           WakeupError)
 from kstore.fetcher import past_gap
 from kstore.tools.progress import Progress
 
@@ -274,7 +278,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
     count = 0
     with open_reader(args) as store, Consumer(
             store, args.topic, group_id=args.group,
-            auto_offset_reset="earliest" if args.from_beginning else "latest") as c:
+            auto_offset_reset="earliest" if args.from_beginning else "latest") as c, _stop_by_wakeup(c):
         if args.topic not in store.topics() and not args.follow:
             raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         last_data = time.monotonic()
@@ -299,7 +303,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                         break
                 if timeout is not None and now - last_data >= timeout:
                     break
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, WakeupError):
             pass
         finally:
             try:
@@ -308,6 +312,23 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                 pass
     print(f"Processed a total of {count} messages", file=err)
     return 0
+
+
+@contextlib.contextmanager
+def _stop_by_wakeup(c) -> Iterator[None]:
+    """SIGTERM and SIGINT stop a group consume as Kafka's console consumer's shutdown hook does:
+    the consumer is woken (its poll raises WakeupError), then closed, committing the position
+    after the last record printed; SIGTERM's default kill skipped that commit, so a restart
+    printed again what was printed since the last auto-commit. Main thread only (signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, lambda *_: c.wakeup()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _wait(store, topic: str, positions: dict[int, int], timeout: float, poll_s: float) -> None:

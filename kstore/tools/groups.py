@@ -11,6 +11,7 @@ GroupMetadata record (GroupCoordinator.live_members is the one call site).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from datetime import datetime
@@ -317,22 +318,22 @@ class _Command:
             raise UsageError("--dry-run and --execute are exclusive")
         plan: dict[str, dict[TopicPartition, int]] = {}
         for g in groups:
-            state = self.state(g)
-            if state not in ("Empty", "Dead"):
-                _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
-                                 f"but the current state is {state}.")
-                continue
-            try:
-                plan[g] = {tp: self.new_offset(g, tp) for tp in self.partitions_to_reset(g)}
-            except _NoOffset as e:               # Kafka's printUsageAndExit: stderr, status 1
-                print(e, file=self.err)
-                return 1
-            except UnknownTopicError:            # nothing is committed for any group
-                _error(self.out, UNKNOWN_TOPIC_FAILURE)
-                return 1
-        if a.execute:
-            for g, offs in plan.items():
-                self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in offs.items()})
+            with self.gc.group_locked(g) if a.execute else contextlib.nullcontext():
+                state = self.state(g)
+                if state not in ("Empty", "Dead"):
+                    _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
+                                     f"but the current state is {state}.")
+                    continue
+                try:
+                    plan[g] = {tp: self.new_offset(g, tp) for tp in self.partitions_to_reset(g)}
+                except _NoOffset as e:               # Kafka's printUsageAndExit: stderr, status 1
+                    print(e, file=self.err)
+                    return 1
+                except UnknownTopicError:            # nothing is committed for any group
+                    _error(self.out, UNKNOWN_TOPIC_FAILURE)
+                    return 1
+                if a.execute:
+                    self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in plan[g].items()})
         if a.json:
             print(json.dumps([{"group": g, "topic": tp.topic, "partition": tp.partition, "new_offset": o}
                               for g, offs in plan.items() for tp, o in sorted(offs.items())]), file=self.out)

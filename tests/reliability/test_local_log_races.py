@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -87,7 +88,8 @@ def _holder(path, kind):
     until its stdin is closed."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kstore.__file__)))
     p = subprocess.Popen([sys.executable, "-c", _HOLD_OPEN, path, kind], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, env=env)
+                         stdout=subprocess.PIPE, env=env,
+                         cwd=os.path.dirname(os.path.abspath(path)))   # outside the checkout
     assert p.stdout.readline() == b"ready\n"
     return p
 
@@ -134,3 +136,65 @@ def test_a_standalone_open_of_a_managed_partition_is_refused(tmp_path, where):
         release()
     with kstore.Log.open(part) as lg:          # the manager gone, a standalone open is fine
         assert [r.value for r in lg] == [b"v"]
+
+
+def test_a_refused_standalone_open_adds_nothing_to_a_managers_log_dir(tmp_path):
+    """Standalone opens of partitions a LogManager in another process does not host (a new
+    topic's, and partition 5 of its 1-partition topic) are refused and leave its log dir as it
+    was: readers see no new topic or partition, and the manager restarted hosts only its own.
+    Before, the open made the partition directory before it found the lock taken: a reader saw
+    topic "new" appear, and the next start-up hosted "new" and t-5."""
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        m.create_topic("t", 1)
+        m.append("t", b"k", b"v")
+    p = _holder(str(tmp_path), "manager")
+    try:
+        before = sorted(os.listdir(tmp_path))
+        for part in ("new-0", "t-5", "t-0"):
+            with pytest.raises(LogDirLockedError, match="a LogManager owns"):
+                kstore.Log.open(str(tmp_path / part))
+        assert sorted(os.listdir(tmp_path)) == before
+        with kstore.StoreReader(str(tmp_path)) as r:
+            assert (r.topics(), r.partitions("t")) == (["t"], [("t", 0)])
+    finally:
+        _release(p)
+    with LogManager(str(tmp_path), {"log.initial.task.delay.ms": 1 << 40}) as m:
+        assert (m.topics(), sorted(m.logs())) == (["t"], [("t", 0)])
+
+
+_RACE_OPEN = """
+import sys, time, kstore
+path, go = sys.argv[1], float(sys.argv[2])
+while time.time() < go:
+    time.sleep(0.0005)
+try:
+    lg = kstore.Log.open(path)
+except kstore.KStoreError as e:
+    print(type(e).__name__, flush=True)
+else:
+    print("opened", flush=True)
+    sys.stdin.readline()
+    lg.close()
+"""
+
+
+def test_processes_racing_to_make_a_partition_one_opens_it(tmp_path, watchdog):
+    """Four processes open the same new partition directory at the same instant, five times:
+    each time exactly one opens it and the other three get LogDirLockedError. Before, a loser
+    whose mkdir came second raised KafkaStorageError ("[Errno 17] File exists"), as if the
+    disk had failed."""
+    watchdog(120)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kstore.__file__)))
+    for round_ in range(5):
+        path = str(tmp_path / f"r{round_}" / "new-0")
+        go = time.time() + 1.0
+        ps = [subprocess.Popen([sys.executable, "-c", _RACE_OPEN, path, str(go)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=str(tmp_path)) for _ in range(4)]
+        outs = []
+        for p in ps:
+            outs.append(p.stdout.readline().strip())
+        for p in ps:
+            p.stdin.close()
+            assert p.wait(30) == 0, p.stderr.read()
+        assert sorted(outs) == ["LogDirLockedError"] * 3 + ["opened"], (round_, outs)

@@ -572,3 +572,58 @@ def _frames_of(thread):
     while f is not None:
         yield f
         f = f.f_back
+
+
+_RACE_START = """
+import sys, time, kstore
+d, kind, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < go:
+    time.sleep(0.0005)
+try:
+    w = kstore.LogManager(d) if kind == "manager" else kstore.Log.open(d + "/t-0")
+except kstore.KStoreError as e:
+    print(type(e).__name__, flush=True)
+else:
+    print("opened", flush=True)
+    sys.stdin.readline()
+    w.close()
+"""
+
+
+def test_writers_racing_to_make_a_log_dir_one_opens_it(tmp_path, watchdog):
+    """Two LogManagers and two standalone Logs (of a partition in it) start at the same instant
+    on a log dir nobody made yet, six times: each time exactly one opens and the others get
+    LogDirLockedError. Before, a manager whose mkdir of the log dir came second took the dir
+    offline ("[Errno 17] File exists") and failed with LogDirOfflineError ("every log dir is
+    offline"), as if its disk had failed."""
+    watchdog(150)
+    import kstore
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kstore.__file__)))
+    for round_ in range(6):
+        d = str(tmp_path / f"r{round_}")
+        go = _time.time() + 1.0
+        kinds = ["manager", "log"] * 2 if round_ % 2 else ["manager"] * 4
+        ps = [subprocess.Popen([sys.executable, "-c", _RACE_START, d, kind, str(go)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=str(tmp_path)) for kind in kinds]
+        outs = [p.stdout.readline().strip() for p in ps]
+        for p in ps:
+            p.stdin.close()
+            assert p.wait(30) == 0, p.stderr.read()
+        assert sorted(outs) == ["LogDirLockedError"] * 3 + ["opened"], (round_, outs)
+
+
+def test_a_log_dir_made_by_another_writer_meanwhile_is_used(tmp_path):
+    """Another process makes the log dir between the start-up's look and its mkdir: the
+    manager starts on it (before: the dir offline, LogDirOfflineError)."""
+
+    class OtherMakesItFirst(FileOps):
+        def mkdir(self, path):
+            os.mkdir(path)
+            super().mkdir(path)
+    d = str(tmp_path / "data")
+    with LogManager(d, io=OtherMakesItFirst()) as m:
+        m.create_topic("t", 1)
+        assert m.append("t", b"k", b"v").offset == 0
+    with LogManager(d) as m:
+        assert [r.value for r in m.log("t", 0).read(0)] == [b"v"]
