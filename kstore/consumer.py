@@ -127,7 +127,7 @@ class Consumer:
         """The next record, waiting (StopIteration after consumer_timeout_ms or once closed)."""
         buf = self._buffer
         while True:
-            if self._closing():
+            if self._closed or self._wake.closed_elsewhere():
                 raise StopIteration("the consumer is closed")
             if buf:
                 entry = buf[0]
@@ -140,7 +140,7 @@ class Consumer:
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            buf.fill(self.poll, self.consumer_timeout, self._closing)
+            buf.fill(self.poll, self.consumer_timeout, lambda: self._closed or self._wake.closed_elsewhere())
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -559,11 +559,8 @@ class Consumer:
 
     def _check_open(self, closing: bool = False) -> None:
         """closing: also refuse once another thread's close() has begun (it waits for _lock)."""
-        if self._closed or (closing and self._closing()):
+        if self._closed or (closing and self._wake.closed_elsewhere()):
             raise KStoreStateError("the consumer is closed")
-
-    def _closing(self) -> bool:
-        return self._closed or self._wake.closing not in (None, threading.get_ident())
 
     def close(self, autocommit: bool = True) -> None:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""

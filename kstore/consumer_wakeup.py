@@ -51,6 +51,10 @@ class Wakeup:
         pass the guard while another thread's poll waits for the lock."""
         self.closing = guard.closer = threading.get_ident()
 
+    def closed_elsewhere(self) -> bool:
+        """Another thread's close() has begun (it waits for the consumer's lock)."""
+        return self.closing not in (None, threading.get_ident())
+
     def check(self) -> None:
         """Raise WakeupError if a wakeup is pending (and clear it: it is raised once); never
         once close() has begun (Kafka's close disables wakeups: a listener's commit in it)."""
