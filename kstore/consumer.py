@@ -566,7 +566,7 @@ class Consumer:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
         if self._closed:
             return
-        self._wake.close()                    # a poll in another thread returns now
+        self._wake.close(self._guard)         # a poll in another thread returns now
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:
             if self._closed:                  # another thread's close() ran meanwhile
