@@ -776,3 +776,35 @@ def test_other_threads_calls_are_refused_once_close_began(writer, watchdog):
     assert c.closed and refused == [True] * 3
     with Consumer(d, group_id="g") as c2:
         assert c2.committed(T0) == 100
+
+
+def test_a_second_close_returns_only_once_the_first_finished(writer, watchdog):
+    """A close() called while another thread's close() is releasing the consumer's files (here
+    held at its store's close) returns only after that close finished, as Kafka's close (it
+    holds the consumer until done). Before, it returned at once: the first close had already
+    marked the consumer closed, so a program that went on (reopened the store, exited) raced the
+    first close still closing its coordinator and store."""
+    watchdog(60)
+    d, w = writer
+    entered, go = threading.Event(), threading.Event()
+    c = Consumer(d, "t", group_id="g", auto_offset_reset="earliest")
+    assert sum(map(len, c.poll(timeout_ms=GENEROUS_S * 1000).values())) == 100
+    source_close = c._source.close
+
+    def held_close() -> None:
+        entered.set()
+        go.wait(GENEROUS_S)
+        source_close()
+    c._source.close = held_close            # type: ignore[method-assign]
+    first = threading.Thread(target=c.close, name="first-close")
+    first.start()
+    assert entered.wait(GENEROUS_S)
+    second = threading.Thread(target=c.close, name="second-close")
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second close() returned while the first was still closing"
+    go.set()
+    join_all([first, second], GENEROUS_S)
+    assert c.closed
+    with Consumer(d, group_id="g") as c2:
+        assert c2.committed(T0) == 100
