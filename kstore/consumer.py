@@ -566,25 +566,26 @@ class Consumer:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
         if self._closed:
             return
-        self._wake.close()                    # a poll in another thread returns now
+        self._wake.close(self._guard)         # a poll in another thread returns now
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
-        with self._lock:
-            if self._closed:                  # another thread's close() ran meanwhile
-                return
-            self._wake.claim(self._guard)     # this thread closes: its listener's calls pass
-            try:
-                self.enable_auto_commit = self.enable_auto_commit and autocommit
-                if self._member is not None:
-                    self._leave_group()
-                elif self.enable_auto_commit:
-                    self._commit_changed(self._consumed())
-            finally:
-                self._closed = True
-                self._cancel_timer()
-                self._buffer.clear()
-                if self._own_coordinator and self._coordinator is not None:
-                    self._coordinator.close()
-                self._source.close()
+        with self._lock:                      # closed (set last) once a close() is done
+            if not self._closed:              # else another thread's close() ran meanwhile
+                self._wake.claim(self._guard)     # this thread closes: its listener's calls pass
+                try:
+                    self.enable_auto_commit = self.enable_auto_commit and autocommit
+                    if self._member is not None:
+                        self._leave_group()
+                    elif self.enable_auto_commit:
+                        self._commit_changed(self._consumed())
+                finally:
+                    try:
+                        self._cancel_timer()
+                        self._buffer.clear()
+                        if self._own_coordinator and self._coordinator is not None:
+                            self._coordinator.close()
+                        self._source.close()
+                    finally:
+                        self._closed = True
         if timer is not None:
             timer.stop()
 
@@ -596,5 +597,4 @@ class Consumer:
 # Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
-                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll",
-                         "commit", "committed"))
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"))

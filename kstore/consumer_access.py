@@ -4,7 +4,9 @@ racing it (a seek lost under a poll's position update, a record returned twice b
 threads). The same thread may re-enter (a rebalance listener called in poll may commit or seek);
 calls from different threads one after another are fine. close() may come from any thread: the
 thread running it (under the consumer's lock, which a poll holds while it runs) passes, so a
-rebalance listener's commit in that close works while another thread sits in a poll. Nothing
+rebalance listener's commit in that close works while another thread sits in a poll; any other
+thread's call from the moment close() began is refused (KStoreStateError; iteration ends), as
+Kafka's close holds the consumer: a seek racing close's commit rewound the group. Nothing
 waits here: the check is a non-blocking try, so it has no place in the lock hierarchy.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ import functools
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
-from kstore.errors import ConcurrentModificationError
+from kstore.errors import ConcurrentModificationError, KStoreStateError
 
 __all__ = ["ThreadGuard", "guard_methods"]
 
@@ -29,13 +31,16 @@ class ThreadGuard:
         self._try = threading.Lock()          # only ever tried, never waited on
         self._owner: Optional[int] = None
         self._depth = 0
-        self.closer: Optional[int] = None     # the thread running close(), which passes
+        self.closer: Optional[int] = None     # the thread whose close() began or runs: it passes
 
-    def acquire(self) -> None:
+    def acquire(self, closed: type[Exception] = KStoreStateError) -> None:
+        """Enter (or re-enter); closed: raised to a new entry once another thread's close began."""
         me = threading.get_ident()
         if self._owner == me:
             self._depth += 1
             return
+        if self.closer is not None:
+            raise closed("the consumer is closed")
         if not self._try.acquire(blocking=False):
             raise ConcurrentModificationError(
                 f"Consumer is not safe for multi-threaded access. currentThread(name: "
@@ -50,12 +55,14 @@ class ThreadGuard:
 
 
 def _guarded(fn: F) -> F:
+    closed = StopIteration if fn.__name__ == "__next__" else KStoreStateError   # iteration ends
+
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
         guard = self._guard
         if guard.closer == threading.get_ident():     # close()'s own calls (its listener's)
             return fn(self, *args, **kwargs)
-        guard.acquire()
+        guard.acquire(closed)
         try:
             return fn(self, *args, **kwargs)
         finally:

@@ -38,11 +38,12 @@ class Wakeup:
         self.requested = True
         self.bell.nudge()
 
-    def close(self) -> None:
-        """close() has begun: a poll's wait ends now (its thread need not be this one). A later
-        close() keeps the first one's thread; the one that runs the close claims it (claim)."""
+    def close(self, guard: "ThreadGuard") -> None:
+        """close() has begun: a poll's wait ends now (its thread need not be this one), other
+        threads' new calls are refused (guard). A later close() keeps the first one's thread;
+        the one that runs the close claims it (claim)."""
         if self.closing is None:
-            self.closing = threading.get_ident()
+            self.closing = guard.closer = threading.get_ident()
         self.bell.nudge()
 
     def claim(self, guard: "ThreadGuard") -> None:

@@ -425,3 +425,58 @@ def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, wat
                             "--group", "g", "--print-offset"], capture_output=True, text=True,
                            cwd=str(tmp_path), timeout=60)
     assert (again.returncode, again.stdout) == (0, "".join("Offset:%d\tnew%d\n" % (100 + i, i) for i in range(5)))
+
+
+def test_consume_group_signalled_again_during_its_closing_commit_still_commits(tmp_path, watchdog):
+    """`consume --group g --follow` in another process, stopped by SIGTERM while a third
+    process holds the flock of the group's __consumer_offsets partition: its close's commit
+    waits for that flock; a second SIGTERM then (as from a supervisor, or a user's second
+    Ctrl-C) does not kill it: once the flock is released it commits 100 and exits 0 with
+    "Processed a total of 100 messages", as Kafka's console consumer, whose JVM ignores signals
+    while its shutdown hook runs. Before, the handlers were restored before close, so the second
+    SIGTERM killed it mid-close and the commit was lost (a restart printed all 100 again)."""
+    import signal
+    import time
+    from kstore.group_coordinator import GroupCoordinator
+    from kstore.group_records import OffsetAndMetadata
+    watchdog(120)
+    d = str(tmp_path / "data")
+    t0 = kstore.TopicPartition("t", 0)
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+    with GroupCoordinator([d]) as gc:
+        gc.commit_offsets("g", {t0: OffsetAndMetadata.coerce(0)})   # makes the offsets partition
+        path = gc.topic.partition_path(gc.partition_for("g"))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(tmp_path),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with following(d, str(tmp_path), "--group", "g") as (c, errs):
+            lines = [c.stdout.readline() for _ in range(100)]
+            assert lines == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
+            c.send_signal(signal.SIGTERM)
+            time.sleep(1.0)                       # in close's commit, waiting for the flock
+            assert c.poll() is None
+            c.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert c.poll() is None, "the second SIGTERM killed it during its close"
+            assert holder.stdin is not None
+            holder.stdin.close()
+            assert holder.wait(timeout=30) == 0
+            assert c.wait(timeout=30) == 0
+        assert errs[-1] == "Processed a total of 100 messages\n"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)
+    with GroupCoordinator([d]) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {t0: 100}
+
+
+_HOLD_FLOCK = """import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""

@@ -656,7 +656,7 @@ def _after_in_another_process(d, tmp_path, m) -> str:
 
 def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchdog, tmp_path):
     """close() from another thread while a thread keeps polling: the revoke callback (run by
-    close, in the closing thread, while the poller is back inside poll() waiting for the lock)
+    close, in the closing thread, after the poller's next poll was refused: close had begun)
     commits (auto-commit off), close returns, the poller's polls end with {} then "closed", and
     a member in another process reads on from that commit. Before, the listener's commit raised
     ConcurrentModificationError (the poller held the thread guard) out of close(), and the
@@ -670,9 +670,8 @@ def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchd
         def on_partitions_revoked(self, tps) -> None:
             in_close.set()
             deadline = time.monotonic() + GENEROUS_S
-            while c1._guard._owner != poller.ident and time.monotonic() < deadline:
-                time.sleep(0.001)          # the poller is inside poll() again, waiting for the lock
-            time.sleep(0.05)
+            while len(outcomes) < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)          # the poller's next poll was refused (close began)
             c1.commit()
             outcomes.append(("revoked", sorted(tps)))
 
@@ -684,7 +683,7 @@ def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchd
 
     def poll_until_closed():
         outcomes.append(c1.poll(timeout_ms=30_000))
-        in_close.wait(GENEROUS_S)         # then poll again: it waits for close's lock
+        in_close.wait(GENEROUS_S)         # then poll again: refused, close() has begun
         try:
             outcomes.append(c1.poll(timeout_ms=30_000))
         except kstore.KStoreError as e:
@@ -697,7 +696,7 @@ def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchd
     time.sleep(0.2)                                                   # asleep in its wait
     c1.close()
     join_all([poller], GENEROUS_S)
-    assert outcomes == [{}, ("revoked", [TP("t", p) for p in range(4)]), "the consumer is closed"]
+    assert outcomes == [{}, "the consumer is closed", ("revoked", [TP("t", p) for p in range(4)])]
     assert _after_in_another_process(d, tmp_path, m) == "[(10, b'after'), (10, b'after'), (10, b'after'), (10, b'after')]\n"
 
 
@@ -738,3 +737,74 @@ def test_a_second_close_while_the_first_runs_the_listener(group_store, watchdog,
     join_all(seconds, GENEROUS_S)
     assert errors == [] and c1.closed
     assert _after_in_another_process(d, tmp_path, m) == "[(10, b'after'), (10, b'after'), (10, b'after'), (10, b'after')]\n"
+
+
+def test_other_threads_calls_are_refused_once_close_began(writer, watchdog):
+    """While close() runs in another thread (its revoke callback, which commits, holds it), the
+    user thread's seek, position and assignment raise KStoreStateError ("closed") and its
+    iteration ends (StopIteration); the callback's commit is the position read (100), so a new
+    member of the group starts after every record. Before, the user thread passed the guard
+    while close ran: its seek(0) landed under the callback's commit, which committed 0 (the
+    group rewound: every record read again)."""
+    watchdog(60)
+    d, w = writer
+    inside, go = threading.Event(), threading.Event()
+    refused: list = []
+
+    class CommitWhenLetGo:
+        def on_partitions_revoked(self, tps) -> None:
+            inside.set()
+            go.wait(GENEROUS_S)
+            c.commit()
+
+        def on_partitions_assigned(self, tps) -> None:
+            pass
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c.subscribe(["t"], listener=CommitWhenLetGo())
+    assert sum(map(len, c.poll(timeout_ms=GENEROUS_S * 1000).values())) == 100
+    closer = threading.Thread(target=c.close, name="closer")
+    closer.start()
+    assert inside.wait(GENEROUS_S)
+    for call in (lambda: c.seek(T0, 0), lambda: c.position(T0), c.assignment):
+        with pytest.raises(kstore.KStoreStateError, match="the consumer is closed"):
+            call()
+        refused.append(True)
+    with pytest.raises(StopIteration):
+        next(c)
+    go.set()
+    join_all([closer], GENEROUS_S)
+    assert c.closed and refused == [True] * 3
+    with Consumer(d, group_id="g") as c2:
+        assert c2.committed(T0) == 100
+
+
+def test_a_second_close_returns_only_once_the_first_finished(writer, watchdog):
+    """A close() called while another thread's close() is releasing the consumer's files (here
+    held at its store's close) returns only after that close finished, as Kafka's close (it
+    holds the consumer until done). Before, it returned at once: the first close had already
+    marked the consumer closed, so a program that went on (reopened the store, exited) raced the
+    first close still closing its coordinator and store."""
+    watchdog(60)
+    d, w = writer
+    entered, go = threading.Event(), threading.Event()
+    c = Consumer(d, "t", group_id="g", auto_offset_reset="earliest")
+    assert sum(map(len, c.poll(timeout_ms=GENEROUS_S * 1000).values())) == 100
+    source_close = c._source.close
+
+    def held_close() -> None:
+        entered.set()
+        go.wait(GENEROUS_S)
+        source_close()
+    c._source.close = held_close            # type: ignore[method-assign]
+    first = threading.Thread(target=c.close, name="first-close")
+    first.start()
+    assert entered.wait(GENEROUS_S)
+    second = threading.Thread(target=c.close, name="second-close")
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second close() returned while the first was still closing"
+    go.set()
+    join_all([first, second], GENEROUS_S)
+    assert c.closed
+    with Consumer(d, group_id="g") as c2:
+        assert c2.committed(T0) == 100

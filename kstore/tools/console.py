@@ -7,14 +7,13 @@ a timestamp, the beginning or the end, and with --follow keeps tailing what the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import stat
 import sys
 import threading
 import time
-from typing import IO, Iterator, Optional
+from typing import IO, Optional
 
 from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
@@ -276,9 +275,10 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
     count = 0
-    with open_reader(args) as store, Consumer(
+    with open_reader(args) as store, _StopByWakeup() as stop, Consumer(
             store, args.topic, group_id=args.group,
-            auto_offset_reset="earliest" if args.from_beginning else "latest") as c, _stop_by_wakeup(c):
+            auto_offset_reset="earliest" if args.from_beginning else "latest") as c:
+        stop.attach(c)
         if args.topic not in store.topics() and not args.follow:
             raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         last_data = time.monotonic()
@@ -314,20 +314,38 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
     return 0
 
 
-@contextlib.contextmanager
-def _stop_by_wakeup(c) -> Iterator[None]:
+class _StopByWakeup:
     """SIGTERM and SIGINT stop a group consume as Kafka's console consumer's shutdown hook does:
     the consumer is woken (its poll raises WakeupError), then closed, committing the position
     after the last record printed; SIGTERM's default kill skipped that commit, so a restart
-    printed again what was printed since the last auto-commit. Main thread only (signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, lambda *_: c.wakeup()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
+    printed again what was printed since the last auto-commit. The handlers stay until the
+    consumer's close is done (a signal during it, e.g. in its commit's wait for another
+    process's flock, no longer kills it before the commit), as the JVM ignores signals while
+    the hook runs. Main thread only (signals)."""
+
+    def __init__(self) -> None:
+        self._consumer = None
+        self._signalled = False
+        self._old: dict = {}
+
+    def _handle(self, *_: object) -> None:
+        self._signalled = True
+        if self._consumer is not None:
+            self._consumer.wakeup()
+
+    def attach(self, c) -> None:
+        """The consumer to wake; woken at once if a signal came while it was being made."""
+        self._consumer = c
+        if self._signalled:
+            c.wakeup()
+
+    def __enter__(self) -> "_StopByWakeup":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
 
