@@ -25,7 +25,8 @@ take none.
   group.lock flock              a consumer group's exclusive flock, across processes and threads
                                 (group_files.py, a bounded polling wait): joins, leaves,
                                 rebalances, group.json, and consumer-groups --reset-offsets
-                                --execute's look and commit. Under it member and owner flocks are
+                                --execute's look and commit (it holds every group's it resets,
+                                taken in name order; a member holds one only). Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
                                 for group.lock (live_members only tries; delete_group takes

@@ -233,6 +233,18 @@ def test_reset_offsets_of_an_unknown_topic_or_partition(store):
             gc.commit_offsets("g", {TP("t", 2): 3})
 
 
+def test_reset_of_several_groups_commits_none_when_one_fails(store):
+    """--execute over several groups: a group whose offsets cannot be computed (h has no
+    committed offset to shift) fails the command before any group's offsets are written."""
+    rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--group", "h",
+                       "--topic", "t:0", "--shift-by", "1", "--execute")
+    assert (rc, out, err) == (1, "", "kstore: error: Cannot shift offset for partition t-0 since there is "
+                                     "no current committed offset\n")
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 10, TP("t", 1): 45}
+        assert gc.fetch_offsets("h") == {}
+
+
 def test_delete_groups(store):
     rc, out, _ = run("--log-dirs", store, "--delete", "--group", "g")
     assert rc == 0 and out == "Deletion of requested consumer groups ('g') was successful.\n"

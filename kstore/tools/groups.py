@@ -317,8 +317,12 @@ class _Command:
         if a.dry_run and a.execute:
             raise UsageError("--dry-run and --execute are exclusive")
         plan: dict[str, dict[TopicPartition, int]] = {}
-        for g in groups:
-            with self.gc.group_locked(g) if a.execute else contextlib.nullcontext():
+        with contextlib.ExitStack() as held:
+            # --execute: every group's group.lock (members join under it), in name order, from
+            # the look at its state to the write, as under Kafka's group lock; all or none written
+            for g in sorted(set(groups)) if a.execute else ():
+                held.enter_context(self.gc.group_locked(g))
+            for g in groups:
                 state = self.state(g)
                 if state not in ("Empty", "Dead"):
                     _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
@@ -332,8 +336,9 @@ class _Command:
                 except UnknownTopicError:            # nothing is committed for any group
                     _error(self.out, UNKNOWN_TOPIC_FAILURE)
                     return 1
-                if a.execute:
-                    self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in plan[g].items()})
+            if a.execute:
+                for g, offs in plan.items():
+                    self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in offs.items()})
         if a.json:
             print(json.dumps([{"group": g, "topic": tp.topic, "partition": tp.partition, "new_offset": o}
                               for g, offs in plan.items() for tp, o in sorted(offs.items())]), file=self.out)
