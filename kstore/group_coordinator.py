@@ -87,11 +87,9 @@ class GroupCoordinator:
         offsets topic's partition count if it does not exist yet (default
         offsets.topic.num.partitions, 50); once it exists it is fixed and a different explicit
         value is refused."""
-        if isinstance(store, (str, os.PathLike)):
-            dirs = [os.fspath(store)]
-            cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
-        elif isinstance(store, Sequence):
-            dirs = [os.fspath(d) for d in store]
+        if isinstance(store, (str, os.PathLike, Sequence)):
+            dirs = ([os.fspath(store)] if isinstance(store, (str, os.PathLike))
+                    else [os.fspath(d) for d in store])
             cfg = config if isinstance(config, BrokerConfig) else BrokerConfig(config, warn=False)
         else:
             dirs = list(store.log_dirs)
