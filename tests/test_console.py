@@ -399,7 +399,8 @@ def test_consume_follow_reads_a_re_created_topic_from_its_start(tmp_path, watchd
 def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, watchdog, sig):
     """`consume --group g --follow` in another process, stopped by SIGTERM (or SIGINT) after
     printing the 100 records there: it closes as Kafka's console consumer's shutdown hook does
-    (exit 0, "Processed a total of 100 messages", offset 100 committed), and run again it
+    ("Processed a total of 100 messages", offset 100 committed, and the JVM's exit status
+    128 + the signal: 143, 130), and run again it
     prints only the 5 records appended since. Before, SIGTERM killed it before any commit (the
     auto-commit comes every 5 s), so the restart printed all 105."""
     import signal
@@ -414,7 +415,7 @@ def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, wat
             assert lines == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
             time.sleep(0.3)                       # asleep in its poll
             c.send_signal(getattr(signal, sig))
-            assert c.wait(timeout=30) == 0
+            assert c.wait(timeout=30) == 128 + getattr(signal, sig)
             assert c.stdout.read() == ""
         assert errs[-1] == "Processed a total of 100 messages\n"
         from kstore.group_coordinator import GroupCoordinator
@@ -431,7 +432,7 @@ def test_consume_group_signalled_again_during_its_closing_commit_still_commits(t
     """`consume --group g --follow` in another process, stopped by SIGTERM while a third
     process holds the flock of the group's __consumer_offsets partition: its close's commit
     waits for that flock; a second SIGTERM then (as from a supervisor, or a user's second
-    Ctrl-C) does not kill it: once the flock is released it commits 100 and exits 0 with
+    Ctrl-C) does not kill it: once the flock is released it commits 100 and exits 143 with
     "Processed a total of 100 messages", as Kafka's console consumer, whose JVM ignores signals
     while its shutdown hook runs. Before, the handlers were restored before close, so the second
     SIGTERM killed it mid-close and the commit was lost (a restart printed all 100 again)."""
@@ -464,7 +465,7 @@ def test_consume_group_signalled_again_during_its_closing_commit_still_commits(t
             assert holder.stdin is not None
             holder.stdin.close()
             assert holder.wait(timeout=30) == 0
-            assert c.wait(timeout=30) == 0
+            assert c.wait(timeout=30) == 143
         assert errs[-1] == "Processed a total of 100 messages\n"
     finally:
         if holder.poll() is None:
@@ -472,6 +473,61 @@ def test_consume_group_signalled_again_during_its_closing_commit_still_commits(t
             holder.wait(timeout=30)
     with GroupCoordinator([d]) as gc:
         assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {t0: 100}
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_consume_follow_stopped_by_a_signal_reports_its_count(tmp_path, watchdog, sig):
+    """Plain `consume --follow` (no group) in another process, stopped by SIGTERM, SIGINT or
+    SIGHUP while it waits for data: as Kafka's console consumer (its shutdown hook wakes the
+    consumer, the loop ends, then "Processed a total of N messages", and the JVM exits with
+    128 + the signal's number), it prints the count of what it printed and exits 143, 130 or
+    129. Before, SIGTERM and SIGHUP killed it with no count; SIGINT exited 0."""
+    import signal
+    import time
+    watchdog(120)
+    d = str(tmp_path / "data")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        with following(d, str(tmp_path)) as (c, errs):
+            assert [c.stdout.readline() for _ in range(100)] == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
+            time.sleep(0.3)                       # in its wait for more
+            c.send_signal(getattr(signal, sig))
+            assert c.wait(timeout=30) == 128 + getattr(signal, sig)
+            assert c.stdout.read() == ""
+        assert errs == ["Processed a total of 100 messages\n"]
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_consume_whose_reader_went_away_says_so_and_commits_only_what_went_out(tmp_path, watchdog, group):
+    """`consume --follow` (with --group g, and without) in another process prints 100 records;
+    then its stdout's reader goes away (as `| head` does) and 50 more are appended. As Kafka's
+    console consumer: "Unable to write to standard out, closing consumer.", then "Processed a
+    total of 100 messages", exit 0; and (resetUnconsumedOffsets) the group commits 100, the
+    position after what went out, so run again it prints the 50. Before, it exited 0 quietly
+    and its close committed 150: the 50 were never printed by anyone."""
+    watchdog(120)
+    d = str(tmp_path / "data")
+    extra = ("--group", "g") if group else ()
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        with following(d, str(tmp_path), *extra) as (c, errs):
+            assert [c.stdout.readline() for _ in range(100)] == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
+            c.stdout.close()
+            m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(50)])
+            assert c.wait(timeout=30) == 0
+        assert errs == ["Unable to write to standard out, closing consumer.\n",
+                        "Processed a total of 100 messages\n"]
+    if not group:
+        return
+    from kstore.group_coordinator import GroupCoordinator
+    with GroupCoordinator([d]) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}
+    again = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                            "--group", "g", "--print-offset"], capture_output=True, text=True,
+                           cwd=str(tmp_path), timeout=60)
+    assert (again.returncode, again.stdout) == (0, "".join("Offset:%d\tnew%d\n" % (100 + i, i) for i in range(50)))
 
 
 _HOLD_FLOCK = """import fcntl, os, sys

@@ -7,13 +7,14 @@ a timestamp, the beginning or the end, and with --follow keeps tailing what the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import stat
 import sys
 import threading
 import time
-from typing import IO, Optional
+from typing import IO, Iterator, Optional
 
 from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
@@ -146,8 +147,9 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
     fmt = Formatter(args)
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
-    count = 0
-    with open_reader(args) as store:
+    count = shown = 0              # records written; of them, flushed out
+    gone = False                   # stdout's reader went away
+    with open_reader(args) as store, _StopOnSignal() as stop:
         if args.topic not in store.topics():
             if not args.follow:
                 raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
@@ -186,7 +188,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         last_scan = last_data
         rescanned = args.follow        # the log start checkpoints were (re)read: refresh with them
         try:
-            while True:
+            while not stop.signum:
                 got = 0
                 for p in sorted(positions):
                     try:
@@ -225,6 +227,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     positions[p] = recs[-1].offset + 1
                     if limit is not None and count >= limit:
                         break
+                out.flush()                # out: now they count ("Processed a total")
+                shown = count
                 if limit is not None and count >= limit:
                     break
                 rescanned = False
@@ -236,7 +240,6 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     break
                 if timeout is not None and now - last_data >= timeout:
                     break
-                out.flush()
                 # a partition given and deleted is looked for again, as every one is without it
                 scanning = args.partition is None or args.partition not in positions
                 if scanning and now - last_scan >= SCAN_S:
@@ -245,19 +248,29 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     last_scan = now
                     rescanned = True
                     continue
-                _wait(store, args.topic, positions, min(
-                    SCAN_S - (now - last_scan) if scanning else notify.SLICE_S,
-                    timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
-                    args.poll_ms / 1000)
-        except KeyboardInterrupt:
+                try:
+                    with stop.waiting():
+                        _wait(store, args.topic, positions, min(
+                            SCAN_S - (now - last_scan) if scanning else notify.SLICE_S,
+                            timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
+                            args.poll_ms / 1000)
+                except _Signalled:
+                    break
+        except BrokenPipeError:
+            gone = True
+        except KeyboardInterrupt:              # not the main thread (no handlers): as a stop
             pass
         finally:
             try:
                 out.flush()
             except BrokenPipeError:
-                pass
-    print(f"Processed a total of {count} messages", file=err)
-    return 0
+                gone = True
+    if gone:
+        _stdout_gone(out, err)
+    else:
+        shown = count
+    print(f"Processed a total of {shown} messages", file=err)
+    return stop.status
 
 
 def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Optional[IO] = None) -> int:
@@ -275,26 +288,31 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
     limit = args.max_messages if args.max_messages is not None and args.max_messages >= 0 else None
     timeout = args.timeout_ms / 1000 if args.timeout_ms is not None else None
     count = 0
-    with open_reader(args) as store, _StopByWakeup() as stop, Consumer(
+    gone = False                   # stdout's reader went away
+    with open_reader(args) as store, _StopOnSignal() as stop, Consumer(
             store, args.topic, group_id=args.group,
             auto_offset_reset="earliest" if args.from_beginning else "latest") as c:
         stop.attach(c)
         if args.topic not in store.topics() and not args.follow:
             raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         last_data = time.monotonic()
+        unflushed: dict = {}       # partition -> first offset of records not known to be out
         try:
             while limit is None or count < limit:
                 # never more than --max-messages is left: what is committed was printed
                 got = c.poll(timeout_ms=notify.SLICE_S * 1000 if args.follow else 200,
                              max_records=None if limit is None else limit - count)
                 for tp, recs in got.items():
+                    unflushed.setdefault(tp, recs[0].offset)
+                for tp, recs in got.items():
                     out.write(fmt.format(tp.partition, recs))
-                    count += len(recs)
+                out.flush()                    # out: now they count, and may be committed
+                count += sum(len(recs) for recs in got.values())
+                unflushed.clear()
                 now = time.monotonic()
                 if got:
                     last_data = now
                     continue
-                out.flush()
                 if not args.follow:
                     ends = c.end_offsets(c.assignment())
                     if c.assignment() and all(c.position(tp) >= e for tp, e in ends.items()):
@@ -305,48 +323,95 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                     break
         except (KeyboardInterrupt, WakeupError):
             pass
+        except BrokenPipeError:
+            # as Kafka's resetUnconsumedOffsets: close commits only what went out
+            gone = True
+            for tp, first in unflushed.items():
+                c.seek(tp, first)
         finally:
             try:
                 out.flush()
             except BrokenPipeError:
-                pass
+                gone = True
+    if gone:
+        _stdout_gone(out, err)
     print(f"Processed a total of {count} messages", file=err)
-    return 0
+    return stop.status
 
 
-class _StopByWakeup:
-    """SIGTERM and SIGINT stop a group consume as Kafka's console consumer's shutdown hook does:
-    the consumer is woken (its poll raises WakeupError), then closed, committing the position
-    after the last record printed; SIGTERM's default kill skipped that commit, so a restart
-    printed again what was printed since the last auto-commit. The handlers stay until the
-    consumer's close is done (a signal during it, e.g. in its commit's wait for another
-    process's flock, no longer kills it before the commit), as the JVM ignores signals while
-    the hook runs. Main thread only (signals)."""
+class _Signalled(Exception):
+    """A stop signal came while the plain consume waited for data."""
+
+
+class _StopOnSignal:
+    """SIGTERM, SIGINT and SIGHUP stop a consume as the shutdown hook of Kafka's console
+    consumer does: a group consumer is woken (its poll raises WakeupError), then closed,
+    committing the position after the last record printed; a plain consume leaves its wait at
+    once (`waiting()`) or its loop at the next round. Then "Processed a total" is printed and
+    the exit status is the JVM's, 128 + the signal's number (`status`). The handlers stay until
+    the consumer's close is done (a signal during it, e.g. in its commit's wait for another
+    process's flock, does not kill it before the commit), as the JVM ignores signals while the
+    hook runs. Main thread only (signals); elsewhere a no-op."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
     def __init__(self) -> None:
         self._consumer = None
-        self._signalled = False
+        self.signum = 0                 # the first stop signal, 0 if none came
+        self._waiting = False
         self._old: dict = {}
 
-    def _handle(self, *_: object) -> None:
-        self._signalled = True
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signum = self.signum or signum
         if self._consumer is not None:
             self._consumer.wakeup()
+        if self._waiting:
+            self._waiting = False
+            raise _Signalled()
+
+    @property
+    def status(self) -> int:
+        """The exit status: 0, or 128 + the signal's number (Kafka's JVM: 143 after SIGTERM)."""
+        return 128 + self.signum if self.signum else 0
 
     def attach(self, c) -> None:
         """The consumer to wake; woken at once if a signal came while it was being made."""
         self._consumer = c
-        if self._signalled:
+        if self.signum:
             c.wakeup()
 
-    def __enter__(self) -> "_StopByWakeup":
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A wait a signal ends at once (raising _Signalled); nothing is printed inside it."""
+        if self.signum:
+            raise _Signalled()
+        self._waiting = True
+        try:
+            yield
+        finally:
+            self._waiting = False
+
+    def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():
-            self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+def _stdout_gone(out: IO[bytes], err: IO) -> None:
+    """The reader of stdout went away (| head): say so as Kafka's console consumer does, and
+    point fd 1 at /dev/null so the interpreter's last flush of what is buffered is quiet."""
+    print("Unable to write to standard out, closing consumer.", file=err)
+    if out is sys.stdout.buffer:
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _wait(store, topic: str, positions: dict[int, int], timeout: float, poll_s: float) -> None:
