@@ -36,6 +36,7 @@ from kstore._core import Record
 from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError, WakeupError
 from kstore.consumer_access import ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
+from kstore.consumer_queries import ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import Wakeup
@@ -53,7 +54,7 @@ _EVICTED = object()            # _pending after the poll timer evicted the membe
 log = logging.getLogger("kstore.consumer")
 
 
-class Consumer:
+class Consumer(ConsumerQueries):
     """A consumer of a store's topics: see the module doc. Use as a context manager.
 
     store: log dirs (a path, a comma-separated string or a sequence: read through a
@@ -183,15 +184,6 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return self._state.assignment()
 
-    def topics(self) -> set[str]:
-        self._source.rescan(force=True)
-        return set(self._source.topics())
-
-    def partitions_for_topic(self, topic: str) -> Optional[set[int]]:
-        self._source.rescan(force=True)
-        ps = self._source.partitions(topic)
-        return set(ps) if ps else None
-
     # -- positions -------------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record poll returns for tp (found now if still unknown)."""
@@ -238,20 +230,6 @@ class Consumer:
 
     def paused(self) -> set[TopicPartition]:
         return self._state.paused()
-
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._fetcher.offset_for_policy(TopicPartition(*tp), "earliest")
-                for tp in partitions}
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Log ends (the last stable offsets under read_committed)."""
-        return {TopicPartition(*tp): self._fetcher.end_offset(TopicPartition(*tp)) for tp in partitions}
-
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
-                          ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
-        """For each partition the earliest offset whose timestamp is >= the one given, with
-        that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
-        return self._fetcher.offsets_for_times(timestamps)
 
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
