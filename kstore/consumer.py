@@ -21,7 +21,8 @@ returned: in poll every auto_commit_interval_ms, before partitions are revoked, 
 (poll_timer.py) without a commit; its next poll reports the partitions lost and rejoins. One user
 thread at a time (Kafka's): a second raises ConcurrentModificationError (consumer_access.py); any
 thread may call wakeup() (a blocked poll or commit raises WakeupError) and close() (a poll
-returns): consumer_wakeup.py. `_lock` (RLock) only keeps that timer out of poll, commit and close.
+returns): consumer_wakeup.py. `_lock` (RLock), held by every call (consumer_access.py), keeps that
+timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
 from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError, WakeupError
-from kstore.consumer_access import ThreadGuard, guard_methods
+from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_queries import ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
@@ -125,11 +126,10 @@ class Consumer(ConsumerQueries):
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, waiting (StopIteration after consumer_timeout_ms or once closed)."""
+        """The next record, waiting (StopIteration after consumer_timeout_ms or once closed:
+        checked on entry, under _lock, which close() waits for, and by fill's polls)."""
         buf = self._buffer
         while True:
-            if self._closed or self._wake.closed_elsewhere():
-                raise StopIteration("the consumer is closed")
             if buf:
                 entry = buf[0]
                 recs, i = entry[1], entry[2]
@@ -149,7 +149,6 @@ class Consumer(ConsumerQueries):
         """Subscribe to topics or to every topic whose whole name matches pattern (internal
         topics excluded). With a group_id the group shares their partitions; without one this
         consumer reads them all. Joining happens in the next poll."""
-        self._check_open()
         if isinstance(topics, str):
             topics = [topics]
         self._state.subscribe(topics, pattern)
@@ -164,16 +163,13 @@ class Consumer(ConsumerQueries):
 
     def unsubscribe(self) -> None:
         """Leave the group (committing first, with auto-commit) and drop every partition."""
-        with self._lock:                 # (checked under it: a close() may have taken it first)
-            self._check_open()
-            if self._member is not None:
-                self._leave_group()
-            self._revoke(self._state.assignment(), release=False)
-            self._state.unsubscribe()
+        if self._member is not None:
+            self._leave_group()
+        self._revoke(self._state.assignment(), release=False)
+        self._state.unsubscribe()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manual assignment (no group membership); commits still go to group_id's offsets."""
-        self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
         gone = self._state.assignment() - set(tps)
         if gone:
@@ -187,7 +183,6 @@ class Consumer(ConsumerQueries):
     # -- positions -------------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record poll returns for tp (found now if still unknown)."""
-        self._check_open()
         tp = TopicPartition(*tp)
         if self._buffer:
             held = self._buffer.held()
@@ -201,7 +196,6 @@ class Consumer(ConsumerQueries):
         return pos
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._check_open()
         tp = TopicPartition(*tp)
         self._state.seek(tp, offset)
         self._drop([tp], remove=False)
@@ -213,7 +207,6 @@ class Consumer(ConsumerQueries):
         self._seek_policy(partitions, "latest")
 
     def _seek_policy(self, partitions: Sequence[TopicPartition], policy: str) -> None:
-        self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions] or list(self._state.assignment())
         for tp in tps:
             self._state.request_reset(tp, policy)
@@ -242,7 +235,6 @@ class Consumer(ConsumerQueries):
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
-            self._check_open(closing=True)     # under the lock: a close() may have taken it first
             self._wake.check()
             if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
@@ -294,9 +286,10 @@ class Consumer(ConsumerQueries):
         waiter thread waits on it for every async consumer at once."""
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
         with self._lock:
-            logs, offsets = self._fetcher.wait_spec(only)
+            self._check_open()
             if self._pending is _EVICTED or self._wake.interrupted():   # the next poll acts
-                return logs, offsets, [], 0.0
+                return [], [], [], 0.0
+            logs, offsets = self._fetcher.wait_spec(only)
             bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
             return logs, offsets, bells, self._wait_bound(time.monotonic())
 
@@ -473,7 +466,6 @@ class Consumer(ConsumerQueries):
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
-            self._check_open(closing=True)     # under the lock: a close() may have taken it first
             self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
             self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
 
@@ -518,7 +510,6 @@ class Consumer(ConsumerQueries):
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
         """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
-        self._check_open()
         if self.group_id is None:
             raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
         self._wake.check()
@@ -535,10 +526,10 @@ class Consumer(ConsumerQueries):
     def closed(self) -> bool:
         return self._closed
 
-    def _check_open(self, closing: bool = False) -> None:
-        """closing: also refuse once another thread's close() has begun (it waits for _lock)."""
-        if self._closed or (closing and self._wake.closed_elsewhere()):
-            raise KStoreStateError("the consumer is closed")
+    def _check_open(self) -> None:
+        """Refuse once closed or once another thread's close() has begun (it waits for _lock)."""
+        if self._closed or self._wake.closed_elsewhere():
+            raise KStoreStateError(CLOSED)
 
     def close(self, autocommit: bool = True) -> None:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
@@ -563,7 +554,7 @@ class Consumer(ConsumerQueries):
                             self._coordinator.close()
                         self._source.close()
                     finally:
-                        self._closed = True
+                        self._closed = self._guard.shut = True
         if timer is not None:
             timer.stop()
 
@@ -575,4 +566,5 @@ class Consumer(ConsumerQueries):
 # Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
-                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"))
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"),
+              lambda c: c._lock)

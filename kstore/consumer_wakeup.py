@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from kstore import _notify
+from kstore.consumer_access import CLOSED
 from kstore.errors import KStoreStateError, WakeupError
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class Wakeup:
         """A group join's or rebalance's wait for group.lock: WakeupError on a wakeup, and
         KStoreStateError once close() has begun (the poll then gives way to it)."""
         if self.closing is not None:
-            raise KStoreStateError("the consumer is closed")
+            raise KStoreStateError(CLOSED)
         self.check()
 
     def pause(self, seconds: float) -> None:
