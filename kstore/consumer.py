@@ -524,7 +524,13 @@ class Consumer(ConsumerQueries):
     # -- close -----------------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
+        """close() is done."""
         return self._closed
+
+    @property
+    def closing(self) -> bool:
+        """close() has begun, in any thread, or is done: other threads' calls are refused."""
+        return self._closed or self._wake.closing is not None
 
     def _check_open(self) -> None:
         """Refuse once closed or once another thread's close() has begun (it waits for _lock)."""
