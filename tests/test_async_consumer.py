@@ -376,14 +376,32 @@ def test_waits_end_when_another_task_or_thread_stops_the_consumer(tmp_path, watc
             except kstore.KStoreStateError as e:
                 later.append(str(e))
         later.append(await collect(c))
+        t0 = TP("t", 0)
+        surface = {"commit": c.commit, "commit_offsets": lambda: c.commit({t0: 3}),
+                   "committed": lambda: c.committed(t0), "seek": lambda: c.seek(t0, 0),
+                   "seek_to_beginning": c.seek_to_beginning, "seek_to_end": c.seek_to_end,
+                   "offsets_for_times": lambda: c.offsets_for_times({t0: 0}),
+                   "beginning_offsets": lambda: c.beginning_offsets([t0]),
+                   "subscribe": lambda: c.subscribe(["t"]), "unsubscribe": c.unsubscribe,
+                   "assign": lambda: c.assign([t0]), "assignment": c.assignment,
+                   "subscription": c.subscription, "pause": lambda: c.pause(t0),
+                   "resume": lambda: c.resume(t0), "paused": c.paused}
+        refused = {}
+        for name, call in surface.items():
+            try:
+                got = call()
+                refused[name] = await got if asyncio.iscoroutine(got) else got
+            except kstore.KStoreStateError as e:
+                refused[name] = str(e)
         await c.stop()
-        return first, ended, later
+        return first, ended, later, refused
 
-    first, ended, later = asyncio.run(main())
+    first, ended, later, refused = asyncio.run(main())
     closed = "This consumer has already been closed."
     assert first == {"t-0": list(range(10))}
     assert ended == {"getmany": ("KStoreStateError", closed), "getone": ("KStoreStateError", closed),
                      "async for": []}
     assert later == [closed] * 4 + [[]]
+    assert refused == dict.fromkeys(refused, closed) and len(refused) == 16
     assert kstore.Consumer(d, group_id="g").committed(TP("t", 0)) == 10
     assert w.close() == 0
