@@ -242,7 +242,12 @@ class Consumer(ConsumerQueries):
             deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
             while True:
                 self._maybe_auto_commit()
-                self._coordinate()
+                try:
+                    self._coordinate()
+                except KStoreStateError:
+                    if self._wake.closing is not None:    # close() ended a join's group.lock wait
+                        return {}
+                    raise
                 self._fetcher.update_positions(None, self._fetch_committed if self.group_id else None)
                 got = self._fetcher.fetch(limit)
                 now = self.last_poll_time = time.monotonic()

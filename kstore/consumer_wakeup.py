@@ -66,7 +66,7 @@ class Wakeup:
 
     def check_wait(self) -> None:
         """A group join's or rebalance's wait for group.lock: WakeupError on a wakeup, and
-        KStoreStateError once close() has begun (the poll then gives way to it)."""
+        KStoreStateError once close() has begun (the poll then returns {}, as from its idle wait)."""
         if self.closing is not None:
             raise KStoreStateError(CLOSED)
         self.check()
