@@ -228,7 +228,8 @@ class AsyncConsumer:
     async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
                       max_records: Optional[int] = None) -> dict[TopicPartition, list[Record]]:
         """Records grouped by partition (of partitions only, if given), waiting up to
-        timeout_ms for some without blocking the event loop."""
+        timeout_ms for some without blocking the event loop. Once stopped (here, by another
+        task or thread, even while it waits): KStoreStateError, aiokafka's ConsumerStoppedError."""
         deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
         while True:
             got = self._poll_now(partitions, max_records)
@@ -262,13 +263,13 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
-        """Records forever (until stop(): StopAsyncIteration)."""
-        if self._c.closed:
+        """Records forever (until stop(), or a close() begun in another thread: StopAsyncIteration)."""
+        if self._c.closing:
             raise StopAsyncIteration
         try:
             return await self.getone()
         except KStoreStateError:
-            if self._c.closed:
+            if self._c.closing:
                 raise StopAsyncIteration from None
             raise
 

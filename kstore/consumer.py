@@ -21,7 +21,8 @@ returned: in poll every auto_commit_interval_ms, before partitions are revoked, 
 (poll_timer.py) without a commit; its next poll reports the partitions lost and rejoins. One user
 thread at a time (Kafka's): a second raises ConcurrentModificationError (consumer_access.py); any
 thread may call wakeup() (a blocked poll or commit raises WakeupError) and close() (a poll
-returns): consumer_wakeup.py. `_lock` (RLock) only keeps that timer out of poll, commit and close.
+returns): consumer_wakeup.py. `_lock` (RLock), held by every call (consumer_access.py), keeps that
+timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore._core import Record
 from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError, WakeupError
-from kstore.consumer_access import ThreadGuard, guard_methods
+from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
+from kstore.consumer_queries import ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import Wakeup
@@ -53,7 +55,7 @@ _EVICTED = object()            # _pending after the poll timer evicted the membe
 log = logging.getLogger("kstore.consumer")
 
 
-class Consumer:
+class Consumer(ConsumerQueries):
     """A consumer of a store's topics: see the module doc. Use as a context manager.
 
     store: log dirs (a path, a comma-separated string or a sequence: read through a
@@ -124,11 +126,10 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, waiting (StopIteration after consumer_timeout_ms or once closed)."""
+        """The next record, waiting (StopIteration after consumer_timeout_ms or once closed:
+        checked on entry, under _lock, which close() waits for, and by fill's polls)."""
         buf = self._buffer
         while True:
-            if self._closed or self._wake.closed_elsewhere():
-                raise StopIteration("the consumer is closed")
             if buf:
                 entry = buf[0]
                 recs, i = entry[1], entry[2]
@@ -148,7 +149,6 @@ class Consumer:
         """Subscribe to topics or to every topic whose whole name matches pattern (internal
         topics excluded). With a group_id the group shares their partitions; without one this
         consumer reads them all. Joining happens in the next poll."""
-        self._check_open()
         if isinstance(topics, str):
             topics = [topics]
         self._state.subscribe(topics, pattern)
@@ -163,16 +163,13 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Leave the group (committing first, with auto-commit) and drop every partition."""
-        with self._lock:                 # (checked under it: a close() may have taken it first)
-            self._check_open()
-            if self._member is not None:
-                self._leave_group()
-            self._revoke(self._state.assignment(), release=False)
-            self._state.unsubscribe()
+        if self._member is not None:
+            self._leave_group()
+        self._revoke(self._state.assignment(), release=False)
+        self._state.unsubscribe()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manual assignment (no group membership); commits still go to group_id's offsets."""
-        self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
         gone = self._state.assignment() - set(tps)
         if gone:
@@ -183,19 +180,9 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return self._state.assignment()
 
-    def topics(self) -> set[str]:
-        self._source.rescan(force=True)
-        return set(self._source.topics())
-
-    def partitions_for_topic(self, topic: str) -> Optional[set[int]]:
-        self._source.rescan(force=True)
-        ps = self._source.partitions(topic)
-        return set(ps) if ps else None
-
     # -- positions -------------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record poll returns for tp (found now if still unknown)."""
-        self._check_open()
         tp = TopicPartition(*tp)
         if self._buffer:
             held = self._buffer.held()
@@ -209,7 +196,6 @@ class Consumer:
         return pos
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._check_open()
         tp = TopicPartition(*tp)
         self._state.seek(tp, offset)
         self._drop([tp], remove=False)
@@ -221,7 +207,6 @@ class Consumer:
         self._seek_policy(partitions, "latest")
 
     def _seek_policy(self, partitions: Sequence[TopicPartition], policy: str) -> None:
-        self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions] or list(self._state.assignment())
         for tp in tps:
             self._state.request_reset(tp, policy)
@@ -239,20 +224,6 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         return self._state.paused()
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._fetcher.offset_for_policy(TopicPartition(*tp), "earliest")
-                for tp in partitions}
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Log ends (the last stable offsets under read_committed)."""
-        return {TopicPartition(*tp): self._fetcher.end_offset(TopicPartition(*tp)) for tp in partitions}
-
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
-                          ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
-        """For each partition the earliest offset whose timestamp is >= the one given, with
-        that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
-        return self._fetcher.offsets_for_times(timestamps)
-
     # -- poll ------------------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0, max_records: Optional[int] = None
              ) -> dict[TopicPartition, list[Record]]:
@@ -264,7 +235,6 @@ class Consumer:
         if not isinstance(limit, int) or limit < 1:
             raise InvalidConfigError(f"max_records must be a positive int, not {limit!r}")
         with self._lock:
-            self._check_open(closing=True)     # under the lock: a close() may have taken it first
             self._wake.check()
             if self._buffer and self._pending is not _EVICTED:     # evicted: drop, rejoin first
                 self.last_poll_time = time.monotonic()
@@ -272,7 +242,12 @@ class Consumer:
             deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
             while True:
                 self._maybe_auto_commit()
-                self._coordinate()
+                try:
+                    self._coordinate()
+                except KStoreStateError:
+                    if self._wake.closing is not None:    # close() ended a join's group.lock wait
+                        return {}
+                    raise
                 self._fetcher.update_positions(None, self._fetch_committed if self.group_id else None)
                 got = self._fetcher.fetch(limit)
                 now = self.last_poll_time = time.monotonic()
@@ -316,9 +291,10 @@ class Consumer:
         waiter thread waits on it for every async consumer at once."""
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
         with self._lock:
-            logs, offsets = self._fetcher.wait_spec(only)
+            self._check_open()
             if self._pending is _EVICTED or self._wake.interrupted():   # the next poll acts
-                return logs, offsets, [], 0.0
+                return [], [], [], 0.0
+            logs, offsets = self._fetcher.wait_spec(only)
             bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
             return logs, offsets, bells, self._wait_bound(time.monotonic())
 
@@ -495,7 +471,6 @@ class Consumer:
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
-            self._check_open(closing=True)     # under the lock: a close() may have taken it first
             self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
             self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
 
@@ -540,7 +515,6 @@ class Consumer:
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
         """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
-        self._check_open()
         if self.group_id is None:
             raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
         self._wake.check()
@@ -555,12 +529,18 @@ class Consumer:
     # -- close -----------------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
+        """close() is done."""
         return self._closed
 
-    def _check_open(self, closing: bool = False) -> None:
-        """closing: also refuse once another thread's close() has begun (it waits for _lock)."""
-        if self._closed or (closing and self._wake.closed_elsewhere()):
-            raise KStoreStateError("the consumer is closed")
+    @property
+    def closing(self) -> bool:
+        """close() has begun, in any thread, or is done: other threads' calls are refused."""
+        return self._closed or self._wake.closing is not None
+
+    def _check_open(self) -> None:
+        """Refuse once closed or once another thread's close() has begun (it waits for _lock)."""
+        if self._closed or self._wake.closed_elsewhere():
+            raise KStoreStateError(CLOSED)
 
     def close(self, autocommit: bool = True) -> None:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
@@ -585,7 +565,7 @@ class Consumer:
                             self._coordinator.close()
                         self._source.close()
                     finally:
-                        self._closed = True
+                        self._closed = self._guard.shut = True
         if timer is not None:
             timer.stop()
 
@@ -597,4 +577,5 @@ class Consumer:
 # Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
-                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"))
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"),
+              lambda c: c._lock)

@@ -6,8 +6,11 @@ calls from different threads one after another are fine. close() may come from a
 thread running it (under the consumer's lock, which a poll holds while it runs) passes, so a
 rebalance listener's commit in that close works while another thread sits in a poll; any other
 thread's call from the moment close() began is refused (KStoreStateError; iteration ends), as
-Kafka's close holds the consumer: a seek racing close's commit rewound the group. Nothing
-waits here: the check is a non-blocking try, so it has no place in the lock hierarchy.
+Kafka's close holds the consumer: a seek racing close's commit rewound the group. Once closed,
+every call raises KStoreStateError with Kafka's message (CLOSED). A call runs under the
+consumer's lock, so a close() from another thread waits for a call already inside (a read of
+the store, iteration's read-ahead) instead of closing under it. The guard itself is a
+non-blocking try: it has no place in the lock hierarchy.
 """
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from typing import Any, Callable, Optional, TypeVar
 
 from kstore.errors import ConcurrentModificationError, KStoreStateError
 
-__all__ = ["ThreadGuard", "guard_methods"]
+__all__ = ["CLOSED", "ThreadGuard", "guard_methods"]
+
+#: Kafka's IllegalStateException message for any call to a closed consumer
+CLOSED = "This consumer has already been closed."
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,27 +31,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 class ThreadGuard:
     """The owner thread of an object and how deep it is in its methods."""
 
-    __slots__ = ("_try", "_owner", "_depth", "closer")
+    __slots__ = ("_try", "_owner", "_depth", "closer", "shut")
 
     def __init__(self) -> None:
         self._try = threading.Lock()          # only ever tried, never waited on
         self._owner: Optional[int] = None
         self._depth = 0
         self.closer: Optional[int] = None     # the thread whose close() began or runs: it passes
+        self.shut = False                     # the close is done: every call is refused
 
-    def acquire(self, closed: type[Exception] = KStoreStateError) -> None:
-        """Enter (or re-enter); closed: raised to a new entry once another thread's close began."""
+    def acquire(self, closed: type[Exception] = KStoreStateError) -> bool:
+        """Enter (True) or re-enter (False); closed: raised to a new entry once a close began."""
         me = threading.get_ident()
         if self._owner == me:
             self._depth += 1
-            return
+            return False
         if self.closer is not None:
-            raise closed("the consumer is closed")
+            raise closed(CLOSED)
         if not self._try.acquire(blocking=False):
             raise ConcurrentModificationError(
                 f"Consumer is not safe for multi-threaded access. currentThread(name: "
                 f"{threading.current_thread().name}, id: {me}) otherThread(id: {self._owner})")
         self._owner, self._depth = me, 1
+        return True
 
     def release(self) -> None:
         self._depth -= 1
@@ -54,23 +62,30 @@ class ThreadGuard:
             self._try.release()
 
 
-def _guarded(fn: F) -> F:
+def _guarded(fn: F, lock: Callable[[Any], Any]) -> F:
     closed = StopIteration if fn.__name__ == "__next__" else KStoreStateError   # iteration ends
 
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
         guard = self._guard
         if guard.closer == threading.get_ident():     # close()'s own calls (its listener's)
-            return fn(self, *args, **kwargs)
-        guard.acquire(closed)
+            with lock(self):
+                if guard.shut:
+                    raise closed(CLOSED)
+                return fn(self, *args, **kwargs)
+        first = guard.acquire(closed)
         try:
-            return fn(self, *args, **kwargs)
+            with lock(self):     # a close() that began meanwhile ran first (or waits for it)
+                if first and (guard.shut or guard.closer is not None):
+                    raise closed(CLOSED)
+                return fn(self, *args, **kwargs)
         finally:
             guard.release()
     return call  # type: ignore[return-value]
 
 
-def guard_methods(cls: type, names: tuple[str, ...]) -> None:
-    """Wrap cls's methods `names` so that each holds the instance's `_guard` (a ThreadGuard)."""
+def guard_methods(cls: type, names: tuple[str, ...], lock: Callable[[Any], Any]) -> None:
+    """Wrap cls's methods `names` so that each holds the instance's `_guard` (a ThreadGuard)
+    and, inside it, lock(instance) (the lock its close() takes), and is refused once closed."""
     for name in names:
-        setattr(cls, name, _guarded(getattr(cls, name)))
+        setattr(cls, name, _guarded(getattr(cls, name), lock))

@@ -11,6 +11,7 @@ from collections import deque
 from typing import Callable, Iterable, Optional
 
 from kstore._core import Record
+from kstore.consumer_access import CLOSED
 from kstore.notify import SLICE_S
 from kstore.topic_partition import TopicPartition
 
@@ -27,7 +28,7 @@ class RecordBuffer(deque[list]):
         start = time.monotonic()
         while not self:
             if closed():
-                raise StopIteration("the consumer is closed")
+                raise StopIteration(CLOSED)
             left = SLICE_S
             if timeout is not None:
                 left = timeout - (time.monotonic() - start)

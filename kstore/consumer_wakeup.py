@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from kstore import _notify
+from kstore.consumer_access import CLOSED
 from kstore.errors import KStoreStateError, WakeupError
 
 if TYPE_CHECKING:
@@ -65,9 +66,9 @@ class Wakeup:
 
     def check_wait(self) -> None:
         """A group join's or rebalance's wait for group.lock: WakeupError on a wakeup, and
-        KStoreStateError once close() has begun (the poll then gives way to it)."""
+        KStoreStateError once close() has begun (the poll then returns {}, as from its idle wait)."""
         if self.closing is not None:
-            raise KStoreStateError("the consumer is closed")
+            raise KStoreStateError(CLOSED)
         self.check()
 
     def pause(self, seconds: float) -> None:

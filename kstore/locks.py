@@ -14,9 +14,10 @@ take none.
   ThreadGuard._try              (consumer_access.py) only tried, never waited on: a second user
                                 thread inside a Consumer raises ConcurrentModificationError;
                                 so it orders against nothing
-  Consumer._lock                a consumer's poll, commit, unsubscribe and close against its poll
-                                timer's eviction (consumer.py, an RLock: a listener called in
-                                poll may commit). The timer thread takes it only to evict
+  Consumer._lock                every user call of a consumer (consumer_access) and its close
+                                against each other and its poll timer's eviction (consumer.py,
+                                an RLock: a listener called in poll may commit; a close() from
+                                another thread waits for a call inside). The timer takes it only to evict
                                 (GroupMember.expire below it); close() joins the timer after
                                 releasing it. Held across poll's wait (the timer waits, then
                                 finds a fresh poll time)
@@ -150,8 +151,8 @@ marker's unlink and directory fsync begun at the open, under whatever locks its 
 The removal's thread takes no kstore lock.
 
 A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's;
-its one lock (Consumer._lock, above) only keeps its poll timer's eviction out of poll, commit,
-unsubscribe and close. Under it, and nothing else, it calls GroupMember and GroupCoordinator
+its one lock (Consumer._lock, above) keeps its poll timer's eviction and a close() from another
+thread out of its calls (each holds it: consumer_access). Under it, and nothing else, it calls GroupMember and GroupCoordinator
 (their locks) and logs' reads and waits (their locks, all below it).
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic

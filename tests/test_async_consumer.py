@@ -11,6 +11,7 @@ import kstore
 from kstore import AsyncConsumer, TopicPartition as TP
 from kstore.async_consumer import WAITER
 
+from thread_watchdog import join_all
 from writer_process import WriterProcess
 
 
@@ -319,3 +320,88 @@ def test_a_blocking_wait_on_a_closed_bell_returns_at_once(store, watchdog):
     fetcher.wait_logs([lg], [lg.log_end_offset], 20.0, [bell], check=lambda: calls.append(1) and False)
     assert time.monotonic() - t0 < 10
     assert len(calls) <= 1, len(calls)       # returned before its first sleep, no spinning turns
+
+
+@pytest.mark.parametrize("by", ["task", "thread"])
+def test_waits_end_when_another_task_or_thread_stops_the_consumer(tmp_path, watchdog, by):
+    """getmany, getone and async for, all waiting on one consumer (a writer process's topic),
+    end when another task stops it or another thread closes it, as aiokafka's after stop():
+    getmany/getone raise (aiokafka: ConsumerStoppedError; kstore: KStoreStateError with
+    Kafka's message), async for ends; later calls raise the same, stop() again is quiet, and
+    the close committed what getmany returned. In 'thread' the close is held in its revoke
+    listener until the tasks are done: before, async for raised KStoreStateError instead of
+    ending while the close was still running (it looked only at `closed`, set last)."""
+    watchdog(60)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    w.run('m.create_topic("t", 1)', 'm.append_batch("t", 0, [(None, b"%d" % i) for i in range(10)])')
+    let_go = threading.Event()
+
+    class HoldClose(kstore.ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            assert by == "task" or let_go.wait(30)
+
+        def on_partitions_assigned(self, assigned):
+            pass
+
+    def outcome(task):
+        e = task.exception()
+        return (type(e).__name__, str(e)) if e is not None else task.result()
+
+    async def collect(c):
+        return [r.offset async for r in c]
+
+    async def main():
+        c = AsyncConsumer(d, "t", group_id="g", auto_offset_reset="earliest", listener=HoldClose())
+        first = offsets(await c.getmany(timeout_ms=10000))
+        tasks = {"getmany": asyncio.create_task(c.getmany(timeout_ms=60000)),
+                 "getone": asyncio.create_task(c.getone()), "async for": asyncio.create_task(collect(c))}
+        await asyncio.sleep(0)               # each task runs to its wait on the waiter thread
+        assert not any(t.done() for t in tasks.values())
+        if by == "task":
+            await c.stop()
+        else:
+            closer = threading.Thread(target=c.consumer.close, name="closer")
+            closer.start()
+        await asyncio.wait(tasks.values(), timeout=30)
+        ended = {name: outcome(t) for name, t in tasks.items()}
+        let_go.set()
+        if by == "thread":
+            await asyncio.get_running_loop().run_in_executor(None, join_all, [closer], 30)
+        later = []
+        for call in (lambda: c.getmany(timeout_ms=1000), c.getone, lambda: c.position(TP("t", 0)),
+                     lambda: c.end_offsets([TP("t", 0)])):
+            try:
+                later.append(await call())
+            except kstore.KStoreStateError as e:
+                later.append(str(e))
+        later.append(await collect(c))
+        t0 = TP("t", 0)
+        surface = {"commit": c.commit, "commit_offsets": lambda: c.commit({t0: 3}),
+                   "committed": lambda: c.committed(t0), "seek": lambda: c.seek(t0, 0),
+                   "seek_to_beginning": c.seek_to_beginning, "seek_to_end": c.seek_to_end,
+                   "offsets_for_times": lambda: c.offsets_for_times({t0: 0}),
+                   "beginning_offsets": lambda: c.beginning_offsets([t0]),
+                   "subscribe": lambda: c.subscribe(["t"]), "unsubscribe": c.unsubscribe,
+                   "assign": lambda: c.assign([t0]), "assignment": c.assignment,
+                   "subscription": c.subscription, "pause": lambda: c.pause(t0),
+                   "resume": lambda: c.resume(t0), "paused": c.paused}
+        refused = {}
+        for name, call in surface.items():
+            try:
+                got = call()
+                refused[name] = await got if asyncio.iscoroutine(got) else got
+            except kstore.KStoreStateError as e:
+                refused[name] = str(e)
+        await c.stop()
+        return first, ended, later, refused
+
+    first, ended, later, refused = asyncio.run(main())
+    closed = "This consumer has already been closed."
+    assert first == {"t-0": list(range(10))}
+    assert ended == {"getmany": ("KStoreStateError", closed), "getone": ("KStoreStateError", closed),
+                     "async for": []}
+    assert later == [closed] * 4 + [[]]
+    assert refused == dict.fromkeys(refused, closed) and len(refused) == 16
+    assert kstore.Consumer(d, group_id="g").committed(TP("t", 0)) == 10
+    assert w.close() == 0

@@ -8,6 +8,7 @@ import pytest
 
 import kstore
 from kstore import ConcurrentModificationError, Consumer, TopicPartition as TP
+from kstore.consumer_buffer import RecordBuffer
 from thread_watchdog import join_all
 from writer_process import WriterProcess
 
@@ -145,4 +146,166 @@ def test_a_poll_that_waited_for_a_closing_thread_says_closed(writer, watchdog):
         time.sleep(0.1)                   # past the entry checks, waiting for the lock
         c.close()
     join_all([b], 30)
-    assert results == ["the consumer is closed"]
+    assert results == ["This consumer has already been closed."]
+
+
+CLOSED = "^This consumer has already been closed\\.$"     # Kafka's IllegalStateException message
+
+#: every public method of Consumer that Kafka's acquireAndEnsureOpen() refuses once closed
+AFTER_CLOSE = {
+    "poll": lambda c: c.poll(), "commit": lambda c: c.commit(), "commit_offsets": lambda c: c.commit({T0: 5}),
+    "committed": lambda c: c.committed(T0), "position": lambda c: c.position(T0),
+    "seek": lambda c: c.seek(T0, 0), "seek_to_beginning": lambda c: c.seek_to_beginning(T0),
+    "seek_to_end": lambda c: c.seek_to_end(), "pause": lambda c: c.pause(T0),
+    "resume": lambda c: c.resume(T0), "paused": lambda c: c.paused(),
+    "assignment": lambda c: c.assignment(), "subscription": lambda c: c.subscription(),
+    "subscribe": lambda c: c.subscribe(["t"]), "unsubscribe": lambda c: c.unsubscribe(),
+    "assign": lambda c: c.assign([T0]), "topics": lambda c: c.topics(),
+    "partitions_for_topic": lambda c: c.partitions_for_topic("t"),
+    "beginning_offsets": lambda c: c.beginning_offsets([T0]), "end_offsets": lambda c: c.end_offsets([T0]),
+    "offsets_for_times": lambda c: c.offsets_for_times({T0: 0}),
+}
+
+
+@pytest.mark.parametrize("where", ["same thread", "another thread"])
+def test_every_method_of_a_closed_consumer_raises_kafkas_closed_error(writer, watchdog, where):
+    """After close() (in this thread or another) every method raises KStoreStateError with
+    Kafka's message, iteration ends, close() again and wakeup() return quietly. Before, the
+    closing thread's calls passed (end_offsets, topics, assignment... answered) and another
+    thread's said 'the consumer is closed' (now one message, Kafka's)."""
+    watchdog(60)
+    d, w = writer
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    c.assign([T0])
+    assert c.end_offsets([T0]) == {T0: 100000}
+    if where == "same thread":
+        c.close()
+    else:
+        t = threading.Thread(target=c.close)
+        t.start()
+        join_all([t], 30)
+    w.run('m.append_batch("t", 0, [(None, b"after")])')
+    answers = {}
+    for name, call in AFTER_CLOSE.items():
+        try:
+            answers[name] = call(c)
+        except kstore.KStoreStateError as e:
+            answers[name] = str(e)
+    assert answers == {name: "This consumer has already been closed." for name in AFTER_CLOSE}
+    assert list(c) == []
+    with pytest.raises(StopIteration, match=CLOSED):
+        next(c)
+    assert c.close() is None and c.wakeup() is None and c.close() is None and c.closed
+    with pytest.raises(kstore.KStoreStateError, match=CLOSED):
+        c.poll()                             # the wakeup() after close raises nothing
+    assert kstore.Consumer(d, group_id="g").committed(T0) is None     # nothing was committed
+
+
+class TracingRLock:
+    """The consumer's _lock, telling whether the closing thread's close() found it free
+    (got_in) or had to wait for it (reached only): where close() stands, without sleeps."""
+
+    def __init__(self, closer_name):
+        self._l = threading.RLock()
+        self.closer_name = closer_name
+        self.reached, self.got_in = threading.Event(), threading.Event()
+
+    def acquire(self, blocking=True, timeout=-1):
+        if threading.current_thread().name == self.closer_name and not self.reached.is_set():
+            if self._l.acquire(False):
+                self.got_in.set()
+                self.reached.set()
+                return True
+            self.reached.set()
+        return self._l.acquire(blocking, timeout)
+
+    def release(self):
+        self._l.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class HookBuffer(RecordBuffer):
+    """A RecordBuffer whose truth test, once armed, runs a hook in between (iteration's
+    'if buf:' and its 'buf[0]')."""
+    hook = None
+
+    def __len__(self):
+        n = super().__len__()
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return n
+
+
+def _inside(c, w, name):
+    """Arm the call `name` of c to stop inside (before its read), let another thread's close()
+    begin, append 5 records in the writer process, and go on once close() reached the
+    consumer's lock (and, if it got the lock, once close() returned). Returns the call, the
+    event set once close() returned, and whether close() had returned when the read went on."""
+    c._lock = TracingRLock("closer")
+    closed, read_after_close = threading.Event(), []
+
+    def closer():
+        c.close()
+        closed.set()
+
+    def stop_here():
+        threading.Thread(target=closer, name="closer").start()
+        assert c._lock.reached.wait(10)
+        w.run('m.append_batch("t", 0, [(None, b"n%d" % i) for i in range(5)])')
+        if c._lock.got_in.is_set():          # nothing kept close() out: it runs to its end
+            assert closed.wait(10)
+        read_after_close.append(closed.is_set())
+
+    def hooked(orig):
+        def call(*a, **kw):
+            stop_here()
+            return orig(*a, **kw)
+        return call
+    if name == "end_offsets":
+        c._fetcher.end_offset = hooked(c._fetcher.end_offset)
+        return lambda: c.end_offsets([T0]), closed, read_after_close
+    if name == "position":
+        c._fetcher.update_positions = hooked(c._fetcher.update_positions)
+        return lambda: c.position(T0), closed, read_after_close
+    if name == "committed":
+        coord = c._coord()
+        coord.fetch_offsets = hooked(coord.fetch_offsets)
+        return lambda: c.committed(T0), closed, read_after_close
+    buf = c._buffer = HookBuffer()
+    it = iter(c)
+    first = next(it)
+    assert first.offset == 99990
+    buf.hook = stop_here
+    return lambda: next(it).offset, closed, read_after_close
+
+
+@pytest.mark.parametrize("name,expected", [("end_offsets", {T0: 100005}), ("position", 100005),
+                                           ("committed", 99990), ("iteration", 99991)])
+def test_a_call_inside_when_another_thread_closes_answers_then_close_runs(writer, watchdog, name, expected):
+    """A thread inside end_offsets, position, committed or iteration's read-ahead when another
+    thread's close() begins (the writer process appending meanwhile) answers from the open
+    consumer, and that close() runs after it: its commit includes the record returned, and the
+    thread's next call says closed. Before, the close ran alongside: iteration's buffered read
+    raised IndexError (close emptied the buffer), the others read a closed store."""
+    watchdog(60)
+    d, w = writer
+    c = Consumer(d, group_id="g", auto_offset_reset="latest", max_poll_records=10)
+    c.assign([T0])
+    if name in ("committed", "iteration"):
+        c.commit({T0: 99990})
+    call, closed, read_after_close = _inside(c, w, name)
+    assert call() == expected and read_after_close == [False]
+    assert closed.wait(10) and c.closed
+    if name == "iteration":
+        with pytest.raises(StopIteration, match=CLOSED):
+            call()
+    else:
+        with pytest.raises(kstore.KStoreStateError, match=CLOSED):
+            call()
+    want = {"iteration": 99992, "committed": 99990, "position": 100005}.get(name)   # close commits
+    assert kstore.Consumer(d, group_id="g").committed(T0) == want

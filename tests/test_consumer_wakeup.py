@@ -179,7 +179,7 @@ def test_close_from_another_thread_interrupts_the_poll(writer, watchdog):
     join_all([t], GENEROUS_S)
     assert time.monotonic() - started[0] < GENEROUS_S
     assert out == [{}]
-    with pytest.raises(kstore.KStoreStateError, match="^the consumer is closed$"):
+    with pytest.raises(kstore.KStoreStateError, match="^This consumer has already been closed\\.$"):
         c.poll()
 
 
@@ -696,7 +696,7 @@ def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchd
     time.sleep(0.2)                                                   # asleep in its wait
     c1.close()
     join_all([poller], GENEROUS_S)
-    assert outcomes == [{}, "the consumer is closed", ("revoked", [TP("t", p) for p in range(4)])]
+    assert outcomes == [{}, "This consumer has already been closed.", ("revoked", [TP("t", p) for p in range(4)])]
     assert _after_in_another_process(d, tmp_path, m) == "[(10, b'after'), (10, b'after'), (10, b'after'), (10, b'after')]\n"
 
 
@@ -766,7 +766,7 @@ def test_other_threads_calls_are_refused_once_close_began(writer, watchdog):
     closer.start()
     assert inside.wait(GENEROUS_S)
     for call in (lambda: c.seek(T0, 0), lambda: c.position(T0), c.assignment):
-        with pytest.raises(kstore.KStoreStateError, match="the consumer is closed"):
+        with pytest.raises(kstore.KStoreStateError, match="^This consumer has already been closed\\.$"):
             call()
         refused.append(True)
     with pytest.raises(StopIteration):
@@ -808,3 +808,40 @@ def test_a_second_close_returns_only_once_the_first_finished(writer, watchdog):
     assert c.closed
     with Consumer(d, group_id="g") as c2:
         assert c2.committed(T0) == 100
+
+
+@pytest.mark.parametrize("how", ["poll", "iteration"])
+def test_close_from_another_thread_ends_a_join_waiting_for_the_group_lock(writer, watchdog, monkeypatch, how):
+    """The writer process holds the group's group.lock (as a member's rebalance there would): a
+    poll joining the group waits for it. close() from another thread ends that wait as it ends a
+    poll's idle wait: the poll returns {} and `for r in consumer` simply ends; nothing joined,
+    nothing committed. Before, both raised KStoreStateError out of the poll and the loop."""
+    from kstore.consumer_wakeup import Wakeup
+    watchdog(60)
+    d, w = writer
+    w.run("from kstore.fileio import FileOps", "from kstore.group_files import GroupDir",
+          "from kstore.group_coordinator import GroupCoordinator",
+          'gd = GroupDir(FileOps(), GroupCoordinator(m).log_dir_for("g"), "g")', "gd.make()",
+          "held = gd.lock(5)")
+    waiting, check_wait = threading.Event(), Wakeup.check_wait
+
+    def checked(self):                       # the join's group.lock wait asks it between tries
+        waiting.set()
+        check_wait(self)
+    monkeypatch.setattr(Wakeup, "check_wait", checked)
+    c = Consumer(d, "t", group_id="g", auto_offset_reset="earliest")
+    out: list = []
+
+    def run():
+        try:
+            out.append(c.poll(timeout_ms=30_000) if how == "poll" else list(c))
+        except BaseException as e:           # noqa: BLE001 - the test reports it
+            out.append(repr(e))
+    t = threading.Thread(target=run, name="joining")
+    t.start()
+    assert waiting.wait(GENEROUS_S)
+    c.close()
+    join_all([t], GENEROUS_S)
+    assert out == ([{}] if how == "poll" else [[]]) and c.closed
+    w.run("gd.unlock(held)")
+    assert Consumer(d, group_id="g").committed(T0) is None
