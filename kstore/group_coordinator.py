@@ -331,20 +331,22 @@ class GroupCoordinator:
             if recs:
                 lg.append(recs)
 
-    def on_topics_deleted(self, topics: Iterable[str]) -> int:
+    def on_topics_deleted(self, topics: Iterable[str], *,
+                          sleep: Optional[Callable[[float], None]] = None) -> int:
         """Tombstone every group's committed offsets of these topics (Kafka's
         onPartitionsDeleted): a topic created again under the name starts with no committed
         offsets, so its consumers reset by auto_offset_reset instead of resuming at the deleted
-        topic's offsets (and skipping records). Returns the offsets removed."""
+        topic's offsets (and skipping records). Returns the offsets removed. sleep: the pauses
+        of the flock waits (may raise: the deletion retry task gives up)."""
         gone = set(topics)
         total = 0
         for p in self.topic.existing_partitions():
-            self.topic.wait_writers(p)     # a commit checked before the deletion was recorded
-            s = self._advance(p)           # is read here, not skipped and landing after
+            self.topic.wait_writers(p, sleep=sleep)     # a commit checked before the deletion
+            s = self._advance(p)       # was recorded is read here, not skipped and landing after
             with s.lock:
                 if not any(tp.topic in gone for offs in s.offsets.values() for tp in offs):
                     continue
-            with self.topic.locked(p) as lg:
+            with self.topic.locked(p, sleep=sleep) as lg:
                 with s.lock:
                     self._advance_locked(p, s)     # a commit may have landed meanwhile
                     recs = [(offset_commit_key(g, tp.topic, tp.partition), None)

@@ -37,7 +37,9 @@ take none.
                                 retry and the manager's close() (holding nothing) wait for
                                 it. Takes the registry, checkpoint and offsets locks below;
                                 never taken under them (the producer's auto-creation, under
-                                LogRegistry.lock, does not retry)
+                                LogRegistry.lock, does not retry). The task's flock waits
+                                under it last TASK_LOCK_WAIT_S (1 s) in all and sleep on
+                                TopicDeletions._closing (an Event; close() sets it first)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
