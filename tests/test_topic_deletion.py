@@ -363,10 +363,12 @@ class FlockSeen(OffsetsLockFails):
     def __init__(self) -> None:
         super().__init__()
         self.held = threading.Event()
+        self.waiters: set[str] = set()          # names of the threads that met it held
 
     def try_lock(self, path, *, shared=False, directory=False):
         fd = super().try_lock(path, shared=shared, directory=directory)
         if fd is None and os.path.basename(path).startswith("__consumer_offsets-"):
+            self.waiters.add(threading.current_thread().name)
             self.held.set()
         return fd
 
@@ -474,3 +476,54 @@ def test_close_ends_the_retry_tasks_wait_for_another_processs_offsets_flock(tmp_
     assert _offsets(m) == OLD
     with LogManager(d) as m2:
         assert _pending(m2) == [] and _offsets(m2) == GONE and m2.topics() == ["u"]
+
+
+def test_create_topic_waiting_behind_a_task_that_gave_up_runs_its_own_retry(tmp_path, mock,
+                                                                             monkeypatch, watchdog):
+    """create_topic of t waits for the retry task's attempt, which gives up on the offsets flock
+    another process holds (its wait made 3 s here): create_topic does not take that early
+    give-up as its own outcome ("marked for deletion") but runs its own retry, which waits the
+    coordinator's lock timeout, and once the process lets go the topic is created, with no
+    offsets of the deleted one."""
+    import sys
+    from kstore import topic_deletion
+    watchdog(60)
+    monkeypatch.setattr(topic_deletion, "TASK_LOCK_WAIT_S", 3.0)
+    t, s = mock
+    ops = FlockSeen()
+    with LogManager(str(tmp_path / "data"), {"log.initial.task.delay.ms": 0}, time=t, scheduler=s,
+                    io=ops) as m:
+        s.tick()
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        holder = _hold_offsets_flock(tmp_path, m, "g")
+        try:
+            out: dict = {}
+            beat = threading.Thread(target=lambda: out.setdefault("beat", s.advance(60_000)),
+                                    name="beat")
+            beat.start()
+            assert ops.held.wait(GENEROUS_S)       # the task is in its wait for the flock
+            creator = threading.Thread(target=lambda: out.setdefault("create", m.create_topic("t", 1)),
+                                       name="create")
+            creator.start()
+            deadline = time.monotonic() + GENEROUS_S
+            while time.monotonic() < deadline:     # the creator blocked on the tail's lock
+                frame = sys._current_frames().get(creator.ident)
+                if frame is not None and frame.f_code.co_name == "retry" and beat.is_alive():
+                    break
+                time.sleep(0.001)
+            else:
+                raise AssertionError("create_topic never waited behind the task")
+            join_all([beat], GENEROUS_S)           # gave up after its 3 s
+            assert _pending(m) == ["t"] and creator.is_alive()
+            deadline = time.monotonic() + GENEROUS_S
+            while "create" not in ops.waiters and time.monotonic() < deadline:
+                time.sleep(0.01)                   # its own retry, at the flock
+            assert "create" in ops.waiters and creator.is_alive()
+        finally:
+            _release(holder)
+        join_all([creator], GENEROUS_S)
+        assert out == {"beat": out["beat"], "create": None}
+        assert m.topics() == ["t", "u"] and _pending(m) == [] and _offsets(m) == GONE
