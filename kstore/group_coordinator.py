@@ -42,7 +42,7 @@ from kstore.topics import HostedPartitions
 if TYPE_CHECKING:
     from kstore.manager import LogManager
 
-__all__ = ["GroupCoordinator", "GroupNotEmptyError", "GroupRecordError", "CoordinatorLockTimeout", "GROUPS_DIR",
+__all__ = ["GroupCoordinator", "GroupNotEmptyError", "GroupIdNotFoundError", "GroupRecordError", "CoordinatorLockTimeout", "GROUPS_DIR",
            "OffsetAndMetadata", "GroupMetadata"]
 
 log = logging.getLogger("kstore.groups")
@@ -50,6 +50,11 @@ log = logging.getLogger("kstore.groups")
 
 class GroupNotEmptyError(KStoreError):
     """delete_group of a group that still has live members (Kafka's GroupNotEmptyException)."""
+
+
+class GroupIdNotFoundError(KStoreError):
+    """delete_group of a group with no live member, metadata or committed offset (Kafka's
+    GroupIdNotFoundException, GROUP_ID_NOT_FOUND)."""
 
 
 class GroupRecordError(CorruptRecordError):
@@ -290,24 +295,35 @@ class GroupCoordinator:
 
     @contextlib.contextmanager
     def group_locked(self, group_id: str) -> Iterator[None]:
-        """Hold the group's group.lock (group_files.py), under which members join: an admin's
-        look at the group's members and its write are one step, as under Kafka's group lock.
-        Nothing to hold if no kstore member ever met here (a broker's group)."""
+        """groups_locked([group_id])."""
+        with self.groups_locked([group_id]):
+            yield
+
+    @contextlib.contextmanager
+    def groups_locked(self, group_ids: Iterable[str]) -> Iterator[None]:
+        """Hold, for each group, what a member's join takes (group_files.py): its group.lock,
+        or for a group with no directory yet its log dir's groups dir flock, under which alone
+        a member makes one. So an admin's look at a group and its write are one step, as under
+        Kafka's group lock, whether or not a member ever met here, and nothing is left behind.
+        The groups dir flocks first (by path), then group.locks in name order."""
         from kstore.group_files import GroupDir
-        gdir = GroupDir(self._io, self.log_dir_for(group_id), group_id)
-        if not gdir.exists():
+        gdirs = [GroupDir(self._io, self.log_dir_for(g), g) for g in sorted(set(group_ids))]
+        with contextlib.ExitStack() as held:
+            parents = {os.path.dirname(gd.path): gd for gd in gdirs if not gd.exists()}
+            for _path, gd in sorted(parents.items()):
+                fd = gd.lock_groups_dir(self.lock_timeout)
+                held.callback(self._io.unlock, fd)
+            for gd in gdirs:            # one made before its groups dir's flock was had: exists
+                if gd.exists():
+                    fd = gd.lock(self.lock_timeout)
+                    held.callback(gd.unlock, fd)
             yield
-            return
-        fd = gdir.lock(self.lock_timeout)
-        try:
-            yield
-        finally:
-            gdir.unlock(fd)
 
     def delete_group(self, group_id: str) -> None:
         """Tombstones for the group's offsets and metadata, in one batch; GroupNotEmptyError if
-        it has live members (group_membership.live_members), looked at under group.lock so
-        that none joins before the tombstones land."""
+        it has live members (group_membership.live_members), GroupIdNotFoundError if it has
+        neither metadata nor offsets (nothing written), decided under group_locked so that no
+        member joins before the tombstones land."""
         with self.group_locked(group_id):
             self._delete_group(group_id)
 
@@ -318,8 +334,9 @@ class GroupCoordinator:
                 f"group {group_id!r} has {len(live)} live member(s): "
                 f"{', '.join(m.member_id for m in live)}")
         p = self.partition_for(group_id)
+        missing = GroupIdNotFoundError(f"group {group_id!r} does not exist")
         if not self._io.exists(self.topic.partition_path(p)):
-            return
+            raise missing
         with self.topic.locked(p) as lg:
             s = self._state(p)
             with s.lock:
@@ -328,23 +345,26 @@ class GroupCoordinator:
                         for t, q in s.offsets.get(group_id, {})]
                 if group_id in s.groups:
                     recs.append((group_metadata_key(group_id), None))
-            if recs:
-                lg.append(recs)
+            if not recs:
+                raise missing
+            lg.append(recs)
 
-    def on_topics_deleted(self, topics: Iterable[str]) -> int:
+    def on_topics_deleted(self, topics: Iterable[str], *,
+                          sleep: Optional[Callable[[float], None]] = None) -> int:
         """Tombstone every group's committed offsets of these topics (Kafka's
         onPartitionsDeleted): a topic created again under the name starts with no committed
         offsets, so its consumers reset by auto_offset_reset instead of resuming at the deleted
-        topic's offsets (and skipping records). Returns the offsets removed."""
+        topic's offsets (and skipping records). Returns the offsets removed. sleep: the pauses
+        of the flock waits (may raise: the deletion retry task gives up)."""
         gone = set(topics)
         total = 0
         for p in self.topic.existing_partitions():
-            self.topic.wait_writers(p)     # a commit checked before the deletion was recorded
-            s = self._advance(p)           # is read here, not skipped and landing after
+            self.topic.wait_writers(p, sleep=sleep)     # a commit checked before the deletion
+            s = self._advance(p)       # was recorded is read here, not skipped and landing after
             with s.lock:
                 if not any(tp.topic in gone for offs in s.offsets.values() for tp in offs):
                     continue
-            with self.topic.locked(p) as lg:
+            with self.topic.locked(p, sleep=sleep) as lg:
                 with s.lock:
                     self._advance_locked(p, s)     # a commit may have landed meanwhile
                     recs = [(offset_commit_key(g, tp.topic, tp.partition), None)

@@ -120,14 +120,25 @@ class GroupDir:
         self.members = os.path.join(self.path, MEMBERS_DIR)
         self.owners = os.path.join(self.path, OWNERS_DIR)
 
-    def make(self) -> None:
-        """Create the directories that are missing (racing creators are fine)."""
-        parent = os.path.dirname(self.path)
-        for d in (parent, self.path, self.members, self.owners):
+    def make(self, timeout: float = 30.0, interrupt: Optional[Callable[[], None]] = None) -> None:
+        """Create the directories that are missing (racing creators are fine); the group's own
+        only under the groups dir's flock (lock_groups_dir, its wait as lock's), so an admin
+        holding that flock sees the group absent until it lets go (a member's first join)."""
+        self._mkdir(os.path.dirname(self.path))
+        if not self.exists():
+            fd = self.lock_groups_dir(timeout, interrupt)
             try:
-                self.io.mkdir(d)
-            except FileExistsError:
-                self.io.check_dir(d)
+                self._mkdir(self.path)
+            finally:
+                self.io.unlock(fd)
+        for d in (self.members, self.owners):
+            self._mkdir(d)
+
+    def _mkdir(self, d: str) -> None:
+        try:
+            self.io.mkdir(d)
+        except FileExistsError:
+            self.io.check_dir(d)
 
     def exists(self) -> bool:
         return self.io.exists(self.path)
@@ -147,21 +158,41 @@ class GroupDir:
         holder's work is short and bounded; interrupt() is called before each pause and may
         raise, a Consumer's wakeup). Returns the descriptor to pass to unlock."""
         path = os.path.join(self.path, LOCK_FILE)
+        fd = self._wait_flock(path, False, timeout, interrupt)
+        if fd is None:
+            holder = (self._read_small(path, 32) or b"").strip().decode("ascii", "replace")
+            raise GroupLockTimeoutError(
+                f"{path}: group {self.group_id!r} locked by another process"
+                f"{' (pid ' + holder + ')' if holder.isdigit() else ''} for more than {timeout:g} s")
+        try:       # fixed width, never truncated: a truncation costs a journal entry
+            self.io.pwrite(fd, b"%-12d" % os.getpid(), 0)
+        except OSError:
+            pass                       # the pid is informative only
+        return fd
+
+    def lock_groups_dir(self, timeout: float, interrupt: Optional[Callable[[], None]] = None) -> int:
+        """Flock the groups dir (`.kstore-groups`, made if missing) itself, as lock waits: a
+        group's directory is made only under it (make), so its holder decides about a group
+        that has none without a member joining meanwhile, and leaves nothing behind."""
+        parent = os.path.dirname(self.path)
+        self._mkdir(parent)
+        fd = self._wait_flock(parent, True, timeout, interrupt)
+        if fd is None:
+            raise GroupLockTimeoutError(f"{parent}: locked by another process (making or deleting "
+                                        f"a group) for more than {timeout:g} s")
+        return fd
+
+    def _wait_flock(self, path: str, directory: bool, timeout: float,
+                    interrupt: Optional[Callable[[], None]]) -> Optional[int]:
+        """try_lock path until it is had (its descriptor) or timeout seconds passed (None)."""
         deadline = time.monotonic() + timeout
         pause = 0.0002
         while True:
-            fd = self.io.try_lock(path)
+            fd = self.io.try_lock(path, directory=directory)
             if fd is not None:
-                try:       # fixed width, never truncated: a truncation costs a journal entry
-                    self.io.pwrite(fd, b"%-12d" % os.getpid(), 0)
-                except OSError:
-                    pass                       # the pid is informative only
                 return fd
             if time.monotonic() >= deadline:
-                holder = (self._read_small(path, 32) or b"").strip().decode("ascii", "replace")
-                raise GroupLockTimeoutError(
-                    f"{path}: group {self.group_id!r} locked by another process"
-                    f"{' (pid ' + holder + ')' if holder.isdigit() else ''} for more than {timeout:g} s")
+                return None
             if interrupt is not None:
                 interrupt()
             time.sleep(pause)

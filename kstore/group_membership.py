@@ -198,7 +198,7 @@ class GroupMember:
         with self._lock:
             if self._closed or self._joined:
                 raise KStoreStateError(f"member {self.member_id} {'left' if self._closed else 'already joined'}")
-            self._gdir.make()
+            self._gdir.make(self._lock_timeout, self._interrupt)
             bell = self._bell = writer_bell(self.io, self._gdir.path)
             self._bell_ident = self._gdir.bell_ident()
             self._seen = bell.load() >> 1
@@ -467,7 +467,7 @@ class GroupMember:
             old.close()                         # a sleeper on it keeps it mapped until it wakes
 
     def _locked_rebalance(self) -> dict:
-        self._gdir.make()                       # the group's directory removed under it?
+        self._gdir.make(self._lock_timeout, self._interrupt)    # its directory removed?
         self._check_bell()
         fd = self._gdir.lock(self._lock_timeout, self._interrupt)
         try:

@@ -23,6 +23,14 @@ take none.
                                 finds a fresh poll time)
   GroupMember._lock             one group member's state (group_membership.py): its owned
                                 partitions and descriptors; held across its group.lock wait
+  .kstore-groups dir flock      the groups dir itself, flocked exclusively across processes
+                                (GroupDir.lock_groups_dir, group.lock's wait): a group's
+                                directory is made only under it (GroupDir.make: a member
+                                takes it, holding nothing else, then drops it); an admin
+                                (GroupCoordinator.groups_locked: delete_group, --reset-offsets
+                                --execute) holds it instead of group.lock for a group with no
+                                directory, from its look to its write, with the locks below
+                                (taken once per log dir, before any group.lock)
   group.lock flock              a consumer group's exclusive flock, across processes and threads
                                 (group_files.py, a bounded polling wait): joins, leaves,
                                 rebalances, group.json, and consumer-groups --reset-offsets
@@ -38,7 +46,9 @@ take none.
                                 retry and the manager's close() (holding nothing) wait for
                                 it. Takes the registry, checkpoint and offsets locks below;
                                 never taken under them (the producer's auto-creation, under
-                                LogRegistry.lock, does not retry)
+                                LogRegistry.lock, does not retry). The task's flock waits
+                                under it last TASK_LOCK_WAIT_S (1 s) in all and sleep on
+                                TopicDeletions._closing (an Event; close() sets it first)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
   LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);

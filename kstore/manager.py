@@ -388,7 +388,8 @@ class LogManager:
 
     def retry_deletions(self, wait: bool = False) -> bool:
         """The retry task (topic_deletion.py): complete the deletions whose tail failed (their
-        groups' offsets stayed); True if none is left pending. wait: behind one running now."""
+        groups' offsets stayed); True if none is left pending. wait: behind one running now,
+        and for offsets flocks up to the 30 s timeout (the task gives up after 1 s)."""
         self._check_writable()
         return self._deletions.retry(wait)
 

@@ -262,12 +262,18 @@ class OffsetsTopic:
         finally:
             w.lock.release()
 
-    def wait_writers(self, p: int) -> None:
+    def wait_writers(self, p: int, *, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Wait for the append in flight on an existing partition, if any (take its flock and
-        drop it): a commit checked before a topic deletion was recorded has landed on return."""
-        with self._writer(p).lock:
+        drop it): a commit checked before a topic deletion was recorded has landed on return.
+        sleep: the waits' pauses (_wait_lock)."""
+        w = self._writer(p)
+        self._acquire(w.lock, sleep)
+        try:
             path = self.partition_path(p)
-            self._io.unlock(self._wait_lock(path, directory=True, what=f"the writer's lock of {path}"))
+            self._io.unlock(self._wait_lock(path, directory=True, what=f"the writer's lock of {path}",
+                                            sleep=sleep))
+        finally:
+            w.lock.release()
 
     def _still_ours(self, w: _Writer, path: str) -> bool:
         """Whether our kept Log still describes the partition (flock held): nobody bumped its

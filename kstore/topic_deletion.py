@@ -6,16 +6,21 @@ entries; every group's committed offsets, tombstoned: onPartitionsDeleted) and o
 deletion record dropped from the topic config. A tail that fails (an offsets flock held past its
 timeout, an unreadable offsets-topic.json, an I/O error) leaves the record, and the name stays
 "marked for deletion": a running writable LogManager retries it on its scheduler every
-`retry_interval_ms` and once, synchronously, when create_topic meets the name. One tail runs at
-a time (`_lock`, in locks.py's order): a caller that waited for a retry begun after its call
-takes that retry's outcome instead of running another. The manager's close() waits for the
-tail in flight and none runs after it (it would write to a store no longer locked).
+`retry_interval_ms` and once, synchronously, when create_topic meets the name. The task's
+attempt waits at most TASK_LOCK_WAIT_S in all for offsets flocks other processes hold, and
+not past the manager's close(): it is put off to the next beat, as Kafka's controller retries
+on its next event instead of blocking (create_topic's retry waits the coordinator's 30 s). One
+tail runs at a time (`_lock`, in locks.py's order): a caller that waited for a retry begun
+after its call takes that retry's outcome instead of running another (a task's attempt, which
+may give up early, is no outcome to take). The manager's close() waits for the tail in flight
+and none runs after it (it would write to a store no longer locked).
 """
 from __future__ import annotations
 
 import logging
 import os
 import threading
+import time as _time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
@@ -35,6 +40,13 @@ log = logging.getLogger("kstore.manager")
 RETRY_TASK = "kafka-topic-deletion-retry"
 #: the shortest retry period: kstore's kafka-delete-logs beat (file.delete.delay.ms may be 0)
 MIN_RETRY_MS = 1000
+#: how long, in all, the task's attempt waits for offsets flocks (another process's commit holds
+#: one for milliseconds) before putting the deletion off to its next run
+TASK_LOCK_WAIT_S = 1.0
+
+
+class _PutOff(KStoreError):
+    """The task's attempt stopped waiting for an offsets flock (TASK_LOCK_WAIT_S, or close())."""
 
 
 def retry_interval_ms(cfg: BrokerConfig) -> int:
@@ -60,6 +72,7 @@ class TopicDeletions:
         self._lock = threading.Lock()     # one tail at a time (locks.py: TopicDeletions._lock)
         self._retries = 0                 # retries begun (each covers every deletion pending)
         self._closed = False              # the manager's close() ran close(): no tail after it
+        self._closing = threading.Event()  # close() began: the task's flock wait ends (locks.py)
         #: the manager's LogCleaner once it has one (it keeps checkpoint entries in memory)
         self.cleaner: Optional[LogCleaner] = None
 
@@ -74,23 +87,26 @@ class TopicDeletions:
 
     def retry(self, wait: bool = True) -> bool:
         """Complete every deletion left pending; True if none is left. wait=False (the task):
-        return False at once while another tail runs. A call that waited for a retry begun
-        after it takes that retry's outcome instead of running another."""
+        return False at once while another tail runs, and put the deletion off (False) when
+        offsets flocks stay held past TASK_LOCK_WAIT_S or close() begins. A call that waited
+        for a retry (wait=True) begun after it takes that retry's outcome instead of running
+        another."""
         if not self._topics.deleting:
             return True
         begun = self._retries
         if not self._lock.acquire(blocking=wait):
             return False
         try:
-            if self._closed:
+            if self._closed or (not wait and self._closing.is_set()):
                 return False
             pending = list(self._topics.deleting)
             if not pending or self._retries > begun:
                 return not pending
-            self._retries += 1
+            if wait:
+                self._retries += 1
             if self._failures.offline_dirs:     # nothing can finish before a restart
                 return False
-            done = self._tail(pending)
+            done = self._tail(pending, None if wait else self._task_pause())
             if done:
                 log.info("finished the deletion of topic(s) %s (retried)", pending)
             return done
@@ -98,20 +114,36 @@ class TopicDeletions:
             self._lock.release()
 
     def close(self) -> None:
-        """The manager's close(), first: wait for the tail in flight, so its renames, tombstones
-        and the record's drop end while the store is still locked; no tail runs after it."""
+        """The manager's close(), first: end the task's wait for an offsets flock, wait for the
+        tail in flight, so its renames, tombstones and the record's drop end while the store
+        is still locked; no tail runs after it."""
+        self._closing.set()
         with self._lock:
             self._closed = True
 
-    def _tail(self, topics: list[str]) -> bool:
-        """Forget the topics, then drop their deletion record (not while a dir is offline)."""
-        return self.forget(topics) and self._admin.finish_deletion(topics)
+    def _task_pause(self) -> Callable[[float], None]:
+        """The task's attempt's pauses between tries of an offsets flock: slept on the closing
+        event; _PutOff once TASK_LOCK_WAIT_S have passed since the attempt began, or at close()."""
+        deadline = _time.monotonic() + TASK_LOCK_WAIT_S
 
-    def forget(self, topics: list[str]) -> bool:
+        def pause(seconds: float) -> None:
+            left = deadline - _time.monotonic()
+            if left <= 0:
+                raise _PutOff(f"offsets flocks held by others for {TASK_LOCK_WAIT_S:g} s")
+            if self._closing.wait(min(seconds, left)):
+                raise _PutOff("the LogManager is closing")
+        return pause
+
+    def _tail(self, topics: list[str], pause: Optional[Callable[[float], None]] = None) -> bool:
+        """Forget the topics, then drop their deletion record (not while a dir is offline)."""
+        return self.forget(topics, pause) and self._admin.finish_deletion(topics)
+
+    def forget(self, topics: list[str], pause: Optional[Callable[[float], None]] = None) -> bool:
         """What else names deleted topics (also at a start-up ending deletions a crash cut
         short): cleaner-offset-checkpoint entries (Kafka's asyncDelete) and every group's
         committed offsets (onPartitionsDeleted: tombstones), so a topic created again under a
-        name inherits neither. False if the offsets stay (logged; the deletion stays recorded)."""
+        name inherits neither. False if the offsets stay (logged; the deletion stays recorded).
+        pause: the task's (_task_pause), whose flock waits are short; else the 30 s timeout."""
         from kstore.group_coordinator import GroupCoordinator
         for d in [d for d in self._dirs if not self._failures.is_offline(d)]:
             try:
@@ -123,10 +155,13 @@ class TopicDeletions:
             except OSError as e:
                 self._failures.mark_offline(d, e)
         try:
-            with GroupCoordinator(self._dirs, config=self._cfg, io=self._io,
-                                  time=self._time) as gc:
-                gc.on_topics_deleted(topics)
+            with GroupCoordinator(self._dirs, config=self._cfg, io=self._io, time=self._time,
+                                  lock_timeout=30.0 if pause is None else TASK_LOCK_WAIT_S) as gc:
+                gc.on_topics_deleted(topics, sleep=pause)
             return True
+        except _PutOff as e:
+            log.info("the deletion of topic(s) %s is put off to the next retry: %s", topics, e)
+            return False
         except (KStoreError, OSError) as e:
             log.error("topic(s) %s deleted but their committed offsets could not be removed: %s",
                       topics, e)

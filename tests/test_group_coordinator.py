@@ -16,7 +16,7 @@ import pytest
 
 from kstore import InvalidConfigError, Log, LogManager, TopicPartition
 from kstore.clock import MockTime
-from kstore.group_coordinator import GroupCoordinator, GroupNotEmptyError
+from kstore.group_coordinator import GroupCoordinator, GroupIdNotFoundError, GroupNotEmptyError
 from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                   assignment_bytes, group_metadata_key, offset_commit_key, offset_commit_value, partition_for,
                                   subscription_bytes)
@@ -130,7 +130,8 @@ def test_store_group_list_and_delete(tmp_path):
         assert sorted((r.key, r.value) for r in tomb) == sorted(
             [(offset_commit_key("a", "t", 0), None), (offset_commit_key("a", "u", 2), None),
              (group_metadata_key("a"), None)])
-        gc.delete_group("nobody")            # nothing to delete: no write
+        with pytest.raises(GroupIdNotFoundError, match=r"^group 'nobody' does not exist$"):
+            gc.delete_group("nobody")        # Kafka's GROUP_ID_NOT_FOUND: no write
         assert len(batches(part_dir(d, "a"))) == 3     # group, commit, tombstones
 
 

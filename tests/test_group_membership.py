@@ -765,3 +765,43 @@ def test_a_rebalance_that_keeps_failing_is_retried_after_a_backoff_not_by_every_
         assert change is not None and change.revoked == tps("u", 0, 1) and not change.assigned
     finally:
         m.leave()
+
+
+def test_a_first_join_waits_for_the_groups_dir_another_process_holds(co, tmp_path, watchdog):
+    """A group's directory is made only under the flock of .kstore-groups itself (what an admin
+    holds to decide about a group that has none): while another process holds it, a member's
+    first join waits, up to its lock timeout (GroupLockTimeoutError naming the dir, nothing
+    made), and an interrupt (a Consumer's wakeup) ends the wait at once; once the process lets
+    go, the join makes the group and takes its partitions. A group whose directory exists
+    joins without it."""
+    from kstore.group_files import GroupLockTimeoutError
+    watchdog(120)
+    other = GroupDir(kstore.get_file_ops(), co.log_dir_for("other"), "other")
+    other.make()
+    child = ChildMember(tmp_path)
+    try:
+        child.run("!import fcntl, os")
+        child.run(f"!fd = os.open({os.path.dirname(gdir(co).path)!r}, os.O_RDONLY)")
+        child.run("!fcntl.flock(fd, fcntl.LOCK_EX)")
+        a = member(co, Store(t=1), lock_timeout=0.3)
+        with pytest.raises(GroupLockTimeoutError,
+                           match=r"/\.kstore-groups: locked by another process \(making or "
+                                 r"deleting a group\) for more than 0\.3 s$"):
+            a.join()
+        assert not os.path.exists(gdir(co).path)
+
+        def interrupt():
+            raise kstore.WakeupError("woken")
+        b = member(co, Store(t=1), interrupt=interrupt)
+        with pytest.raises(kstore.WakeupError, match="^woken$"):
+            b.join()
+        assert not os.path.exists(gdir(co).path)
+        o = GroupMember(co, "other", topics=["t"], partitions_for=Store(t=1).partitions_for,
+                        list_topics=Store(t=1).list_topics, lock_timeout=0.3)
+        assert o.join().assigned == tps("t", 0)
+        o.leave()
+        child.run("!fcntl.flock(fd, fcntl.LOCK_UN)")
+        assert a.join().assigned == tps("t", 0)
+        a.leave()
+    finally:
+        child.kill()

@@ -346,7 +346,7 @@ def test_a_member_joining_during_a_delete_starts_without_the_deleted_offsets(sto
     def live_members_then_a_join(self, group_id):
         live = real(self, group_id)
         calls.append(group_id)
-        if len(calls) == 2:        # the first is the tool's look at the state, the second delete_group's
+        if len(calls) == 1:        # delete_group's look, under the group's lock
             child.append(subprocess.Popen([sys.executable, "-c", _JOINER, store], stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
             time.sleep(3)          # the old code's window: the child joined and read the commits
@@ -359,3 +359,149 @@ def test_a_member_joining_during_a_delete_starts_without_the_deleted_offsets(sto
     monkeypatch.undo()
     with GroupCoordinator(store) as gc:
         assert gc.fetch_offsets("g") == {}
+
+
+_SPY_JOINER = """
+import sys, kstore
+from kstore.fileio import FileOps, set_file_ops
+told = []
+
+class Spy(FileOps):
+    def try_lock(self, path, *, shared=False, directory=False):
+        fd = super().try_lock(path, shared=shared, directory=directory)
+        if fd is None and not told and path.endswith(('.kstore-groups', 'group.lock')):
+            told.append(path)           # the join waits for the groups dir or group.lock
+            print('blocked', flush=True)
+        return fd
+set_file_ops(Spy())
+starts = {}
+
+class Starts(kstore.ConsumerRebalanceListener):
+    def on_partitions_revoked(self, tps):
+        pass
+
+    def on_partitions_assigned(self, tps):
+        starts.update((tp.partition, c.position(tp)) for tp in tps)
+c = kstore.Consumer(sys.argv[1], group_id=sys.argv[2], enable_auto_commit=False,
+                    auto_offset_reset="latest")
+c.subscribe(["t"], listener=Starts())
+while len(starts) < 2:
+    c.poll(timeout_ms=100)
+print(starts[0], starts[1], flush=True)
+c.close()
+"""
+
+
+def _spy_joiner(store: str, group: str, cwd):
+    """A consumer of t in group joining from another process; its first line says whether its
+    join found the group's locks held ('blocked'), the next its starting positions."""
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-c", _SPY_JOINER, store, group], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=str(cwd), env=dict(os.environ))
+
+
+def _group_dir(store: str, group: str) -> str:
+    from kstore.group_files import GROUPS_DIR, encode_name
+    return os.path.join(store, GROUPS_DIR, encode_name(group))
+
+
+@pytest.mark.parametrize("group", ["g", "fresh"])
+def test_a_first_join_waits_for_a_reset_of_a_group_without_a_directory(store, monkeypatch,
+                                                                       watchdog, tmp_path, group):
+    """--reset-offsets --to-offset 3 --execute of a group no kstore member ever met here (g: its
+    commits 10, 45 made without a member; fresh: nothing, which Kafka's reset allows, creating
+    its offsets): a consumer in another process makes the group's first join between the
+    tool's look at the state and its write. The join waits (the tool holds the groups dir's
+    flock, under which alone a group's directory is made) and the member starts at 3, 3.
+    Before, group.lock was taken only if the directory existed: the member joined in that
+    window and started at the old commits (or latest), while the tool reported the reset."""
+    from kstore.tools import groups as groups_tool
+    watchdog(120)
+    child: list = []
+    real = groups_tool._Command.new_offset
+
+    def new_offset_with_a_join(self, g, tp):
+        if not child:
+            child.append(_spy_joiner(store, group, tmp_path))
+            child.append(child[0].stdout.readline())      # its join's first step, whatever it is
+        return real(self, g, tp)
+    monkeypatch.setattr(groups_tool._Command, "new_offset", new_offset_with_a_join)
+    rc, _out, _err = run("--log-dirs", store, "--reset-offsets", "--group", group, "--topic", "t",
+                         "--to-offset", "3", "--execute")
+    out, err = child[0].communicate(timeout=60)
+    assert (rc, child[1], child[0].returncode, out) == (0, "blocked\n", 0, "3 3\n"), err
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets(group).items()} == {TP("t", 0): 3, TP("t", 1): 3}
+
+
+def test_a_first_join_waits_for_a_delete_of_a_group_without_a_directory(store, monkeypatch,
+                                                                        watchdog, tmp_path):
+    """--delete of g (commits 10, 45, no kstore member ever met here) while a consumer in
+    another process makes the group's first join between delete_group's look at the members
+    and its tombstones: the join waits, the deletion is reported done, and the member starts
+    as a new group's would, at latest (50, 50), nothing of g committed. Before, it joined in
+    that window and started at 10, 45 while the deletion was reported done."""
+    watchdog(120)
+    child: list = []
+    real = GroupCoordinator.live_members
+
+    def live_members_then_a_join(self, group_id):
+        live = real(self, group_id)
+        if not child:
+            child.append(_spy_joiner(store, "g", tmp_path))
+            child.append(child[0].stdout.readline())
+        return live
+    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    rc, out, _err = run("--log-dirs", store, "--delete", "--group", "g")
+    got, err = child[0].communicate(timeout=60)
+    assert (rc, out) == (0, "Deletion of requested consumer groups ('g') was successful.\n")
+    assert (child[1], child[0].returncode, got) == ("blocked\n", 0, "50 50\n"), err
+    monkeypatch.undo()
+    with GroupCoordinator(store) as gc:
+        assert gc.fetch_offsets("g") == {} and gc.group("g") is not None   # the member's generation
+
+
+def test_delete_of_a_missing_group_beside_its_first_join(store, monkeypatch, watchdog, tmp_path):
+    """--delete of a group that does not exist (GroupIdNotFoundException, exit 1) leaves no
+    directory of it behind; while a consumer in another process makes that group's first join
+    at the tool's look, the join waits for the answer ("does not exist", true when given) and
+    then makes the group, which the next --delete, once the member left, deletes. Before, the
+    look was not under any lock: the member joined meanwhile."""
+    watchdog(120)
+    missing = ("\nError: Deletion of some consumer groups failed:\n"
+               "* Group 'new' could not be deleted due to: GroupIdNotFoundException: The group id does not exist.\n")
+    assert run("--log-dirs", store, "--delete", "--group", "new")[:2] == (1, missing)
+    assert not os.path.exists(_group_dir(store, "new"))
+    child: list = []
+    real = GroupCoordinator.live_members
+
+    def live_members_then_a_join(self, group_id):
+        live = real(self, group_id)
+        if not child:
+            child.append(_spy_joiner(store, "new", tmp_path))
+            child.append(child[0].stdout.readline())
+        return live
+    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    assert run("--log-dirs", store, "--delete", "--group", "new")[:2] == (1, missing)
+    assert child[0].stdout.readline() == "50 50\n" and child[1] == "blocked\n"
+    _out, err = child[0].communicate(timeout=60)
+    assert child[0].returncode == 0, err
+    monkeypatch.undo()
+    assert os.path.isdir(_group_dir(store, "new"))
+    rc, out, _ = run("--log-dirs", store, "--delete", "--group", "new")     # it left: Empty
+    assert (rc, out) == (0, "Deletion of requested consumer groups ('new') was successful.\n")
+
+
+def test_reset_of_groups_without_directories_holds_their_groups_dir_once(store, watchdog):
+    """--execute over g (commits, no directory), a and b (nothing): the groups dir's flock is
+    taken once for the three (a second flock of it from the same process would wait for the
+    first, 30 s), every group gets its offsets, and no group directory is made."""
+    watchdog(60)
+    rc, _out, _err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--group", "b",
+                         "--group", "a", "--topic", "t:1", "--to-offset", "7", "--execute")
+    assert rc == 0
+    with GroupCoordinator(store) as gc:
+        assert {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()} for g in "gab"} == {
+            "g": {TP("t", 0): 10, TP("t", 1): 7}, "a": {TP("t", 1): 7}, "b": {TP("t", 1): 7}}
+    assert [os.path.exists(_group_dir(store, g)) for g in "gab"] == [False] * 3

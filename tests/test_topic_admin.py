@@ -20,7 +20,7 @@ def test_a_deletion_whose_offsets_stay_is_finished_by_the_next_start_up(tmp_path
             gc.commit_offsets("g", {TP("t", 0): 10})
         calls = []
 
-        def failing(self, topics):
+        def failing(self, topics, **kw):
             calls.append(list(topics))
             raise OSError(28, "No space left on device")
         with monkeypatch.context() as mp:

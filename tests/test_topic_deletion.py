@@ -127,12 +127,12 @@ def test_two_retries_at_once_run_one_tail(tmp_path, monkeypatch, watchdog):
     calls: list = []
     real = GroupCoordinator.on_topics_deleted
 
-    def slow(self, topics):
+    def slow(self, topics, **kw):
         calls.append(list(topics))
         if len(calls) == 1:
             inside.set()
             assert release.wait(GENEROUS_S)
-        return real(self, topics)
+        return real(self, topics, **kw)
 
     ops = OffsetsLockFails()
     with LogManager(str(tmp_path), io=ops) as m:
@@ -213,10 +213,10 @@ def test_an_append_auto_creating_a_name_marked_for_deletion_does_not_retry(tmp_p
     inside, release = threading.Event(), threading.Event()
     real = GroupCoordinator.on_topics_deleted
 
-    def slow(self, topics):
+    def slow(self, topics, **kw):
         inside.set()
         assert release.wait(GENEROUS_S)
-        return real(self, topics)
+        return real(self, topics, **kw)
 
     ops = OffsetsLockFails()
     with LogManager(str(tmp_path), io=ops) as m:
@@ -258,10 +258,10 @@ def test_close_waits_for_a_deletion_tail_in_flight(tmp_path, monkeypatch, watchd
     inside, release = threading.Event(), threading.Event()
     real = GroupCoordinator.on_topics_deleted
 
-    def slow(self, topics):
+    def slow(self, topics, **kw):
         inside.set()
         assert release.wait(GENEROUS_S)
-        return real(self, topics)
+        return real(self, topics, **kw)
 
     ops = OffsetsLockFails()
     m = LogManager(str(tmp_path), io=ops)
@@ -354,3 +354,176 @@ def test_close_waits_for_a_delete_topic_held_up_by_another_processs_commit(tmp_p
     assert out == {"delete": None} and _pending(m) == [] and _offsets(m) == GONE
     with LogManager(d) as m2:
         assert m2.topics() == ["u"] and _pending(m2) == []
+
+
+class FlockSeen(OffsetsLockFails):
+    """OffsetsLockFails that also tells when a flock of a __consumer_offsets partition was
+    found held by someone else (`held` set): a waiter is inside its wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = threading.Event()
+        self.waiters: set[str] = set()          # names of the threads that met it held
+
+    def try_lock(self, path, *, shared=False, directory=False):
+        fd = super().try_lock(path, shared=shared, directory=directory)
+        if fd is None and os.path.basename(path).startswith("__consumer_offsets-"):
+            self.waiters.add(threading.current_thread().name)
+            self.held.set()
+        return fd
+
+
+def _hold_offsets_flock(tmp_path, m: LogManager, group: str):
+    """A child process holding the flock of group's __consumer_offsets partition (as its
+    commit does) until its stdin closes."""
+    import subprocess
+    import sys
+    with GroupCoordinator(m) as gc:
+        path = gc.topic.partition_path(gc.partition_for(group))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(tmp_path),
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def _release(holder) -> None:
+    assert holder.stdin is not None
+    holder.stdin.close()
+    assert holder.wait(timeout=GENEROUS_S) == 0
+
+
+def _put_off(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith("the deletion of topic(s) ['t'] is put off")]
+
+
+def test_the_retry_task_gives_up_quickly_on_another_processs_offsets_flock(tmp_path, mock,
+                                                                            caplog, watchdog):
+    """Another process holds the flock of g's __consumer_offsets partition. Each beat of the
+    retry task waits at most topic_deletion.TASK_LOCK_WAIT_S (1 s) for it, then puts the
+    deletion off (one INFO line, nothing written, t still marked for deletion), instead of
+    holding a scheduler thread for the coordinator's 30 s lock timeout. Once the process lets
+    go, the next beat completes the deletion and create_topic of t works."""
+    import logging
+    watchdog(90)
+    caplog.set_level(logging.INFO, logger="kstore.manager")
+    t, s = mock
+    ops = OffsetsLockFails()
+    d = str(tmp_path / "data")
+    with LogManager(d, {"log.initial.task.delay.ms": 0}, time=t, scheduler=s, io=ops) as m:
+        s.tick()
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        holder = _hold_offsets_flock(tmp_path, m, "g")
+        try:
+            for beat in range(1, 4):
+                runner = threading.Thread(target=s.advance, args=(60_000,), name="beat")
+                runner.start()
+                join_all([runner], 10)            # well under the 30 s lock timeout
+                assert len(_put_off(caplog)) == beat
+                assert _pending(m) == ["t"] and m.topics() == ["u"]
+        finally:
+            _release(holder)
+        assert _offsets(m) == OLD
+        s.advance(60_000)
+        assert _pending(m) == [] and _offsets(m) == GONE and len(_put_off(caplog)) == 3
+        m.create_topic("t", 1)
+        assert m.topics() == ["t", "u"] and m.log("t", 0).log_end_offset == 0
+    assert _put_off(caplog) == ["the deletion of topic(s) ['t'] is put off to the next retry: "
+                                "offsets flocks held by others for 1 s"] * 3
+
+
+def test_close_ends_the_retry_tasks_wait_for_another_processs_offsets_flock(tmp_path, mock,
+                                                                             monkeypatch, caplog,
+                                                                             watchdog):
+    """The retry task waits for the offsets flock another process holds (its wait made 600 s
+    here): close() from another thread ends that wait at once and returns, well before the
+    wait's end, instead of waiting behind it; the deletion stays recorded and the next
+    start-up, the flock released, finishes it."""
+    import logging
+    from kstore import topic_deletion
+    watchdog(60)
+    caplog.set_level(logging.INFO, logger="kstore.manager")
+    monkeypatch.setattr(topic_deletion, "TASK_LOCK_WAIT_S", 600.0)
+    t, s = mock
+    ops = FlockSeen()
+    d = str(tmp_path / "data")
+    m = LogManager(d, {"log.initial.task.delay.ms": 0}, time=t, scheduler=s, io=ops)
+    s.tick()
+    _store(m)
+    ops.failing = True
+    m.delete_topic("t")
+    ops.failing = False
+    holder = _hold_offsets_flock(tmp_path, m, "g")
+    try:
+        ops.held.clear()
+        out: dict = {}
+        runner = threading.Thread(target=lambda: out.setdefault("ran", s.advance(60_000)),
+                                  name="beat")
+        runner.start()
+        assert ops.held.wait(GENEROUS_S)          # the task is in its wait for the flock
+        closer = threading.Thread(target=m.close, name="close")
+        closer.start()
+        join_all([closer, runner], 20)            # not 600 s
+        assert out["ran"] >= 1 and _pending(m) == ["t"]
+        assert _put_off(caplog) == ["the deletion of topic(s) ['t'] is put off to the next "
+                                    "retry: the LogManager is closing"]
+    finally:
+        _release(holder)
+    assert _offsets(m) == OLD
+    with LogManager(d) as m2:
+        assert _pending(m2) == [] and _offsets(m2) == GONE and m2.topics() == ["u"]
+
+
+def test_create_topic_waiting_behind_a_task_that_gave_up_runs_its_own_retry(tmp_path, mock,
+                                                                             monkeypatch, watchdog):
+    """create_topic of t waits for the retry task's attempt, which gives up on the offsets flock
+    another process holds (its wait made 3 s here): create_topic does not take that early
+    give-up as its own outcome ("marked for deletion") but runs its own retry, which waits the
+    coordinator's lock timeout, and once the process lets go the topic is created, with no
+    offsets of the deleted one."""
+    import sys
+    from kstore import topic_deletion
+    watchdog(60)
+    monkeypatch.setattr(topic_deletion, "TASK_LOCK_WAIT_S", 3.0)
+    t, s = mock
+    ops = FlockSeen()
+    with LogManager(str(tmp_path / "data"), {"log.initial.task.delay.ms": 0}, time=t, scheduler=s,
+                    io=ops) as m:
+        s.tick()
+        _store(m)
+        ops.failing = True
+        m.delete_topic("t")
+        ops.failing = False
+        holder = _hold_offsets_flock(tmp_path, m, "g")
+        try:
+            out: dict = {}
+            beat = threading.Thread(target=lambda: out.setdefault("beat", s.advance(60_000)),
+                                    name="beat")
+            beat.start()
+            assert ops.held.wait(GENEROUS_S)       # the task is in its wait for the flock
+            creator = threading.Thread(target=lambda: out.setdefault("create", m.create_topic("t", 1)),
+                                       name="create")
+            creator.start()
+            deadline = time.monotonic() + GENEROUS_S
+            while time.monotonic() < deadline:     # the creator blocked on the tail's lock
+                frame = sys._current_frames().get(creator.ident)
+                if frame is not None and frame.f_code.co_name == "retry" and beat.is_alive():
+                    break
+                time.sleep(0.001)
+            else:
+                raise AssertionError("create_topic never waited behind the task")
+            join_all([beat], GENEROUS_S)           # gave up after its 3 s
+            assert _pending(m) == ["t"] and creator.is_alive()
+            deadline = time.monotonic() + GENEROUS_S
+            while "create" not in ops.waiters and time.monotonic() < deadline:
+                time.sleep(0.01)                   # its own retry, at the flock
+            assert "create" in ops.waiters and creator.is_alive()
+        finally:
+            _release(holder)
+        join_all([creator], GENEROUS_S)
+        assert out == {"beat": out["beat"], "create": None}
+        assert m.topics() == ["t", "u"] and _pending(m) == [] and _offsets(m) == GONE

@@ -268,15 +268,14 @@ class _Command:
 
     # -- --delete -------------------------------------------------------------------------------
     def delete(self, groups: list[str]) -> int:
-        from kstore.group_coordinator import GroupNotEmptyError
+        from kstore.group_coordinator import GroupIdNotFoundError, GroupNotEmptyError
         ok, failed = [], {}
         for g in groups:
-            if self.state(g) == "Dead":
-                failed[g] = "GroupIdNotFoundException: The group id does not exist."
-                continue
-            try:
+            try:        # looks and writes under the group's lock, as Kafka's DeleteGroups
                 self.gc.delete_group(g)
                 ok.append(g)
+            except GroupIdNotFoundError:
+                failed[g] = "GroupIdNotFoundException: The group id does not exist."
             except GroupNotEmptyError:
                 failed[g] = "GroupNotEmptyException: The group is not empty."
         if self.args.json:
@@ -318,10 +317,11 @@ class _Command:
             raise UsageError("--dry-run and --execute are exclusive")
         plan: dict[str, dict[TopicPartition, int]] = {}
         with contextlib.ExitStack() as held:
-            # --execute: every group's group.lock (members join under it), in name order, from
-            # the look at its state to the write, as under Kafka's group lock; all or none written
-            for g in sorted(set(groups)) if a.execute else ():
-                held.enter_context(self.gc.group_locked(g))
+            # --execute: what a member's join takes for every group (groups_locked: group.lock,
+            # or the groups dir's flock for a group with no directory yet), from the look at
+            # its state to the write, as under Kafka's group lock; all or none written
+            if a.execute:
+                held.enter_context(self.gc.groups_locked(groups))
             for g in groups:
                 state = self.state(g)
                 if state not in ("Empty", "Dead"):
