@@ -256,6 +256,25 @@ def test_delete_groups(store):
     assert json.loads(out) == {"groups": []}
 
 
+def test_delete_of_several_groups_names_each_quoted(store):
+    """--delete of several groups lists them as Kafka's deleteGroups does, each quoted
+    ('g', 'h'), in both the all-succeeded line and the partly-failed one; a group named twice
+    is deleted once (the admin client's request holds a set). Before, the names were joined
+    inside one pair of quotes ('g, h') and a repeated name failed as not found."""
+    with GroupCoordinator(store) as gc:
+        gc.commit_offsets("h", {TP("t", 0): 1})
+        gc.commit_offsets("k", {TP("t", 1): 2})
+    rc, out, _ = run("--log-dirs", store, "--delete", "--group", "g", "--group", "h", "--group", "g")
+    assert (rc, out) == (0, "Deletion of requested consumer groups ('g', 'h') was successful.\n")
+    rc, out, _ = run("--log-dirs", store, "--delete", "--group", "k", "--group", "gone", "--group", "h")
+    assert (rc, out) == (1, "\nError: Deletion of some consumer groups failed:\n"
+                            "* Group 'gone' could not be deleted due to: GroupIdNotFoundException: The group id does not exist.\n"
+                            "* Group 'h' could not be deleted due to: GroupIdNotFoundException: The group id does not exist.\n"
+                            "\nThese consumer groups were deleted successfully: 'k'\n")
+    with GroupCoordinator(store) as gc:
+        assert gc.list_groups() == []
+
+
 def test_usage_errors(store, capsys):
     with pytest.raises(SystemExit) as e:
         main(["consumer-groups", "--log-dirs", store, "--describe"])

@@ -109,6 +109,11 @@ class _NoOffset(KStoreError):
     """A reset's partition has no start, end or timestamp offset (not hosted)."""
 
 
+def _quoted(groups: list[str]) -> str:
+    """Kafka's list of group names in deleteGroups' lines: each quoted, joined by ', '."""
+    return ", ".join(f"'{g}'" for g in groups)
+
+
 def _error(out: IO[str], msg: str) -> None:
     """Kafka's printError: on stdout, after a blank line."""
     print(f"\nError: {msg}", file=out)
@@ -270,7 +275,7 @@ class _Command:
     def delete(self, groups: list[str]) -> int:
         from kstore.group_coordinator import GroupIdNotFoundError, GroupNotEmptyError
         ok, failed = [], {}
-        for g in groups:
+        for g in dict.fromkeys(groups):     # Kafka's DeleteGroups request holds a set
             try:        # looks and writes under the group's lock, as Kafka's DeleteGroups
                 self.gc.delete_group(g)
                 ok.append(g)
@@ -281,13 +286,13 @@ class _Command:
         if self.args.json:
             print(json.dumps({"deleted": ok, "failed": failed}), file=self.out)
         elif not failed:
-            print(f"Deletion of requested consumer groups ('{', '.join(ok)}') was successful.", file=self.out)
+            print(f"Deletion of requested consumer groups ({_quoted(ok)}) was successful.", file=self.out)
         else:
             _error(self.out, "Deletion of some consumer groups failed:")
             for g, why in failed.items():
                 print(f"* Group '{g}' could not be deleted due to: {why}", file=self.out)
             if ok:
-                print(f"\nThese consumer groups were deleted successfully: '{', '.join(ok)}'", file=self.out)
+                print(f"\nThese consumer groups were deleted successfully: {_quoted(ok)}", file=self.out)
         return 1 if failed else 0
 
     # -- --reset-offsets ------------------------------------------------------------------------
