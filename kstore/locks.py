@@ -22,11 +22,13 @@ take none.
                                 releasing it. Held across poll's wait (the timer waits, then
                                 finds a fresh poll time)
   GroupMember._lock             one group member's state (group_membership.py): its owned
-                                partitions and descriptors; held across its group.lock wait
+                                partitions and descriptors; held across its groups dir and
+                                group.lock waits
   .kstore-groups dir flock      the groups dir itself, flocked exclusively across processes
                                 (GroupDir.lock_groups_dir, group.lock's wait): a group's
                                 directory is made only under it (GroupDir.make: a member
-                                takes it, holding nothing else, then drops it); an admin
+                                takes it under GroupMember._lock, holding no other flock,
+                                then drops it); an admin
                                 (GroupCoordinator.groups_locked: delete_group, --reset-offsets
                                 --execute) holds it instead of group.lock for a group with no
                                 directory, from its look to its write, with the locks below
