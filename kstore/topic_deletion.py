@@ -49,6 +49,10 @@ class _PutOff(KStoreError):
     """The task's attempt stopped waiting for an offsets flock (TASK_LOCK_WAIT_S, or close())."""
 
 
+def _held_too_long() -> str:
+    return f"offsets flocks held by others for {TASK_LOCK_WAIT_S:g} s"
+
+
 def retry_interval_ms(cfg: BrokerConfig) -> int:
     """The retry task's period: file.delete.delay.ms, the beat of a deletion's other background
     step (Kafka's deleteLogs runs again that long after finding nothing due); at least 1 s,
@@ -129,7 +133,7 @@ class TopicDeletions:
         def pause(seconds: float) -> None:
             left = deadline - _time.monotonic()
             if left <= 0:
-                raise _PutOff(f"offsets flocks held by others for {TASK_LOCK_WAIT_S:g} s")
+                raise _PutOff(_held_too_long())
             if self._closing.wait(min(seconds, left)):
                 raise _PutOff("the LogManager is closing")
         return pause
@@ -144,7 +148,7 @@ class TopicDeletions:
         committed offsets (onPartitionsDeleted: tombstones), so a topic created again under a
         name inherits neither. False if the offsets stay (logged; the deletion stays recorded).
         pause: the task's (_task_pause), whose flock waits are short; else the 30 s timeout."""
-        from kstore.group_coordinator import GroupCoordinator
+        from kstore.group_coordinator import CoordinatorLockTimeout, GroupCoordinator
         for d in [d for d in self._dirs if not self._failures.is_offline(d)]:
             try:
                 for t in topics:
@@ -159,10 +163,13 @@ class TopicDeletions:
                                   lock_timeout=30.0 if pause is None else TASK_LOCK_WAIT_S) as gc:
                 gc.on_topics_deleted(topics, sleep=pause)
             return True
-        except _PutOff as e:
-            log.info("the deletion of topic(s) %s is put off to the next retry: %s", topics, e)
-            return False
         except (KStoreError, OSError) as e:
+            # the task's flock waits also time out at TASK_LOCK_WAIT_S on their own: when a pause
+            # ends late, that timeout comes first; the same give-up
+            if isinstance(e, _PutOff) or (pause is not None and isinstance(e, CoordinatorLockTimeout)):
+                log.info("the deletion of topic(s) %s is put off to the next retry: %s", topics,
+                         e if isinstance(e, _PutOff) else _held_too_long())
+                return False
             log.error("topic(s) %s deleted but their committed offsets could not be removed: %s",
                       topics, e)
             return False
