@@ -275,6 +275,19 @@ def test_delete_of_several_groups_names_each_quoted(store):
         assert gc.list_groups() == []
 
 
+def test_reset_of_a_group_named_twice_resets_it_once_and_succeeds(store):
+    """--reset-offsets --execute naming g twice plans and writes g once and exits 0, as Kafka's
+    (its requests hold a set of groups). Before, it printed the plan and exited 1 with no error
+    (the status counted the names given, not the groups)."""
+    rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--group", "g",
+                       "--topic", "t:1", "--to-offset", "7", "--execute")
+    assert (rc, err) == (0, "")
+    assert out == ("\nGROUP                          TOPIC                          PARTITION  NEW-OFFSET     "
+                   "\ng                              t                              1          7              \n")
+    with GroupCoordinator(store) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 10, TP("t", 1): 7}
+
+
 def test_usage_errors(store, capsys):
     with pytest.raises(SystemExit) as e:
         main(["consumer-groups", "--log-dirs", store, "--describe"])

@@ -320,6 +320,7 @@ class _Command:
         a = self.args
         if a.dry_run and a.execute:
             raise UsageError("--dry-run and --execute are exclusive")
+        groups = list(dict.fromkeys(groups))     # Kafka's describe/alter requests hold a set
         plan: dict[str, dict[TopicPartition, int]] = {}
         with contextlib.ExitStack() as held:
             # --execute: what a member's join takes for every group (groups_locked: group.lock,
