@@ -288,6 +288,20 @@ def test_reset_of_a_group_named_twice_resets_it_once_and_succeeds(store):
         assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 10, TP("t", 1): 7}
 
 
+def test_describe_of_a_group_named_twice_prints_it_once(store):
+    """--describe naming g twice prints g's table once (--state too; --json its one object, not
+    a list), as Kafka's describe, whose results are a TreeMap by group id. Before, every name
+    given printed its own table."""
+    once = run("--log-dirs", store, "--describe", "--group", "g")
+    assert once[0] == 0 and once[1].count("\nGROUP ") == 1
+    assert run("--log-dirs", store, "--describe", "--group", "g", "--group", "g") == once
+    state = run("--log-dirs", store, "--describe", "--group", "g", "--state")
+    assert state[1].count("\nGROUP ") == 1
+    assert run("--log-dirs", store, "--describe", "--group", "g", "--group", "g", "--state") == state
+    rc, out, _ = run("--log-dirs", store, "--describe", "--group", "g", "--group", "g", "--json")
+    assert rc == 0 and json.loads(out)["group"] == "g"
+
+
 def test_usage_errors(store, capsys):
     with pytest.raises(SystemExit) as e:
         main(["consumer-groups", "--log-dirs", store, "--describe"])

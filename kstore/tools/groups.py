@@ -196,7 +196,7 @@ class _Command:
     def describe(self, groups: list[str]) -> int:
         a = self.args
         out: list[dict] = []
-        for g in sorted(groups):               # Kafka's TreeMap: by group id
+        for g in sorted(set(groups)):          # Kafka's TreeMap: by group id, each once
             state = self.state(g)
             if a.members:
                 self.describe_members(g, state, out)
