@@ -221,13 +221,13 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         continue
                     if limit is not None and count + len(recs) > limit:
                         recs = recs[:limit - count]
-                    out.write(fmt.format(p, recs))
+                    _write(out, fmt.format(p, recs))
                     count += len(recs)
                     got += len(recs)
                     positions[p] = recs[-1].offset + 1
                     if limit is not None and count >= limit:
                         break
-                out.flush()                # out: now they count ("Processed a total")
+                _flush(out)                # out: now they count ("Processed a total")
                 shown = count
                 if limit is not None and count >= limit:
                     break
@@ -256,14 +256,14 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             args.poll_ms / 1000)
                 except _Signalled:
                     break
-        except BrokenPipeError:
+        except _StdoutFailed:
             gone = True
         except KeyboardInterrupt:              # not the main thread (no handlers): as a stop
             pass
         finally:
             try:
                 out.flush()
-            except BrokenPipeError:
+            except OSError:
                 gone = True
     if gone:
         _stdout_gone(out, err)
@@ -305,8 +305,8 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                 for tp, recs in got.items():
                     unflushed.setdefault(tp, recs[0].offset)
                 for tp, recs in got.items():
-                    out.write(fmt.format(tp.partition, recs))
-                out.flush()                    # out: now they count, and may be committed
+                    _write(out, fmt.format(tp.partition, recs))
+                _flush(out)                    # out: now they count, and may be committed
                 count += sum(len(recs) for recs in got.values())
                 unflushed.clear()
                 now = time.monotonic()
@@ -323,7 +323,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                     break
         except (KeyboardInterrupt, WakeupError):
             pass
-        except BrokenPipeError:
+        except _StdoutFailed:
             # as Kafka's resetUnconsumedOffsets: close commits only what went out
             gone = True
             for tp, first in unflushed.items():
@@ -331,7 +331,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
         finally:
             try:
                 out.flush()
-            except BrokenPipeError:
+            except OSError:
                 gone = True
     if gone:
         _stdout_gone(out, err)
@@ -401,17 +401,40 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
+class _StdoutFailed(Exception):
+    """A write or flush of stdout failed: its reader went away (| head), a full disk, a
+    terminal gone (EIO). Any of them is Kafka's PrintStream.checkError(): the consume ends."""
+
+
+def _write(out: IO[bytes], data: bytes) -> None:
+    try:
+        out.write(data)
+    except OSError as e:
+        raise _StdoutFailed(e) from e
+
+
+def _flush(out: IO[bytes]) -> None:
+    try:
+        out.flush()
+    except OSError as e:
+        raise _StdoutFailed(e) from e
+
+
 def _stdout_gone(out: IO[bytes], err: IO) -> None:
-    """The reader of stdout went away (| head): say so as Kafka's console consumer does, and
-    point fd 1 at /dev/null so the interpreter's last flush of what is buffered is quiet."""
+    """stdout failed (_StdoutFailed): say so as Kafka's console consumer does, and point fd 1
+    at /dev/null so the interpreter's last flush of what is buffered is quiet."""
     print("Unable to write to standard out, closing consumer.", file=err)
     if out is sys.stdout.buffer:
-        try:
-            fd = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(fd, sys.stdout.fileno())
-            os.close(fd)
-        except OSError:
-            pass
+        _to_devnull(sys.stdout)
+
+
+def _to_devnull(stream: IO) -> None:
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
 
 
 def _wait(store, topic: str, positions: dict[int, int], timeout: float, poll_s: float) -> None:
