@@ -269,7 +269,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         _stdout_gone(out, err)
     else:
         shown = count
-    print(f"Processed a total of {shown} messages", file=err)
+    _say(err, f"Processed a total of {shown} messages")
     return stop.status
 
 
@@ -335,7 +335,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                 gone = True
     if gone:
         _stdout_gone(out, err)
-    print(f"Processed a total of {count} messages", file=err)
+    _say(err, f"Processed a total of {count} messages")
     return stop.status
 
 
@@ -423,9 +423,19 @@ def _flush(out: IO[bytes]) -> None:
 def _stdout_gone(out: IO[bytes], err: IO) -> None:
     """stdout failed (_StdoutFailed): say so as Kafka's console consumer does, and point fd 1
     at /dev/null so the interpreter's last flush of what is buffered is quiet."""
-    print("Unable to write to standard out, closing consumer.", file=err)
+    _say(err, "Unable to write to standard out, closing consumer.")
     if out is sys.stdout.buffer:
         _to_devnull(sys.stdout)
+
+
+def _say(err: IO, line: str) -> None:
+    """A last line on stderr, which may be gone too (a terminal closed: EIO): then dropped, as
+    Kafka's System.err drops it, and fd 2 pointed at /dev/null so the exit status stays ours."""
+    try:
+        print(line, file=err, flush=True)
+    except OSError:
+        if err is sys.stderr:
+            _to_devnull(sys.stderr)
 
 
 def _to_devnull(stream: IO) -> None:
