@@ -577,5 +577,4 @@ class Consumer(ConsumerQueries):
 # Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
-                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"),
-              lambda c: c._lock)
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"))
