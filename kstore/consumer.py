@@ -290,13 +290,17 @@ class Consumer(ConsumerQueries):
         (until some logs[i] ends past offsets[i] or a bell's word moves); the AsyncConsumer's
         waiter thread waits on it for every async consumer at once."""
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
-        with self._lock:
-            self._check_open()
+        self._check_open()
+        if not self._lock.acquire(False):    # a close() begun since, or the poll timer: the next
+            return [], [], [], 0.0           # poll acts (the event loop never waits for them)
+        try:
             if self._pending is _EVICTED or self._wake.interrupted():   # the next poll acts
                 return [], [], [], 0.0
             logs, offsets = self._fetcher.wait_spec(only)
             bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
             return logs, offsets, bells, self._wait_bound(time.monotonic())
+        finally:
+            self._lock.release()
 
     # -- the group -------------------------------------------------------------------------------
     def _coord(self):
