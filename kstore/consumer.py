@@ -141,7 +141,7 @@ class Consumer(ConsumerQueries):
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            buf.fill(self.poll, self.consumer_timeout, lambda: self._closed or self._wake.closed_elsewhere())
+            buf.fill(self.poll, self.consumer_timeout, lambda: self._closed or self._wake.closing is not None)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -248,6 +248,8 @@ class Consumer(ConsumerQueries):
                     if self._wake.closing is not None:    # close() ended a join's group.lock wait
                         return {}
                     raise
+                if self._wake.closing is not None:        # a close() began (a signal handler's
+                    return {}                             # here): it commits what was returned
                 self._fetcher.update_positions(None, self._fetch_committed if self.group_id else None)
                 got = self._fetcher.fetch(limit)
                 now = self.last_poll_time = time.monotonic()
@@ -547,10 +549,18 @@ class Consumer(ConsumerQueries):
             raise KStoreStateError(CLOSED)
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
+        """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent.
+        Called inside one of this consumer's calls on the same thread (a signal handler's, a
+        rebalance listener's), it closes as that call returns."""
         if self._closed:
             return
         self._wake.close(self._guard)         # a poll in another thread returns now
+        if self._guard.owner == threading.get_ident():
+            # inside one of this thread's calls (a signal handler's close): closing under it
+            # would pull its state away (a poll holding GroupMember._lock: a deadlock), so
+            # the call ends now (a poll returns {}) and the close runs as it returns
+            self._guard.later = lambda: self.close(autocommit)
+            return
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:                      # closed (set last) once a close() is done
             if not self._closed:              # else another thread's close() ran meanwhile

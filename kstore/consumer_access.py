@@ -11,7 +11,8 @@ every call raises KStoreStateError with Kafka's message (CLOSED). A call runs un
 consumer's lock, so a close() from another thread waits for a call already inside (a read of
 the store, iteration's read-ahead) instead of closing under it. The guard has no lock of its
 own: a call tries Consumer._lock; held by another user call, ConcurrentModificationError; held
-by the poll timer's eviction or a close(), it waits (locks.py).
+by the poll timer's eviction or a close(), it waits (locks.py). A close() called inside a call
+on the same thread (a signal handler's) cannot wait for it: it runs as that call ends (later).
 """
 from __future__ import annotations
 
@@ -34,12 +35,20 @@ class ThreadGuard:
     """Who is inside a Consumer: the user thread whose call holds its lock (owner), the thread
     whose close() began (closer), whether the close is done (shut). No lock of its own."""
 
-    __slots__ = ("owner", "closer", "shut")
+    __slots__ = ("owner", "closer", "shut", "later")
 
     def __init__(self) -> None:
         self.owner: Optional[int] = None      # the thread whose outermost call holds the lock
         self.closer: Optional[int] = None     # the thread whose close() began or runs: it passes
         self.shut = False                     # the close is done: every call is refused
+        self.later: Optional[Callable[[], None]] = None   # a close() called inside the owner's
+        #                                       call (a signal handler's): run as that call ends
+
+    def run_later(self) -> None:
+        """The outermost call ended: run the close() deferred inside it, if any."""
+        later, self.later = self.later, None
+        if later is not None:
+            later()
 
 
 def _wait_for(lock: Any, guard: ThreadGuard, me: int) -> None:
@@ -89,6 +98,8 @@ def _guarded(fn: F) -> F:
         finally:
             guard.owner = None
             lock.release()
+            if guard.later is not None:
+                guard.run_later()
 
     def call0(self):                  # the same for a method of no arguments (__next__): no packing
         guard = self._guard
@@ -106,6 +117,8 @@ def _guarded(fn: F) -> F:
         finally:
             guard.owner = None
             lock.release()
+            if guard.later is not None:
+                guard.run_later()
 
     code = fn.__code__
     plain = code.co_argcount == 1 and not code.co_kwonlyargcount and not code.co_flags & 0x0C

@@ -1,6 +1,7 @@
 """kstore.consumer_access: a Consumer used by two threads at once raises
 ConcurrentModificationError in the second (Kafka's ConcurrentModificationException) instead of
 racing the first; one thread re-entering (a listener) and threads taking turns are fine."""
+import subprocess
 import sys
 import threading
 import time
@@ -354,3 +355,48 @@ def test_a_call_inside_when_another_thread_closes_answers_then_close_runs(writer
             call()
     want = {"iteration": 99992, "committed": 99990, "position": 100005}.get(name)   # close commits
     assert kstore.Consumer(d, group_id="g").committed(T0) == want
+
+
+_CLOSE_IN_A_HANDLER = """import os, signal, sys
+import kstore
+from kstore.group_membership import GroupMember
+c = kstore.Consumer(sys.argv[1], "t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100)
+signal.signal(signal.SIGTERM, lambda *_: c.close())
+print(sorted((str(tp), len(rs)) for tp, rs in c.poll(timeout_ms=10_000).items()), flush=True)
+apply = GroupMember._apply
+def signalled_inside(self, state):            # the signal lands while the member's lock is held
+    os.kill(os.getpid(), signal.SIGTERM)
+    return apply(self, state)
+GroupMember._apply = signalled_inside
+got = c.poll(timeout_ms=10_000)               # its heartbeat re-reads the group state
+print(got, c.closed, flush=True)
+try:
+    c.poll()
+except kstore.KStoreStateError as e:
+    print(e)
+"""
+
+
+def test_close_in_a_signal_handler_during_a_poll_closes_once_the_poll_returns(tmp_path, watchdog):
+    """A SIGTERM handler calls close() (a common way to stop a consumer) and the signal lands
+    while the main thread's poll is inside its group member's heartbeat, the member's lock held
+    (another process runs it; a writer appended 10 records). The poll returns {} and the
+    consumer is closed on the poll's way out: the records the first poll returned are
+    committed, the next poll raises Kafka's closed error. Before, close() ran inside the poll,
+    on the same thread: it waited for the member's lock its own poll held, and the process
+    hung for good."""
+    watchdog(120)
+    d = str(tmp_path / "data")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(10)])
+    script = tmp_path / "close_in_a_handler.py"
+    script.write_text(_CLOSE_IN_A_HANDLER)
+    try:
+        r = subprocess.run([sys.executable, str(script), d], capture_output=True, text=True,
+                           cwd=str(tmp_path), timeout=30)
+        out = (r.returncode, r.stdout, r.stderr)
+    except subprocess.TimeoutExpired:
+        out = ("hung", "", "")
+    assert out == (0, "[('t-0', 10)]\n{} True\nThis consumer has already been closed.\n", "")
+    assert Consumer(d, group_id="g").committed(T0) == 10
