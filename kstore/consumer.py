@@ -141,7 +141,7 @@ class Consumer(ConsumerQueries):
                                                        r.timestamp_type, r.key, r.value, r.headers))
                 buf.popleft()
                 continue
-            buf.fill(self.poll, self.consumer_timeout, lambda: self._closed or self._wake.closed_elsewhere())
+            buf.fill(self.poll, self.consumer_timeout, lambda: self._closed or self._wake.closing is not None)
 
     # -- subscription and assignment -------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] = (), pattern: "str | re.Pattern[str] | None" = None,
@@ -248,6 +248,8 @@ class Consumer(ConsumerQueries):
                     if self._wake.closing is not None:    # close() ended a join's group.lock wait
                         return {}
                     raise
+                if self._wake.closing is not None:        # a close() began (a signal handler's
+                    return {}                             # here): it commits what was returned
                 self._fetcher.update_positions(None, self._fetch_committed if self.group_id else None)
                 got = self._fetcher.fetch(limit)
                 now = self.last_poll_time = time.monotonic()
@@ -290,13 +292,17 @@ class Consumer(ConsumerQueries):
         (until some logs[i] ends past offsets[i] or a bell's word moves); the AsyncConsumer's
         waiter thread waits on it for every async consumer at once."""
         only = None if partitions is None else {TopicPartition(*tp) for tp in partitions}
-        with self._lock:
-            self._check_open()
+        self._check_open()
+        if not self._lock.acquire(False):    # a close() begun since, or the poll timer: the next
+            return [], [], [], 0.0           # poll acts (the event loop never waits for them)
+        try:
             if self._pending is _EVICTED or self._wake.interrupted():   # the next poll acts
                 return [], [], [], 0.0
             logs, offsets = self._fetcher.wait_spec(only)
             bells = [self._wake.bell] + ([self._member.notify_word()] if self._member is not None else [])
             return logs, offsets, bells, self._wait_bound(time.monotonic())
+        finally:
+            self._lock.release()
 
     # -- the group -------------------------------------------------------------------------------
     def _coord(self):
@@ -543,10 +549,18 @@ class Consumer(ConsumerQueries):
             raise KStoreStateError(CLOSED)
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent."""
+        """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent.
+        Called inside one of this consumer's calls on the same thread (a signal handler's, a
+        rebalance listener's), it closes as that call returns."""
         if self._closed:
             return
         self._wake.close(self._guard)         # a poll in another thread returns now
+        if self._guard.owner == threading.get_ident():
+            # inside one of this thread's calls (a signal handler's close): closing under it
+            # would pull its state away (a poll holding GroupMember._lock: a deadlock), so
+            # the call ends now (a poll returns {}) and the close runs as it returns
+            self._guard.later = lambda: self.close(autocommit)
+            return
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:                      # closed (set last) once a close() is done
             if not self._closed:              # else another thread's close() ran meanwhile
@@ -577,5 +591,4 @@ class Consumer(ConsumerQueries):
 # Kafka's acquire() in every user-facing method but wakeup(), close() (any thread), wait_spec, wait_interrupted
 guard_methods(Consumer, ("__next__", "subscribe", "subscription", "unsubscribe", "assign", "assignment", "topics",
                          "partitions_for_topic", "position", "seek", "seek_to_beginning", "seek_to_end", "pause",
-                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"),
-              lambda c: c._lock)
+                         "resume", "paused", "beginning_offsets", "end_offsets", "offsets_for_times", "poll", "commit", "committed"))

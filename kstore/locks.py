@@ -11,16 +11,15 @@ take none.
                                 its LogManager open (the store's .lock, waited on with backoff)
                                 and appends; the collector only tries it exclusively, never
                                 waits, and takes nothing under it (a rename)
-  ThreadGuard._try              (consumer_access.py) only tried, never waited on: a second user
-                                thread inside a Consumer raises ConcurrentModificationError;
-                                so it orders against nothing
-  Consumer._lock                every user call of a consumer (consumer_access) and its close
-                                against each other and its poll timer's eviction (consumer.py,
-                                an RLock: a listener called in poll may commit; a close() from
-                                another thread waits for a call inside). The timer takes it only to evict
-                                (GroupMember.expire below it); close() joins the timer after
-                                releasing it. Held across poll's wait (the timer waits, then
-                                finds a fresh poll time)
+  Consumer._lock                every user call of a consumer and its close against each other
+                                and its poll timer's eviction (consumer.py, an RLock: a listener
+                                called in poll may commit). A call tries it first: held by
+                                another user call (ThreadGuard.owner, consumer_access.py), it
+                                raises ConcurrentModificationError; held by the timer or a
+                                close() from another thread, it waits. The timer takes it only
+                                to evict (GroupMember.expire below it); close() joins the timer
+                                after releasing it. Held across poll's wait (the timer waits,
+                                then finds a fresh poll time)
   GroupMember._lock             one group member's state (group_membership.py): its owned
                                 partitions and descriptors; held across its groups dir and
                                 group.lock waits
@@ -164,8 +163,9 @@ The removal's thread takes no kstore lock.
 
 A Consumer (consumer.py, its SubscriptionState and Fetcher) is used by one thread, as Kafka's;
 its one lock (Consumer._lock, above) keeps its poll timer's eviction and a close() from another
-thread out of its calls (each holds it: consumer_access). Under it, and nothing else, it calls GroupMember and GroupCoordinator
-(their locks) and logs' reads and waits (their locks, all below it).
+thread out of its calls (each holds it: consumer_access). Under it, and nothing else, it calls
+GroupMember and GroupCoordinator (their locks) and logs' reads and waits (their locks, all
+below it).
 
 The notification word (notify.py) is lock-free: the writer bumps it under Log._lock (an atomic
 and at most one FUTEX_WAKE), waiters sleep on it holding no lock. The page's hints (log end,

@@ -405,3 +405,62 @@ def test_waits_end_when_another_task_or_thread_stops_the_consumer(tmp_path, watc
     assert refused == dict.fromkeys(refused, closed) and len(refused) == 16
     assert kstore.Consumer(d, group_id="g").committed(TP("t", 0)) == 10
     assert w.close() == 0
+
+
+def test_a_close_begun_by_another_thread_never_blocks_getmany_on_the_loop(tmp_path, watchdog):
+    """Another thread's close() begins just after a getmany's poll found nothing and before
+    that getmany hands its wait to the waiter thread; the close's revoke listener runs a
+    coroutine on the event loop and waits for it (run_coroutine_threadsafe, as an async app's
+    listener does to flush its own state). getmany raises KStoreStateError (Kafka's message)
+    at once, the loop runs the listener's coroutine, the close commits what getmany returned.
+    Before, getmany's wait spec waited for the consumer's lock, held by the close: the event
+    loop blocked behind the close, which waited for the loop (a deadlock, here cut by the
+    listener's 10 s timeout)."""
+    watchdog(90)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    w.run('m.create_topic("t", 1)', 'm.append_batch("t", 0, [(None, b"%d" % i) for i in range(10)])')
+    in_listener = threading.Event()
+    ran: list = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def flush_state(revoked):
+            ran.append(sorted(map(str, revoked)))
+
+        class FlushOnTheLoop(kstore.ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                in_listener.set()
+                t0 = time.monotonic()
+                asyncio.run_coroutine_threadsafe(flush_state(revoked), loop).result(10)
+                ran.append(time.monotonic() - t0 < 5)
+
+            def on_partitions_assigned(self, assigned):
+                pass
+
+        c = AsyncConsumer(d, "t", group_id="g", auto_offset_reset="earliest", listener=FlushOnTheLoop())
+        first = offsets(await c.getmany(timeout_ms=10000))
+        poll_now, closer = c._poll_now, threading.Thread(target=c.consumer.close, name="closer")
+
+        def found_nothing_then_close_begins(*a):
+            got = poll_now(*a)
+            if not got and not closer.is_alive():
+                closer.start()
+                assert in_listener.wait(10)      # the close holds the consumer, waiting for the loop
+            return got
+        c._poll_now = found_nothing_then_close_begins
+        try:
+            await c.getmany(timeout_ms=30000)
+            outcome = "returned"
+        except kstore.KStoreStateError as e:
+            outcome = str(e)
+        await loop.run_in_executor(None, join_all, [closer], 30)
+        return first, outcome
+
+    first, outcome = asyncio.run(main())
+    assert first == {"t-0": list(range(10))}
+    assert outcome == "This consumer has already been closed."
+    assert ran == [["t-0"], True]
+    assert kstore.Consumer(d, group_id="g").committed(TP("t", 0)) == 10
+    assert w.close() == 0

@@ -536,3 +536,79 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 print("locked", flush=True)
 sys.stdin.read()
 """
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a write there fails: ENOSPC)")
+@pytest.mark.parametrize("group", [True, False])
+def test_consume_whose_stdout_fails_to_write_says_so_and_commits_nothing_unwritten(tmp_path, watchdog, group):
+    """`consume --from-beginning` (with --group g, and without) in another process whose stdout
+    is /dev/full (every write fails, ENOSPC: a full disk). As Kafka's console consumer, for
+    which any error of its PrintStream is checkError(): "Unable to write to standard out,
+    closing consumer.", "Processed a total of 0 messages", exit 0; the group's close commits
+    the position before the 100 records (resetUnconsumedOffsets), so run again it prints all
+    100. Before, only a broken pipe counted: it said `kstore: error: No space left on device`,
+    exit 1, no count, and the group committed 100, so the next run printed none of them."""
+    watchdog(120)
+    d = str(tmp_path / "data")
+    extra = ["--group", "g"] if group else []
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+    cmd = [sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t", "--from-beginning", *extra]
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=60)
+    assert (r.returncode, r.stderr) == (0, "Unable to write to standard out, closing consumer.\n"
+                                           "Processed a total of 0 messages\n")
+    if not group:
+        return
+    from kstore.group_coordinator import GroupCoordinator
+    with GroupCoordinator([d]) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 0}
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=60)
+    assert (again.returncode, again.stdout) == (0, "".join("%d\n" % i for i in range(100)))
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_consume_on_a_terminal_that_went_away_exits_129_on_sighup(tmp_path, watchdog, group):
+    """`consume --follow` (with --group g, and without) in another process, its stdout and
+    stderr a terminal (a pty): it prints 100 records there, then the terminal goes away (its
+    master closed: every write now fails, EIO) and SIGHUP comes, as when an ssh session drops.
+    As Kafka's console consumer (its System.err swallows the write errors), it exits 129, the
+    JVM's 128 + SIGHUP, and the group's close commits 100, so run again it prints nothing
+    more. Before, its last words to the gone stderr raised: exit 1."""
+    import pty
+    import signal
+    import time
+    watchdog(120)
+    d = str(tmp_path / "data")
+    extra = ["--group", "g"] if group else []
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+    master, slave = pty.openpty()
+    c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                          "--from-beginning", "--follow", *extra], stdout=slave, stderr=slave, cwd=str(tmp_path))
+    try:
+        os.close(slave)
+        seen = b""
+        while seen.count(b"\n") < 100:
+            chunk = os.read(master, 65536)
+            assert chunk, seen
+            seen += chunk
+        assert seen.replace(b"\r\n", b"\n") == b"".join(b"%d\n" % i for i in range(100))
+        time.sleep(0.3)                       # in its wait for more
+        os.close(master)
+        master = -1
+        c.send_signal(signal.SIGHUP)
+        assert c.wait(timeout=30) == 128 + signal.SIGHUP
+    finally:
+        if master >= 0:
+            os.close(master)
+        if c.poll() is None:
+            c.kill()
+            c.wait(30)
+    if not group:
+        return
+    from kstore.group_coordinator import GroupCoordinator
+    with GroupCoordinator([d]) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}

@@ -1,6 +1,8 @@
 """kstore.consumer_access: a Consumer used by two threads at once raises
 ConcurrentModificationError in the second (Kafka's ConcurrentModificationException) instead of
 racing the first; one thread re-entering (a listener) and threads taking turns are fine."""
+import subprocess
+import sys
 import threading
 import time
 
@@ -44,7 +46,7 @@ def test_a_second_thread_inside_a_poll_raises(writer, watchdog):
         a.start()
         inside.wait(10)
         deadline = time.monotonic() + 10
-        while c._guard._owner is None and time.monotonic() < deadline:    # A is inside
+        while c._guard.owner is None and time.monotonic() < deadline:    # A is inside
             time.sleep(0.001)
         for call in (lambda: c.poll(), lambda: c.seek(T0, 0), c.assignment,
                      lambda: c.position(T0), lambda: c.pause(T0), lambda: next(iter(c))):
@@ -122,6 +124,50 @@ def test_a_seek_from_another_thread_is_never_lost(writer, watchdog):
     assert (lost, applied + refused) == (0, 300), (applied, refused)
 
 
+def _waiting_for_the_lock(t):
+    """Whether thread t's consumer call waits for the consumer's lock (held by another thread)."""
+    frame = sys._current_frames().get(t.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "_wait_for":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_call_waiting_for_the_poll_timers_lock_still_keeps_other_threads_out(writer, watchdog):
+    """Thread A's position() waits for the consumer's lock, held by another thread as the poll
+    timer's eviction holds it; meanwhile the main thread's calls raise
+    ConcurrentModificationError naming A (Kafka's acquire(): A is inside), and once the lock is
+    free A answers and the main thread's calls work again. A call takes the lock with one
+    non-blocking try; only when that fails does it look who holds it."""
+    watchdog(60)
+    d, _w = writer
+    with Consumer(d, auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        answers: list = []
+        held, free = threading.Event(), threading.Event()
+
+        def timer():                       # a stand-in for PollTimer's thread evicting
+            with c._lock:
+                held.set()
+                assert free.wait(30)
+        h = threading.Thread(target=timer, name="kstore-poll-timer-stand-in")
+        h.start()
+        assert held.wait(10)
+        a = threading.Thread(target=lambda: answers.append(c.position(T0)), name="thread-a")
+        a.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_for_the_lock(a) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert _waiting_for_the_lock(a)
+        for call in (lambda: c.position(T0), c.assignment, lambda: c.seek(T0, 5)):
+            with pytest.raises(ConcurrentModificationError, match=f"otherThread\\(id: {a.ident}\\)$"):
+                call()
+        free.set()
+        join_all([h, a], 30)
+        assert answers == [0] and c.position(T0) == 0 and c.assignment() == {T0}
+
+
 def test_a_poll_that_waited_for_a_closing_thread_says_closed(writer, watchdog):
     """A poll that arrives while close() runs in another thread (here: close holds the lock a
     poll takes) raises KStoreStateError once it gets in. The old code checked before waiting
@@ -141,9 +187,9 @@ def test_a_poll_that_waited_for_a_closing_thread_says_closed(writer, watchdog):
     with c._lock:                         # what close() holds while it closes
         b.start()
         deadline = time.monotonic() + 10
-        while c._guard._owner is None and time.monotonic() < deadline:   # b is inside poll
-            time.sleep(0.001)
-        time.sleep(0.1)                   # past the entry checks, waiting for the lock
+        while not _waiting_for_the_lock(b) and time.monotonic() < deadline:   # b is inside poll,
+            time.sleep(0.001)                                                  # past its checks
+        assert _waiting_for_the_lock(b)
         c.close()
     join_all([b], 30)
     assert results == ["This consumer has already been closed."]
@@ -309,3 +355,48 @@ def test_a_call_inside_when_another_thread_closes_answers_then_close_runs(writer
             call()
     want = {"iteration": 99992, "committed": 99990, "position": 100005}.get(name)   # close commits
     assert kstore.Consumer(d, group_id="g").committed(T0) == want
+
+
+_CLOSE_IN_A_HANDLER = """import os, signal, sys
+import kstore
+from kstore.group_membership import GroupMember
+c = kstore.Consumer(sys.argv[1], "t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100)
+signal.signal(signal.SIGTERM, lambda *_: c.close())
+print(sorted((str(tp), len(rs)) for tp, rs in c.poll(timeout_ms=10_000).items()), flush=True)
+apply = GroupMember._apply
+def signalled_inside(self, state):            # the signal lands while the member's lock is held
+    os.kill(os.getpid(), signal.SIGTERM)
+    return apply(self, state)
+GroupMember._apply = signalled_inside
+got = c.poll(timeout_ms=10_000)               # its heartbeat re-reads the group state
+print(got, c.closed, flush=True)
+try:
+    c.poll()
+except kstore.KStoreStateError as e:
+    print(e)
+"""
+
+
+def test_close_in_a_signal_handler_during_a_poll_closes_once_the_poll_returns(tmp_path, watchdog):
+    """A SIGTERM handler calls close() (a common way to stop a consumer) and the signal lands
+    while the main thread's poll is inside its group member's heartbeat, the member's lock held
+    (another process runs it; a writer appended 10 records). The poll returns {} and the
+    consumer is closed on the poll's way out: the records the first poll returned are
+    committed, the next poll raises Kafka's closed error. Before, close() ran inside the poll,
+    on the same thread: it waited for the member's lock its own poll held, and the process
+    hung for good."""
+    watchdog(120)
+    d = str(tmp_path / "data")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(10)])
+    script = tmp_path / "close_in_a_handler.py"
+    script.write_text(_CLOSE_IN_A_HANDLER)
+    try:
+        r = subprocess.run([sys.executable, str(script), d], capture_output=True, text=True,
+                           cwd=str(tmp_path), timeout=30)
+        out = (r.returncode, r.stdout, r.stderr)
+    except subprocess.TimeoutExpired:
+        out = ("hung", "", "")
+    assert out == (0, "[('t-0', 10)]\n{} True\nThis consumer has already been closed.\n", "")
+    assert Consumer(d, group_id="g").committed(T0) == 10

@@ -47,7 +47,7 @@ def _poll_in_thread(c, timeout_ms=30_000):
     t = threading.Thread(target=run, name="poller")
     t.start()
     deadline = time.monotonic() + GENEROUS_S
-    while c._guard._owner is None and time.monotonic() < deadline:    # inside poll
+    while c._guard.owner is None and time.monotonic() < deadline:    # inside poll
         time.sleep(0.001)
     time.sleep(0.2)                                                   # asleep in its wait
     return t, out, started
@@ -425,7 +425,7 @@ def _commit_into(c, out, started):
 def _wait_inside(c):
     """Until a thread is inside one of c's calls, then a little more (waiting in it)."""
     deadline = time.monotonic() + GENEROUS_S
-    while c._guard._owner is None and time.monotonic() < deadline:
+    while c._guard.owner is None and time.monotonic() < deadline:
         time.sleep(0.001)
     time.sleep(0.3)
 
@@ -691,7 +691,7 @@ def test_close_from_another_thread_runs_the_listeners_commit(group_store, watchd
     poller = threading.Thread(target=poll_until_closed, name="poller")
     poller.start()
     deadline = time.monotonic() + GENEROUS_S
-    while c1._guard._owner is None and time.monotonic() < deadline:    # inside poll
+    while c1._guard.owner is None and time.monotonic() < deadline:    # inside poll
         time.sleep(0.001)
     time.sleep(0.2)                                                   # asleep in its wait
     c1.close()

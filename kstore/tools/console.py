@@ -221,13 +221,13 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         continue
                     if limit is not None and count + len(recs) > limit:
                         recs = recs[:limit - count]
-                    out.write(fmt.format(p, recs))
+                    _write(out, fmt.format(p, recs))
                     count += len(recs)
                     got += len(recs)
                     positions[p] = recs[-1].offset + 1
                     if limit is not None and count >= limit:
                         break
-                out.flush()                # out: now they count ("Processed a total")
+                _flush(out)                # out: now they count ("Processed a total")
                 shown = count
                 if limit is not None and count >= limit:
                     break
@@ -256,20 +256,20 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             args.poll_ms / 1000)
                 except _Signalled:
                     break
-        except BrokenPipeError:
+        except _StdoutFailed:
             gone = True
         except KeyboardInterrupt:              # not the main thread (no handlers): as a stop
             pass
         finally:
             try:
                 out.flush()
-            except BrokenPipeError:
+            except OSError:
                 gone = True
     if gone:
         _stdout_gone(out, err)
     else:
         shown = count
-    print(f"Processed a total of {shown} messages", file=err)
+    _say(err, f"Processed a total of {shown} messages")
     return stop.status
 
 
@@ -305,8 +305,8 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                 for tp, recs in got.items():
                     unflushed.setdefault(tp, recs[0].offset)
                 for tp, recs in got.items():
-                    out.write(fmt.format(tp.partition, recs))
-                out.flush()                    # out: now they count, and may be committed
+                    _write(out, fmt.format(tp.partition, recs))
+                _flush(out)                    # out: now they count, and may be committed
                 count += sum(len(recs) for recs in got.values())
                 unflushed.clear()
                 now = time.monotonic()
@@ -323,7 +323,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
                     break
         except (KeyboardInterrupt, WakeupError):
             pass
-        except BrokenPipeError:
+        except _StdoutFailed:
             # as Kafka's resetUnconsumedOffsets: close commits only what went out
             gone = True
             for tp, first in unflushed.items():
@@ -331,11 +331,11 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
         finally:
             try:
                 out.flush()
-            except BrokenPipeError:
+            except OSError:
                 gone = True
     if gone:
         _stdout_gone(out, err)
-    print(f"Processed a total of {count} messages", file=err)
+    _say(err, f"Processed a total of {count} messages")
     return stop.status
 
 
@@ -401,17 +401,50 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
+class _StdoutFailed(Exception):
+    """A write or flush of stdout failed: its reader went away (| head), a full disk, a
+    terminal gone (EIO). Any of them is Kafka's PrintStream.checkError(): the consume ends."""
+
+
+def _write(out: IO[bytes], data: bytes) -> None:
+    try:
+        out.write(data)
+    except OSError as e:
+        raise _StdoutFailed(e) from e
+
+
+def _flush(out: IO[bytes]) -> None:
+    try:
+        out.flush()
+    except OSError as e:
+        raise _StdoutFailed(e) from e
+
+
 def _stdout_gone(out: IO[bytes], err: IO) -> None:
-    """The reader of stdout went away (| head): say so as Kafka's console consumer does, and
-    point fd 1 at /dev/null so the interpreter's last flush of what is buffered is quiet."""
-    print("Unable to write to standard out, closing consumer.", file=err)
+    """stdout failed (_StdoutFailed): say so as Kafka's console consumer does, and point fd 1
+    at /dev/null so the interpreter's last flush of what is buffered is quiet."""
+    _say(err, "Unable to write to standard out, closing consumer.")
     if out is sys.stdout.buffer:
-        try:
-            fd = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(fd, sys.stdout.fileno())
-            os.close(fd)
-        except OSError:
-            pass
+        _to_devnull(sys.stdout)
+
+
+def _say(err: IO, line: str) -> None:
+    """A last line on stderr, which may be gone too (a terminal closed: EIO): then dropped, as
+    Kafka's System.err drops it, and fd 2 pointed at /dev/null so the exit status stays ours."""
+    try:
+        print(line, file=err, flush=True)
+    except OSError:
+        if err is sys.stderr:
+            _to_devnull(sys.stderr)
+
+
+def _to_devnull(stream: IO) -> None:
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
 
 
 def _wait(store, topic: str, positions: dict[int, int], timeout: float, poll_s: float) -> None:
