@@ -240,15 +240,20 @@ class AsyncConsumer:
             await WAITER.wait(logs, offsets, bells, min(left, bound), self._c.wait_interrupted)
 
     def _poll_now(self, partitions, max_records) -> dict[TopicPartition, list[Record]]:
+        """A poll(0) of the given partitions only: the others paused for it, and one its
+        rebalance assigned (unpaused) put back where it was, neither returned nor consumed."""
         if not partitions:
             return self._c.poll(0, max_records)
         want = set(map(_tp, partitions))
         others = self._c.assignment() - want - self._c.paused()
         self._c.pause(*others)
         try:
-            return self._c.poll(0, max_records)
+            got = self._c.poll(0, max_records)
         finally:
             self._c.resume(*(tp for tp in others if tp in self._c.assignment()))
+        for tp in [tp for tp in got if tp not in want]:    # assigned by this poll's rebalance:
+            self._c.seek(tp, got.pop(tp)[0].offset)       # unread, for a getmany that asks
+        return got
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of partitions only, if given), waiting as long as it takes."""

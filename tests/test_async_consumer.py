@@ -464,3 +464,45 @@ def test_a_close_begun_by_another_thread_never_blocks_getmany_on_the_loop(tmp_pa
     assert ran == [["t-0"], True]
     assert kstore.Consumer(d, group_id="g").committed(TP("t", 0)) == 10
     assert w.close() == 0
+
+
+def test_getmany_of_some_partitions_never_returns_or_consumes_one_a_rebalance_assigns(store, watchdog):
+    """getmany(tp) returns only tp's records (aiokafka's), also when its poll's rebalance
+    assigns this member more partitions: those were unpaused and fetched, returned to a caller
+    that asked for tp only, and their positions moved past records nobody handled."""
+    watchdog(60)
+    d, m = store
+    for i in range(40):
+        m.append_batch("t", i % 4, [(None, b"%d" % i)])
+
+    async def main():
+        a = AsyncConsumer(d, "t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=50)
+        b = AsyncConsumer(d, "t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=50)
+        await a.getmany(timeout_ms=0, max_records=1)           # a: all four partitions
+        assert a.assignment() == {TP("t", p) for p in range(4)}
+        for _ in range(100):                                    # b joins: a keeps two
+            await b.getmany(timeout_ms=0, max_records=1)
+            await a.getmany(timeout_ms=0, max_records=1)
+            if len(a.assignment()) == 2 and len(b.assignment()) == 2:
+                break
+        assert len(a.assignment()) == 2 and not a.assignment() & b.assignment()
+        want = min(a.assignment())
+        b_positions = {tp: await b.position(tp) for tp in b.assignment()}
+        await b.stop()                                          # b leaves: committed its positions
+        got = {}
+        for _ in range(100):                                    # a's poll takes t-2, t-3 back
+            for tp, recs in (await a.getmany(want, timeout_ms=0, max_records=20)).items():
+                got.setdefault(tp, []).extend(r.offset for r in recs)
+            if len(a.assignment()) == 4:
+                break
+        assert a.assignment() == {TP("t", p) for p in range(4)}
+        assert set(got) <= {want}
+        positions = {tp: await a.position(tp) for tp in b_positions}
+        rest = await a.getmany(*b_positions, timeout_ms=0, max_records=100)
+        await a.stop()
+        return positions, b_positions, {tp: recs[0].offset for tp, recs in rest.items()}
+
+    positions, b_positions, first = asyncio.run(main())
+    assert positions == b_positions                             # nothing of t-2, t-3 consumed
+    for tp, off in b_positions.items():
+        assert first[tp] == off                                 # a later getmany reads them

@@ -407,8 +407,13 @@ class _StdoutFailed(Exception):
 
 
 def _write(out: IO[bytes], data: bytes) -> None:
+    """All of data, as Kafka's PrintStream writes it: a signal (a stop) interrupting a write
+    blocked on a full pipe makes BufferedWriter.write return the short count it wrote."""
+    view = memoryview(data)
     try:
-        out.write(data)
+        while view:
+            n = out.write(view)
+            view = view[n if n is not None else 0:]
     except OSError as e:
         raise _StdoutFailed(e) from e
 
