@@ -314,6 +314,19 @@ def test_consume_follow_prints_a_record_appended_after_it_started(tmp_path, watc
         assert w.close() == 0
 
 
+def _hundred(m) -> None:
+    """Topic t, 1 partition, records b"0".."99" at offsets 0..99."""
+    m.create_topic("t", 1)
+    m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+
+
+def _committed(d: str, group: str) -> dict:
+    """group's committed offsets in the store at d, {TopicPartition: offset}."""
+    from kstore.group_coordinator import GroupCoordinator
+    with GroupCoordinator([d]) as gc:
+        return {tp: o.offset for tp, o in gc.fetch_offsets(group).items()}
+
+
 @contextlib.contextmanager
 def following(d, cwd, *args):
     """`kstore consume --follow --print-offset` of topic t from its beginning, in a child run
@@ -408,8 +421,7 @@ def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, wat
     watchdog(120)
     d = str(tmp_path / "data")
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
         with following(d, str(tmp_path), "--group", "g") as (c, errs):
             lines = [c.stdout.readline() for _ in range(100)]
             assert lines == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
@@ -418,9 +430,7 @@ def test_consume_group_stopped_by_a_signal_commits_what_it_printed(tmp_path, wat
             assert c.wait(timeout=30) == 128 + getattr(signal, sig)
             assert c.stdout.read() == ""
         assert errs[-1] == "Processed a total of 100 messages\n"
-        from kstore.group_coordinator import GroupCoordinator
-        with GroupCoordinator([d]) as gc:
-            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}
+        assert _committed(d, "g") == {kstore.TopicPartition("t", 0): 100}
         m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(5)])
     again = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
                             "--group", "g", "--print-offset"], capture_output=True, text=True,
@@ -444,8 +454,7 @@ def test_consume_group_signalled_again_during_its_closing_commit_still_commits(t
     d = str(tmp_path / "data")
     t0 = kstore.TopicPartition("t", 0)
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
     with GroupCoordinator([d]) as gc:
         gc.commit_offsets("g", {t0: OffsetAndMetadata.coerce(0)})   # makes the offsets partition
         path = gc.topic.partition_path(gc.partition_for("g"))
@@ -471,8 +480,7 @@ def test_consume_group_signalled_again_during_its_closing_commit_still_commits(t
         if holder.poll() is None:
             holder.kill()
             holder.wait(timeout=30)
-    with GroupCoordinator([d]) as gc:
-        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {t0: 100}
+    assert _committed(d, "g") == {t0: 100}
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
@@ -487,8 +495,7 @@ def test_consume_follow_stopped_by_a_signal_reports_its_count(tmp_path, watchdog
     watchdog(120)
     d = str(tmp_path / "data")
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
         with following(d, str(tmp_path)) as (c, errs):
             assert [c.stdout.readline() for _ in range(100)] == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
             time.sleep(0.3)                       # in its wait for more
@@ -510,8 +517,7 @@ def test_consume_whose_reader_went_away_says_so_and_commits_only_what_went_out(t
     d = str(tmp_path / "data")
     extra = ("--group", "g") if group else ()
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
         with following(d, str(tmp_path), *extra) as (c, errs):
             assert [c.stdout.readline() for _ in range(100)] == ["Offset:%d\t%d\n" % (i, i) for i in range(100)]
             c.stdout.close()
@@ -521,9 +527,7 @@ def test_consume_whose_reader_went_away_says_so_and_commits_only_what_went_out(t
                         "Processed a total of 100 messages\n"]
     if not group:
         return
-    from kstore.group_coordinator import GroupCoordinator
-    with GroupCoordinator([d]) as gc:
-        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}
+    assert _committed(d, "g") == {kstore.TopicPartition("t", 0): 100}
     again = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
                             "--group", "g", "--print-offset"], capture_output=True, text=True,
                            cwd=str(tmp_path), timeout=60)
@@ -552,8 +556,7 @@ def test_consume_whose_stdout_fails_to_write_says_so_and_commits_nothing_unwritt
     d = str(tmp_path / "data")
     extra = ["--group", "g"] if group else []
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
     cmd = [sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t", "--from-beginning", *extra]
     with open("/dev/full", "wb") as full:
         r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=60)
@@ -561,9 +564,7 @@ def test_consume_whose_stdout_fails_to_write_says_so_and_commits_nothing_unwritt
                                            "Processed a total of 0 messages\n")
     if not group:
         return
-    from kstore.group_coordinator import GroupCoordinator
-    with GroupCoordinator([d]) as gc:
-        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 0}
+    assert _committed(d, "g") == {kstore.TopicPartition("t", 0): 0}
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=60)
     assert (again.returncode, again.stdout) == (0, "".join("%d\n" % i for i in range(100)))
 
@@ -583,8 +584,7 @@ def test_consume_on_a_terminal_that_went_away_exits_129_on_sighup(tmp_path, watc
     d = str(tmp_path / "data")
     extra = ["--group", "g"] if group else []
     with kstore.LogManager(d) as m:
-        m.create_topic("t", 1)
-        m.append_batch("t", 0, [(None, b"%d" % i) for i in range(100)])
+        _hundred(m)
     master, slave = pty.openpty()
     c = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
                           "--from-beginning", "--follow", *extra], stdout=slave, stderr=slave, cwd=str(tmp_path))
@@ -609,9 +609,7 @@ def test_consume_on_a_terminal_that_went_away_exits_129_on_sighup(tmp_path, watc
             c.wait(30)
     if not group:
         return
-    from kstore.group_coordinator import GroupCoordinator
-    with GroupCoordinator([d]) as gc:
-        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): 100}
+    assert _committed(d, "g") == {kstore.TopicPartition("t", 0): 100}
 
 
 @pytest.mark.parametrize("group", [True, False])
@@ -653,6 +651,4 @@ def test_consume_signalled_while_blocked_on_a_full_pipe_prints_every_record_it_c
     assert n > 0 and lines == ["Offset:%d\t%s" % (i, "%06d" % i * 20) for i in range(n)]
     assert errs[-1] == "Processed a total of %d messages\n" % n
     if group:
-        from kstore.group_coordinator import GroupCoordinator
-        with GroupCoordinator([d]) as gc:
-            assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {kstore.TopicPartition("t", 0): n}
+        assert _committed(d, "g") == {kstore.TopicPartition("t", 0): n}

@@ -438,6 +438,22 @@ c.close()
 """
 
 
+def _join_at_first_look(monkeypatch, store: str, group: str, cwd) -> list:
+    """At the tool's first look at group's live members, a _spy_joiner of it starts in another
+    process; returns [its Popen, its first line ("blocked" if its join had to wait)]."""
+    child: list = []
+    real = GroupCoordinator.live_members
+
+    def live_members_then_a_join(self, group_id):
+        live = real(self, group_id)
+        if not child:
+            child.append(_spy_joiner(store, group, cwd))
+            child.append(child[0].stdout.readline())
+        return live
+    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    return child
+
+
 def _spy_joiner(store: str, group: str, cwd):
     """A consumer of t in group joining from another process; its first line says whether its
     join found the group's locks held ('blocked'), the next its starting positions."""
@@ -489,16 +505,7 @@ def test_a_first_join_waits_for_a_delete_of_a_group_without_a_directory(store, m
     as a new group's would, at latest (50, 50), nothing of g committed. Before, it joined in
     that window and started at 10, 45 while the deletion was reported done."""
     watchdog(120)
-    child: list = []
-    real = GroupCoordinator.live_members
-
-    def live_members_then_a_join(self, group_id):
-        live = real(self, group_id)
-        if not child:
-            child.append(_spy_joiner(store, "g", tmp_path))
-            child.append(child[0].stdout.readline())
-        return live
-    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    child = _join_at_first_look(monkeypatch, store, "g", tmp_path)
     rc, out, _err = run("--log-dirs", store, "--delete", "--group", "g")
     got, err = child[0].communicate(timeout=60)
     assert (rc, out) == (0, "Deletion of requested consumer groups ('g') was successful.\n")
@@ -519,16 +526,7 @@ def test_delete_of_a_missing_group_beside_its_first_join(store, monkeypatch, wat
                "* Group 'new' could not be deleted due to: GroupIdNotFoundException: The group id does not exist.\n")
     assert run("--log-dirs", store, "--delete", "--group", "new")[:2] == (1, missing)
     assert not os.path.exists(_group_dir(store, "new"))
-    child: list = []
-    real = GroupCoordinator.live_members
-
-    def live_members_then_a_join(self, group_id):
-        live = real(self, group_id)
-        if not child:
-            child.append(_spy_joiner(store, "new", tmp_path))
-            child.append(child[0].stdout.readline())
-        return live
-    monkeypatch.setattr(GroupCoordinator, "live_members", live_members_then_a_join)
+    child = _join_at_first_look(monkeypatch, store, "new", tmp_path)
     assert run("--log-dirs", store, "--delete", "--group", "new")[:2] == (1, missing)
     assert child[0].stdout.readline() == "50 50\n" and child[1] == "blocked\n"
     _out, err = child[0].communicate(timeout=60)

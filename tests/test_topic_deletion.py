@@ -49,6 +49,14 @@ def _store(m: LogManager) -> None:
         gc.commit_offsets("h", {TP("u", 0): 7, TP("t", 1): 30})
 
 
+def _store_pending(m: LogManager, ops: "OffsetsLockFails") -> None:
+    """_store, then t deleted with its tombstoning failing (injected EIO): t stays pending."""
+    _store(m)
+    ops.failing = True
+    m.delete_topic("t")
+    ops.failing = False
+
+
 def _offsets(m: LogManager) -> dict:
     with GroupCoordinator(m) as gc:
         return {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()} for g in ("g", "h")}
@@ -136,10 +144,7 @@ def test_two_retries_at_once_run_one_tail(tmp_path, monkeypatch, watchdog):
 
     ops = OffsetsLockFails()
     with LogManager(str(tmp_path), io=ops) as m:
-        _store(m)
-        ops.failing = True
-        m.delete_topic("t")
-        ops.failing = False
+        _store_pending(m, ops)
         monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
         out: dict = {}
         first = threading.Thread(target=lambda: out.setdefault("first", m.retry_deletions(wait=True)),
@@ -220,10 +225,7 @@ def test_an_append_auto_creating_a_name_marked_for_deletion_does_not_retry(tmp_p
 
     ops = OffsetsLockFails()
     with LogManager(str(tmp_path), io=ops) as m:
-        _store(m)
-        ops.failing = True
-        m.delete_topic("t")
-        ops.failing = False
+        _store_pending(m, ops)
         monkeypatch.setattr(GroupCoordinator, "on_topics_deleted", slow)
         out: dict = {}
         retry = threading.Thread(target=lambda: out.setdefault("retry", m.retry_deletions(wait=True)),
@@ -413,10 +415,7 @@ def test_the_retry_task_gives_up_quickly_on_another_processs_offsets_flock(tmp_p
     d = str(tmp_path / "data")
     with LogManager(d, {"log.initial.task.delay.ms": 0}, time=t, scheduler=s, io=ops) as m:
         s.tick()
-        _store(m)
-        ops.failing = True
-        m.delete_topic("t")
-        ops.failing = False
+        _store_pending(m, ops)
         holder = _hold_offsets_flock(tmp_path, m, "g")
         try:
             for beat in range(1, 4):
@@ -453,10 +452,7 @@ def test_close_ends_the_retry_tasks_wait_for_another_processs_offsets_flock(tmp_
     d = str(tmp_path / "data")
     m = LogManager(d, {"log.initial.task.delay.ms": 0}, time=t, scheduler=s, io=ops)
     s.tick()
-    _store(m)
-    ops.failing = True
-    m.delete_topic("t")
-    ops.failing = False
+    _store_pending(m, ops)
     holder = _hold_offsets_flock(tmp_path, m, "g")
     try:
         ops.held.clear()
@@ -494,10 +490,7 @@ def test_create_topic_waiting_behind_a_task_that_gave_up_runs_its_own_retry(tmp_
     with LogManager(str(tmp_path / "data"), {"log.initial.task.delay.ms": 0}, time=t, scheduler=s,
                     io=ops) as m:
         s.tick()
-        _store(m)
-        ops.failing = True
-        m.delete_topic("t")
-        ops.failing = False
+        _store_pending(m, ops)
         holder = _hold_offsets_flock(tmp_path, m, "g")
         try:
             out: dict = {}
@@ -557,10 +550,7 @@ def test_the_retry_tasks_give_up_is_put_off_also_when_its_pause_ends_late(tmp_pa
     d = str(tmp_path / "data")
     with LogManager(d, {"log.initial.task.delay.ms": 0}, time=t, scheduler=s, io=ops) as m:
         s.tick()
-        _store(m)
-        ops.failing = True
-        m.delete_topic("t")
-        ops.failing = False
+        _store_pending(m, ops)
         holder = _hold_offsets_flock(tmp_path, m, "g")
         try:
             caplog.clear()
