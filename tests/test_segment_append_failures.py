@@ -195,3 +195,39 @@ def test_a_batch_whose_index_block_fails_is_never_seen_by_another_process(tmp_pa
         assert ops.seen == [k.decode() for k, _v, _ts in first]
     finally:
         log.close()
+
+
+def _columns(keys, size):
+    """Rows of `keys` with `size`-byte values as a ColumnInput (append_columns' input)."""
+    import numpy as np
+    n = len(keys)
+    koff, voff = np.zeros(n + 1, np.int32), np.zeros(n + 1, np.int32)
+    koff[1:] = np.cumsum([len(k) for k in keys])
+    voff[1:] = np.arange(1, n + 1, dtype=np.int32) * size
+    return kstore._core.ColumnInput(
+        n, key=(koff, np.frombuffer(b"".join(keys), np.uint8), None),
+        value=(voff, np.full(n * size, 66, np.uint8), None),
+        timestamps=np.full(n, NOW_MS, np.int64))
+
+
+def test_a_failed_append_columns_fails_the_log_as_append_does(tmp_path):
+    """append_columns' I/O error fails the log as append's does: the next append of any kind is
+    refused ("reopen it") instead of writing on after a failed write (Kafka: the log's dir goes
+    offline). Before, append_columns raised and the log took the next appends."""
+    d = str(tmp_path / "t-0")
+    ops = FailingOps()
+    log = kstore.Log.open(d, {"max.message.bytes": 10 << 20}, io=ops)
+    assert log.append_columns(_columns([b"a%d" % i for i in range(3)], 100)) == (0, 3)
+    ops.where = "pwrite"
+    with pytest.raises(kstore.KafkaStorageError) as ei:
+        log.append_columns(_columns([b"x%03d" % i for i in range(300)], 1000))
+    assert ops.where is None and ei.value.errno == errno.ENOSPC and LOG in str(ei.value)
+    assert log.log_end_offset == 3
+    with pytest.raises(kstore.KafkaStorageError, match="reopen it"):
+        log.append_columns(_columns([b"b"], 10))
+    with pytest.raises(kstore.KafkaStorageError, match="reopen it"):
+        log.append([(b"c", b"v")])
+    assert [x.key for x in log.read(0)] == [b"a0", b"a1", b"a2"]
+    log.close()
+    with kstore.Log.open(d) as log:
+        assert [x.key for x in log.read(0)] == [b"a0", b"a1", b"a2"]
