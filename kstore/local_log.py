@@ -14,7 +14,7 @@ import logging
 import os
 import random
 import threading
-from typing import Any, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from kstore import _notify, swap
 from kstore.config import LogConfig
@@ -63,6 +63,8 @@ class LocalLog(LogStart):
         self._recovery_point = 0
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
+        #: a LogManager's (log_registry.py): told of the I/O error that fails this log
+        self.failure_listener: Optional[Callable[[OSError], None]] = None
         self._deferred: list = []     # fsyncs and hand-offs queued under _lock, run after it
         LogStart.__init__(self)
         self._truncations = 0         # bumped by every truncation (a flush in flight is void)
@@ -72,6 +74,21 @@ class LocalLog(LogStart):
         #: None until the first change or wait maps the notification file (attach_bell)
         self.notifier = LogNotifier(self, io, dir_)  # type: ignore[arg-type]  # a Log: it refreshes
         self._bell: Optional[_notify.Bell] = None
+
+    def fail(self, why: str) -> None:
+        """Refuse every write from now on, as after a write's own I/O error (Kafka: the log's
+        dir went offline, its partitions with it); reads go on. Takes no lock: another log's
+        failing write, whose lock may be held, calls it through LogDirFailureChannel."""
+        if self._failed is None:
+            self._failed = why
+
+    def _fail_on(self, e: OSError) -> None:
+        """e failed this log (the first error is kept); a LogManager's log tells its log dir's
+        failure channel (failure_listener, set by log_registry.py), lock-free as fail()."""
+        if self._failed is None:
+            self._failed = str(e)
+        if (tell := self.failure_listener) is not None:
+            tell(e)
 
     def _take_locks(self) -> None:
         """A standalone writable open excludes every other writer: the parent's `.lock` shared
@@ -209,7 +226,7 @@ class LocalLog(LogStart):
             if flush_due:
                 self.flush()
         except OSError as e:
-            self._failed = self._failed or str(e)
+            self._fail_on(e)
             raise storage_error(self.dir, e) from e
 
     @storage_op
@@ -510,7 +527,7 @@ class LocalLog(LogStart):
                     s.close()
             except OSError as e:
                 # no clean-shutdown marker: the next open recovers
-                self._failed = str(e)
+                self._fail_on(e)
                 self.close_handlers()
                 raise storage_error(self.dir, e) from e
             self._attach_to_close()

@@ -137,7 +137,9 @@ take none.
           Scheduler._cv (tasks run without it), Throttler._lock, progress bars' lock,
           GroupCoordinator._mutex / OffsetsTopic._mutex (their per-partition maps), the flock of
           .kstore-groups/offsets-topic.lock (taken before a writer lock, around one atomic write),
-          the checkpoint-lock registry guard, LogDirFailureChannel's lock (offline dirs), KEPT.lock,
+          the checkpoint-lock registry guard, KEPT.lock,
+          LogDirFailureChannel's lock (offline dirs; taken under a failing Log's locks; its
+          listeners run after it is released and take none: Log.fail sets a flag),
           Pretoucher._cv (pretouch.py: its queue, each runway's queued/target),
           MarkerGate._lock (marker_gate.py: the marker removals in flight and their error),
           gc_pause._lock (gc_pause.py: the count of loads under way and the gc switch; held

@@ -236,7 +236,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             try:
                 self._append_built(b, cfg, now)
             except OSError as e:         # storage_op, inlined on the hot path
-                self._failed = str(e)
+                self._fail_on(e)
                 raise storage_error(self.dir, e) from e
             if not self._deferred and self._leo - self._recovery_point < cfg.flush_messages:
                 return b.info(now if cfg.log_append_time else -1)     # the usual case

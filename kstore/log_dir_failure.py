@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import weakref
 from typing import Callable, Iterable, Optional, ParamSpec, TypeVar
 
 from kstore.errors import LogDirOfflineError
@@ -38,6 +39,13 @@ class LogDirFailureChannel:
     def __init__(self) -> None:
         self._lock = threading.Lock()       # a leaf: writers of _offline only
         self._offline: dict[str, str] = {}
+        self._listeners: list[weakref.WeakMethod] = []
+
+    def add_listener(self, fn: Callable[[str, str], None]) -> None:
+        """Call the bound method fn(dir, error) once a dir goes offline, in the thread that took
+        it offline, with no lock of this channel held (the caller may hold a Log's lock: fn must
+        take none). Held weakly: its owner usually holds this channel (no cycle)."""
+        self._listeners.append(weakref.WeakMethod(fn))
 
     def mark_offline(self, d: str, exc: BaseException, quiet: bool = False) -> bool:
         """Take d offline because of exc (the first error of a dir is the one kept); logged as an
@@ -50,6 +58,13 @@ class LogDirFailureChannel:
             self._offline = offline
         if not quiet:
             log.error("log dir %s is offline: %s", d, exc)
+        for ref in self._listeners:
+            if (fn := ref()) is None:
+                continue
+            try:
+                fn(d, str(exc))
+            except Exception:       # the dir is offline whatever a listener does
+                log.exception("a listener of log dir %s going offline failed", d)
         return True
 
     def is_offline(self, d: str) -> bool:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 from kstore.errors import PartitionLoadError, UnknownTopicError
+from kstore.log_dir_failure import IO_ERRNOS, LogDirFailureChannel
 
 if TYPE_CHECKING:
     from kstore.log import Log
@@ -36,6 +38,27 @@ class LogRegistry:
         #: set by the LogManager: writes one log dir's log-start checkpoint (a DeleteRecords is
         #: visible to other processes' StoreReaders at their next refresh, not 60 s later)
         self.on_log_start: Optional[Callable[[str], None]] = None
+        self._failures: Optional[LogDirFailureChannel] = None
+
+    def fail_offline_dirs(self, failures: LogDirFailureChannel) -> None:
+        """From now on every log of a dir that goes offline refuses writes (Kafka's partitions of
+        a failed log dir go offline), whichever log's I/O error took the dir down."""
+        self._failures = failures
+        failures.add_listener(self._dir_offline)
+
+    def log_failed(self, d: str, e: OSError) -> None:
+        """A log of d failed on e: an error of the disk takes d offline (LogDirFailureChannel's
+        rule, as its guard: IO_ERRNOS or no errno), every log in it with it."""
+        if self._failures is not None and (e.errno in IO_ERRNOS or e.errno is None):
+            self._failures.mark_offline(d, e)
+
+    def _dir_offline(self, d: str, why: str) -> None:
+        """The channel's listener: lock-free (published dicts), as a failing write may call it
+        holding its Log's lock."""
+        dir_of = self.dir_of
+        for tp, lg in self.logs.items():
+            if dir_of.get(tp) == d:
+                lg.fail(f"log dir {d} is offline: {why}")
 
     def publish(self, logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, str],
                 failed: Optional[dict[TopicPartition, FailedPartition]] = None) -> None:
@@ -51,9 +74,16 @@ class LogRegistry:
         if (on_start := self.on_log_start) is not None:
             for tp, lg in logs.items():      # a moved start rewrites its own dir's file only
                 lg.log_start_listener = functools.partial(on_start, dir_of[tp])
+        if self._failures is not None:        # a log's own I/O error takes its dir offline
+            me = weakref.ref(self)           # weak: a log is held by this registry (no cycle)
+            for tp, lg in logs.items():
+                lg.failure_listener = functools.partial(_log_failed, me, dir_of[tp])
         self.dir_of = dir_of
         self.logs = logs
         self.parts = {t: tuple(ps) for t, ps in parts.items()}
+        if (failures := self._failures) is not None:   # a dir that went offline as these were made
+            for d, why in failures.offline_dirs.items():
+                self._dir_offline(d, why)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions, failed ones included; UnknownTopicError if it has none."""
@@ -100,3 +130,9 @@ class LogRegistry:
             raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
         raise UnknownTopicError(f"partition {partition} of topic {topic!r} is not in this store "
                                 f"(its log dirs hold partitions {parts})")
+
+
+def _log_failed(registry: weakref.ref[LogRegistry], d: str, e: OSError) -> None:
+    """A published log's failure_listener: LogRegistry.log_failed if the registry lives."""
+    if (reg := registry()) is not None:
+        reg.log_failed(d, e)

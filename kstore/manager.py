@@ -100,6 +100,7 @@ class LogManager:
         if not read_only:    # a DeleteRecords is checkpointed at once (log_registry.py)
             self._reg.on_log_start = self._task(self.checkpoint_log_start_offsets)
         self._failures = LogDirFailureChannel()
+        self._reg.fail_offline_dirs(self._failures)
         self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}

@@ -38,6 +38,6 @@ def storage_op(fn):
         try:
             return fn(self, *args, **kw)
         except OSError as e:
-            self._failed = str(e)
+            self._fail_on(e)
             raise storage_error(self.dir, e) from e
     return op

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -344,6 +346,79 @@ def test_io_error_takes_only_that_dir_offline(tmp_path, mock):
     with manager([d1, d2], mock=mock) as m:                  # reopening after the fault recovers
         assert [r.value for r in m.log("a", 0).read(0)] == [b"acked"]
         m.append("a", None, b"again", partition=0)
+
+
+@pytest.mark.parametrize("how", ["manager", "log"])
+def test_a_dir_gone_offline_fails_every_log_in_it(tmp_path, how, watchdog):
+    """Kafka takes every partition of a failed log dir offline. One log's disk error, through
+    the manager's append or the Log's own (`m.log(t, p).append`), takes its dir offline and
+    every other log there refuses writes from then on (append, delete_records, roll,
+    truncate_to, flush: KafkaStorageError naming the dir), while a thread appending to a
+    sibling meanwhile was told the truth: what it was acknowledged is what another process reads
+    and what a reopen finds. Logs in other dirs keep working. Before, the siblings went on
+    taking appends, deletions and truncations on the failed disk, and a Log's own error did
+    not take its dir offline at all."""
+    watchdog(120)
+    ops = FailingOps()
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = manager([d1, d2], {"log.segment.bytes": "5000000", "message.max.bytes": "20000000"}, io=ops)
+    m.create_topic("a", 1)
+    m.create_topic("b", 1)
+    m.create_topic("c", 2)
+    da = m.log_dir_of("a", 0)
+    cp = next(p for p in (0, 1) if m.log_dir_of("c", p) == da)
+    sibling, acked, refused = m.log("c", cp), [], []
+
+    def append_sibling():
+        i = 0
+        while not refused:
+            try:
+                sibling.append([(b"s%d" % i, b"v")])
+                acked.append(b"s%d" % i)
+            except kstore.KafkaStorageError as e:
+                refused.append(e)
+            i += 1
+    t = threading.Thread(target=append_sibling, daemon=True)
+    t.start()
+    while len(acked) < 50:
+        time.sleep(0.001)
+    ops.fail_under = os.path.join(da, "a-0")          # only a-0's files fail: the disk's first error
+    big = os.urandom(5_000_000 - 200)
+    with pytest.raises(LogDirOfflineError):
+        if how == "manager":
+            m.append("a", None, big, partition=0)
+        else:
+            m.log("a", 0).append([(None, big)])
+    assert da in m.offline_dirs and "No space left" in m.offline_dirs[da]
+    t.join(30)
+    assert not t.is_alive() and "is offline" in str(refused[0]) and da in str(refused[0])
+    for write in (lambda: sibling.append([(b"late", b"v")]), lambda: sibling.delete_records(1),
+                  sibling.roll, lambda: sibling.truncate_to(1), sibling.flush):
+        with pytest.raises(kstore.KafkaStorageError, match="is offline"):
+            write()
+    assert [r.key for r in sibling.read(0, max_bytes=1 << 30)] == acked   # reads go on
+    other = next(p for p in (0, 1) if p != cp)
+    m.append("b", None, b"fine", partition=0)          # the other dir keeps working
+    m.log("c", other).append([(b"o", b"v")])
+    # another process reads the dir as it is: exactly what was acknowledged
+    out = subprocess.run([sys.executable, "-c", _READ_SIBLING, da, str(cp)], cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert out == [k.decode() for k in acked]
+    ops.fail_under = None
+    m.close()
+    db = m.log_dir_of("b", 0)                          # an offline dir's close is not clean
+    assert ".kafka_cleanshutdown" not in os.listdir(da) and ".kafka_cleanshutdown" in os.listdir(db)
+    with manager([d1, d2]) as m:
+        assert [r.key for r in m.log("c", cp).read(0, max_bytes=1 << 30)] == acked
+        assert [r.value for r in m.log("b", 0).read(0)] == [b"fine"]
+        m.log("c", cp).append([(b"again", b"v")])
+
+
+_READ_SIBLING = r"""
+import sys, kstore
+with kstore.StoreReader(sys.argv[1]) as r:
+    print(" ".join(x.key.decode() for x in r.log("c", int(sys.argv[2])).read(0, max_bytes=1 << 30)))
+"""
 
 
 class _CheckpointFailOps(FileOps):
