@@ -524,13 +524,6 @@ def test_one_topic_id_per_topic_persisted(tmp_path, mock):
         assert (tmp_path / "t-3" / "partition.metadata").read_text() in ids
 
 
-def test_properties_parser_java_rules():
-    from kstore.properties import parse_properties
-    text = "# comment\n! also\n  a = 1\nb:2\nc 3\nd=x\\\n   y\ne=\\u0041\\tB\nk\\:x=v\nempty=\nlast\\\n"
-    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "xy", "e": "A\tB",
-                                      "k:x": "v", "empty": "", "last": ""}
-
-
 def test_scheduled_tasks_skip_logs_deleted_meanwhile(tmp_path, mock):
     t, s = mock
     cfg = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "100",

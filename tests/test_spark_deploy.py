@@ -52,6 +52,12 @@ def test_kafka_meta_properties_is_the_identity(tmp_path):
     assert not (d / ID_FILE).exists()
     (d / "meta.properties").write_text("version=0\nbroker.id=1\n")      # ZK mode: no dir id
     assert identify([str(d)]).ids[0].startswith("kstore:")
+    (d / "meta.properties").write_bytes(b"cluster.id=CLU\ndirectory.id=D\\u12\n")  # Kafka fails too
+    with pytest.raises(UnusableFileError) as ei:
+        identify([str(d)])
+    assert str(ei.value) == (f"refusing {d / 'meta.properties'}: not a properties file Kafka reads "
+                             f"({d / 'meta.properties'}, line 2: Malformed \\uxxxx encoding "
+                             "(java.util.Properties refuses it): 'directory.id=D\\\\u12')")
 
 
 def test_missing_empty_and_other_store_fail_naming_host_and_path(tmp_path):

@@ -33,7 +33,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError, UnusableFileError
+from kstore.errors import (InvalidConfigError, StoreNotVisibleError, UnsafeFilesystemError,
+                           UnusableFileError)
 from kstore import mounts
 from kstore.fileio import FileOps, get_file_ops
 from kstore.properties import parse_properties
@@ -84,7 +85,11 @@ def read_id(d: str, io: Optional[FileOps] = None) -> Optional[str]:
     io = io or get_file_ops()
     meta = _read_small(io, os.path.join(d, META_PROPERTIES))
     if meta is not None:
-        props = parse_properties(meta.decode("utf-8", "replace"))
+        path = os.path.join(d, META_PROPERTIES)
+        try:                      # ISO-8859-1, as Kafka's Utils.loadProps reads it
+            props = parse_properties(meta.decode("latin-1"), path)
+        except InvalidConfigError as e:
+            raise UnusableFileError(path, f"not a properties file Kafka reads ({e})") from e
         dir_id = props.get("directory.id", "").strip()
         if dir_id:
             return f"kafka:{props.get('cluster.id', '').strip()}/{dir_id}"
