@@ -29,12 +29,45 @@ INT_MAX = (1 << 31) - 1
 Parser = Callable[[str, Any], Any]
 
 
+#: what Java's String.trim() strips (ConfigDef.parseType trims before parsing): code points <= ' '
+_JAVA_TRIM = "".join(map(chr, range(33)))
+#: Double.parseDouble's grammar (Double.valueOf's javadoc; ASCII digits only)
+_JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+                          r"|0[xX]([0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?\d+)"
+                          r"[fFdD]?)", re.ASCII)
+
+
+def java_long(text: str) -> int:
+    """Long.parseLong of the trimmed text, as Kafka's ConfigDef parses INT and LONG values: a
+    sign, then decimal digits only (Python's int() would also take '1_000' and Unicode spaces);
+    ValueError otherwise."""
+    s = text.strip(_JAVA_TRIM)
+    digits = s[1:] if s[:1] in ("+", "-") else s
+    if not digits or not digits.isdecimal():
+        raise ValueError(text)
+    return int(s)
+
+
+def java_double(text: str) -> float:
+    """Double.parseDouble of the trimmed text (ConfigDef's DOUBLE): Java's grammar, with its
+    f/d suffixes and hex floats; ValueError otherwise (Python's float() would take 'inf')."""
+    s = text.strip(_JAVA_TRIM)
+    m = _JAVA_DOUBLE.fullmatch(s)
+    if m is None:
+        raise ValueError(text)
+    if s[-1] in "fFdD":
+        s = s[:-1]
+    if "x" in s or "X" in s:
+        return float.fromhex(s)
+    return float(s.replace("Infinity", "inf"))
+
+
 def _parse_int(key: str, value: Any, lo: int, hi: int, valid: str) -> int:
     if isinstance(value, bool):
         raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: expected an integer, {valid}")
     if isinstance(value, str):
         try:
-            value = int(value.strip())
+            value = java_long(value)
         except ValueError:
             raise InvalidConfigError(
                 f"Invalid value {value!r} for configuration {key}: expected an integer, {valid}") from None
@@ -69,7 +102,7 @@ def double_parser(lo: float, hi: float) -> Parser:
         try:
             if isinstance(value, bool):
                 raise ValueError
-            v = float(value)
+            v = java_double(value) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             raise InvalidConfigError(
                 f"Invalid value {value!r} for configuration {key}: expected a number in [{lo}, {hi}]") from None

@@ -1,4 +1,6 @@
 """LogConfig: Kafka's defaults, parsing of properties-style strings, validation messages."""
+import shutil
+
 import pytest
 
 from kstore.config import LONG_MAX, LogConfig, magic_for_format_version
@@ -104,3 +106,102 @@ def test_max_segment_ms_for_compacted_topics():
 def test_zstd_needs_v2():
     with pytest.raises(InvalidConfigError, match="zstd"):
         LogConfig({"compression.type": "zstd", "message.format.version": "0.10.2"})
+
+
+# text -> what Java's Long.parseLong(text.trim()) gives (None: NumberFormatException), as
+# Kafka's ConfigDef.parseType parses INT and LONG settings
+JAVA_LONGS = [("42", 42), (" 42\t", 42), ("+42", 42), ("-7", -7), ("\x0042\x1f", 42),
+              ("\u0663", 3), ("\uff11\uff12", 12), ("1_000", None), ("42\xa0", None),
+              ("\x8542", None), ("4 2", None), ("0x10", None), ("", None), ("+", None),
+              ("1e3", None), ("42L", None)]
+# text -> Double.parseDouble(text.trim()) (None: NumberFormatException)
+JAVA_DOUBLES = [("0.5", 0.5), (" .5 ", 0.5), ("5.", 5.0), ("1e-1", 0.1), ("0.25d", 0.25),
+                ("0.25F", 0.25), ("0x1p-2", 0.25), ("0X.8P0", 0.5), ("+1", 1.0),
+                ("Infinity", float("inf")), ("inf", None), ("1_0", None), ("0x1", None),
+                ("\u0663", None), ("0.5\xa0", None), ("1e", None), ("NaNd", None)]
+
+
+@pytest.mark.parametrize("text,expected", JAVA_LONGS)
+def test_integers_parse_as_javas_parse_long(text, expected):
+    from kstore.config import java_long
+    if expected is None:
+        with pytest.raises(ValueError):
+            java_long(text)
+        with pytest.raises(InvalidConfigError, match="segment.ms: expected an integer"):
+            LogConfig({"segment.ms": text})
+    else:
+        assert java_long(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", JAVA_DOUBLES)
+def test_doubles_parse_as_javas_parse_double(text, expected):
+    from kstore.config import java_double
+    if expected is None:
+        with pytest.raises(ValueError):
+            java_double(text)
+        with pytest.raises(InvalidConfigError, match="min.cleanable.dirty.ratio: expected a number"):
+            LogConfig({"min.cleanable.dirty.ratio": text})
+    else:
+        assert java_double(text) == expected
+
+
+def test_nan_ratio_is_refused():
+    """Kafka's Range validator lets NaN through (every comparison with it is false); a NaN
+    min.cleanable.dirty.ratio would never let the cleaner choose a log, so kstore refuses it."""
+    with pytest.raises(InvalidConfigError, match=r"value must be in \[0.0, 1.0\]"):
+        LogConfig({"min.cleanable.dirty.ratio": "NaN"})
+
+
+_JAVA_NUMBERS = """
+import java.nio.file.*;
+public class Numbers {
+  public static void main(String[] a) throws Exception {
+    for (String line : Files.readAllLines(Paths.get(a[0]))) {
+      StringBuilder s = new StringBuilder();
+      for (String h : line.split(",")) if (!h.isEmpty()) s.append((char) Integer.parseInt(h, 16));
+      String v = s.toString().trim(), l, d;
+      try { l = Long.toString(Long.parseLong(v)); } catch (NumberFormatException e) { l = "ERR"; }
+      try { double x = Double.parseDouble(v); d = Double.isNaN(x) ? "NaN" : Long.toHexString(Double.doubleToRawLongBits(x)); }
+      catch (NumberFormatException e) { d = "ERR"; }
+      System.out.println(l + " " + d);
+    }
+  }
+}
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="needs a JDK")
+def test_random_numbers_parse_as_the_jvm_parses_them(tmp_path):
+    """10000 random texts of digits, signs, exponents, suffixes, hex and Java/Unicode spaces:
+    java_long and java_double agree with Long.parseLong and Double.parseDouble of the trimmed
+    text (Java's overflow is an error where kstore's range check refuses the value later)."""
+    import random
+    import struct
+    import subprocess
+    from kstore.config import java_double, java_long
+    (tmp_path / "Numbers.java").write_text(_JAVA_NUMBERS)
+    subprocess.run(["javac", "Numbers.java"], cwd=tmp_path, check=True, timeout=120)
+    pieces = ["0", "1", "9", "+", "-", ".", "e", "E", "x", "p", "P", "a", "f", "d", "D", "_",
+              " ", "\t", "\x00", "\x1f", "\xa0", "\u0663", "\uff11", "NaN", "Infinity", "inf",
+              "0x", "1e", "\x85"]
+    rng = random.Random(14)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(10000)]
+    (tmp_path / "in.txt").write_text(
+        "\n".join(",".join("%x" % ord(c) for c in t) for t in texts) + "\n")
+    java = subprocess.run(["java", "-cp", ".", "Numbers", "in.txt"], cwd=tmp_path, check=True,
+                          capture_output=True, text=True, timeout=300).stdout.splitlines()
+    assert len(java) == len(texts)
+    for text, line in zip(texts, java):
+        want_long, want_double = line.split()
+        try:
+            got_long = str(java_long(text))
+            if want_long == "ERR" and not -(1 << 63) <= int(got_long) < 1 << 63:
+                got_long = "ERR"                    # overflow: refused by the range check
+        except ValueError:
+            got_long = "ERR"
+        try:
+            x = java_double(text)
+            got_double = "NaN" if x != x else "%x" % struct.unpack("<Q", struct.pack("<d", x))[0]
+        except ValueError:
+            got_double = "ERR"
+        assert (got_long, got_double) == (want_long, want_double), repr(text)
