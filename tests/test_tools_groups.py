@@ -194,6 +194,31 @@ def test_reset_offsets_dry_run_then_execute(store):
         assert gc.fetch_offsets("new")[TP("t", 0)].offset == 50
 
 
+def test_to_datetime_without_a_zone_is_utc_and_ms_count(store, monkeypatch):
+    """Kafka's Utils.getDateTime appends Z to a time without a zone, and its SSS counts
+    milliseconds ('.5' is 5 ms): the same text resets to the same offsets on every machine.
+    Before, kstore read it in the local zone (5 h 30 early in Kolkata: offset 0) and '.5' as
+    500 ms."""
+    import time
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        fmt = "\n{:<30} {:<30} {:<10} {:<15}"
+        for text, offset in (("2023-11-14T22:13:40", 20), ("2023-11-14T22:13:40.5", 21),
+                             ("2023-11-14T22:13:40.5Z", 21), ("2023-11-15T03:43:40+05:30", 20)):
+            rc, out, err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic",
+                               "t:1", "--to-datetime", text)
+            assert (rc, err) == (0, "") and out == (fmt.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
+                                                    + fmt.format("g", "t", 1, offset) + "\n"), text
+        with pytest.raises(SystemExit) as e:                                 # Kafka refuses it
+            run("--log-dirs", store, "--reset-offsets", "--group", "g", "--topic", "t:1",
+                "--to-datetime", "2023-11-14T22:13:40+0530")
+        assert e.value.code == 2
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
 def test_reset_refused_while_members_live(store):
     with GroupCoordinator(store) as gc:
         gc.store_group("g", GroupMetadata("consumer", 1, "range", "m", NOW, (

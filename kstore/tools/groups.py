@@ -14,12 +14,12 @@ import argparse
 import contextlib
 import json
 import sys
-from datetime import datetime
 from typing import IO, Any, Callable, Optional
 
 from kstore.errors import KStoreError, UnknownTopicError
 from kstore.group_records import MemberMetadata, OffsetAndMetadata, parse_assignment
 from kstore.topic_partition import TopicPartition
+from kstore.tools.java_datetime import get_date_time
 
 MISSING = "-"
 
@@ -405,15 +405,10 @@ class _Command:
 
 
 def parse_datetime(s: str) -> int:
-    """Kafka's Utils.getDateTime: 'YYYY-MM-DDTHH:mm:SS.sss' with an optional zone (Z, +hh:mm,
-    +hhmm); without one, the local time zone. Epoch ms."""
-    text = s.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            dt = datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        return int(dt.timestamp() * 1000) if dt.tzinfo is not None else int(dt.astimezone().timestamp() * 1000)
-    raise UsageError(f"--to-datetime {s}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally with a zone")
+    """--to-datetime as Kafka reads it (Utils.getDateTime, java_datetime.py): epoch ms; UTC
+    when no zone is given."""
+    try:
+        return get_date_time(s)
+    except ValueError as e:
+        raise UsageError(f"--to-datetime {s}: {e}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally "
+                         "with a zone (Z or +hh:mm)") from None
