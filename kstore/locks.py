@@ -74,7 +74,11 @@ take none.
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
-                                taken and dropped by on_topics_deleted (wait_writers: a barrier)
+                                taken and dropped by on_topics_deleted (wait_writers: a barrier).
+                                The scheduler's tasks (deletion retry, kafka-offsets-expiry)
+                                wait for it TASK_LOCK_WAIT_S in all, ended by close()
+                                (task_wait.py; OffsetsExpiry._closing, an Event), then put
+                                their work off to their next run
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)
