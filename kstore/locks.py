@@ -70,7 +70,8 @@ take none.
                                 (offsets_topic.py): held across the partition flock below.
                                 A Consumer's commit() and poll's auto-commit wait for both
                                 in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
-                                ends the wait
+                                ends the wait, and so does a close() not yet running (its
+                                own commit waits the lock timeout, then is logged)
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;

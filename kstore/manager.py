@@ -277,7 +277,7 @@ class LogManager:
         s.schedule("kafka-delete-logs", self._task(self.delete_logs), delay, 1000)
         s.schedule(RETRY_TASK, self._task(self.retry_deletions), delay, retry_interval_ms(c))
         # its waits for other processes' flocks are short, and end at close (offsets_expiry.py)
-        s.schedule(EXPIRY_TASK, weak_task(self._expiry.task, lambda e: e.closing), delay,
+        s.schedule(EXPIRY_TASK, self._expiry.scheduled(), delay,
                    c["offsets.retention.check.interval.ms"])
 
     def expire_group_offsets(self) -> int:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Optional, Sequence
+from types import MethodType
+from typing import Callable, Optional, Sequence, cast
 
 from kstore.broker_config import BrokerConfig
 from kstore.fileio import FileOps
+from kstore.scheduler import weak_task
 from kstore.task_wait import TASK_LOCK_WAIT_S, PutOff, held_too_long, task_pause
 
 __all__ = ["EXPIRY_TASK", "OffsetsExpiry"]
@@ -50,6 +52,10 @@ class OffsetsExpiry:
             n = gc.expire_offsets(sleep=pause)
             gc.compact(min_dirty_ratio=self._cfg.log_config().min_cleanable_dirty_ratio, sleep=pause)
         return n
+
+    def scheduled(self) -> Callable[..., None]:
+        """What the scheduler runs: task() through a weak reference, a no-op once closing."""
+        return weak_task(cast(MethodType, self.task), lambda e: e.closing)
 
     def task(self) -> None:
         """One scheduled run: what another process's flock keeps from it past
