@@ -305,7 +305,8 @@ class GroupCoordinator:
         or for a group with no directory yet its log dir's groups dir flock, under which alone
         a member makes one. So an admin's look at a group and its write are one step, as under
         Kafka's group lock, whether or not a member ever met here, and nothing is left behind.
-        The groups dir flocks first (by path), then group.locks in name order."""
+        The groups dir flocks first (by path), then group.locks in name order. While held, every
+        new group's first join in those log dirs waits: hold it for one step (the tool does)."""
         from kstore.group_files import GroupDir
         gdirs = [GroupDir(self._io, self.log_dir_for(g), g) for g in sorted(set(group_ids))]
         with contextlib.ExitStack() as held:

@@ -29,14 +29,14 @@ take none.
                                 takes it under GroupMember._lock, holding no other flock,
                                 then drops it); an admin
                                 (GroupCoordinator.groups_locked: delete_group, --reset-offsets
-                                --execute) holds it instead of group.lock for a group with no
-                                directory, from its look to its write, with the locks below
-                                (taken once per log dir, before any group.lock)
+                                --execute, one group at a time) holds it instead of group.lock
+                                for a group with no directory, from its look to its write,
+                                with the locks below: a first join waits one group's step
   group.lock flock              a consumer group's exclusive flock, across processes and threads
                                 (group_files.py, a bounded polling wait): joins, leaves,
                                 rebalances, group.json, and consumer-groups --reset-offsets
-                                --execute's look and commit (it holds every group's it resets,
-                                taken in name order; a member holds one only). Under it member and owner flocks are
+                                --execute's look and commit (one group's at a time; several
+                                through groups_locked: in name order). Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
                                 for group.lock (live_members only tries; delete_group takes
