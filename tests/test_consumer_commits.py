@@ -372,3 +372,37 @@ def test_closes_commit_that_cannot_get_the_flock_is_logged_and_the_close_goes_on
     assert len(got) == 1 and got[0].startswith(
         f"Synchronous auto-commit of offsets {offsets} failed: timed out after 1.0 s waiting for "
         "the writer's lock of "), got
+
+
+def test_a_signal_handlers_close_ends_the_polls_auto_commit_wait_in_the_same_thread(
+        group_store, watchdog, tmp_path, caplog):
+    """A signal handler calls close() while this thread's poll waits in its auto-commit for the
+    offsets flock another process holds (the coordinator's lock timeout 3 s here): the wait
+    ends at once, nothing written, the poll returns {} and the close runs as it returns; its
+    own commit cannot get the flock either, is logged, and the close completes (committed
+    stays 10). Before, the poll waited out the 3 s and raised CoordinatorLockTimeout."""
+    import logging
+    import signal
+    from group_helpers import FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    gc = GroupCoordinator(d, lock_timeout=3.0)
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=1000,
+                 coordinator=gc)
+    c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    old = signal.signal(signal.SIGALRM, lambda *_: c.close())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        assert c.poll(timeout_ms=60_000) == {}
+        assert c.closed and _committed(d, "g") == {"t-0": 10}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        holder.release()
+        gc.close()
+    got = [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"]
+    assert len(got) == 1 and got[0].startswith(
+        "Synchronous auto-commit of offsets {'t-0': 15} failed: timed out after 3.0 s"), got
