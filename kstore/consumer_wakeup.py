@@ -85,6 +85,8 @@ class Wakeup:
         self.check_pause()
 
     def check_pause(self) -> None:
+        """pause's check: KStoreStateError once a close() has begun that no thread runs yet,
+        else check() (the wakeup)."""
         if self.closing is not None and not self.claimed:
             raise KStoreStateError(CLOSED)
         self.check()
