@@ -17,12 +17,12 @@ re-created (never committed: fetcher.py). With `subscribe` and a group_id the pa
 with the group's other members (`GroupMember`: file locks); with `assign` there is no membership,
 commits still go to the group's offsets. Auto-commit (the default) commits the positions of records
 returned: in poll every auto_commit_interval_ms, before partitions are revoked, at close
-(at-least-once). A member not polling for max_poll_interval_ms is evicted by its poll timer
-(poll_timer.py) without a commit; its next poll reports the partitions lost and rejoins. One user
-thread at a time (Kafka's): a second raises ConcurrentModificationError (consumer_access.py); any
-thread may call wakeup() (a blocked poll or commit raises WakeupError) and close() (a poll
-returns): consumer_wakeup.py. `_lock` (RLock), held by every call (consumer_access.py), keeps that
-timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
+(at-least-once; consumer_commits.py). A member not polling for max_poll_interval_ms is evicted by
+its poll timer (poll_timer.py) without a commit; its next poll reports the partitions lost and
+rejoins. One user thread at a time (Kafka's): a second raises ConcurrentModificationError
+(consumer_access.py); any thread may call wakeup() (a blocked poll or commit raises WakeupError)
+and close() (a poll returns): consumer_wakeup.py. `_lock` (RLock), held by every call
+(consumer_access.py), keeps that timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
 """
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ import re
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import InvalidConfigError, KStoreStateError, UnknownTopicError, WakeupError
+from kstore.errors import InvalidConfigError, KStoreStateError
 from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
+from kstore.consumer_commits import ConsumerCommits
 from kstore.consumer_queries import ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
@@ -55,7 +56,7 @@ _EVICTED = object()            # _pending after the poll timer evicted the membe
 log = logging.getLogger("kstore.consumer")
 
 
-class Consumer(ConsumerQueries):
+class Consumer(ConsumerQueries, ConsumerCommits):
     """A consumer of a store's topics: see the module doc. Use as a context manager.
 
     store: log dirs (a path, a comma-separated string or a sequence: read through a
@@ -241,7 +242,8 @@ class Consumer(ConsumerQueries):
                 return self._buffer.drain(limit)
             deadline = time.monotonic() + max(0.0, timeout_ms / 1000)
             while True:
-                self._maybe_auto_commit()
+                if not self._maybe_auto_commit():     # close() ended its flock wait: it commits
+                    return {}
                 try:
                     self._coordinate()
                 except KStoreStateError:
@@ -305,13 +307,6 @@ class Consumer(ConsumerQueries):
             self._lock.release()
 
     # -- the group -------------------------------------------------------------------------------
-    def _coord(self):
-        if self._coordinator is None:
-            from kstore.group_coordinator import GroupCoordinator
-            store = self._source.manager if self._source.manager is not None else self._source.log_dirs
-            self._coordinator = GroupCoordinator(store, io=self._io)
-        return self._coordinator
-
     def _coordinate(self) -> None:
         """Join the group, or apply what changed in it; without a group, a subscription reads
         every partition of its topics."""
@@ -441,7 +436,7 @@ class Consumer(ConsumerQueries):
         if release and self._member is not None:
             self._member.release(tps)
 
-    def _leave_group(self) -> None:
+    def _leave_group(self, closing: bool = False) -> None:
         if self._pending is _EVICTED:
             self._lose_partitions()
             return
@@ -450,87 +445,12 @@ class Consumer(ConsumerQueries):
         self._pending = None
         owned = self._state.assignment()
         try:
-            self._maybe_commit_before_losing(owned)
+            self._maybe_commit_before_losing(owned, closing)
             if owned and self._listener is not None:
                 self._listener.on_partitions_revoked(owned)
         finally:                             # the member leaves even if the listener raised
             self._drop(owned)
             member.leave()
-
-    # -- commits ---------------------------------------------------------------------------------
-    def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
-        pos = self._state.consumed()
-        if self._buffer:
-            pos.update((tp, off) for tp, off in self._buffer.held().items() if tp in pos)
-        if tps is not None:
-            keep = set(tps)
-            pos = {tp: o for tp, o in pos.items() if tp in keep}
-        gone = self._fetcher.stale(pos)      # a deleted topic's: never committed (fetcher.py)
-        return {tp: o for tp, o in pos.items() if tp not in gone} if gone else pos
-
-    def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
-        """Commit offsets (default: the positions of every assigned partition, i.e. after the
-        records returned so far) to the group's `__consumer_offsets` partition, in one batch.
-        When it returns the commit survives a kill -9 of this process. A group member commits
-        only partitions it owns (CommitFailedError otherwise, as Kafka's). wakeup() raises
-        WakeupError here, also in its wait for another process's commit (nothing written)."""
-        if self.group_id is None:
-            raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
-        with self._lock:
-            self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
-            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
-
-    def _commit(self, offsets: Mapping[TopicPartition, Any],
-                sleep: Optional[Callable[[float], None]] = None) -> None:
-        if not offsets:
-            return
-        from kstore.group_records import OffsetAndMetadata
-        values = {TopicPartition(*tp): OffsetAndMetadata.coerce(v) for tp, v in offsets.items()}
-        if self._member is not None:
-            self._member.commit(values, sleep)       # CommitFailedError for a partition it lost
-        else:
-            self._coord().commit_offsets(self.group_id, values, sleep=sleep)
-        self._last_commit.update((tp, v.offset) for tp, v in values.items())
-
-    def _maybe_auto_commit(self) -> None:
-        if not self.enable_auto_commit or time.monotonic() < self._next_commit:
-            return
-        due, self._next_commit = self._next_commit, time.monotonic() + self.auto_commit_interval
-        try:        # wakeup() ends its flock wait (nothing written): the next poll commits
-            self._commit_changed(self._consumed(), self._wake.pause)
-        except WakeupError:
-            self._next_commit = due
-            raise
-
-    def _maybe_commit_before_losing(self, tps: Iterable[TopicPartition]) -> None:
-        if self.enable_auto_commit:
-            self._commit_changed(self._consumed(tps))
-
-    def _commit_changed(self, positions: dict[TopicPartition, int],
-                        sleep: Optional[Callable[[float], None]] = None) -> None:
-        """Commit the positions that moved since the last commit (an idle one writes nothing)."""
-        if self._member is not None:
-            owned = self._member.owned()
-            positions = {tp: o for tp, o in positions.items() if tp in owned}
-        changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
-        try:
-            self._commit(changed, sleep)
-        except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
-            log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
-            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep)
-
-    def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
-        """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
-        if self.group_id is None:
-            raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
-        self._wake.check()
-        tp = TopicPartition(*tp)
-        got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
-        return got if got is None or metadata else got.offset
-
-    def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        got = self._coord().fetch_offsets(self.group_id, tps)
-        return {TopicPartition(*tp): o.offset for tp, o in got.items() if o.offset >= 0}
 
     # -- close -----------------------------------------------------------------------------------
     @property
@@ -568,9 +488,9 @@ class Consumer(ConsumerQueries):
                 try:
                     self.enable_auto_commit = self.enable_auto_commit and autocommit
                     if self._member is not None:
-                        self._leave_group()
-                    elif self.enable_auto_commit:
-                        self._commit_changed(self._consumed())
+                        self._leave_group(closing=True)
+                    else:
+                        self._maybe_commit_before_losing(None, closing=True)
                 finally:
                     try:
                         self._cancel_timer()

@@ -2,7 +2,8 @@
 close): `wakeup()` makes the poll blocked now, or the next poll/commit/committed, raise
 WakeupError once; `close()` ends a poll's wait at once (the poll returns what it has: nothing).
 A group join waiting for another process's group.lock is ended the same way (check_wait), and
-a commit waiting for an offsets flock too (pause).
+a commit waiting for an offsets flock too (pause: a close() from another thread, or one called
+while this thread waits, ends a poll's auto-commit there, nothing written).
 
 Both ring a private Bell that every poll sleeps on beside its logs' words, so the sleeper wakes
 at once (one futex_waitv; GIL released), never after its timeout. The request itself is a flag:
@@ -27,12 +28,13 @@ __all__ = ["Wakeup"]
 class Wakeup:
     """One consumer's wakeup and close requests, and the bell its waits include."""
 
-    __slots__ = ("bell", "requested", "closing")
+    __slots__ = ("bell", "requested", "closing", "claimed")
 
     def __init__(self) -> None:
         self.bell = _notify.Bell.private()
         self.requested = False          # a wakeup() not raised yet
         self.closing: Optional[int] = None   # the thread whose close() has begun
+        self.claimed = False            # a thread runs the close (under the consumer's lock)
 
     def wake(self) -> None:
         """wakeup(): any thread; the consumer's next blocking call (or the one now) raises."""
@@ -52,6 +54,7 @@ class Wakeup:
         (commit, committed) are the close's own, whichever thread called close() first, and
         pass the guard while another thread's poll waits for the lock."""
         self.closing = guard.closer = threading.get_ident()
+        self.claimed = True
 
     def closed_elsewhere(self) -> bool:
         """Another thread's close() has begun (it waits for the consumer's lock)."""
@@ -73,10 +76,19 @@ class Wakeup:
 
     def pause(self, seconds: float) -> None:
         """A commit's pause between attempts at the offsets flock (no notification to sleep
-        on): sleep on the bell up to seconds, so a wakeup() ends it at once (WakeupError)."""
+        on): sleep on the bell up to seconds, so a wakeup() ends it at once (WakeupError), and
+        so does a close() not yet running (KStoreStateError: it waits for this call, then
+        commits itself); the close's own commits (its listener's) wait on."""
         armed = self.bell.arm()
-        self.check()
+        self.check_pause()
         self.bell.sleep(armed, seconds)
+        self.check_pause()
+
+    def check_pause(self) -> None:
+        """pause's check: KStoreStateError once a close() has begun that no thread runs yet,
+        else check() (the wakeup)."""
+        if self.closing is not None and not self.claimed:
+            raise KStoreStateError(CLOSED)
         self.check()
 
     def interrupted(self) -> bool:

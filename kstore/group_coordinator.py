@@ -305,7 +305,8 @@ class GroupCoordinator:
         or for a group with no directory yet its log dir's groups dir flock, under which alone
         a member makes one. So an admin's look at a group and its write are one step, as under
         Kafka's group lock, whether or not a member ever met here, and nothing is left behind.
-        The groups dir flocks first (by path), then group.locks in name order."""
+        The groups dir flocks first (by path), then group.locks in name order. While held, every
+        new group's first join in those log dirs waits: hold it for one step (the tool does)."""
         from kstore.group_files import GroupDir
         gdirs = [GroupDir(self._io, self.log_dir_for(g), g) for g in sorted(set(group_ids))]
         with contextlib.ExitStack() as held:
@@ -388,14 +389,16 @@ class GroupCoordinator:
         live = mod.live_members(self, group_id)     # None: no kstore member ever joined here
         return None if live is None else list(live)
 
-    def expire_offsets(self, now_ms: Optional[int] = None) -> int:
+    def expire_offsets(self, now_ms: Optional[int] = None, *,
+                       sleep: Optional[Callable[[float], None]] = None) -> int:
         """Tombstone the offsets Kafka's GroupMetadata.removeExpiredOffsets expires
         (offsets.retention.minutes): of an Empty group, once retention has passed since it
         became Empty (its currentStateTimestamp; else each offset's commit time); of a group
         with no metadata (manual assignment), retention after each commit; of a live consumer
         group, only offsets of topics no member subscribes to. An offset with an explicit
         expire timestamp (value v1) expires then. An Empty group left without offsets gets a
-        metadata tombstone (Kafka's Dead). Returns the offsets expired."""
+        metadata tombstone (Kafka's Dead). Returns the offsets expired. sleep: the pauses of
+        the flock waits (may raise: the partitions done are written, the rest left as they are)."""
         now = self._time.milliseconds() if now_ms is None else now_ms
         total = 0
         for p in self.topic.existing_partitions():
@@ -408,7 +411,7 @@ class GroupCoordinator:
                     if g in groups and groups[g].members}
             if not self._expired(offsets, groups, live, now):
                 continue
-            with self.topic.locked(p) as lg:
+            with self.topic.locked(p, sleep=sleep) as lg:
                 with s.lock:
                     self._advance_locked(p, s)     # a commit may have landed meanwhile
                     expired = self._expired(s.offsets, s.groups, live, now)
@@ -466,16 +469,17 @@ class GroupCoordinator:
                 out[g] = dead
         return out
 
-    def compact(self, *, min_dirty_ratio: float = 0.0) -> int:
+    def compact(self, *, min_dirty_ratio: float = 0.0,
+                sleep: Optional[Callable[[float], None]] = None) -> int:
         """Compact every written partition with kstore's cleaner, under the partition's flock
         (Kafka's log cleaner over __consumer_offsets: latest value per key; tombstones dropped
         after delete.retention.ms). The active segment is never cleaned. Returns the partitions
-        cleaned."""
+        cleaned. sleep: the pauses of the flock waits (may raise)."""
         from kstore.cleaner import Cleaner, LogToClean, Throttler, cleanable_range
         cleaned = 0
         cleaner = Cleaner(16 << 20, 0.9, Throttler(float("inf"), self._time), self._time, self._io)
         for p in self.topic.existing_partitions():
-            with self.topic.locked(p) as lg:
+            with self.topic.locked(p, sleep=sleep) as lg:
                 now = self._time.milliseconds()
                 first, uncleanable, clean, dirty, _lag = cleanable_range(lg, lg.log_start_offset, now)
                 if not dirty or dirty / (clean + dirty) < min_dirty_ratio:

@@ -29,14 +29,14 @@ take none.
                                 takes it under GroupMember._lock, holding no other flock,
                                 then drops it); an admin
                                 (GroupCoordinator.groups_locked: delete_group, --reset-offsets
-                                --execute) holds it instead of group.lock for a group with no
-                                directory, from its look to its write, with the locks below
-                                (taken once per log dir, before any group.lock)
+                                --execute, one group at a time) holds it instead of group.lock
+                                for a group with no directory, from its look to its write,
+                                with the locks below: a first join waits one group's step
   group.lock flock              a consumer group's exclusive flock, across processes and threads
                                 (group_files.py, a bounded polling wait): joins, leaves,
                                 rebalances, group.json, and consumer-groups --reset-offsets
-                                --execute's look and commit (it holds every group's it resets,
-                                taken in name order; a member holds one only). Under it member and owner flocks are
+                                --execute's look and commit (one group's at a time; several
+                                through groups_locked: in name order). Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
                                 __consumer_offsets locks below; nothing holding those waits
                                 for group.lock (live_members only tries; delete_group takes
@@ -70,11 +70,16 @@ take none.
                                 (offsets_topic.py): held across the partition flock below.
                                 A Consumer's commit() and poll's auto-commit wait for both
                                 in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
-                                ends the wait
+                                ends the wait, and so does a close() not yet running (its
+                                own commit waits the lock timeout, then is logged)
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
-                                taken and dropped by on_topics_deleted (wait_writers: a barrier)
+                                taken and dropped by on_topics_deleted (wait_writers: a barrier).
+                                The scheduler's tasks (deletion retry, kafka-offsets-expiry)
+                                wait for it TASK_LOCK_WAIT_S in all, ended by close()
+                                (task_wait.py; OffsetsExpiry._closing, an Event), then put
+                                their work off to their next run
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)

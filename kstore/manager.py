@@ -37,6 +37,7 @@ from kstore.log_dir_loader import CLEAN_SHUTDOWN_FILE, LogDirLoader
 from kstore.log_registry import LogRegistry
 from kstore.marker_gate import MarkerGate
 from kstore.mounts import warn_unsafe_lock
+from kstore.offsets_expiry import EXPIRY_TASK, OffsetsExpiry
 from kstore.producer import Producer, RecordMetadata
 from kstore.properties import load_properties
 from kstore.scheduler import Scheduler, weak_task
@@ -118,6 +119,7 @@ class LogManager:
                                  to_remove=self._logs_to_delete)
         self._deletions = TopicDeletions(self.log_dirs, self._cfg, self._topics, self._admin,
                                          self._failures, io=self._io, time=self._time)
+        self._expiry = OffsetsExpiry(self.log_dirs, self._cfg, io=self._io, time=self._time)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
                                   create_topic=self._create,
@@ -275,18 +277,15 @@ class LogManager:
                    max(1, c["log.flush.start.offset.checkpoint.interval.ms"]))
         s.schedule("kafka-delete-logs", self._task(self.delete_logs), delay, 1000)
         s.schedule(RETRY_TASK, self._task(self.retry_deletions), delay, retry_interval_ms(c))
-        s.schedule("kafka-offsets-expiry", self._task(self.expire_group_offsets), delay,
+        # its waits for other processes' flocks are short, and end at close (offsets_expiry.py)
+        s.schedule(EXPIRY_TASK, self._expiry.scheduled(), delay,
                    c["offsets.retention.check.interval.ms"])
 
     def expire_group_offsets(self) -> int:
-        """The offsets.retention.check.interval.ms task: expire committed offsets per
-        offsets.retention.minutes, then compact __consumer_offsets, each partition under its
-        writers' flock (group_coordinator.py). Returns the offsets expired."""
-        from kstore.group_coordinator import GroupCoordinator
-        with GroupCoordinator(self, io=self._io, time=self._time) as gc:
-            n = gc.expire_offsets()
-            gc.compact(min_dirty_ratio=self._cfg.log_config().min_cleanable_dirty_ratio)
-        return n
+        """What the offsets.retention.check.interval.ms task does (offsets_expiry.py), waiting
+        the coordinator's lock timeout: expire committed offsets per offsets.retention.minutes,
+        then compact __consumer_offsets. Returns the offsets expired."""
+        return self._expiry.run()
 
     def _task(self, fn):
         # through a weak reference: the scheduler the manager holds forms no cycle with it
@@ -546,6 +545,7 @@ class LogManager:
         self._closed = True
         try:
             if not self.read_only:
+                self._expiry.close()        # the expiry task's flock wait ends now
                 self._deletions.close()     # a delete_topic or retry running: it ends first
             if self.cleaner is not None:
                 self.cleaner.shutdown()

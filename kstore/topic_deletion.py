@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time as _time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from kstore.broker_config import BrokerConfig
@@ -28,6 +27,7 @@ from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, drop_topic_entries
 from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 from kstore.log_dir_failure import LogDirFailureChannel
+from kstore.task_wait import TASK_LOCK_WAIT_S, PutOff, held_too_long, task_pause
 from kstore.topic_admin import TopicAdmin
 from kstore.topics import TopicConfigs
 
@@ -40,17 +40,7 @@ log = logging.getLogger("kstore.manager")
 RETRY_TASK = "kafka-topic-deletion-retry"
 #: the shortest retry period: kstore's kafka-delete-logs beat (file.delete.delay.ms may be 0)
 MIN_RETRY_MS = 1000
-#: how long, in all, the task's attempt waits for offsets flocks (another process's commit holds
-#: one for milliseconds) before putting the deletion off to its next run
-TASK_LOCK_WAIT_S = 1.0
-
-
-class _PutOff(KStoreError):
-    """The task's attempt stopped waiting for an offsets flock (TASK_LOCK_WAIT_S, or close())."""
-
-
-def _held_too_long() -> str:
-    return f"offsets flocks held by others for {TASK_LOCK_WAIT_S:g} s"
+__all__ = ["RETRY_TASK", "MIN_RETRY_MS", "TASK_LOCK_WAIT_S", "retry_interval_ms", "TopicDeletions"]
 
 
 def retry_interval_ms(cfg: BrokerConfig) -> int:
@@ -126,17 +116,9 @@ class TopicDeletions:
             self._closed = True
 
     def _task_pause(self) -> Callable[[float], None]:
-        """The task's attempt's pauses between tries of an offsets flock: slept on the closing
-        event; _PutOff once TASK_LOCK_WAIT_S have passed since the attempt began, or at close()."""
-        deadline = _time.monotonic() + TASK_LOCK_WAIT_S
-
-        def pause(seconds: float) -> None:
-            left = deadline - _time.monotonic()
-            if left <= 0:
-                raise _PutOff(_held_too_long())
-            if self._closing.wait(min(seconds, left)):
-                raise _PutOff("the LogManager is closing")
-        return pause
+        """The task's attempt's pauses between tries of an offsets flock (task_wait.py): PutOff
+        once TASK_LOCK_WAIT_S have passed since the attempt began, or at close()."""
+        return task_pause(self._closing, TASK_LOCK_WAIT_S)
 
     def _tail(self, topics: list[str], pause: Optional[Callable[[float], None]] = None) -> bool:
         """Forget the topics, then drop their deletion record (not while a dir is offline)."""
@@ -166,9 +148,9 @@ class TopicDeletions:
         except (KStoreError, OSError) as e:
             # the task's flock waits also time out at TASK_LOCK_WAIT_S on their own: when a pause
             # ends late, that timeout comes first; the same give-up
-            if isinstance(e, _PutOff) or (pause is not None and isinstance(e, CoordinatorLockTimeout)):
+            if isinstance(e, PutOff) or (pause is not None and isinstance(e, CoordinatorLockTimeout)):
                 log.info("the deletion of topic(s) %s is put off to the next retry: %s", topics,
-                         e if isinstance(e, _PutOff) else _held_too_long())
+                         e if isinstance(e, PutOff) else held_too_long(TASK_LOCK_WAIT_S))
                 return False
             log.error("topic(s) %s deleted but their committed offsets could not be removed: %s",
                       topics, e)

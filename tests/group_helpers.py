@@ -96,3 +96,27 @@ class ChildMember:
             assert self.p.stdin is not None
             self.p.stdin.close()
             self.p.wait(timeout=30)
+
+
+_HOLD_FLOCK = ("import fcntl, os, sys\n"
+               "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('locked', flush=True)\n"
+               "sys.stdin.read()\n")
+
+
+class FlockHolder:
+    """Another process holding a directory's exclusive flock (a __consumer_offsets partition's,
+    as its commit does) from its start until release(); cwd: outside the checkout."""
+
+    def __init__(self, path: str, cwd) -> None:
+        self.p = subprocess.Popen([sys.executable, "-c", _HOLD_FLOCK, path], cwd=str(cwd),
+                                  env=dict(os.environ), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert self.p.stdout is not None and self.p.stdout.readline() == "locked\n"
+
+    def release(self) -> None:
+        if self.p.poll() is None:
+            assert self.p.stdin is not None
+            self.p.stdin.close()
+            assert self.p.wait(timeout=30) == 0

@@ -231,3 +231,178 @@ def test_an_auto_commit_racing_a_deletion_commits_the_rest(tmp_path, watchdog):
         c.close()
         with GroupCoordinator(d) as gc:
             assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("u", 0): 7}
+
+
+def _group_path(d: str, group: str) -> str:
+    with GroupCoordinator(d) as gc:
+        return gc.topic.partition_path(gc.partition_for(group))
+
+
+def _committed(d: str, group: str) -> dict:
+    with GroupCoordinator(d) as gc:
+        return {str(tp): o.offset for tp, o in sorted(gc.fetch_offsets(group).items())}
+
+
+def _in_call(c) -> None:
+    """Until a thread is inside one of c's calls, then a little more (waiting in it)."""
+    deadline = time.monotonic() + 10
+    while c._guard.owner is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.3)
+
+
+def _fifteen_due(c, m) -> None:
+    """c read t-0's 10 records and committed; 5 more read; its auto-commit due at its next poll."""
+    assert len(c.poll(timeout_ms=5000, max_records=1000)[TP("t", 0)]) == 10
+    c.commit()
+    m.append_batch("t", 0, [(b"k", b"more%d" % i) for i in range(5)])
+    assert len(c.poll(timeout_ms=5000)[TP("t", 0)]) == 5
+    time.sleep(1.1)                              # the auto-commit is due at the next poll
+
+
+@pytest.mark.parametrize("member", [False, True], ids=["assigned", "group-member"])
+def test_close_from_another_thread_ends_a_polls_auto_commit_waiting_for_the_flock(
+        group_store, watchdog, tmp_path, member):
+    """A poll's auto-commit waits for the group's offsets flock, which another process holds:
+    close() from another thread makes that poll return {} at once (well before the flock's
+    30 s timeout), nothing written (committed stays 10); the close then commits itself, waiting
+    for the flock (Kafka's close commits within its bound), and once the process lets go it
+    writes 15. Before, the poll sat in its wait until the flock was released or timed out, and
+    close() waited as long behind it."""
+    import threading
+    from group_helpers import FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=1000)
+    if member:
+        c.subscribe(["t"])
+    else:
+        c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    before = {"t-0": 10} | ({f"t-{p}": 10 for p in (1, 2, 3)} if member else {})
+    assert _committed(d, "g") == before
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    try:
+        out: list = []
+        poller = threading.Thread(target=lambda: out.append(c.poll(timeout_ms=60_000)), name="poller")
+        poller.start()
+        _in_call(c)
+        closer = threading.Thread(target=c.close, name="closer")
+        closer.start()
+        join_all([poller], 10)
+        assert out == [{}] and _committed(d, "g") == before
+        time.sleep(0.5)
+        assert closer.is_alive() and not c.closed       # its own commit waits for the flock
+    finally:
+        holder.release()
+    join_all([closer], 20)
+    assert c.closed and _committed(d, "g") == before | {"t-0": 15}
+
+
+def test_a_commit_ended_by_another_threads_close_raises_closed_and_writes_nothing(
+        group_store, watchdog, tmp_path):
+    """commit() waits for the offsets flock another process holds: close() from another thread
+    ends it with KStoreStateError (Kafka's closed message), nothing written; the close's own
+    commit then writes 15 once the process lets go."""
+    import threading
+    from group_helpers import FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=60_000)
+    c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    try:
+        out: list = []
+
+        def commit():
+            try:
+                c.commit()
+                out.append("committed")
+            except kstore.KStoreError as e:
+                out.append(e)
+        committer = threading.Thread(target=commit, name="committer")
+        committer.start()
+        _in_call(c)
+        closer = threading.Thread(target=c.close, name="closer")
+        closer.start()
+        join_all([committer], 10)
+        assert [(type(e), str(e)) for e in out] == [
+            (kstore.KStoreStateError, "This consumer has already been closed.")]
+        assert _committed(d, "g") == {"t-0": 10} and closer.is_alive()
+    finally:
+        holder.release()
+    join_all([closer], 20)
+    assert c.closed and _committed(d, "g") == {"t-0": 15}
+
+
+@pytest.mark.parametrize("member", [False, True], ids=["assigned", "group-member"])
+def test_closes_commit_that_cannot_get_the_flock_is_logged_and_the_close_goes_on(
+        group_store, watchdog, tmp_path, caplog, member):
+    """Another process holds the offsets flock past the coordinator's lock timeout (1 s here):
+    close()'s auto-commit gives up, is logged as Kafka's ("Synchronous auto-commit of offsets
+    ... failed"), and the close goes on: it returns, the member has left, committed stays 10.
+    Before, close() raised CoordinatorLockTimeout."""
+    import logging
+    from group_helpers import FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    gc = GroupCoordinator(d, lock_timeout=1.0)
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=60_000,
+                 coordinator=gc)
+    if member:
+        c.subscribe(["t"])
+    else:
+        c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    try:
+        assert c.close() is None and c.closed
+        assert _committed(d, "g") == {"t-0": 10} | ({f"t-{p}": 10 for p in (1, 2, 3)} if member else {})
+        if member:
+            assert gc.live_members("g") == []
+    finally:
+        holder.release()
+        gc.close()
+    offsets = "{'t-0': 15" + (", 't-1': 10, 't-2': 10, 't-3': 10}" if member else "}")
+    got = [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"]
+    assert len(got) == 1 and got[0].startswith(
+        f"Synchronous auto-commit of offsets {offsets} failed: timed out after 1.0 s waiting for "
+        "the writer's lock of "), got
+
+
+def test_a_signal_handlers_close_ends_the_polls_auto_commit_wait_in_the_same_thread(
+        group_store, watchdog, tmp_path, caplog):
+    """A signal handler calls close() while this thread's poll waits in its auto-commit for the
+    offsets flock another process holds (the coordinator's lock timeout 3 s here): the wait
+    ends at once, nothing written, the poll returns {} and the close runs as it returns; its
+    own commit cannot get the flock either, is logged, and the close completes (committed
+    stays 10). Before, the poll waited out the 3 s and raised CoordinatorLockTimeout."""
+    import logging
+    import signal
+    from group_helpers import FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    gc = GroupCoordinator(d, lock_timeout=3.0)
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=1000,
+                 coordinator=gc)
+    c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    old = signal.signal(signal.SIGALRM, lambda *_: c.close())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        assert c.poll(timeout_ms=60_000) == {}
+        assert c.closed and _committed(d, "g") == {"t-0": 10}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        holder.release()
+        gc.close()
+    got = [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"]
+    assert len(got) == 1 and got[0].startswith(
+        "Synchronous auto-commit of offsets {'t-0': 15} failed: timed out after 3.0 s"), got

@@ -562,10 +562,11 @@ def test_delete_of_a_missing_group_beside_its_first_join(store, monkeypatch, wat
     assert (rc, out) == (0, "Deletion of requested consumer groups ('new') was successful.\n")
 
 
-def test_reset_of_groups_without_directories_holds_their_groups_dir_once(store, watchdog):
+def test_reset_of_groups_without_directories_takes_their_groups_dir_in_turn(store, watchdog):
     """--execute over g (commits, no directory), a and b (nothing): the groups dir's flock is
-    taken once for the three (a second flock of it from the same process would wait for the
-    first, 30 s), every group gets its offsets, and no group directory is made."""
+    taken for one group at a time, released before the next (a second flock of it from the
+    same process while held would wait 30 s), every group gets its offsets, and no group
+    directory is made."""
     watchdog(60)
     rc, _out, _err = run("--log-dirs", store, "--reset-offsets", "--group", "g", "--group", "b",
                          "--group", "a", "--topic", "t:1", "--to-offset", "7", "--execute")
@@ -574,3 +575,69 @@ def test_reset_of_groups_without_directories_holds_their_groups_dir_once(store, 
         assert {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()} for g in "gab"} == {
             "g": {TP("t", 0): 10, TP("t", 1): 7}, "a": {TP("t", 1): 7}, "b": {TP("t", 1): 7}}
     assert [os.path.exists(_group_dir(store, g)) for g in "gab"] == [False] * 3
+
+
+_FRESH_JOINER = """
+import sys, kstore
+c = kstore.Consumer(sys.argv[1], group_id="fresh", enable_auto_commit=False)
+c.subscribe(["t"])
+while not c.assignment():
+    c.poll(timeout_ms=100)
+print("joined", sorted(tp.partition for tp in c.assignment()), flush=True)
+sys.stdin.read()
+c.close()
+"""
+
+
+@pytest.mark.parametrize("action", [("--delete",),
+                                    ("--reset-offsets", "--topic", "t", "--to-earliest", "--execute")],
+                         ids=["delete", "reset"])
+def test_a_new_groups_first_join_completes_between_two_groups_of_an_all_groups_scan(
+        store, monkeypatch, watchdog, tmp_path, action):
+    """--all-groups over 201 groups (g and grp-000..199, no directories): while the tool is
+    between its 9th and 10th group, a consumer of a new group in another process makes its
+    first join, which needs the groups dir's flock. The tool waits there for the join to
+    complete (bounded by the watchdog): it does, with 9 groups done and 192 untouched, and the
+    tool then finishes every group. Before, --reset-offsets --execute took the groups dir's
+    flock (and every group.lock) once for all groups and held it across the whole scan (0.43 s
+    over 200 groups of 50 partitions with --to-datetime): no moment between two groups, a
+    first join waited for the scan's end (the hook here never ran: KeyError)."""
+    import subprocess
+    import sys
+    watchdog(120)
+    with GroupCoordinator(store) as gc:
+        for i in range(200):
+            gc.commit_offsets(f"grp-{i:03d}", {TP("t", 0): 5, TP("t", 1): 6})
+    groups = ["g"] + [f"grp-{i:03d}" for i in range(200)]
+    before = {g: {TP("t", 0): 10, TP("t", 1): 45} if g == "g" else {TP("t", 0): 5, TP("t", 1): 6}
+              for g in groups}
+    after = {g: {} if action[0] == "--delete" else {TP("t", 0): 0, TP("t", 1): 0} for g in groups}
+    real = GroupCoordinator.groups_locked
+    steps: list = []
+    seen: dict = {}
+
+    def between_groups(self, group_ids):
+        steps.append(list(group_ids))
+        if len(steps) == 10:                 # the 9 groups before are done, nothing is held
+            child = subprocess.Popen([sys.executable, "-c", _FRESH_JOINER, store], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     cwd=str(tmp_path), env=dict(os.environ))
+            seen["child"], seen["line"] = child, child.stdout.readline()
+            with GroupCoordinator(store) as gc:
+                seen["offsets"] = {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()}
+                                   for g in groups}
+        return real(self, group_ids)
+    monkeypatch.setattr(GroupCoordinator, "groups_locked", between_groups)
+    rc, out, _err = run("--log-dirs", store, *action, "--all-groups")
+    child = seen["child"]
+    _out, err = child.communicate("", timeout=60)
+    assert (rc, seen["line"], child.returncode) == (0, "joined [0, 1]\n", 0), err
+    assert steps == [[g] for g in groups]
+    assert seen["offsets"] == {g: after[g] if i < 9 else before[g] for i, g in enumerate(groups)}
+    if action[0] == "--delete":
+        assert out == f"Deletion of requested consumer groups ({', '.join(repr(g) for g in groups)}) was successful.\n"
+    monkeypatch.undo()
+    with GroupCoordinator(store) as gc:
+        assert {g: {tp: o.offset for tp, o in gc.fetch_offsets(g).items()} for g in groups} == after
+    assert os.path.isdir(_group_dir(store, "fresh"))
+    assert [os.path.exists(_group_dir(store, g)) for g in groups] == [False] * len(groups)

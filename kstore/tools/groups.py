@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import sys
 from typing import IO, Any, Callable, Optional
@@ -321,14 +322,17 @@ class _Command:
         if a.dry_run and a.execute:
             raise UsageError("--dry-run and --execute are exclusive")
         groups = list(dict.fromkeys(groups))     # Kafka's describe/alter requests hold a set
+        if a.execute and len(groups) > 1:
+            failed = self._check_all(groups)     # a group that fails: none is written
+            if failed is not None:
+                return failed
         plan: dict[str, dict[TopicPartition, int]] = {}
-        with contextlib.ExitStack() as held:
-            # --execute: what a member's join takes for every group (groups_locked: group.lock,
-            # or the groups dir's flock for a group with no directory yet), from the look at
-            # its state to the write, as under Kafka's group lock; all or none written
-            if a.execute:
-                held.enter_context(self.gc.groups_locked(groups))
-            for g in groups:
+        for g in groups:
+            # --execute: what a member's join takes for this group (groups_locked: group.lock,
+            # or the groups dir's flock if it has no directory yet), from the look at its
+            # state to its write, as under Kafka's group lock; one group at a time, so
+            # another group's first join waits at most for one group's step
+            with self.gc.group_locked(g) if a.execute else contextlib.nullcontext():
                 state = self.state(g)
                 if state not in ("Empty", "Dead"):
                     _error(self.out, f"Assignments can only be reset if the group '{g}' is inactive, "
@@ -339,12 +343,11 @@ class _Command:
                 except _NoOffset as e:               # Kafka's printUsageAndExit: stderr, status 1
                     print(e, file=self.err)
                     return 1
-                except UnknownTopicError:            # nothing is committed for any group
+                except UnknownTopicError:            # nothing is committed for this group
                     _error(self.out, UNKNOWN_TOPIC_FAILURE)
                     return 1
-            if a.execute:
-                for g, offs in plan.items():
-                    self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in offs.items()})
+                if a.execute:
+                    self.gc.commit_offsets(g, {tp: OffsetAndMetadata(o) for tp, o in plan[g].items()})
         if a.json:
             print(json.dumps([{"group": g, "topic": tp.topic, "partition": tp.partition, "new_offset": o}
                               for g, offs in plan.items() for tp, o in sorted(offs.items())]), file=self.out)
@@ -357,6 +360,28 @@ class _Command:
                     self.out.write(fmt.format(g, tp.topic, tp.partition, o))
             print(file=self.out)
         return 0 if len(plan) == len(groups) else 1
+
+    def _check_all(self, groups: list[str]) -> Optional[int]:
+        """--execute over several groups: every inactive group's new offsets computed first,
+        holding no lock and saying nothing but a failure (its status, else None), so that one
+        failing group fails the command before any is written. A failure met only at the
+        write's own look (a topic deleted between the two) ends the command there."""
+        quiet, err = io.StringIO(), self.err
+        self.err = quiet                          # clamping notes: said by the pass that writes
+        try:
+            for g in groups:
+                if self.state(g) in ("Empty", "Dead"):
+                    for tp in self.partitions_to_reset(g):
+                        self.new_offset(g, tp)
+        except _NoOffset as e:
+            print(e, file=err)
+            return 1
+        except UnknownTopicError:
+            _error(self.out, UNKNOWN_TOPIC_FAILURE)
+            return 1
+        finally:
+            self.err = err
+        return None
 
     def new_offset(self, g: str, tp: TopicPartition) -> int:
         """Kafka's prepareOffsetsToReset for one partition, clamped to [log start, log end]."""

@@ -1,0 +1,143 @@
+"""A Consumer's commits (Kafka's ConsumerCoordinator's half that writes offsets): commit(),
+poll's auto-commit every auto_commit_interval_ms, the auto-commit before partitions are given up
+and close()'s, and committed(). A mixin of `Consumer`, on its state (positions, member, lock).
+
+Waits: commit() and poll's auto-commit wait for the offsets flock in pauses slept on the
+consumer's bell (Wakeup.pause): wakeup() ends the wait (WakeupError), and so does a close() not
+yet running (from another thread, or a signal handler's in this one): the poll returns {} and
+the close commits instead. A commit that ended so wrote nothing and is not recorded. close()'s
+own commit waits the coordinator's lock timeout (30 s, Kafka's default close timeout); if it
+fails it is logged and the close goes on (Kafka's maybeAutoCommitOffsetsSync).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from kstore.consumer_buffer import RecordBuffer
+from kstore.consumer_wakeup import Wakeup
+from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError, WakeupError
+from kstore.fetcher import Fetcher, LogSource
+from kstore.fileio import FileOps
+from kstore.subscription_state import SubscriptionState
+from kstore.topic_partition import TopicPartition
+
+__all__ = ["ConsumerCommits"]
+
+log = logging.getLogger("kstore.consumer")
+
+
+class ConsumerCommits:
+    """Consumer's commits (the consumer sets the attributes below)."""
+
+    group_id: Optional[str]
+    enable_auto_commit: bool
+    auto_commit_interval: float
+    _state: SubscriptionState
+    _buffer: RecordBuffer
+    _fetcher: Fetcher
+    _source: LogSource
+    _io: Optional[FileOps]
+    _coordinator: Any
+    _member: Any
+    _lock: threading.RLock
+    _wake: Wakeup
+    _next_commit: float
+    _last_commit: dict[TopicPartition, int]
+
+    def _coord(self) -> Any:
+        """The group's coordinator (the one given, else made at first use)."""
+        if self._coordinator is None:
+            from kstore.group_coordinator import GroupCoordinator
+            store = self._source.manager if self._source.manager is not None else self._source.log_dirs
+            self._coordinator = GroupCoordinator(store, io=self._io)
+        return self._coordinator
+
+    def _consumed(self, tps: Optional[Iterable[TopicPartition]] = None) -> dict[TopicPartition, int]:
+        pos = self._state.consumed()
+        if self._buffer:
+            pos.update((tp, off) for tp, off in self._buffer.held().items() if tp in pos)
+        if tps is not None:
+            keep = set(tps)
+            pos = {tp: o for tp, o in pos.items() if tp in keep}
+        gone = self._fetcher.stale(pos)      # a deleted topic's: never committed (fetcher.py)
+        return {tp: o for tp, o in pos.items() if tp not in gone} if gone else pos
+
+    def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
+        """Commit offsets (default: the positions of every assigned partition, i.e. after the
+        records returned so far) to the group's `__consumer_offsets` partition, in one batch.
+        When it returns the commit survives a kill -9 of this process. A group member commits
+        only partitions it owns (CommitFailedError otherwise, as Kafka's). wakeup() raises
+        WakeupError here, also in its wait for another process's commit (nothing written)."""
+        if self.group_id is None:
+            raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
+        with self._lock:
+            self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
+            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
+
+    def _commit(self, offsets: Mapping[TopicPartition, Any],
+                sleep: Optional[Callable[[float], None]] = None) -> None:
+        if not offsets:
+            return
+        from kstore.group_records import OffsetAndMetadata
+        values = {TopicPartition(*tp): OffsetAndMetadata.coerce(v) for tp, v in offsets.items()}
+        if self._member is not None:
+            self._member.commit(values, sleep)       # CommitFailedError for a partition it lost
+        else:
+            self._coord().commit_offsets(self.group_id, values, sleep=sleep)
+        self._last_commit.update((tp, v.offset) for tp, v in values.items())
+
+    def _maybe_auto_commit(self) -> bool:
+        """Poll's auto-commit; False if a close() ended its flock wait (nothing written)."""
+        if not self.enable_auto_commit or time.monotonic() < self._next_commit:
+            return True
+        due, self._next_commit = self._next_commit, time.monotonic() + self.auto_commit_interval
+        try:        # wakeup() ends its flock wait (nothing written): the next poll commits
+            self._commit_changed(self._consumed(), self._wake.pause)
+        except (WakeupError, KStoreStateError):
+            self._next_commit = due
+            if self._wake.closing is None:
+                raise
+            return False
+        return True
+
+    def _maybe_commit_before_losing(self, tps: Optional[Iterable[TopicPartition]],
+                                    closing: bool = False) -> None:
+        """closing: close()'s (Kafka's maybeAutoCommitOffsetsSync): a failure (the lock
+        timeout) is logged, the close goes on."""
+        positions = self._consumed(tps) if self.enable_auto_commit else {}
+        try:
+            self._commit_changed(positions)
+        except KStoreError as e:
+            if not closing:
+                raise
+            log.warning("Synchronous auto-commit of offsets %s failed: %s",
+                        {str(tp): o for tp, o in sorted(positions.items())}, e)
+
+    def _commit_changed(self, positions: dict[TopicPartition, int],
+                        sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Commit the positions that moved since the last commit (an idle one writes nothing)."""
+        if self._member is not None:
+            owned = self._member.owned()
+            positions = {tp: o for tp, o in positions.items() if tp in owned}
+        changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
+        try:
+            self._commit(changed, sleep)
+        except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
+            log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
+            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep)
+
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
+        """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
+        if self.group_id is None:
+            raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
+        self._wake.check()
+        tp = TopicPartition(*tp)
+        got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
+        return got if got is None or metadata else got.offset
+
+    def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        got = self._coord().fetch_offsets(self.group_id, tps)
+        return {TopicPartition(*tp): o.offset for tp, o in got.items() if o.offset >= 0}
