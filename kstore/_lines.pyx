@@ -37,13 +37,22 @@ cdef inline Py_ssize_t _find(const uint8_t* p, Py_ssize_t start, Py_ssize_t end,
     return -1
 
 
+cdef inline Py_ssize_t _line_end(const uint8_t* p, Py_ssize_t s, Py_ssize_t end) noexcept nogil:
+    """Position of the first \\n or \\r in p[s:end), or end."""
+    cdef const uint8_t* nl = <const uint8_t*>memchr(p + s, 10, <size_t>(end - s)) if s < end else NULL
+    cdef Py_ssize_t e = (nl - p) if nl != NULL else end
+    cdef const uint8_t* cr = <const uint8_t*>memchr(p + s, 13, <size_t>(e - s)) if s < e else NULL
+    return (cr - p) if cr != NULL else e
+
+
 def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int sticky,
                 bint final):
     """Split text lines (a console producer's input) into per-partition columns, in two nogil
     passes and no per-line Python objects.
 
-    Lines end at \\n (a trailing \\r is dropped); with final=False the bytes after the last
-    \\n are left for the next call. sep (bytes or None) splits each line into key and value at
+    Lines end at \\n, \\r or \\r\\n, as Java's BufferedReader.readLine (Kafka's console producer);
+    with final=False the bytes after the last line end are left for the next call, and so is a
+    line ending at a \\r that is the last byte (a \\n may follow in the next call). sep (bytes or None) splits each line into key and value at
     its first occurrence. A line's partition is `partition` when >= 0, else Kafka's default
     partitioner over its key (toPositive(murmur2) % n_parts) when keyed, else `sticky`.
 
@@ -66,15 +75,17 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
         if plen == 0:
             raise ValueError("the key separator must not be empty")
         pat = <const uint8_t*>PyBytes_AS_STRING(sepb)
-    # the lines to split: up to the last newline, or everything when final
+    # the lines to split: up to the last line end, or everything when final
     with nogil:
         s = 0
         while s < n:
-            nl = <const uint8_t*>memchr(p + s, 10, <size_t>(n - s))
-            if nl == NULL:
+            e = _line_end(p, s, n)
+            if e == n:
                 break
+            if p[e] == 13 and e + 1 == n and not final:
+                break                    # "\r" last: its "\n" may come in the next call
             nlines += 1
-            s = (nl - p) + 1
+            s = e + 2 if p[e] == 13 and e + 1 < n and p[e + 1] == 10 else e + 1
         limit = s
         if final and limit < n:
             nlines += 1
@@ -92,11 +103,8 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
     with nogil:
         s = 0
         for i in range(nlines):
-            nl = <const uint8_t*>memchr(p + s, 10, <size_t>(limit - s)) if s < limit else NULL
-            e = (nl - p) if nl != NULL else limit
-            q = e + 1
-            if e > s and p[e - 1] == 13:
-                e -= 1
+            e = _line_end(p, s, limit)
+            q = e + 2 if e + 1 < limit and p[e] == 13 and p[e + 1] == 10 else e + 1
             k = -1
             if pat != NULL:
                 k = _find(p, s, e, pat, plen)

@@ -56,6 +56,27 @@ def test_produce_unkeyed_crlf_no_trailing_newline_and_auto_create(tmp_path):
     assert contents(d, "new")[0] == [(0, None, b"a"), (1, None, b"b"), (2, None, b""), (3, None, b"c")]
 
 
+def test_produce_reads_lines_and_text_as_kafkas_console_producer(tmp_path, monkeypatch):
+    """Kafka's LineMessageReader: BufferedReader.readLine over an InputStreamReader(UTF-8), and
+    line.getBytes(UTF-8) as the record. So a lone \\r ends a line (before: one record 'a\\rb'),
+    and malformed UTF-8 becomes U+FFFD, one per sequence as the JDK cuts them (the encoded
+    surrogate ED A0 80 is one; before, its bytes went in as they were). The expected bytes are
+    what Kafka 3.x's reader gives for this input (the JVM's InputStreamReader, checked here by
+    tests/test_java_text.py). Small read chunks: a \\r\\n and a sequence split between reads."""
+    monkeypatch.setattr(console, "READ_CHUNK", 3)
+    d = str(tmp_path / "s")
+    data = b"a\rb\r\nk\xc3\xa9:v\xed\xa0\x80w\n\xe2\x82\xac:\xe2\x82\n\xff:\xf0\x9f\x98\x80\r"
+    assert produce(d, data, "--topic", "t", "--partition", "0") == 0
+    assert contents(d, "t")[0] == [(0, None, b"a"), (1, None, b"b"),
+                                   (2, None, b"k\xc3\xa9:v\xef\xbf\xbdw"),
+                                   (3, None, b"\xe2\x82\xac:\xef\xbf\xbd"),
+                                   (4, None, b"\xef\xbf\xbd:\xf0\x9f\x98\x80")]
+    assert produce(d, b"k\x80:v\rz:\xe0\x80", "--topic", "u", "--partition", "0",
+                   "--key-separator", ":") == 0
+    assert contents(d, "u")[0] == [(0, b"k\xef\xbf\xbd", b"v"),
+                                   (1, b"z", b"\xef\xbf\xbd\xef\xbf\xbd")]
+
+
 def test_produce_batches_follow_batch_size(tmp_path):
     d = str(tmp_path / "s")
     data = b"".join(b"%099d\n" % i for i in range(1000))       # 99-byte values

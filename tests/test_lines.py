@@ -1,4 +1,6 @@
 """kstore._lines: split_lines, the console producer's line splitter, and murmur2."""
+import re
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -37,6 +39,20 @@ def test_split_lines_keys_partitions_and_partial_lines():
     assert _core.split_lines(b"no newline yet", None, 1, -1, 0, False)[:2] == (0, 0)
 
 
+def test_split_lines_ends_lines_as_javas_read_line():
+    """Kafka's console producer reads lines with BufferedReader.readLine: \\r alone ends a line
+    too (before, 'a\\rb' was one record), \\r\\n is one end, and a \\r that is the last byte
+    of a call's data waits for the next call, which may start with its \\n."""
+    data = b"a\rb\r\nc\n\rd\r"
+    consumed, lines, parts, bad = _core.split_lines(data, None, 1, -1, 0, False)
+    assert (consumed, lines, bad) == (8, 4, -1)
+    assert _rows_of(parts[0]) == [(None, b"a"), (None, b"b"), (None, b"c"), (None, b"")]
+    consumed, lines, parts, bad = _core.split_lines(data[8:] + b"\ne", None, 1, -1, 0, True)
+    assert (consumed, lines) == (4, 2) and _rows_of(parts[0]) == [(None, b"d"), (None, b"e")]
+    _c, lines, parts, _b = _core.split_lines(b"k\tv\rk2\tv2\r", b"\t", 1, -1, 0, True)
+    assert lines == 2 and _rows_of(parts[0]) == [(b"k", b"v"), (b"k2", b"v2")]
+
+
 def test_split_lines_stops_before_a_line_without_the_separator():
     data = b"k:v\nk2:v2\noops\nk3:v3\n"
     consumed, lines, parts, bad = _core.split_lines(data, b":", 1, -1, 0, True)
@@ -60,13 +76,16 @@ def test_split_lines_rejects_bad_arguments():
 def test_split_lines_matches_a_python_model(data, sep, n, final):
     from kstore.partitioner import partition_for_key
     consumed, lines, parts, bad = _core.split_lines(data, sep, n, -1, n - 1, final)
-    body = data if final else data[: data.rfind(b"\n") + 1]
-    model = body.split(b"\n")
-    if model and model[-1] == b"" and (not final or body.endswith(b"\n") or not body):
+    # Java's BufferedReader.readLine: a line ends at \n, \r or \r\n; not final, the bytes after
+    # the last line end stay, and so does a line ending at a last \r (its \n may follow)
+    model = re.split(rb"\r\n|\r|\n", data)
+    rest = model.pop()                  # after the last line end (b"" if the data ends with one)
+    if final and rest:
+        model.append(rest)
+    if not final and data.endswith(b"\r") and model:
         model.pop()
     want, ok = {}, 0
     for line in model:
-        line = line[:-1] if line.endswith(b"\r") else line
         if sep is not None:
             if sep not in line:
                 break

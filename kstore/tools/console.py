@@ -21,6 +21,7 @@ from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
 from kstore.fetcher import past_gap
+from kstore.tools.java_text import as_java_text
 from kstore.tools.progress import Progress
 
 READ_CHUNK = 1 << 20
@@ -58,6 +59,9 @@ def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Op
         while True:
             chunk = stdin.read(READ_CHUNK)
             data = rest + chunk if rest else chunk
+            # Kafka's producer sends each line decoded from UTF-8 and encoded again (java_text.py)
+            data = as_java_text(data, max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                                if chunk else len(data))
             # lines split per partition in the core: keys, murmur2, no per-line Python objects
             consumed, lines, parts, bad = _core.split_lines(data, sep, n_parts, fixed, sticky,
                                                             not chunk)
