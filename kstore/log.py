@@ -154,6 +154,11 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         survivors = {id(s) for s in old.segs}
         return not any(id(s) in survivors for s in segs.segs)
 
+    @property
+    def dir_identity(self) -> Optional[tuple[int, int]]:
+        """Read-only: (device, inode) of the directory its segments were last listed from."""
+        return self._ro_refresh.identity if self.read_only else None
+
     def note_log_start(self, offset: int) -> None:
         """A read-only log: the writer's log start from its notification page (notify.py; a
         DeleteRecords inside a segment shows nowhere else until a checkpoint): raised to it,
