@@ -1,10 +1,8 @@
 """One partition's log (Kafka's UnifiedLog, for a single node): open and load, append, read and
 offsets by timestamp. The segments on disk, their offsets and retention are LocalLog's
 (local_log.py), which Log extends rather than wraps: the append and read fast paths reach the
-segment list and offsets without an extra attribute lookup.
-
-high_watermark equals log_end_offset in this single-node engine.
-"""
+segment list and offsets without an extra attribute lookup. high_watermark equals log_end_offset
+(a single node)."""
 from __future__ import annotations
 
 import errno
@@ -120,10 +118,10 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
                 tail: Optional[tuple[int, int]] = None) -> None:
         """Read-only logs: pick up the segments and batches another process added, deleted or
         replaced (readers of an old file finish on it), and a start a standalone writer saved
-        (start_file.py; never lowered); tail: the writer's (active base, size)
-        hints (notify.py). No-op if writable; UnknownTopicError if the partition dir is gone;
-        KStoreStateError once closed (checked under the lock: a refresh racing close() would
-        open segments, and keep a descriptor, that nothing closes)."""
+        (start_file.py; never lowered); tail: the writer's (active base, size) hints (notify.py).
+        No-op if writable; UnknownTopicError if the partition dir is gone; KStoreStateError once
+        closed (checked under the lock: a refresh racing close() would open segments, and keep a
+        descriptor, that nothing closes)."""
         if not self.read_only:
             return
         with self._lock:
@@ -153,6 +151,11 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             return True
         survivors = {id(s) for s in old.segs}
         return not any(id(s) in survivors for s in segs.segs)
+
+    @property
+    def dir_identity(self) -> Optional[tuple[int, int]]:
+        """Read-only: (device, inode) of the directory its segments were last listed from."""
+        return self._ro_refresh.identity if self.read_only else None
 
     def note_log_start(self, offset: int) -> None:
         """A read-only log: the writer's log start from its notification page (notify.py; a
@@ -479,10 +482,9 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
 
     def _segment_gone(self, seg: LogSegment) -> None:
         """A read met seg deleted or replaced (or its mapping swapped) under it. Waiting for the
-        log lock lets the change in progress finish publishing the new segments (the writer
-        holds it while it deletes, truncates or swaps segments); a read-only log rescans its
-        directory. The caller then retries on the current segments (or raises
-        OffsetOutOfRangeError if its offset is gone)."""
+        log lock lets the change in progress (the writer holds it to delete, truncate or swap
+        segments) publish the new segments; a read-only log rescans its directory. The caller
+        then retries on the current segments (or raises OffsetOutOfRangeError: offset gone)."""
         with self._lock:
             self._check_open()
             if seg in self._segments:

@@ -53,9 +53,6 @@ class StoreReader:
         self._paths: dict[TopicPartition, str] = {}
         self._starts: dict[TopicPartition, int] = {}
         self._logs: dict[TopicPartition, Log] = {}
-        #: the (device, inode) of each open log's directory: a topic deleted and re-created
-        #: under the same path is a new log, never the old one's state (its log start)
-        self._idents: dict[TopicPartition, Optional[tuple[int, int]]] = {}
         self._lock = threading.Lock()
         self.refresh()
 
@@ -97,11 +94,14 @@ class StoreReader:
                                                    self._io).read())
             except (CheckpointError, OSError):
                 pass          # the segments' own base offsets still bound the start
+        # a topic deleted and re-created under the same path is a new log, never the old one's
+        # state (its log start): a log whose last listing was of another directory (device,
+        # inode) is dropped; one that already followed the new directory (its refresh found
+        # it: Log.incarnation) is kept, so readers that saw that happen do not see it again
         for tp in list(self._logs):
             now_at = paths.get(tp)
-            if now_at != self._logs[tp].dir or self._ident(now_at) != self._idents.get(tp):
+            if now_at != self._logs[tp].dir or self._ident(now_at) != self._logs[tp].dir_identity:
                 self._logs.pop(tp).close_handlers()
-                self._idents.pop(tp, None)
         self._paths = paths
         self._starts = starts
 
@@ -142,7 +142,6 @@ class StoreReader:
         if path is None:
             raise UnknownTopicError(f"unknown topic partition {tp[0]}-{tp[1]} in {self.log_dirs}")
         self._io.check_dir(path)     # a symlinked partition dir would lead outside the store
-        self._idents[tp] = self._ident(path)
         lg = Log.open(path, LogConfig(), read_only=True, log_start_offset=self._starts.get(tp),
                       io=self._io)
         self._logs[tp] = lg

@@ -132,6 +132,11 @@ class ReadOnlyRefresh:
             self._saved = (key, read_saved_start(self._io, path, "log start file")[1])
         return self._saved[1]
 
+    @property
+    def identity(self) -> Optional[tuple[int, int]]:
+        """The (device, inode) of the directory the last listing was of (None before one)."""
+        return self._identity
+
     def recreated(self, before: tuple[Stamp, int]) -> bool:
         """Whether the listing started at `before` is of another directory than the last one
         (the topic deleted and re-created under the same path between two refreshes): a new

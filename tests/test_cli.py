@@ -68,3 +68,30 @@ def test_os_errors_and_odd_names_are_one_error_line(tmp_path):
     odd.write_bytes(b"")
     assert _kstore("consume", "--topic", "t", "--from-beginning", "--log-dirs", str(tmp_path / "s")) == (
         1, f"kstore: error: refusing {odd}: its base offset is above 2^63-1\n")
+
+
+def test_an_unreadable_topic_config_file_is_named_on_stderr_not_passed_over(tmp_path, capsys):
+    """A damaged kstore-topic-config.json is ignored (its overrides are then not in force), and
+    a command that reads or rewrites it says so on stderr, once: before, `topics describe`
+    printed the topic with no configs and `topics create` replaced the file, dropping every
+    other topic's overrides (cleanup.policy=compact, retention.ms=-1), both exit 0 and silent."""
+    d = str(tmp_path / "s")
+    assert cli.main(["topics", "create", "--log-dirs", d, "--topic", "keep", "--partitions", "1",
+                     "--config", "cleanup.policy=compact", "--config", "retention.ms=-1"]) == 0
+    path = os.path.join(d, "kstore-topic-config.json")
+    with open(path, "ab") as f:
+        f.write(b"}")
+    capsys.readouterr()
+    raw = open(path).read()
+    lines = raw.count("\n") + 1
+    warning = (f"kstore: warning: ignoring unreadable topic config file {path}: "
+               f"Extra data: line {lines} column 2 (char {len(raw) - 1})\n")
+    assert cli.main(["topics", "describe", "--log-dirs", d, "--topic", "keep"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == warning
+    assert cap.out.splitlines()[0].endswith("\tConfigs: ")
+    assert cli.main(["consume", "--log-dirs", d, "--topic", "keep", "--from-beginning", "--follow",
+                     "--timeout-ms", "2500"]) == 0          # rescans (re-reads the file) every 1 s
+    assert capsys.readouterr().err == warning + "Processed a total of 0 messages\n"
+    assert cli.main(["topics", "create", "--log-dirs", d, "--topic", "z", "--partitions", "1"]) == 0
+    assert capsys.readouterr() == ("Created topic z.\n", warning)

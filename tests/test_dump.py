@@ -1,6 +1,7 @@
 """kstore.tools.dump (`kstore dump-log`): Kafka's DumpLogSegments lines, corruption positions, index checks."""
 import json
 import os
+import struct
 
 from kstore.tools.cli import main
 
@@ -395,3 +396,45 @@ def test_txnindex_entries_as_kafka_prints_them(tmp_path):
     rc, out, err = _dump("--files", str(path))
     assert (rc, len(out.splitlines())) == (2, 3)
     assert err == f"kstore dump-log: {path}: position 68: 5 bytes, not a whole 34-byte aborted transaction entry\n"
+
+
+def test_an_active_index_trimmed_by_a_roll_under_the_dump_is_read_again(tmp_path, capsys):
+    """The writer rolls (trimming the active segment's preallocated .timeindex, 10 MiB, to its
+    entries) while dump-log reads that file: the dump is of the trimmed file, as a dump after
+    the roll. Before, the copy was torn (2 MiB read, then the rest gone): zeroed entries and
+    'Mismatches in :...: size 2097152 is not a multiple of the entry size 12', exit 2."""
+    import kstore
+    from kstore.fileio import FileOps, set_file_ops
+    d = str(tmp_path / "t-0")
+    lg = kstore.Log.open(d, {"index.interval.bytes": 1})
+    try:
+        for i in range(5):
+            lg.append([(b"k", b"v%d" % i, 1000 + i)])
+        tindex = os.path.join(d, "00000000000000000000.timeindex")
+        assert os.path.getsize(tindex) > 2 << 20                  # preallocated
+
+        class RollAtThirdRead(FileOps):
+            reads = 0
+
+            def pread(self, fd, n, pos):
+                RollAtThirdRead.reads += 1
+                if RollAtThirdRead.reads == 3:                   # 2 MiB copied
+                    lg.roll()
+                return super().pread(fd, n, pos)
+
+        prev = set_file_ops(RollAtThirdRead())
+        try:
+            rc = main(["dump-log", "--files", tindex])
+        finally:
+            set_file_ops(prev)
+        torn = capsys.readouterr()
+        raw = open(tindex, "rb").read()                          # trimmed: whole entries
+        entries = [struct.unpack_from(">qi", raw, i) for i in range(0, len(raw), 12)]
+        assert len(raw) % 12 == 0 and [ts for ts, _ in entries] == [1001, 1002, 1003, 1004]
+        assert main(["dump-log", "--files", tindex]) == 0
+        after = capsys.readouterr()
+        assert after.out == f"Dumping {tindex}\n" + "".join(
+            f"timestamp: {ts} offset: {rel}\n" for ts, rel in entries)
+        assert (rc, torn) == (0, after)
+    finally:
+        lg.close()

@@ -1,6 +1,7 @@
 """StoreReader (a read-only view for another process: Spark tasks, command-line readers) beside
 the process that writes the store (issue 12, readers beside a writer)."""
 import os
+import time
 
 import pytest
 
@@ -192,3 +193,45 @@ def test_a_partition_deleted_after_the_listing_before_its_first_open(tmp_path, w
                 assert c.poll(timeout_ms=100) == {}
     finally:
         assert w.close() == 0
+
+
+def test_a_log_that_followed_a_re_creation_is_kept_by_the_next_refresh(tmp_path, watchdog):
+    """A topic deleted and re-created by the writer (another process) under a read-only Log:
+    the log's own refresh follows the new directory (incarnation 1, its records from 0), and
+    the StoreReader's next rescan keeps that Log. It used to compare the directory with the one
+    it had when it opened the log, drop the Log and open another, so a Consumer, which had
+    already reset to the new topic's start, took the new Log for yet another re-creation,
+    reset again and delivered the records it had read a second time (consume --follow too)."""
+    from writer_process import WriterProcess
+    watchdog(120)
+    d = str(tmp_path / "store")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)", "m.log('t', 0).append([(None, b'old%d' % i) for i in range(3)])")
+        with kstore.StoreReader(d) as store, kstore.Consumer(
+                d, "t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+            tp = kstore.TopicPartition("t", 0)
+            lg = store.log("t", 0)
+            assert [r.value for r in lg.read(0)] == [b"old0", b"old1", b"old2"]
+            assert [r.value for r in c.poll(timeout_ms=5000)[tp]] == [b"old0", b"old1", b"old2"]
+            w.run("m.delete_topic('t')", "m.create_topic('t', 1)",
+                  "m.log('t', 0).append([(None, b'new%d' % i) for i in range(2)])")
+            assert store.log("t", 0, refresh=True) is lg
+            assert (lg.incarnation, [r.value for r in lg.read(0)]) == (1, [b"new0", b"new1"])
+            store.refresh()
+            assert store.log("t", 0) is lg and lg.incarnation == 1
+            got = []
+            for _ in range(100):                # the consumer resets to the new topic's start
+                got += [r.value for r in c.poll(timeout_ms=100).get(tp, [])]
+                if len(got) >= 2:
+                    break
+            assert got == [b"new0", b"new1"]
+            later = []          # past its reader's next rescan (a subscription's: every 3 s)
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                later += [r.value for r in c.poll(timeout_ms=200).get(tp, [])]
+            assert later == [] and c.position(tp) == 2
+            w.run("m.log('t', 0).append([(None, b'new2')])")
+            assert [r.value for r in c.poll(timeout_ms=5000)[tp]] == [b"new2"]
+    finally:
+        w.close()

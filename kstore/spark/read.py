@@ -164,6 +164,11 @@ def read_range(opts: ReadOptions, part: InputPartition, schema: Optional[pa.Sche
                                         include_headers=opts.include_headers, schema=schema,
                                         pool=entry.pool)
                 return
+            except UnknownTopicError:
+                # the topic was deleted under the read (its segments not yet mapped are gone):
+                # what was yielded is the old topic's; the rest is lost, as at the open above
+                _data_loss(opts, f"partition {part.topic}-{part.partition} no longer exists")
+                return
             except OffsetOutOfRangeError as e:
                 # retention removed offsets under the read: everything yielded lies below the
                 # offset that failed, which lies below the new log start; go on from there

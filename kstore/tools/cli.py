@@ -286,25 +286,41 @@ unless given, as Kafka's.""")
     return ap
 
 
+#: the loggers whose warnings a command prints: configuration (server.properties, topic configs)
+#: and the store's topic config file (an unreadable one is ignored: its overrides are not in force)
+WARNING_LOGGERS = ("kstore.config", "kstore.topics")
+
+
 class _StderrHandler(logging.Handler):
-    """Configuration warnings (the `kstore.config` logger) as one stderr line each while a
-    command runs: "kstore: warning: ..."; written to the sys.stderr of the moment."""
+    """Configuration warnings (WARNING_LOGGERS) as one stderr line each while a command runs:
+    "kstore: warning: ..."; written to the sys.stderr of the moment, each distinct one once (a
+    follow re-reads the topic config file every scan)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self._said: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(f"kstore: warning: {record.getMessage()}\n")
+            msg = record.getMessage()
+            if msg in self._said:
+                return
+            self._said.add(msg)
+            sys.stderr.write(f"kstore: warning: {msg}\n")
         except Exception:  # noqa: BLE001  (logging's contract: never raise from emit)
             self.handleError(record)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     handler = _StderrHandler(logging.WARNING)
-    config_log = logging.getLogger("kstore.config")
-    config_log.addHandler(handler)
+    loggers = [logging.getLogger(name) for name in WARNING_LOGGERS]
+    for lg in loggers:
+        lg.addHandler(handler)
     try:
         return _main(argv)
     finally:
-        config_log.removeHandler(handler)
+        for lg in loggers:
+            lg.removeHandler(handler)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:

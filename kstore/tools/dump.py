@@ -36,21 +36,29 @@ NO_SEQUENCE = -1
 TIMESTAMP_TYPES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 
 
+#: reads of a file that shrank under them before the dump takes the last one
+READ_TRIES = 10
+
+
 def _read(path: str, limit: int = -1) -> bytes:
     """The file's bytes (at most limit when limit > 0) through FileOps: a FIFO or a symlink
-    given as a segment is refused with UnusableFileError, never waited on or followed."""
+    given as a segment is refused with UnusableFileError, never waited on or followed. A read
+    past the file's size then is read again (READ_TRIES in all): the live writer trimmed the
+    active segment's index at a roll under it, and the copy is torn (a size that is no multiple
+    of the entry size, zeroed entries). A file that grew (appends) was read to a valid point."""
     io = get_file_ops()
-    if limit <= 0:
-        return io.read_file(path)
     fd = io.open(path, os.O_RDONLY)
     try:
-        out, pos = [], 0
-        while pos < limit:
-            b = io.pread(fd, min(limit - pos, 1 << 20), pos)
-            if not b:
+        for _ in range(READ_TRIES):
+            out, pos = [], 0
+            while limit <= 0 or pos < limit:
+                b = io.pread(fd, 1 << 20 if limit <= 0 else min(limit - pos, 1 << 20), pos)
+                if not b:
+                    break
+                out.append(b)
+                pos += len(b)
+            if pos <= io.size(fd):
                 break
-            out.append(b)
-            pos += len(b)
         return b"".join(out)
     finally:
         io.close(fd)
