@@ -173,7 +173,7 @@ class LogManager:
         self._check_some_dir_online()      # if none is left, the error says why: no log lines
         for d, why in self._failures.offline_dirs.items():
             log.error("log dir %s is offline: %s", d, why)
-        self._topics.load()
+        self._topics.load(strict=not self.read_only)
         for d in self.log_dirs:
             if not self._failures.is_offline(d):
                 self._loader.check_names(d)    # a child that is no partition: refuse to start

@@ -60,12 +60,18 @@ def write_partition_metadata(io: FileOps, partition_dir: str, topic_id: str) -> 
         io.write_atomic(path, f"version: 0\ntopic_id: {topic_id}\n".encode())
 
 
-def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[dict]:
+def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None,
+                           strict: bool = False) -> Optional[dict]:
     """The newest readable topic config file among the log dirs as its JSON document
     ({"version", "topics": {topic: overrides}, "topic_ids", "deleting"}), or None. Unreadable
-    copies are skipped with a warning. TopicConfigFile.read gives it typed."""
+    copies are skipped with a warning; strict (a writable store's start), when every copy there
+    is unreadable, raises UnusableFileError instead: starting without the overrides would let
+    retention and the cleaner treat compacted or kept-forever topics by Kafka's defaults and
+    delete their records, and the next topic change would write the loss down.
+    TopicConfigFile.read gives it typed."""
     io = io or get_file_ops()
     best = None
+    bad: list[tuple[str, BaseException]] = []
     for d in log_dirs:
         path = os.path.join(d, TOPIC_CONFIG_FILE)
         if not io.exists(path):
@@ -76,6 +82,13 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
                 best = data
         except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
             log.warning("ignoring unreadable topic config file %s: %s", path, e)
+            bad.append((path, e))
+    if strict and best is None and bad:
+        path, why = bad[0]
+        raise UnusableFileError(path, f"unreadable ({why}): without it every topic's overrides "
+                                "(retention.ms, cleanup.policy, ...) would fall back to Kafka's "
+                                "defaults and retention could delete records they keep; restore "
+                                "it, or remove it to start with the defaults")
     return best
 
 
@@ -89,9 +102,10 @@ class TopicConfigFile:
     partitions: dict[str, int] = field(default_factory=dict)   # topic -> partition count
 
     @classmethod
-    def read(cls, log_dirs: Sequence[str], io: Optional[FileOps] = None) -> Optional[TopicConfigFile]:
+    def read(cls, log_dirs: Sequence[str], io: Optional[FileOps] = None,
+             strict: bool = False) -> Optional[TopicConfigFile]:
         """The newest readable copy among the log dirs, or None (see read_topic_config_file)."""
-        doc = read_topic_config_file(log_dirs, io)
+        doc = read_topic_config_file(log_dirs, io, strict)
         if doc is None:
             return None
         return cls(doc["version"], {t: dict(c) for t, c in doc.get("topics", {}).items()},
@@ -121,10 +135,11 @@ class TopicConfigs:
         self._io = io
         self._file = TopicConfigFile()
 
-    def load(self) -> None:
-        """Take the newest readable copy in the online log dirs (none: no topics)."""
+    def load(self, strict: bool = False) -> None:
+        """Take the newest readable copy in the online log dirs (none: no topics); strict (a
+        writable store): UnusableFileError if every copy there is unreadable."""
         got = TopicConfigFile.read([d for d in self._dirs if not self._failures.is_offline(d)],
-                                   self._io)
+                                   self._io, strict)
         if got is not None:
             self._file = got
 

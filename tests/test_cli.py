@@ -72,9 +72,10 @@ def test_os_errors_and_odd_names_are_one_error_line(tmp_path):
 
 def test_an_unreadable_topic_config_file_is_named_on_stderr_not_passed_over(tmp_path, capsys):
     """A damaged kstore-topic-config.json is ignored (its overrides are then not in force), and
-    a command that reads or rewrites it says so on stderr, once: before, `topics describe`
-    printed the topic with no configs and `topics create` replaced the file, dropping every
-    other topic's overrides (cleanup.policy=compact, retention.ms=-1), both exit 0 and silent."""
+    a command that reads it says so on stderr, once; a command that writes refuses the store
+    (test_topics.py): before, `topics describe` printed the topic with no configs and `topics
+    create` replaced the file, dropping every other topic's overrides (cleanup.policy=compact,
+    retention.ms=-1), both exit 0 and silent."""
     d = str(tmp_path / "s")
     assert cli.main(["topics", "create", "--log-dirs", d, "--topic", "keep", "--partitions", "1",
                      "--config", "cleanup.policy=compact", "--config", "retention.ms=-1"]) == 0
@@ -93,5 +94,12 @@ def test_an_unreadable_topic_config_file_is_named_on_stderr_not_passed_over(tmp_
     assert cli.main(["consume", "--log-dirs", d, "--topic", "keep", "--from-beginning", "--follow",
                      "--timeout-ms", "2500"]) == 0          # rescans (re-reads the file) every 1 s
     assert capsys.readouterr().err == warning + "Processed a total of 0 messages\n"
-    assert cli.main(["topics", "create", "--log-dirs", d, "--topic", "z", "--partitions", "1"]) == 0
-    assert capsys.readouterr() == ("Created topic z.\n", warning)
+    # a writing command refuses the store: going on would drop the overrides from the file
+    assert cli.main(["topics", "create", "--log-dirs", d, "--topic", "z", "--partitions", "1"]) == 1
+    reason = warning.split(f"{path}: ", 1)[1].rstrip("\n")
+    assert capsys.readouterr() == ("", warning + (
+        f"kstore: error: refusing {path}: unreadable ({reason}): without it every topic's "
+        "overrides (retention.ms, cleanup.policy, ...) would fall back to Kafka's defaults and "
+        "retention could delete records they keep; restore it, or remove it to start with the "
+        "defaults\n"))
+    assert open(path).read() == raw

@@ -77,3 +77,38 @@ def test_changes_go_to_every_online_dir_and_a_failed_write_takes_its_dir_offline
     again = TopicConfigs([a, b], LogDirFailureChannel(), get_file_ops())
     again.load()
     assert again.deleting == () and TopicConfigFile.read([a]).version == 3
+
+
+def test_a_writable_start_refuses_a_store_whose_every_topic_config_copy_is_unreadable(tmp_path):
+    """Starting without the overrides would run retention on a retention.ms=-1 topic with
+    Kafka's 7-day default and delete its records, and the next topic change would write the
+    loss into a new file. So a writable LogManager (and every writing command) refuses, naming
+    the file; one readable copy in another dir is enough; readers go on; removing the file is
+    the operator's way to start with the defaults. Before, the start went on silently."""
+    import kstore
+    from kstore.errors import UnusableFileError
+    from kstore.tools.cli import main
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    with kstore.LogManager([d1, d2]) as m:
+        m.create_topic("keep", 2, {"retention.ms": -1})
+        for p in (0, 1):
+            m.log("keep", p).append([(b"k", b"old", 1000)])      # 1970: outside 7 days
+    good = (tmp_path / "d1" / TOPIC_CONFIG_FILE).read_bytes()
+    (tmp_path / "d2" / TOPIC_CONFIG_FILE).write_bytes(good[:len(good) // 2])
+    with kstore.LogManager([d1, d2]) as m:                      # d1's copy is enough
+        assert m.topic_config("keep").retention_ms == -1
+        m.create_topic("other", 1)
+    assert json.loads((tmp_path / "d2" / TOPIC_CONFIG_FILE).read_bytes())["topics"]["keep"] == {
+        "retention.ms": -1}                                     # the bad copy is rewritten
+    for d in ("d1", "d2"):
+        (tmp_path / d / TOPIC_CONFIG_FILE).write_bytes(b"\x00garbage")
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.LogManager([d1, d2])
+    assert ei.value.path == str(tmp_path / "d1" / TOPIC_CONFIG_FILE)
+    assert "restore it, or remove it to start with the defaults" in str(ei.value)
+    assert main(["topics", "create", "--log-dirs", f"{d1},{d2}", "--topic", "x"]) == 1
+    assert (tmp_path / "d1" / TOPIC_CONFIG_FILE).read_bytes() == b"\x00garbage"   # untouched
+    with kstore.StoreReader([d1, d2]) as r:                     # readers need no overrides
+        assert [x.value for x in r.log("keep", 0).read(0)] == [b"old"]
+    with kstore.LogManager([d1, d2], read_only=True) as m:
+        assert m.log("keep", 1).log_end_offset == 1

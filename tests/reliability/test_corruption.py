@@ -17,6 +17,7 @@ import shutil
 import pytest
 
 import kstore
+from kstore.errors import UnusableFileError
 from kstore.tools.dump import batches
 
 CFG = {"segment.bytes": 1500, "index.interval.bytes": 60}
@@ -250,7 +251,7 @@ def file_damages(raw: bytes, rng):
 
 @pytest.mark.parametrize("name", ["recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
                                   "kstore-topic-config.json"])
-def test_damaged_checkpoint_or_config_is_ignored_and_the_log_recovered(store, tmp_path, name):
+def test_damaged_checkpoint_or_config_is_ignored_or_refused_and_the_log_recovered(store, tmp_path, name):
     want = all_records(store)
     rng = random.Random(5)
     raw = open(os.path.join(store, name), "rb").read()
@@ -260,6 +261,17 @@ def test_damaged_checkpoint_or_config_is_ignored_and_the_log_recovered(store, tm
         os.unlink(os.path.join(root, ".kafka_cleanshutdown"))
         path = os.path.join(root, name)
         replace_file(path, data)
+        if name == "kstore-topic-config.json" and data is not None:
+            # unreadable: a writable start refuses it (the overrides would be lost, and with
+            # them records: 'a' is compacted, its records from 1970); readers go on without it
+            with pytest.raises(UnusableFileError, match="restore it, or remove it") as ei:
+                kstore.LogManager(root, {"log.cleaner.enable": False})
+            assert ei.value.path == path
+            with kstore.StoreReader(root) as r:
+                logs = {p: r.log("a", p) for _t, p in r.partitions("a")}
+                assert {p: [(x.offset, x.value) for x in lg.read(lg.log_start_offset, max_bytes=1 << 30)]
+                        for p, lg in logs.items()} == want, case
+            os.unlink(path)                       # the operator's choice: Kafka's defaults
         got = all_records(root)
         if name == "log-start-offset-checkpoint":
             # without it the start falls back to the first segment's base: nothing is lost
