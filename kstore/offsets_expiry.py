@@ -1,4 +1,4 @@
-"""The kafka-offsets-expiry task of a writable LogManager (Kafka's GroupMetadataManager
+"""The delete-expired-group-metadata task of a writable LogManager (Kafka's GroupMetadataManager
 cleanupGroupMetadata, every offsets.retention.check.interval.ms): expire committed offsets, then
 compact `__consumer_offsets`, each partition under its writers' flock (group_coordinator.py).
 
@@ -25,8 +25,8 @@ __all__ = ["EXPIRY_TASK", "OffsetsExpiry"]
 
 log = logging.getLogger("kstore.groups")
 
-#: the scheduler's name of the task
-EXPIRY_TASK = "kafka-offsets-expiry"
+#: the scheduler's name of the task: Kafka's (GroupMetadataManager.startup)
+EXPIRY_TASK = "delete-expired-group-metadata"
 
 
 class OffsetsExpiry:

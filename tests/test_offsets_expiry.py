@@ -1,4 +1,4 @@
-"""kstore.offsets_expiry: the kafka-offsets-expiry task never holds its scheduler thread for the
+"""kstore.offsets_expiry: the delete-expired-group-metadata task never holds its scheduler thread for the
 coordinator's 30 s lock timeout behind another process's offsets flock. It waits
 task_wait.TASK_LOCK_WAIT_S (1 s) in all, puts the rest off to its next run (INFO), and the
 scheduler's other tasks (flush, retention) go on; the next run after the flock is let go
@@ -197,3 +197,13 @@ def test_a_direct_call_waits_for_the_flock_as_before(tmp_path, mock, watchdog):
         join_all([caller], GENEROUS_S)
         assert out == {"n": 3} and _offsets(m, first, later) == {first: {}, later: {}}
     assert _tombstones(d) == {(first, "t", 0): 1, (later, "t", 0): 1, (later, "t", 1): 1}
+
+
+def test_the_task_has_kafkas_name(tmp_path, mock):
+    """The task is scheduled under Kafka's name for it (GroupMetadataManager.startup's
+    delete-expired-group-metadata), as the log manager's tasks carry Kafka's names (a failing
+    run is logged under it); it was kstore's own 'kafka-offsets-expiry'."""
+    t, s = mock
+    with LogManager(str(tmp_path / "data"), CFG, time=t, scheduler=s):
+        assert s.pending().count("delete-expired-group-metadata") == 1
+        assert "kafka-offsets-expiry" not in s.pending()

@@ -1,5 +1,5 @@
 """kstore.offsets_expiry beside other work (reliability tier): the running LogManager's
-kafka-offsets-expiry task (every 100 ms, on the real scheduler) expires 30 groups' offsets
+delete-expired-group-metadata task (every 100 ms, on the real scheduler) expires 30 groups' offsets
 committed two minutes ago while a process commits group "live" in a loop and holds its
 partition's flock in bursts of 1.5 s (longer than the task's 1 s bound), and threads of this
 process commit other groups. Every old offset is tombstoned exactly once, no fresh one is, the
