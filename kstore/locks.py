@@ -76,7 +76,7 @@ take none.
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
                                 taken and dropped by on_topics_deleted (wait_writers: a barrier).
-                                The scheduler's tasks (deletion retry, kafka-offsets-expiry)
+                                The scheduler's tasks (deletion retry, offsets expiry)
                                 wait for it TASK_LOCK_WAIT_S in all, ended by close()
                                 (task_wait.py; OffsetsExpiry._closing, an Event), then put
                                 their work off to their next run

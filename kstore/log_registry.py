@@ -12,7 +12,7 @@ import weakref
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 from kstore.errors import PartitionLoadError, UnknownTopicError
-from kstore.log_dir_failure import IO_ERRNOS, LogDirFailureChannel
+from kstore.log_dir_failure import LogDirFailureChannel
 
 if TYPE_CHECKING:
     from kstore.log import Log
@@ -47,9 +47,11 @@ class LogRegistry:
         failures.add_listener(self._dir_offline)
 
     def log_failed(self, d: str, e: OSError) -> None:
-        """A log of d failed on e: an error of the disk takes d offline (LogDirFailureChannel's
-        rule, as its guard: IO_ERRNOS or no errno), every log in it with it."""
-        if self._failures is not None and (e.errno in IO_ERRNOS or e.errno is None):
+        """A log of d failed on e, whatever its errno: d goes offline, every log in it with it
+        (Kafka's maybeHandleIOException: a log's IOException is its dir's). A failed log is
+        closed unflushed and untrimmed, so its dir must not be marked clean; and the channel's
+        guard would take d offline at the next write anyway (the refusal is an EIO)."""
+        if self._failures is not None:
             self._failures.mark_offline(d, e)
 
     def _dir_offline(self, d: str, why: str) -> None:

@@ -414,6 +414,80 @@ def test_a_dir_gone_offline_fails_every_log_in_it(tmp_path, how, watchdog):
         m.log("c", cp).append([(b"again", b"v")])
 
 
+class _OpenFailOps(FileOps):
+    """Once armed, opening a .timeindex under `under` fails with EMFILE: an error that is not
+    one of the disk's errnos (log_dir_failure.IO_ERRNOS)."""
+
+    def __init__(self):
+        self.under = None
+
+    def open(self, path, flags, mode=0o644):
+        if self.under and path.startswith(self.under) and path.endswith(".timeindex"):
+            raise OSError(errno.EMFILE, "Too many open files (injected)")
+        return super().open(path, flags, mode)
+
+
+@pytest.mark.parametrize("how", ["manager", "log"])
+def test_any_io_error_of_a_log_takes_its_dir_offline(tmp_path, how, watchdog):
+    """Kafka's maybeHandleIOException: any IOException of a log takes its dir offline, not only
+    the disk's errnos. A log failed by EMFILE (its time index at its first entry) is closed
+    unflushed and untrimmed. Before, through the Log's own append its dir stayed online and
+    close() marked it clean, so the next start trusted the untrimmed segment: a read of that
+    log raised CorruptRecordError at its zero runway; through the manager's append the dir
+    went offline only at the next write, the log's refusal (an EIO) named as the cause. Now
+    the first error takes the dir offline, a sibling appending meanwhile is refused from then
+    on, and the reopen recovers exactly what was acknowledged."""
+    watchdog(120)
+    ops = _OpenFailOps()
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = manager([d1, d2], io=ops)
+    m.create_topic("t", 1)
+    d = m.log_dir_of("t", 0)
+    m.create_topic("s", 2)
+    sp = next(p for p in (0, 1) if m.log_dir_of("s", p) == d)
+    acked, refused = [], []
+
+    def append_sibling():
+        i = 0
+        while not refused:
+            try:
+                m.log("s", sp).append([(b"s%d" % i, b"v")])
+                acked.append(b"s%d" % i)
+            except kstore.KafkaStorageError as e:
+                refused.append(e)
+            i += 1
+    t = threading.Thread(target=append_sibling, daemon=True)
+    t.start()
+    mine = [b"k%d" % i for i in range(3)]
+    for k in mine:
+        m.append("t", k, b"x", partition=0)     # no time index entry yet
+    while len(acked) < 50:
+        time.sleep(0.001)
+    ops.under = os.path.join(d, "t-0")
+    with pytest.raises(LogDirOfflineError, match="Too many open files") as ei:
+        for i in range(10):        # the time index's first entry: after index.interval.bytes
+            if how == "manager":
+                m.append("t", b"big%d" % i, b"x" * 2000, partition=0)
+            else:
+                m.log("t", 0).append([(b"big%d" % i, b"x" * 2000)])
+            mine.append(b"big%d" % i)
+    assert len(mine) == 5
+    assert ei.value.errno == errno.EMFILE or how == "manager"
+    assert list(m.offline_dirs) == [d] and "Too many open files" in m.offline_dirs[d]
+    t.join(30)
+    assert not t.is_alive() and "is offline" in str(refused[0])
+    with pytest.raises(LogDirOfflineError, match="is offline"):
+        m.append("t", b"late", b"x", partition=0)
+    ops.under = None
+    m.close()
+    assert ".kafka_cleanshutdown" not in os.listdir(d)
+    with manager([d1, d2]) as m:
+        assert [r.key for r in m.log("t", 0).read(0, max_bytes=1 << 30)] == mine
+        assert [r.key for r in m.log("s", sp).read(0, max_bytes=1 << 30)] == acked
+        m.append("t", b"again", b"x", partition=0)
+        assert m.log("t", 0).log_end_offset == len(mine) + 1
+
+
 _READ_SIBLING = r"""
 import sys, kstore
 with kstore.StoreReader(sys.argv[1]) as r:

@@ -1,4 +1,4 @@
-"""kstore.offsets_expiry: the kafka-offsets-expiry task never holds its scheduler thread for the
+"""kstore.offsets_expiry: the delete-expired-group-metadata task never holds its scheduler thread for the
 coordinator's 30 s lock timeout behind another process's offsets flock. It waits
 task_wait.TASK_LOCK_WAIT_S (1 s) in all, puts the rest off to its next run (INFO), and the
 scheduler's other tasks (flush, retention) go on; the next run after the flock is let go
@@ -197,3 +197,48 @@ def test_a_direct_call_waits_for_the_flock_as_before(tmp_path, mock, watchdog):
         join_all([caller], GENEROUS_S)
         assert out == {"n": 3} and _offsets(m, first, later) == {first: {}, later: {}}
     assert _tombstones(d) == {(first, "t", 0): 1, (later, "t", 0): 1, (later, "t", 1): 1}
+
+
+def test_the_task_has_kafkas_name(tmp_path, mock):
+    """The task is scheduled under Kafka's name for it (GroupMetadataManager.startup's
+    delete-expired-group-metadata), as the log manager's tasks carry Kafka's names (a failing
+    run is logged under it); it was kstore's own 'kafka-offsets-expiry'."""
+    t, s = mock
+    with LogManager(str(tmp_path / "data"), CFG, time=t, scheduler=s):
+        assert s.pending().count("delete-expired-group-metadata") == 1
+        assert "kafka-offsets-expiry" not in s.pending()
+
+
+def test_a_put_off_compaction_does_not_hide_a_finished_expiry(tmp_path, mock, caplog, watchdog):
+    """Nothing has expired (offsets committed now) while another process holds the flock of a
+    written __consumer_offsets partition: the expiry needs no flock and is done ("Removed 0
+    expired offsets", Kafka's line), only the compaction that follows waits for that flock and
+    is put off, and the INFO line says so. Before, the run logged "the expiry of committed
+    offsets is put off" and no "Removed" line: every beat of a store whose partitions another
+    process commits to read as an expiry that never ran. The next beat, the flock let go,
+    logs its "Removed" line and nothing else; no offset was touched."""
+    watchdog(120)
+    caplog.set_level(logging.INFO, logger="kstore.groups")
+    t, s = mock
+    d = str(tmp_path / "data")
+    cfg = dict(CFG, **{"offsets.retention.minutes": 10})
+    with LogManager(d, cfg, time=t, scheduler=s, io=FlockSeen()) as m:
+        s.tick()
+        first, later, path = _setup(m, t)
+        holder = FlockHolder(path, tmp_path)
+        caplog.clear()
+        try:
+            _beat(s)
+        finally:
+            holder.release()
+        messages = [r.getMessage() for r in caplog.records if r.name == "kstore.groups"]
+        assert messages == ["Removed 0 expired offsets in 0 milliseconds.",
+                            "the compaction of __consumer_offsets is put off to the next run: "
+                            "offsets flocks held by others for 1 s"]
+        caplog.clear()
+        _beat(s)
+        messages = [r.getMessage() for r in caplog.records if r.name == "kstore.groups"]
+        assert messages == ["Removed 0 expired offsets in 0 milliseconds."]
+        assert _offsets(m, first, later) == {first: {TP("t", 0): 5},
+                                             later: {TP("t", 0): 4, TP("t", 1): 0}}
+    assert _tombstones(d) == {}

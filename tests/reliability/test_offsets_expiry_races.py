@@ -1,5 +1,5 @@
 """kstore.offsets_expiry beside other work (reliability tier): the running LogManager's
-kafka-offsets-expiry task (every 100 ms, on the real scheduler) expires 30 groups' offsets
+delete-expired-group-metadata task (every 100 ms, on the real scheduler) expires 30 groups' offsets
 committed two minutes ago while a process commits group "live" in a loop and holds its
 partition's flock in bursts of 1.5 s (longer than the task's 1 s bound), and threads of this
 process commit other groups. Every old offset is tombstoned exactly once, no fresh one is, the
@@ -114,5 +114,6 @@ def test_the_expiry_task_beside_committers_and_a_flock_holder(tmp_path, watchdog
     assert _tombstones(d) == {g: 2 for g in OLD}
     put_off = [r.getMessage() for r in caplog.records if "put off" in r.getMessage()]
     assert put_off and set(put_off) <= {
-        "the expiry of committed offsets is put off to the next run: " + why
+        f"the {step} is put off to the next run: " + why
+        for step in ("expiry of committed offsets", "compaction of __consumer_offsets")
         for why in ("offsets flocks held by others for 1 s", "the LogManager is closing")}, put_off
