@@ -2,6 +2,7 @@
 operations and inject errors; durability steps happen in the right order."""
 import errno
 import os
+import stat
 import sys
 
 import pytest
@@ -288,8 +289,11 @@ def test_open_refuses_special_files_and_creates_none_through_a_dangling_link(tmp
 
 
 def test_hostile_checkpoint_and_config_files_are_refused_not_fatal(tmp_path, watchdog):
-    """A FIFO as a checkpoint or the topic config: treated as unreadable (a warning), the
-    store opens; the FIFOs are replaced by the next atomic write, never read from."""
+    """A FIFO as a checkpoint or the topic config: treated as unreadable (a warning), never read
+    from; a read-only store opens. A writable one refuses the topic config that way (its
+    overrides would be lost: test_topics.py) and leaves it alone; once it is removed, the store
+    opens and the checkpoint's FIFO is replaced by the next atomic write."""
+    from kstore.errors import UnusableFileError
     watchdog(30)
     with kstore.LogManager(str(tmp_path)) as m:
         m.create_topic("t", 1)
@@ -299,6 +303,11 @@ def test_hostile_checkpoint_and_config_files_are_refused_not_fatal(tmp_path, wat
         os.mkfifo(tmp_path / name)
     with kstore.LogManager(str(tmp_path), read_only=True) as ro:
         assert ro.topics() == ["t"] and ro.offline_dirs == {}
+    with pytest.raises(UnusableFileError, match="a FIFO, not a regular file") as ei:
+        kstore.LogManager(str(tmp_path))
+    assert ei.value.path == str(tmp_path / "kstore-topic-config.json")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "kstore-topic-config.json").st_mode)
+    os.unlink(tmp_path / "kstore-topic-config.json")
     with kstore.LogManager(str(tmp_path)) as m:
         assert m.topics() == ["t"] and m.offline_dirs == {}
         assert any("malformed checkpoint: refusing" in e for e in m.checkpoint_errors)
