@@ -78,6 +78,7 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
             continue
         try:
             data = json.loads(io.read_file(path).decode("utf-8"))
+            _check_shape(data)
             if best is None or data["version"] > best["version"]:
                 best = data
         except (ValueError, KeyError, TypeError, OSError, UnusableFileError) as e:
@@ -90,6 +91,25 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
                                 "defaults and retention could delete records they keep; restore "
                                 "it, or remove it to start with the defaults")
     return best
+
+
+def _check_shape(doc: Any) -> None:
+    """ValueError unless doc has the topic config file's shape: valid JSON of another shape (a
+    hand edit, a stray write) is as unreadable as torn bytes, not a crash of the open."""
+    def is_map(v: Any, values: type) -> bool:
+        return isinstance(v, dict) and all(isinstance(x, values) for x in v.values())
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    v = doc.get("version")
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"'version' is {v!r}, not an integer")
+    for key, ok in (("topics", is_map(doc.get("topics", {}), dict)),
+                    ("topic_ids", is_map(doc.get("topic_ids", {}), str)),
+                    ("deleting", isinstance(doc.get("deleting", []), list)
+                     and all(isinstance(t, str) for t in doc.get("deleting", []))),
+                    ("partitions", isinstance(doc.get("partitions", {}), dict))):
+        if not ok:
+            raise ValueError(f"{key!r} has the wrong shape: {doc.get(key)!r:.80}")
 
 
 @dataclass

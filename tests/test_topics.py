@@ -112,3 +112,34 @@ def test_a_writable_start_refuses_a_store_whose_every_topic_config_copy_is_unrea
         assert [x.value for x in r.log("keep", 0).read(0)] == [b"old"]
     with kstore.LogManager([d1, d2], read_only=True) as m:
         assert m.log("keep", 1).log_end_offset == 1
+
+
+@pytest.mark.parametrize("doc", ['{"version": 1, "topics": []}', '{"version": "2", "topics": {}}',
+                                 '{"version": 1, "topics": {"t": 5}}', '{"topics": {}}',
+                                 '{"version": 1, "deleting": 7}', '{"version": 1, "topic_ids": {"t": 1}}',
+                                 '{"version": 1, "partitions": [1]}', '[1]'])
+def test_valid_json_of_another_shape_is_an_unreadable_copy(tmp_path, doc, caplog):
+    """A copy that is JSON but not the file's shape (a hand edit) is unreadable as torn bytes
+    are: a writable start refuses it naming the file (be9c227's rule), a reader warns and goes
+    on, a readable copy in another dir wins. Before, opens crashed on it (AttributeError
+    'list' object has no attribute 'items', TypeError 'int' object is not iterable, KeyError), and a
+    '"version": "2"' copy was loaded and failed the first topic change with a TypeError."""
+    import kstore
+    from kstore.errors import UnusableFileError
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    with kstore.LogManager([d1, d2]) as m:
+        m.create_topic("keep", 1, {"retention.ms": -1})
+        m.log("keep", 0).append([(b"k", b"old", 1000)])
+    (tmp_path / "d2" / TOPIC_CONFIG_FILE).write_text(doc)
+    with kstore.LogManager([d1, d2]) as m:                      # d1's copy wins
+        assert m.topic_config("keep").retention_ms == -1
+    (tmp_path / "d1" / TOPIC_CONFIG_FILE).write_text(doc)
+    (tmp_path / "d2" / TOPIC_CONFIG_FILE).write_text(doc)
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.LogManager([d1, d2])
+    assert ei.value.path == str(tmp_path / "d1" / TOPIC_CONFIG_FILE)
+    assert (tmp_path / "d1" / TOPIC_CONFIG_FILE).read_text() == doc      # untouched
+    with caplog.at_level(logging.WARNING, "kstore.topics"), kstore.StoreReader([d1, d2]) as r:
+        assert [x.value for x in r.log("keep", 0).read(0)] == [b"old"]
+    assert any("ignoring unreadable topic config file" in rec.message for rec in caplog.records)
+    assert read_topic_config_file([d1, d2]) is None
