@@ -74,7 +74,13 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
     bad: list[tuple[str, BaseException]] = []
     for d in log_dirs:
         path = os.path.join(d, TOPIC_CONFIG_FILE)
-        if not io.exists(path):
+        try:
+            io.stat_path(path)          # not exists(): it says False for any error and for a
+        except FileNotFoundError:       # dangling symlink (its target on a lost mount)
+            continue
+        except OSError as e:
+            log.warning("ignoring unreadable topic config file %s: %s", path, e)
+            bad.append((path, e))
             continue
         try:
             data = json.loads(io.read_file(path).decode("utf-8"))

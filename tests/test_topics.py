@@ -143,3 +143,39 @@ def test_valid_json_of_another_shape_is_an_unreadable_copy(tmp_path, doc, caplog
         assert [x.value for x in r.log("keep", 0).read(0)] == [b"old"]
     assert any("ignoring unreadable topic config file" in rec.message for rec in caplog.records)
     assert read_topic_config_file([d1, d2]) is None
+
+
+def test_a_copy_that_cannot_be_stat_ed_or_a_dangling_symlink_is_unreadable_not_absent(tmp_path):
+    """be9c227's refusal counted a copy as absent when os.path.exists said False, which it says
+    for a dangling symlink (the file kept on a mount that is gone) and for any stat error (EIO,
+    EACCES): a writable start then went on with Kafka's defaults (retention.ms=-1 ran as 7
+    days) and the next topic change wrote the file over the link. Now both are refused naming
+    the file, and readers go on with a warning."""
+    import kstore
+    from kstore.errors import UnusableFileError
+    d = str(tmp_path / "d")
+    with kstore.LogManager(d) as m:
+        m.create_topic("keep", 1, {"retention.ms": -1})
+        m.log("keep", 0).append([(b"k", b"old", 1000)])
+    path = tmp_path / "d" / TOPIC_CONFIG_FILE
+    moved = tmp_path / "elsewhere.json"
+    path.rename(moved)
+    path.symlink_to(tmp_path / "gone" / "kstore-topic-config.json")
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.LogManager(d)
+    assert ei.value.path == str(path) and path.is_symlink()      # the link is left alone
+    with kstore.StoreReader([d]) as r:
+        assert [x.value for x in r.log("keep", 0).read(0)] == [b"old"]
+    path.unlink()
+    moved.rename(path)
+
+    class StatFails(FileOps):
+        def stat_path(self, p, follow_symlinks=False):
+            if p.endswith(TOPIC_CONFIG_FILE):
+                raise OSError(errno.EIO, "Input/output error", p)
+            return super().stat_path(p, follow_symlinks)
+    with pytest.raises(UnusableFileError) as ei:
+        kstore.LogManager(d, io=StatFails())
+    assert ei.value.path == str(path) and "Input/output error" in str(ei.value)
+    with kstore.LogManager(d) as m:                              # the file was never touched
+        assert m.topic_config("keep").retention_ms == -1
