@@ -179,3 +179,59 @@ def test_a_copy_that_cannot_be_stat_ed_or_a_dangling_symlink_is_unreadable_not_a
     assert ei.value.path == str(path) and "Input/output error" in str(ei.value)
     with kstore.LogManager(d) as m:                              # the file was never touched
         assert m.topic_config("keep").retention_ms == -1
+
+
+WRITER = """
+import sys, kstore
+with kstore.LogManager(sys.argv[1:3]) as m:
+    for i in range(60):
+        m.create_topic(f"t{i}", 1, {"retention.ms": -1})
+print("done", flush=True)
+"""
+
+
+def test_no_copy_is_ever_unreadable_to_a_strict_read_beside_a_writer_process(tmp_path, watchdog):
+    """The refusal must never be a transient race: another process rewriting both copies 60
+    times (atomic renames) never shows two threads here an unreadable copy; the versions they
+    see never go back; every topic they see has its override; the store then opens writable
+    with all 60."""
+    import subprocess
+    import sys
+    import threading
+
+    import kstore
+    watchdog(120)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    kstore.LogManager([d1, d2]).close()
+    p = subprocess.Popen([sys.executable, "-c", WRITER, d1, d2], stdout=subprocess.PIPE,
+                         text=True, cwd=str(tmp_path))
+    seen: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+
+    def read(out: list[int]) -> None:
+        try:
+            while True:
+                alive = p.poll() is None        # one read more once the writer is done
+                doc = read_topic_config_file([d1, d2], strict=True)
+                if doc is not None:
+                    assert all(c == {"retention.ms": -1} for c in doc["topics"].values())
+                    out.append(doc["version"])
+                if not alive:
+                    return
+        except BaseException as e:      # noqa: BLE001  (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=read, args=(s,)) for s in seen]
+    for t in threads:
+        t.start()
+    try:
+        assert p.communicate(timeout=90)[0] == "done\n" and p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for t in threads:
+            t.join()
+    assert errors == []
+    for s in seen:
+        assert s == sorted(s) and s[-1] == 60
+    with kstore.LogManager([d1, d2]) as m:
+        assert all(m.topic_config(f"t{i}").retention_ms == -1 for i in range(60))
