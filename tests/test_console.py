@@ -673,3 +673,19 @@ def test_consume_signalled_while_blocked_on_a_full_pipe_prints_every_record_it_c
     assert errs[-1] == "Processed a total of %d messages\n" % n
     if group:
         assert _committed(d, "g") == {kstore.TopicPartition("t", 0): n}
+
+
+def test_a_non_ascii_separator_is_its_utf8_bytes(tmp_path):
+    """--key-separator / --line-separator are Kafka's key.separator / line.separator, sent and
+    printed as getBytes(UTF_8). Before, the escape decoding read the UTF-8 bytes as Latin-1:
+    'é' became C3 83 C2 A9, so produce --key-separator é found no separator ('No key separator
+    found on line number 1', exit 1) and consume printed mojibake between key and value.
+    Escapes still work beside them (\\t, \\u2192)."""
+    d = str(tmp_path / "s")
+    assert produce(d, "kéy→v1\nk2é→v2\n".encode(), "--topic", "t", "--partition", "0",
+                   "--key-separator", "→") == 0
+    assert contents(d, "t")[0] == [(0, "kéy".encode(), b"v1"), (1, "k2é".encode(), b"v2")]
+    rc, out, _ = consume(d, "--topic", "t", "--from-beginning", "--print-key",
+                         "--key-separator", "é\\t", "--line-separator", "\\u2192|")
+    assert (rc, out) == (0, "kéyé\tv1→|k2éé\tv2→|".encode())
+    assert console._unescape("\udcff:") == b"\xff:"        # an argv byte that is no UTF-8

@@ -30,8 +30,12 @@ TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
 def _unescape(sep: str) -> bytes:
-    """A separator as typed in a shell: \\t, \\n and friends allowed."""
-    return sep.encode("utf-8").decode("unicode_escape").encode("utf-8")
+    """A separator as typed in a shell, \\t, \\n and friends allowed, as UTF-8 (Kafka's
+    separator.getBytes(UTF_8)). unicode_escape reads bytes as Latin-1, so the text goes in as
+    Latin-1 with other characters as \\uXXXX escapes; an argv byte that was no UTF-8 (a
+    surrogateescape) comes back as that byte."""
+    text = sep.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    return text.encode("utf-8", "surrogateescape")
 
 
 # -- produce -------------------------------------------------------------------------------------
