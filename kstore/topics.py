@@ -76,8 +76,8 @@ def read_topic_config_file(log_dirs: Sequence[str], io: Optional[FileOps] = None
         path = os.path.join(d, TOPIC_CONFIG_FILE)
         try:
             io.stat_path(path)          # not exists(): it says False for any error and for a
-        except FileNotFoundError:       # dangling symlink (its target on a lost mount)
-            continue
+        except (FileNotFoundError, NotADirectoryError):   # dangling symlink (a lost mount)
+            continue                    # none (ENOTDIR: the log dir is a file, refused as such)
         except OSError as e:
             log.warning("ignoring unreadable topic config file %s: %s", path, e)
             bad.append((path, e))
