@@ -85,8 +85,7 @@ class LocalLog(LogStart):
     def _fail_on(self, e: OSError) -> None:
         """e failed this log (the first error is kept); a LogManager's log tells its log dir's
         failure channel (failure_listener, set by log_registry.py), lock-free as fail()."""
-        if self._failed is None:
-            self._failed = str(e)
+        self.fail(str(e))
         if (tell := self.failure_listener) is not None:
             tell(e)
 

@@ -29,7 +29,7 @@ class LogRegistry:
     Log._flush_lock): create/delete/add/alter topics and start-up's publishing hold it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, failures: LogDirFailureChannel) -> None:
         self.lock = threading.RLock()
         self.logs: dict[TopicPartition, Log] = {}
         self.dir_of: dict[TopicPartition, str] = {}
@@ -38,11 +38,8 @@ class LogRegistry:
         #: set by the LogManager: writes one log dir's log-start checkpoint (a DeleteRecords is
         #: visible to other processes' StoreReaders at their next refresh, not 60 s later)
         self.on_log_start: Optional[Callable[[str], None]] = None
-        self._failures: Optional[LogDirFailureChannel] = None
-
-    def fail_offline_dirs(self, failures: LogDirFailureChannel) -> None:
-        """From now on every log of a dir that goes offline refuses writes (Kafka's partitions of
-        a failed log dir go offline), whichever log's I/O error took the dir down."""
+        # every log of a dir that goes offline refuses writes (Kafka's partitions of a failed
+        # log dir go offline), whichever log's I/O error took the dir down
         self._failures = failures
         failures.add_listener(self._dir_offline)
 
@@ -51,8 +48,7 @@ class LogRegistry:
         (Kafka's maybeHandleIOException: a log's IOException is its dir's). A failed log is
         closed unflushed and untrimmed, so its dir must not be marked clean; and the channel's
         guard would take d offline at the next write anyway (the refusal is an EIO)."""
-        if self._failures is not None:
-            self._failures.mark_offline(d, e)
+        self._failures.mark_offline(d, e)
 
     def _dir_offline(self, d: str, why: str) -> None:
         """The channel's listener: lock-free (published dicts), as a failing write may call it
@@ -76,16 +72,14 @@ class LogRegistry:
         if (on_start := self.on_log_start) is not None:
             for tp, lg in logs.items():      # a moved start rewrites its own dir's file only
                 lg.log_start_listener = functools.partial(on_start, dir_of[tp])
-        if self._failures is not None:        # a log's own I/O error takes its dir offline
-            me = weakref.ref(self)           # weak: a log is held by this registry (no cycle)
-            for tp, lg in logs.items():
-                lg.failure_listener = functools.partial(_log_failed, me, dir_of[tp])
+        me = weakref.ref(self)               # weak: a log is held by this registry (no cycle)
+        for tp, lg in logs.items():          # a log's own I/O error takes its dir offline
+            lg.failure_listener = functools.partial(_log_failed, me, dir_of[tp])
         self.dir_of = dir_of
         self.logs = logs
         self.parts = {t: tuple(ps) for t, ps in parts.items()}
-        if (failures := self._failures) is not None:   # a dir that went offline as these were made
-            for d, why in failures.offline_dirs.items():
-                self._dir_offline(d, why)
+        for d, why in self._failures.offline_dirs.items():   # gone offline as these were made
+            self._dir_offline(d, why)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions, failed ones included; UnknownTopicError if it has none."""

@@ -97,11 +97,10 @@ class LogManager:
             self._io = MarkerGate(self._io)
         # the topic registry: replaced whole under its lock (publish), never changed in place, so
         # appends, the scheduled tasks and the cleaner read it without a lock
-        self._reg = LogRegistry()
+        self._failures = LogDirFailureChannel()
+        self._reg = LogRegistry(self._failures)
         if not read_only:    # a DeleteRecords is checkpointed at once (log_registry.py)
             self._reg.on_log_start = self._task(self.checkpoint_log_start_offsets)
-        self._failures = LogDirFailureChannel()
-        self._reg.fail_offline_dirs(self._failures)
         self._topics = TopicConfigs(self.log_dirs, self._failures, self._io)
         self._locks: dict[str, int] = {}
         self._loaded_clean: dict[str, bool] = {}
