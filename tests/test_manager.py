@@ -348,6 +348,25 @@ def test_io_error_takes_only_that_dir_offline(tmp_path, mock):
         m.append("a", None, b"again", partition=0)
 
 
+def _append_until_refused(log_of):
+    """A thread appending a record at a time to log_of() (a sibling log in the dir about to go
+    offline) until a KafkaStorageError: (thread, keys acknowledged, [the error])."""
+    acked, refused = [], []
+
+    def run():
+        i = 0
+        while not refused:
+            try:
+                log_of().append([(b"s%d" % i, b"v")])
+                acked.append(b"s%d" % i)
+            except kstore.KafkaStorageError as e:
+                refused.append(e)
+            i += 1
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, acked, refused
+
+
 @pytest.mark.parametrize("how", ["manager", "log"])
 def test_a_dir_gone_offline_fails_every_log_in_it(tmp_path, how, watchdog):
     """Kafka takes every partition of a failed log dir offline. One log's disk error, through
@@ -367,19 +386,8 @@ def test_a_dir_gone_offline_fails_every_log_in_it(tmp_path, how, watchdog):
     m.create_topic("c", 2)
     da = m.log_dir_of("a", 0)
     cp = next(p for p in (0, 1) if m.log_dir_of("c", p) == da)
-    sibling, acked, refused = m.log("c", cp), [], []
-
-    def append_sibling():
-        i = 0
-        while not refused:
-            try:
-                sibling.append([(b"s%d" % i, b"v")])
-                acked.append(b"s%d" % i)
-            except kstore.KafkaStorageError as e:
-                refused.append(e)
-            i += 1
-    t = threading.Thread(target=append_sibling, daemon=True)
-    t.start()
+    sibling = m.log("c", cp)
+    t, acked, refused = _append_until_refused(lambda: sibling)
     while len(acked) < 50:
         time.sleep(0.001)
     ops.fail_under = os.path.join(da, "a-0")          # only a-0's files fail: the disk's first error
@@ -445,19 +453,7 @@ def test_any_io_error_of_a_log_takes_its_dir_offline(tmp_path, how, watchdog):
     d = m.log_dir_of("t", 0)
     m.create_topic("s", 2)
     sp = next(p for p in (0, 1) if m.log_dir_of("s", p) == d)
-    acked, refused = [], []
-
-    def append_sibling():
-        i = 0
-        while not refused:
-            try:
-                m.log("s", sp).append([(b"s%d" % i, b"v")])
-                acked.append(b"s%d" % i)
-            except kstore.KafkaStorageError as e:
-                refused.append(e)
-            i += 1
-    t = threading.Thread(target=append_sibling, daemon=True)
-    t.start()
+    t, acked, refused = _append_until_refused(lambda: m.log("s", sp))
     mine = [b"k%d" % i for i in range(3)]
     for k in mine:
         m.append("t", k, b"x", partition=0)     # no time index entry yet
