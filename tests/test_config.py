@@ -1,8 +1,7 @@
 """LogConfig: Kafka's defaults, parsing of properties-style strings, validation messages."""
-import shutil
-
 import pytest
 
+from jvm_harness import JavaHarness, needs_jdk, write_texts
 from kstore.config import LONG_MAX, LogConfig, magic_for_format_version
 from kstore.errors import InvalidConfigError
 
@@ -170,26 +169,22 @@ public class Numbers {
 """
 
 
-@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="needs a JDK")
+@needs_jdk
 def test_random_numbers_parse_as_the_jvm_parses_them(tmp_path):
     """10000 random texts of digits, signs, exponents, suffixes, hex and Java/Unicode spaces:
     java_long and java_double agree with Long.parseLong and Double.parseDouble of the trimmed
     text (Java's overflow is an error where kstore's range check refuses the value later)."""
     import random
     import struct
-    import subprocess
     from kstore.config import java_double, java_long
-    (tmp_path / "Numbers.java").write_text(_JAVA_NUMBERS)
-    subprocess.run(["javac", "Numbers.java"], cwd=tmp_path, check=True, timeout=120)
+    numbers = JavaHarness(tmp_path, "Numbers", _JAVA_NUMBERS)
     pieces = ["0", "1", "9", "+", "-", ".", "e", "E", "x", "p", "P", "a", "f", "d", "D", "_",
               " ", "\t", "\x00", "\x1f", "\xa0", "\u0663", "\uff11", "NaN", "Infinity", "inf",
               "0x", "1e", "\x85"]
     rng = random.Random(14)
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(10000)]
-    (tmp_path / "in.txt").write_text(
-        "\n".join(",".join("%x" % ord(c) for c in t) for t in texts) + "\n")
-    java = subprocess.run(["java", "-cp", ".", "Numbers", "in.txt"], cwd=tmp_path, check=True,
-                          capture_output=True, text=True, timeout=300).stdout.splitlines()
+    write_texts(tmp_path / "in.txt", texts)
+    java = numbers.run("in.txt").splitlines()
     assert len(java) == len(texts)
     for text, line in zip(texts, java):
         want_long, want_double = line.split()

@@ -3,11 +3,10 @@ it. The table's epoch ms were printed by Java 17 running getDateTime's logic (a 
 SimpleDateFormat) on the same texts; the differential test compares random texts with the JVM
 when a JDK is installed."""
 import random
-import shutil
-import subprocess
 
 import pytest
 
+from jvm_harness import JavaHarness, needs_jdk, write_texts
 from kstore.tools.java_datetime import get_date_time
 
 # text -> epoch ms from the JVM (None: ParseException)
@@ -93,13 +92,12 @@ public class GetDateTime {
 """
 
 
-@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="needs a JDK")
+@needs_jdk
 def test_random_texts_read_as_the_jvm_reads_them(tmp_path):
     """5000 timestamps built from valid and invalid years (Julian, the 1582 gap, wrapping, the
     long's end), months, days, times, millisecond texts and zones, some with a character
     replaced: kstore's epoch ms (or refusal) equal the JVM's."""
-    (tmp_path / "GetDateTime.java").write_text(_JAVA)
-    subprocess.run(["javac", "GetDateTime.java"], cwd=tmp_path, check=True, timeout=120)
+    harness = JavaHarness(tmp_path, "GetDateTime", _JAVA)
     rng = random.Random(14)
 
     parts = [["2026", "2024", "1582", "1500", "0", "12026", "-5", "4294969322", "292278994",
@@ -118,10 +116,8 @@ def test_random_texts_read_as_the_jvm_reads_them(tmp_path):
             t = t[:k] + rng.choice("-:T. Z+0") + t[k + 1:]
         return t
     texts = [one() for _ in range(5000)]
-    (tmp_path / "in.txt").write_text(
-        "\n".join(",".join("%x" % ord(c) for c in t) for t in texts) + "\n")
-    java = subprocess.run(["java", "-cp", ".", "GetDateTime", "in.txt"], cwd=tmp_path,
-                          check=True, capture_output=True, text=True, timeout=300).stdout.split()
+    write_texts(tmp_path / "in.txt", texts)
+    java = harness.run("in.txt").split()
     assert len(java) == len(texts)
     for text, want in zip(texts, java):
         try:

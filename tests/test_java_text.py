@@ -2,11 +2,10 @@
 bytes (InputStreamReader(UTF-8), then getBytes(UTF-8)). The table's bytes are what the JVM gave;
 the differential test compares random lines with the JVM when a JDK is installed."""
 import random
-import shutil
-import subprocess
 
 import pytest
 
+from jvm_harness import JavaHarness, needs_jdk
 from kstore.tools.java_text import as_java_text, malformed_length
 
 R = b"\xef\xbf\xbd"       # U+FFFD
@@ -58,13 +57,12 @@ public class Lines {
 """
 
 
-@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="needs a JDK")
+@needs_jdk
 def test_random_lines_as_the_jvm_reads_them(tmp_path):
     """600 lines of valid, truncated, overlong, surrogate and out-of-range sequences in one
     stream (each malformed sequence decided by the bytes after it, a line end included), and
     60 streams ending inside a sequence: kstore's bytes equal the JVM's."""
-    (tmp_path / "Lines.java").write_text(_JAVA)
-    subprocess.run(["javac", "Lines.java"], cwd=tmp_path, check=True, timeout=120)
+    harness = JavaHarness(tmp_path, "Lines", _JAVA)
     pieces = [b"a", b"\xc3\xa9", b"\xc3", b"\xa9", b"\xe2\x82\xac", b"\xe2\x82", b"\xe0\x80",
               b"\xe0\xa0\x80", b"\xef\xbf\xbf", b"\xf0\x9f\x98\x80", b"\xf0\x9f", b"\xf0\x8f\x80\x80",
               b"\xf0\x9f\x98", b"\xed\xa0\x80", b"\xed\x9f\xbf", b"\xc0\x80", b"\xff",
@@ -75,8 +73,7 @@ def test_random_lines_as_the_jvm_reads_them(tmp_path):
     (tmp_path / "in.bin").write_bytes(data)
 
     def jvm(name):
-        return subprocess.run(["java", "-cp", ".", "Lines", name], cwd=tmp_path, check=True,
-                              capture_output=True, text=True, timeout=120).stdout.split("\n")[:-1]
+        return harness.run(name).split("\n")[:-1]
     assert jvm("in.bin") == [as_java_text(line + b"\n", len(line) + 1)[:-1].hex() for line in lines]
     for i in range(60):
         tail = b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))

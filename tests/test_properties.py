@@ -2,12 +2,11 @@
 table's expected pairs were printed by Java 17's Properties.load(InputStream) for the same
 bytes; the differential test compares random texts with the JVM when a JDK is installed."""
 import random
-import shutil
-import subprocess
 import textwrap
 
 import pytest
 
+from jvm_harness import JavaHarness, needs_jdk
 from kstore.errors import InvalidConfigError
 from kstore.properties import load_properties, parse_properties
 
@@ -95,11 +94,10 @@ def _units(s):
     return s.encode("utf-16-be", "surrogatepass").hex()
 
 
-@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="needs a JDK")
+@needs_jdk
 def test_random_texts_read_as_the_jvm_reads_them(tmp_path):
     """2000 random texts of the characters the rules turn on: kstore's pairs equal the JVM's."""
-    (tmp_path / "Dump.java").write_text(_JAVA_DUMP)
-    subprocess.run(["javac", "Dump.java"], cwd=tmp_path, check=True, timeout=120)
+    dump = JavaHarness(tmp_path, "Dump", _JAVA_DUMP)
     pieces = [b"\\", b"=", b":", b" ", b"\t", b"\f", b"\n", b"\r", b"\r\n", b"#", b"!", b"u",
               b"0", b"a", b"k", b"\x85", b"\x0b", b"\x1c", b"\xe9", b"\\u00e9", b"\\u12", b"\\n",
               b"\\\n", b"\\\r\n", b"\\ud83d", b"\\uDE00", b"\\u+123", b"\\u0x12", b"\\\\", b"\\=",
@@ -110,8 +108,7 @@ def test_random_texts_read_as_the_jvm_reads_them(tmp_path):
         p = tmp_path / f"{i}.properties"
         p.write_bytes(b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 40))))
         paths.append(str(p))
-    java = subprocess.run(["java", "-cp", ".", "Dump"] + paths, cwd=tmp_path, check=True,
-                          capture_output=True, text=True, timeout=300).stdout.splitlines()
+    java = dump.run(*paths).splitlines()
     assert len(java) == len(paths)
     for path, want in zip(paths, java):
         try:
