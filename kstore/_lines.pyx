@@ -37,12 +37,18 @@ cdef inline Py_ssize_t _find(const uint8_t* p, Py_ssize_t start, Py_ssize_t end,
     return -1
 
 
-cdef inline Py_ssize_t _line_end(const uint8_t* p, Py_ssize_t s, Py_ssize_t end) noexcept nogil:
-    """Position of the first \\n or \\r in p[s:end), or end."""
-    cdef const uint8_t* nl = <const uint8_t*>memchr(p + s, 10, <size_t>(end - s)) if s < end else NULL
-    cdef Py_ssize_t e = (nl - p) if nl != NULL else end
-    cdef const uint8_t* cr = <const uint8_t*>memchr(p + s, 13, <size_t>(e - s)) if s < e else NULL
-    return (cr - p) if cr != NULL else e
+cdef inline Py_ssize_t _line_end(const uint8_t* p, Py_ssize_t s, Py_ssize_t end,
+                                 Py_ssize_t* next_nl) noexcept nogil:
+    """Position of the first \\n or \\r in p[s:end), or end. next_nl caches the first \\n at
+    or after an earlier s (start it at -1): searched again only once s passes it, so input
+    whose lines end at \\r alone is not rescanned to its next \\n (or its end) per line."""
+    cdef const uint8_t* nl
+    cdef const uint8_t* cr
+    if next_nl[0] < s:
+        nl = <const uint8_t*>memchr(p + s, 10, <size_t>(end - s)) if s < end else NULL
+        next_nl[0] = (nl - p) if nl != NULL else end
+    cr = <const uint8_t*>memchr(p + s, 13, <size_t>(next_nl[0] - s)) if s < next_nl[0] else NULL
+    return (cr - p) if cr != NULL else next_nl[0]
 
 
 def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int sticky,
@@ -65,6 +71,7 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
     cdef const uint8_t* p = &data[0] if n else &_empty_byte
     cdef const uint8_t* pat = NULL
     cdef Py_ssize_t plen = 0, limit = 0, nlines = 0, i, j, s, e, k, q, bad_s = -1, bad_e = -1
+    cdef Py_ssize_t next_nl = -1
     cdef const uint8_t* nl
     cdef bytes sepb
     if n_parts <= 0 or partition >= n_parts or not 0 <= sticky < n_parts:
@@ -79,7 +86,7 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
     with nogil:
         s = 0
         while s < n:
-            e = _line_end(p, s, n)
+            e = _line_end(p, s, n, &next_nl)
             if e == n:
                 break
             if p[e] == 13 and e + 1 == n and not final:
@@ -102,8 +109,9 @@ def split_lines(const uint8_t[::1] data, sep, int n_parts, int partition, int st
     cdef int32_t part
     with nogil:
         s = 0
+        next_nl = -1
         for i in range(nlines):
-            e = _line_end(p, s, limit)
+            e = _line_end(p, s, limit, &next_nl)
             q = e + 2 if e + 1 < limit and p[e] == 13 and p[e + 1] == 10 else e + 1
             k = -1
             if pat != NULL:
