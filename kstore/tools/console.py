@@ -59,10 +59,16 @@ def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Op
                                     f"({n_parts} partitions)")
         fixed = -1 if args.partition is None else args.partition
         sticky = 0
-        rest = b""
+        pending: list[bytes] = []     # read, not split yet: no line end since the last split
         while True:
             chunk = stdin.read(READ_CHUNK)
-            data = rest + chunk if rest else chunk
+            if chunk and b"\n" not in chunk and b"\r" not in chunk:
+                # inside a long line: keep the read, split once a line end comes (linear, where
+                # joining and rescanning what was read at every read was quadratic)
+                pending.append(chunk)
+                bar.update(len(chunk))
+                continue
+            data = b"".join(pending + [chunk]) if pending else chunk
             # Kafka's producer sends each line decoded from UTF-8 and encoded again (java_text.py)
             data = as_java_text(data, max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                                 if chunk else len(data))
@@ -82,7 +88,7 @@ def produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None, err: Op
                     f"No key separator found on line number {line_no + 1}: '{text}'")
             if lines:
                 sticky = (sticky + 1) % n_parts         # sticky partitioning for unkeyed lines
-            rest = data[consumed:]
+            pending = [data[consumed:]] if consumed < len(data) else []
             bar.update(len(chunk))
             if not chunk:
                 break
