@@ -20,10 +20,11 @@ from typing import Optional
 from kstore import _core, swap
 from kstore.config import NO_LIMIT
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
-from kstore.errors import KStoreError, SegmentGoneError, UnknownTopicError
+from kstore.errors import KStoreError, LogDirOfflineError, SegmentGoneError, UnknownTopicError
 from kstore.files import CLEANED_SUFFIX, LOG_SUFFIX, segment_file
 from kstore.log import Log
 from kstore.segment import LogSegment
+from kstore.storage_errors import failed_error
 
 log = logging.getLogger("kstore.cleaner")
 INT32_MAX = (1 << 31) - 1
@@ -189,6 +190,8 @@ class Cleaner:
                 retain_legacy = s.largest_mtime() > legacy_horizon
                 pos = 0
                 while pos < end:
+                    if lg.failed is not None:     # its dir went offline: write nothing more there
+                        raise failed_error(lg.dir, lg.failed)
                     before = cs.bytes_read
                     pos, data = _core.filter_batches(m, pos, end, omap, now, lg.config.delete_retention_ms,
                                                      retain_legacy, final_offset, OUT_CHUNK, cs)
@@ -202,7 +205,8 @@ class Cleaner:
         except BaseException:
             io.close(fd)
             try:
-                swap.remove_cleaned(io, lg.dir, base)
+                if lg.failed is None:     # an offline dir is left as it is: the next load tidies up
+                    swap.remove_cleaned(io, lg.dir, base)
             except OSError:
                 pass          # the error being raised matters more; the next load tidies up
             raise
@@ -377,7 +381,7 @@ class LogCleaner:
         try:
             d = self._manager.log_dir_of(*ltc.tp)
             stats = cleaner.clean(ltc)
-            self._update_checkpoint(d, ltc.tp, stats.end_offset)
+            self._failures.guard(d, self._update_checkpoint, d, ltc.tp, stats.end_offset)
             log.info("cleaned %s-%d: %d -> %d bytes, %d records removed in %.0f ms",
                      ltc.tp[0], ltc.tp[1], stats.bytes_read, stats.bytes_written,
                      stats.records_removed, stats.duration_ms)
@@ -387,6 +391,9 @@ class LogCleaner:
             return None
         except UnknownTopicError:
             log.info("clean of %s-%d aborted: the topic was deleted", *ltc.tp)
+            return None
+        except LogDirOfflineError as e:   # its dir went offline (taken there, or by another log)
+            log.info("clean of %s-%d aborted: %s", ltc.tp[0], ltc.tp[1], e)
             return None
         except (SegmentGoneError, ValueError, BufferError) as e:
             # a segment closed or replaced under the clean (its mapping closed: "mapping is

@@ -26,7 +26,7 @@ from kstore.log_start import LogStart
 from kstore.notify import LogNotifier, ring_hints
 from kstore.segment import LogSegment
 from kstore.start_file import STANDALONE_CLEAN_MARKER, save_log_start
-from kstore.storage_errors import storage_error, storage_op
+from kstore.storage_errors import failed_error, storage_error, storage_op
 
 log = logging.getLogger("kstore.log")
 # the roll jitter's random source, one per process as Kafka's ThreadLocalRandom (seeding a
@@ -81,6 +81,11 @@ class LocalLog(LogStart):
         failing write, whose lock may be held, calls it through LogDirFailureChannel."""
         if self._failed is None:
             self._failed = why
+
+    @property
+    def failed(self) -> Optional[str]:
+        """The I/O error that failed this log (its writes refused), None while it is sound."""
+        return self._failed
 
     def _fail_on(self, e: OSError) -> None:
         """e failed this log (the first error is kept); a LogManager's log tells its log dir's
@@ -492,14 +497,18 @@ class LocalLog(LogStart):
             self._scheduler.schedule_once("delete-file", seg.delete,
                                           delay_ms=self._config.file_delete_delay_ms)
 
+    @storage_op
     def replace_segments(self, new_base: int, old: list[LogSegment]) -> bool:
         """Swap a cleaned segment in for `old` (Kafka's replaceSegments, swap.swap_in): `.cleaned`
         -> `.swap`, old -> `.deleted`, then final, the directory fsynced; a crash is finished or
-        undone by the next load. False (nothing changed) if `old` is no longer all in the log."""
+        undone by the next load. False (nothing changed) if `old` is no longer all in the log.
+        A failed log (its dir offline) refuses it, as every write: nothing renamed there."""
         io = self._io
         with self._lock:
             if self._closed or any(s not in self._segments for s in old):
                 return False
+            if self._failed is not None:          # failed after storage_op's check
+                raise failed_error(self.dir, self._failed)
             swap.swap_in(io, self.dir, [new_base], old)
             new = LogSegment(self.dir, new_base, self._config, io=io, time=self._time,
                              rng=self._rng, file_already_exists=True)

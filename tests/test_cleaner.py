@@ -466,3 +466,50 @@ def test_cleaner_stats_rate():
     """A clean's read rate in MB/s (Kafka's cleaner log line); 0 for a clean that took no time."""
     assert CleanerStats(bytes_read=3_000_000, duration_ms=1500).mb_per_s == 2.0
     assert CleanerStats(bytes_read=10).mb_per_s == 0.0
+
+
+def test_a_clean_whose_dir_goes_offline_midway_writes_nothing_more_there(tmp_path, monkeypatch):
+    """Kafka closes an offline dir's logs (handleLogDirFailure: closeHandlers), so a clean in
+    progress there fails at its next read or write. When another log's disk error takes the
+    dir offline during a clean, the clean stops at its next step: no swap, no checkpoint, no
+    further chunk, and the .cleaned files are left for the next load (Kafka's), not removed; the
+    log is not marked uncleanable. Before, the clean went on and swapped its segments in on the
+    failed disk. At the restart the load removes the .cleaned files and the log reads as it did."""
+    m, _t = mgr(tmp_path)
+    d = str(tmp_path)
+    m.create_topic("c", 1, {"cleanup.policy": "compact"})
+    append_cycling_keys(m, 400, 17, b"k%d")
+    lg = m.log("c", 0)
+    before = contents(lg)
+    files = {n: open(os.path.join(d, "c-0", n), "rb").read() for n in os.listdir(os.path.join(d, "c-0"))
+             if n != ".kstore-notify"}
+    checkpoint = open(os.path.join(d, "cleaner-offset-checkpoint"), "rb").read() \
+        if os.path.exists(os.path.join(d, "cleaner-offset-checkpoint")) else None
+    real = _core.filter_batches
+    calls = []
+
+    def failing_disk_midway(*a):
+        calls.append(1)
+        if len(calls) == 1:      # another log's write failed meanwhile: the dir goes offline
+            m.log_dir_failure_channel.mark_offline(d, OSError(5, "Input/output error (injected)"))
+        return real(*a)
+    monkeypatch.setattr(_core, "filter_batches", failing_disk_midway)
+    assert m.clean_now() == []
+    assert len(calls) == 1 and list(m.offline_dirs) == [d]
+    assert m.uncleanable_partitions() == {}
+    after = {n: open(os.path.join(d, "c-0", n), "rb").read() for n in os.listdir(os.path.join(d, "c-0"))
+             if n != ".kstore-notify"}
+    # the chunk in flight was written; the swap was refused
+    assert sorted(n for n in after if n.endswith(".cleaned")) == [
+        "00000000000000000000.index.cleaned", "00000000000000000000.log.cleaned",
+        "00000000000000000000.timeindex.cleaned"]
+    assert {n: b for n, b in after.items() if not n.endswith(".cleaned")} == files
+    cp = os.path.join(d, "cleaner-offset-checkpoint")
+    assert (open(cp, "rb").read() if os.path.exists(cp) else None) == checkpoint
+    assert contents(lg) == before
+    m.close()
+    monkeypatch.setattr(_core, "filter_batches", real)
+    m, _t = mgr(tmp_path)
+    with m:
+        assert not [n for n in os.listdir(os.path.join(d, "c-0")) if n.endswith(".cleaned")]
+        assert contents(m.log("c", 0)) == before
