@@ -17,7 +17,7 @@ if fuzz:
 # cythonize. _core last: the package's entry, it imports (and re-exports) all the others.
 MODULES = {
     "_crc": ["kstore/_crc.h"],
-    "_mapping": [],
+    "_mapping": ["kstore/_sigbus.h"],
     "_record": [],
     "_format": [],
     "_decode": [],

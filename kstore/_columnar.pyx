@@ -520,4 +520,4 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
             next_offset = h.last_offset + 1
             min_offset = next_offset if next_offset > min_offset else min_offset
     finally:
-        m.unpin()
+        m.unpin_checked()

@@ -173,7 +173,7 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                         omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
             pos += h.size
     finally:
-        m.unpin()
+        m.unpin_checked()
 
 
 cdef class CleanStats:
@@ -412,7 +412,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             _track_max(stats, h.max_timestamp if (lat or not nk) else max_ts, h.last_offset)
             pos += h.size
     finally:
-        m.unpin()
+        m.unpin_checked()
     return (pos, bytes(out))
 
 

@@ -113,7 +113,7 @@ cdef int _read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t ba
         return read_range_c(m, p, pos, end, offset, max_records, max_bytes, verify_crc, out,
                             False, min_one, False, res)
     finally:
-        m.unpin()
+        m.unpin_checked()
 
 
 def read_at(Mapping m, Mapping index, Py_ssize_t index_entries, int64_t base_offset,
@@ -360,7 +360,7 @@ cdef object _find_ts(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,
                             return (r.offset, r.timestamp)
             pos += h.size
     finally:
-        m.unpin()
+        m.unpin_checked()
 
 
 def find_offset_by_timestamp(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t ts,

@@ -158,12 +158,12 @@ cdef class BatchBuilder:
         return a
 
     def copy_to(self, Mapping m, Py_ssize_t pos):
-        """memcpy the encoded batch into a writable mapping at pos."""
-        if not m.writable:
-            raise ValueError("mapping is read-only")
-        if pos < 0 or pos + self.size > m.length:
-            raise ValueError(f"batch of {self.size} bytes at {pos} exceeds mapping of {m.length}")
+        """memcpy the encoded batch into a writable mapping at pos (OSError: its file was cut)."""
+        if not m.writable or pos < 0 or pos + self.size > m.length:
+            raise ValueError(f"batch of {self.size} bytes at {pos} outside the writable "
+                             f"mapping of {m.length}" if m.writable else "mapping is read-only")
         memcpy(<void*>(m.ptr() + pos), self.buf, self.size)
+        m.check_written()
 
     def build(self, records, int magic, int64_t base_offset, int64_t now, bint log_append_time,
               int64_t ts_min, int64_t ts_max, bint require_key, int codec,

@@ -1,7 +1,6 @@
 # cython: language_level=3
 """Mapping's C-level interface for the other extension modules (kstore/_mapping.pyx)."""
 from libc.stdint cimport uint8_t, uint64_t
-from posix.mman cimport munmap
 
 
 # What a Mapping remembers about the batches read from it (see _mapping.pyx, "remembered
@@ -30,13 +29,31 @@ cdef class Mapping:
     # this mapping's file (note_crc_verified); reads of a batch wholly inside skip its CRC
     cdef Py_ssize_t crc_lo
     cdef Py_ssize_t crc_hi
+    # the SIGBUS guard (_sigbus.h): this range's flag, set when a page past the file's end (the
+    # file was truncated by another process) was replaced by zeros; NULL when unguarded
+    cdef int* poison
+    cdef long long guard_slot
 
-    cdef inline void _unmap(self) noexcept:
-        if self.table != NULL:
-            self.forget_batches()
-        if self.addr != NULL:
-            munmap(self.addr, <size_t>self.length)
-            self.addr = NULL
+    # unmap now (the guard's slot first): no view, pin or scan left
+    cdef void _unmap(self) noexcept
+    cdef void _unguard(self) noexcept
+
+    # True once a touch past the file's end read zeros instead of dying of SIGBUS: nothing read
+    # from this mapping since can be trusted (check_intact raises)
+    cdef inline bint poisoned(self) noexcept:
+        return self.poison != NULL and self.poison[0] != 0
+
+    # CorruptRecordError if poisoned (readers: after reading, before using what they read)
+    cdef inline int check_intact(self) except -1:
+        if self.poisoned():
+            self.raise_truncated()
+        return 0
+
+    # the CorruptRecordError of a poisoned mapping (always raises)
+    cdef int raise_truncated(self) except -1
+
+    # OSError(EIO) if poisoned (writers: after a copy into the mapping, which went to zeros)
+    cdef int check_written(self) except -1
 
     # The block remembered for the batch at pos, or NULL. Valid until the caller runs Python
     # code (an object allocation may run a finalizer that reads this mapping and evicts it):
@@ -73,6 +90,15 @@ cdef class Mapping:
         self.pins -= 1
         if self.closing and self.pins == 0 and self.exports == 0:
             self._unmap()
+
+    # unpin() at the end of a scan whose results the caller is about to use: raises (see
+    # check_intact) if the scan read zeros where another process had truncated the file
+    cdef inline int unpin_checked(self) except -1:
+        cdef bint bad = self.poisoned()
+        self.unpin()
+        if bad:
+            self.raise_truncated()
+        return 0
 
     # The first byte (a valid pointer to an empty string for an empty mapping); raises
     # ValueError once closed. Valid while the caller holds a pin or the GIL without releasing it.

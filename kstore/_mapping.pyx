@@ -13,11 +13,19 @@ cdef extern from "sys/mman.h" nogil:
     int madvise(void* addr, size_t length, int advice)
 
 cdef int MADV_POPULATE_WRITE_ = 23       # linux/mman.h, Linux 5.14+
+
+cdef extern from "_sigbus.h" nogil:
+    int ks_install()
+    int* ks_register(void* start, size_t length, long long* slot)
+    int ks_unregister(long long slot)
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBuffer_FillInfo
 
+import errno as errno_mod
 import os
+
+from kstore.errors import CorruptRecordError
 
 cdef uint8_t _empty_byte = 0
 cdef Py_ssize_t PAGE = sysconf(_SC_PAGESIZE)
@@ -105,6 +113,41 @@ cdef class Mapping:
                 raise OSError(e, os.strerror(e))
             self.addr = <uint8_t*>p
             self.length = length
+            # a file mapping: guarded against SIGBUS (a failure to install leaves it unguarded,
+            # as it was before the guard existed)
+            if ks_install() == 0:
+                self.poison = <int*>ks_register(p, <size_t>length, &self.guard_slot)
+
+    cdef void _unmap(self) noexcept:
+        if self.table != NULL:
+            self.forget_batches()
+        self._unguard()
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.length)
+            self.addr = NULL
+
+    cdef void _unguard(self) noexcept:
+        if self.poison != NULL:
+            self.poison = NULL
+            ks_unregister(self.guard_slot)
+            self.guard_slot = -1
+
+    cdef int check_written(self) except -1:
+        if self.poisoned():
+            raise OSError(errno_mod.EIO, "the file was truncated under the writer's mapping by "
+                          "another process: the append is not in it")
+        return 0
+
+    cdef int raise_truncated(self) except -1:
+        raise CorruptRecordError(
+            "the file shrank under its mapping (another process truncated it); what was read "
+            "from past its new end is not data")
+
+    @property
+    def intact(self):
+        """False once a touch past the file's end found it truncated by another process (the
+        SIGBUS guard replaced the page by zeros instead of letting the process die)."""
+        return not self.poisoned()
 
     def note_crc_verified(self, Py_ssize_t start, Py_ssize_t end):
         """[start, end) of this mapping holds whole batches whose CRCs were just verified in a
@@ -211,6 +254,7 @@ cdef class Mapping:
 
     def __dealloc__(self):
         self.forget_batches()
+        self._unguard()
         if self.addr != NULL:
             munmap(self.addr, <size_t>self.length)
             self.addr = NULL
@@ -284,6 +328,7 @@ cdef class Mapping:
             raise ValueError(f"write of {n} bytes at {pos} outside mapping of {self.length}")
         if n:
             memcpy(<void*>(self.ptr() + pos), &mv[0], n)
+        self.check_written()
 
     def zero(self, Py_ssize_t start, Py_ssize_t end):
         """Zero [start, end) (used to wipe a truncated tail in place)."""
@@ -298,5 +343,7 @@ cdef class Mapping:
         """Copy n bytes at pos out as bytes."""
         if pos < 0 or n < 0 or pos + n > self.length:
             raise ValueError(f"read of {n} bytes at {pos} outside mapping of {self.length}")
-        return PyBytes_FromStringAndSize(<const char*>(self.ptr() + pos), n)
+        data = PyBytes_FromStringAndSize(<const char*>(self.ptr() + pos), n)
+        self.check_intact()
+        return data
 

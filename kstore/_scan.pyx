@@ -140,8 +140,10 @@ def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):
     p = m.ptr()
     while True:
         if parse_header(p, pos, end, &h, &why) != H_OK:
+            m.check_intact()
             return -1
         if h.last_offset >= target:
+            m.check_intact()
             return pos
         pos += h.size
 
@@ -160,6 +162,7 @@ def batch_headers(Mapping m, Py_ssize_t start, Py_ssize_t end):
         out.append((pos, h.base_offset, h.last_offset, h.size, h.magic, h.attrs,
                     h.max_timestamp, h.count))
         pos += h.size
+    m.check_intact()
     return out
 
 
@@ -269,7 +272,7 @@ def _crcs_ok(Mapping m, Py_ssize_t start, Py_ssize_t end, res, int64_t base_offs
         finally:
             done.acquire()
     finally:
-        m.unpin()
+        m.unpin_checked()
     return bad < 0 and out == [-1]
 
 
@@ -381,7 +384,7 @@ def recover_scan(Mapping m, Py_ssize_t end, int64_t base_offset, int64_t index_i
             tail_zero = _all_zero(p + valid, end - valid)
         found = [(ep[2 * i], ep[2 * i + 1]) for i in range(ne)]
     finally:
-        m.unpin()
+        m.unpin_checked()
         free(ep)
     if epochs and not want_epochs:
         raise MemoryError("recover_scan: no memory for the leader epochs")
