@@ -129,8 +129,8 @@ class GroupCoordinator:
         the one that already holds it, else the first."""
         return os.path.dirname(self.topic.partition_path(self.partition_for(group_id)))
 
-    def _append(self, p: int, records: list) -> None:
-        with self.topic.locked(p) as lg:
+    def _append(self, p: int, records: list, sleep: Optional[Callable[[float], None]] = None) -> None:
+        with self.topic.locked(p, sleep=sleep) as lg:
             lg.append(records)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -271,11 +271,13 @@ class GroupCoordinator:
                 out[tp] = mine[tp]
         return out
 
-    def store_group(self, group_id: str, group: GroupMetadata) -> None:
-        """Write the group's GroupMetadata record (value version 3, as Kafka at each generation)."""
+    def store_group(self, group_id: str, group: GroupMetadata, *,
+                    sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Write the group's GroupMetadata record (value version 3, as Kafka at each generation).
+        sleep: the pauses of the flock wait (may raise: a closing consumer's deadline)."""
         self._append(self.partition_for(group_id),
                      [(group_metadata_key(group_id), group_metadata_value(group),
-                       self._time.milliseconds())])
+                       self._time.milliseconds())], sleep)
 
     def group(self, group_id: str) -> Optional[GroupMetadata]:
         """The group's last GroupMetadata record (None: none, or deleted)."""
@@ -489,13 +491,14 @@ class GroupCoordinator:
                 cleaned += 1
         return cleaned
 
-    def close(self) -> None:
-        """Close every log (OffsetsTopic.close for the writable ones)."""
+    def close(self, sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Close every log (OffsetsTopic.close for the writable ones; sleep: its flock waits'
+        pauses, which may raise: that Log is then closed unflushed)."""
         if self._closed:
             return
         with self._mutex:
             states = list(self._states.values())
-        self.topic.close()
+        self.topic.close(sleep)
         self._closed = True
         for s in states:
             with s.lock:

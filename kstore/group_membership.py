@@ -341,11 +341,12 @@ class GroupMember:
             self._meta_dirty = True
             self._next_heartbeat = self._next_metadata = 0.0
 
-    def leave(self) -> None:
+    def leave(self, timeout: Optional[float] = None, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Leave: release every partition (commit first), remove the membership, rebalance the
-        others (without group.lock, they see it dead at their next heartbeat). Idempotent."""
+        others (without group.lock, they see it dead at their next heartbeat). Idempotent.
+        timeout: the most group.lock is waited for; sleep: the offsets flock's pauses (close's)."""
         with self._lock:
-            self._leave()
+            self._leave(None if timeout is None else min(self._lock_timeout, timeout), sleep)
 
     def expire(self) -> bool:
         """Leave because max.poll.interval.ms passed since the consumer's last poll (Kafka's
@@ -359,7 +360,7 @@ class GroupMember:
             self._leave(min(self._lock_timeout, EXPIRE_LOCK_S))
             return True
 
-    def _leave(self, lock_timeout: Optional[float] = None) -> None:
+    def _leave(self, lock_timeout: Optional[float] = None, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Drop the member and owner flocks, rebalancing the others under group.lock if it
         comes within lock_timeout (default the member's); else they do at their heartbeat."""
         if self._closed:
@@ -376,7 +377,7 @@ class GroupMember:
                 if member_fd is not None:
                     self._gdir.remove_member(self.member_id, member_fd)
                 self._held.close_all()
-                self._rebalance(bell=bell)
+                self._rebalance(bell=bell, sleep=sleep)
             finally:
                 self._gdir.unlock(fd)
         except GroupLockTimeoutError as e:
@@ -493,8 +494,8 @@ class GroupMember:
             return base
         return max(base, stored.generation if stored is not None else 0)
 
-    def _rebalance(self, live: Optional[list[dict]] = None,
-                   bell: Optional[_notify.Bell] = None) -> dict:
+    def _rebalance(self, live: Optional[list[dict]] = None, bell: Optional[_notify.Bell] = None,
+                   sleep: Optional[Callable[[float], None]] = None) -> dict:
         """Caller holds group.lock. The group state for the live members: the current one if
         nothing changed, else a new generation written, rung and recorded."""
         gdir = self._gdir
@@ -540,10 +541,11 @@ class GroupMember:
         ring = bell or self._bell
         if ring is not None:
             ring.ring(generation, 0, 0, 0)
-        self._store(new, plan)
+        self._store(new, plan, sleep)
         return new
 
-    def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]]) -> None:
+    def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]],
+               sleep: Optional[Callable[[float], None]]) -> None:
         """The generation's GroupMetadata record, as Kafka writes at each generation (a failure
         is logged: the state file, not the record, runs the group)."""
         members = tuple(MemberMetadata(
@@ -553,7 +555,7 @@ class GroupMember:
         group = GroupMetadata(PROTOCOL_TYPE, state["generation"], state["protocol"], state["leader"],
                               state["state_ts"], members)
         try:
-            self._coordinator.store_group(self.group_id, group)
+            self._coordinator.store_group(self.group_id, group, sleep=sleep)
         except (KStoreError, OSError) as e:
             log.warning("group %r generation %d: its GroupMetadata record was not written (%s)",
                         self.group_id, state["generation"], e)
