@@ -649,3 +649,61 @@ def test_close_timeout_is_checked(group_store):
         assert not c.closed
     c.close(False)
     assert c.closed and _committed(d, "g") == {}
+
+
+@pytest.mark.parametrize("freed", [True, False], ids=["flock-freed", "close-timeout-runs-out"])
+def test_a_listeners_commit_in_a_poll_waits_on_past_a_close_from_another_thread(
+        group_store, watchdog, tmp_path, freed):
+    """Kafka forbids close() from another thread during a poll (ConcurrentModificationException);
+    kstore takes it as a wakeup that closes. A rebalance listener already running in the poll
+    (auto-commit off, it commits in on_partitions_revoked) is part of a rebalance the close
+    cannot redo without calling it twice, so its commit() waits on for the flock another process
+    holds, up to close(timeout)'s deadline: freed meanwhile, it writes 15 and the poll returns
+    {}, then the close revokes the rest once (its listener's commit written too) and b takes
+    every partition from 15; held past the deadline (0.5 s), the commit raises CloseTimeoutError
+    in the listener, the close finishes, nothing is written. Before, the listener's commit
+    raised KStoreStateError (closed) at once and the poll gave the two partitions up with their
+    committed offsets left at 10 (the poller ended at once: this test's first check fails)."""
+    import threading
+    from group_helpers import ChildMember, FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    calls: list = []
+
+    class CommitOnRevoke(_Calls):
+        def on_partitions_revoked(self, tps) -> None:
+            try:
+                c.commit()
+                calls.append(("revoked", sorted(map(str, tps)), "committed"))
+            except kstore.KStoreError as e:
+                calls.append(("revoked", sorted(map(str, tps)), type(e).__name__))
+
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, CommitOnRevoke(), enable_auto_commit=False)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        try:
+            t, out = _poll_in_thread(c)
+            closer = threading.Thread(target=lambda: c.close(timeout=20 if freed else 0.5), name="closer")
+            closer.start()
+            if freed:
+                time.sleep(0.5)
+                assert t.is_alive() and closer.is_alive() and calls == []
+                holder.release()
+            join_all([t, closer], 20)
+            assert c.closed
+        finally:
+            holder.release()
+        gone = sorted(set(ALL4) - set(calls[0][1]))
+        if freed:
+            assert out == [{}] and calls == [("revoked", calls[0][1], "committed"), ("revoked", gone, "committed")]
+            assert len(gone) == 2 and _committed(d, "g") == dict.fromkeys(ALL4, 15)
+            assert _b_takes(child, ALL4) == dict.fromkeys(ALL4, 15)
+        else:
+            assert out == [{}] and calls == [("revoked", calls[0][1], "CloseTimeoutError"),
+                                             ("revoked", gone, "CloseTimeoutError")]
+            assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+        child.run("!b.close()")
+    finally:
+        child.close()
