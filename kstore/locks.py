@@ -68,10 +68,13 @@ take none.
                                 writer's pre-wake at the start of Log.append, under Log._lock)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below.
-                                A Consumer's commit() and poll's auto-commit wait for both
-                                in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
-                                ends the wait, and so does a close() not yet running (its
-                                own commit waits the lock timeout, then is logged)
+                                A Consumer's commit() and poll's auto-commit and rebalance
+                                commit wait for both in pauses slept on its wakeup bell
+                                (Wakeup.pause): wakeup() ends the wait, and so does a close()
+                                not yet running, but for a running listener's commit; once
+                                close() began, every commit wait (its own, the listeners'),
+                                its leave's GroupMetadata append and its coordinator's close
+                                end at close(timeout)'s deadline (then logged)
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
@@ -79,7 +82,8 @@ take none.
                                 The scheduler's tasks (deletion retry, offsets expiry)
                                 wait for it TASK_LOCK_WAIT_S in all, ended by close()
                                 (task_wait.py; OffsetsExpiry._closing, an Event), then put
-                                their work off to their next run
+                                their work off to their next run (the expiry's starts past
+                                the partition it was put off at: round robin)
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)
