@@ -38,7 +38,8 @@ take none.
                                 --execute's look and commit (one group's at a time; several
                                 through groups_locked: in name order). Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
-                                __consumer_offsets locks below; nothing holding those waits
+                                __consumer_offsets locks below (a rebalance's record waits
+                                TASK_LOCK_WAIT_S at most, then is logged); nothing holding those waits
                                 for group.lock (live_members only tries; delete_group takes
                                 group.lock first)
   TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
