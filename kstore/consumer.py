@@ -21,8 +21,9 @@ returned: in poll every auto_commit_interval_ms, before partitions are revoked, 
 its poll timer (poll_timer.py) without a commit; its next poll reports the partitions lost and
 rejoins. One user thread at a time (Kafka's): a second raises ConcurrentModificationError
 (consumer_access.py); any thread may call wakeup() (a blocked poll or commit raises WakeupError)
-and close() (a poll returns; close(timeout) bounds its waits for other processes): consumer_wakeup.py. `_lock` (RLock), held by every call
-(consumer_access.py), keeps that timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
+and close() (a poll returns; close(timeout) bounds its waits for other processes):
+consumer_wakeup.py. `_lock` (RLock), held by every call (consumer_access.py), keeps that timer
+and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
 """
 from __future__ import annotations
 

@@ -635,22 +635,6 @@ def test_close_timeout_bounds_its_waits_for_another_processs_flock(group_store, 
     assert lst.calls == ([("assigned", ALL4), ("revoked", ALL4)] if member else [])
 
 
-def test_close_timeout_is_checked(group_store):
-    """close(timeout) takes seconds >= 0 (Kafka: "The timeout cannot be negative."), refused
-    before anything is closed; close(False) still means autocommit=False."""
-    d, _m = group_store
-    c = Consumer(d, group_id="g", auto_offset_reset="earliest")
-    c.assign([TP("t", 0)])
-    c.poll(timeout_ms=5000, max_records=3)
-    for bad, msg in [(-1, "The timeout cannot be negative."), ("1", "close timeout must be a number"),
-                     (True, "close timeout must be a number"), (float("nan"), "close timeout must be a number")]:
-        with pytest.raises(InvalidConfigError, match=msg):
-            c.close(timeout=bad)
-        assert not c.closed
-    c.close(False)
-    assert c.closed and _committed(d, "g") == {}
-
-
 @pytest.mark.parametrize("freed", [True, False], ids=["flock-freed", "close-timeout-runs-out"])
 def test_a_listeners_commit_in_a_poll_waits_on_past_a_close_from_another_thread(
         group_store, watchdog, tmp_path, freed):
