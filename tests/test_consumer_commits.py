@@ -691,3 +691,43 @@ def test_a_listeners_commit_in_a_poll_waits_on_past_a_close_from_another_thread(
         child.run("!b.close()")
     finally:
         child.close()
+
+
+def test_a_signal_handlers_close_ends_a_rebalance_commit_in_the_same_thread(group_store, watchdog,
+                                                                             tmp_path, caplog):
+    """A signal handler calls close(timeout=1) while this thread's poll waits in its rebalance
+    commit for the flock another process holds for good: the wait ends at once, the poll
+    returns {} and the close runs as it returns: its commit of all four positions cannot get
+    the flock either and is logged once its 1 s runs out, the listener hears revoked once for
+    all four, the consumer is closed (a 10 s watchdog armed before the poll), nothing written;
+    b then takes every partition from 10."""
+    import logging
+    import signal
+    from group_helpers import ChildMember, FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    lst = _Calls()
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, lst)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        old = signal.signal(signal.SIGALRM, lambda *_: c.close(timeout=1.0))
+        try:
+            watchdog(10)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            assert c.poll(timeout_ms=60_000) == {}
+            assert c.closed and holder.p.poll() is None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            holder.release()
+        watchdog(90)
+        assert lst.calls == [("assigned", ALL4), ("revoked", ALL4)]
+        assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+        assert [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"] == [
+            "Auto-commit of offsets %s timed out before completion" % dict.fromkeys(ALL4, 15)]
+        assert _b_takes(child, ALL4) == dict.fromkeys(ALL4, 10)
+        child.run("!b.close()")
+    finally:
+        child.close()
