@@ -212,9 +212,9 @@ class AsyncConsumer:
     async def start(self) -> None:
         """aiokafka's start(): the group is joined at the first getmany/getone."""
 
-    async def stop(self) -> None:
-        """Commit (with auto-commit), leave the group and close."""
-        self._c.close()
+    async def stop(self, timeout: Optional[float] = None) -> None:
+        """Commit (with auto-commit), leave the group and close: Consumer.close(timeout=)."""
+        self._c.close(timeout=timeout)
 
     close = stop
 

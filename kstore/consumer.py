@@ -21,8 +21,9 @@ returned: in poll every auto_commit_interval_ms, before partitions are revoked, 
 its poll timer (poll_timer.py) without a commit; its next poll reports the partitions lost and
 rejoins. One user thread at a time (Kafka's): a second raises ConcurrentModificationError
 (consumer_access.py); any thread may call wakeup() (a blocked poll or commit raises WakeupError)
-and close() (a poll returns): consumer_wakeup.py. `_lock` (RLock), held by every call
-(consumer_access.py), keeps that timer and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
+and close() (a poll returns; close(timeout) bounds its waits for other processes):
+consumer_wakeup.py. `_lock` (RLock), held by every call (consumer_access.py), keeps that timer
+and a close() out of them; once closed every call raises KStoreStateError (Kafka's message).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from kstore.consumer_commits import ConsumerCommits
 from kstore.consumer_queries import ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
-from kstore.consumer_wakeup import Wakeup
+from kstore.consumer_wakeup import DEFAULT_CLOSE_TIMEOUT_S, Wakeup
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.notify import SLICE_S
@@ -323,7 +324,7 @@ class Consumer(ConsumerQueries, ConsumerCommits):
                 self._revoke(have - want, release=False)
                 st.add(sorted(want - have))
                 if self._listener is not None:
-                    self._listener.on_partitions_assigned(want - have)
+                    self._tell(self._listener.on_partitions_assigned, want - have)
             return
         if self._member is not None:
             change, self._pending = self._pending, None
@@ -382,7 +383,7 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         try:                                 # the member stays for the listener: commits fail
             if lost and self._listener is not None:
                 on_lost = getattr(self._listener, "on_partitions_lost", None)
-                (on_lost or self._listener.on_partitions_revoked)(set(lost))
+                self._tell(on_lost or self._listener.on_partitions_revoked, lost)
             self._member = self._pending = None
             self._cancel_timer()
         finally:
@@ -408,20 +409,40 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         return self._pending is not None
 
     def _apply(self, change) -> None:
-        """Apply a rebalance's change; a listener raising (a WakeupError from its commit) does
+        """Apply a rebalance's change: commit the revoked (Kafka's onJoinPrepare), tell the
+        listener, give them up, take the assigned. A commit ended by wakeup() or a close()
+        keeps the whole change for the next poll (nothing given up, the listener not called);
+        the close gives everything up. A listener raising (a WakeupError from its commit) does
         not undo it: the revoked are dropped and released, the assigned kept for the next poll."""
         if change.revoked:
+            tps = set(change.revoked) & self._state.assignment()
             try:
-                self._revoke(set(change.revoked) & self._state.assignment(), release=False)
+                self._maybe_commit_before_losing(tps, sleep=self._wake.pause)
+            except BaseException:
+                self._pending = change
+                raise
+            try:
+                if tps and self._listener is not None:
+                    self._tell(self._listener.on_partitions_revoked, tps)
             except BaseException:
                 self._pending = replace(change, revoked=frozenset())
                 raise
             finally:
+                self._drop(tps)
                 self._member.release(change.revoked)
         added = set(change.assigned) - self._state.assignment()
         self._state.add(sorted(change.assigned))
         if self._listener is not None:
-            self._listener.on_partitions_assigned(added)
+            self._tell(self._listener.on_partitions_assigned, added)
+
+    def _tell(self, method, tps: Iterable[TopicPartition]) -> None:
+        """Call a listener's method: its commits wait on past a close() begun meanwhile, up to
+        close's deadline (the rebalance it is part of completes; consumer_wakeup)."""
+        self._wake.listening += 1
+        try:
+            method(set(tps))
+        finally:
+            self._wake.listening -= 1
 
     def _revoke(self, tps: set[TopicPartition], release: bool) -> None:
         """Give partitions up: auto-commit their positions, tell the listener, forget them and
@@ -430,7 +451,7 @@ class Consumer(ConsumerQueries, ConsumerCommits):
             try:
                 self._maybe_commit_before_losing(tps)
                 if self._listener is not None:
-                    self._listener.on_partitions_revoked(set(tps))
+                    self._tell(self._listener.on_partitions_revoked, tps)
             finally:                         # given up even if the listener raised
                 self._drop(tps)
         if release and self._member is not None:
@@ -444,13 +465,17 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         member, self._member = self._member, None
         self._pending = None
         owned = self._state.assignment()
+        sleep = self._wake.pause if closing else None    # close's: within its deadline
         try:
-            self._maybe_commit_before_losing(owned, closing)
+            self._maybe_commit_before_losing(owned, closing, sleep)
             if owned and self._listener is not None:
-                self._listener.on_partitions_revoked(owned)
+                self._tell(self._listener.on_partitions_revoked, owned)
         finally:                             # the member leaves even if the listener raised
             self._drop(owned)
-            member.leave()
+            if closing:
+                member.leave(self._wake.left(), sleep)
+            else:
+                member.leave()
 
     # -- close -----------------------------------------------------------------------------------
     @property
@@ -468,18 +493,32 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         if self._closed or self._wake.closed_elsewhere():
             raise KStoreStateError(CLOSED)
 
-    def close(self, autocommit: bool = True) -> None:
+    def close(self, autocommit: bool = True, timeout: Optional[float] = None) -> None:
         """Commit (auto-commit, unless autocommit=False), leave the group, close. Idempotent.
-        Called inside one of this consumer's calls on the same thread (a signal handler's, a
-        rebalance listener's), it closes as that call returns."""
+        timeout (seconds; default 30, Kafka's close(Duration)) bounds the waits for other
+        processes' locks (the commits, the leave's group.lock): past it each is logged and
+        skipped, and the consumer is closed. Called inside one of this consumer's calls on the
+        same thread (a signal handler's, a rebalance listener's), it closes as that call returns."""
+        if timeout is None:
+            timeout = DEFAULT_CLOSE_TIMEOUT_S
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+            raise InvalidConfigError(f"close timeout must be a number of seconds, not {timeout!r}")
+        elif timeout < 0:
+            raise InvalidConfigError("The timeout cannot be negative.")
         if self._closed:
             return
-        self._wake.close(self._guard)         # a poll in another thread returns now
+        self._wake.close(self._guard, float(timeout))     # a poll in another thread returns now
         if self._guard.owner == threading.get_ident():
             # inside one of this thread's calls (a signal handler's close): closing under it
             # would pull its state away (a poll holding GroupMember._lock: a deadlock), so
             # the call ends now (a poll returns {}) and the close runs as it returns
-            self._guard.later = lambda: self.close(autocommit)
+            self._guard.later = lambda: self._close(autocommit)
+            return
+        self._close(autocommit)
+
+    def _close(self, autocommit: bool) -> None:
+        """close()'s work, once no call of this thread is under way (within Wakeup's deadline)."""
+        if self._closed:
             return
         timer = self._poll_timer              # stopped after _lock: it may be waiting for it
         with self._lock:                      # closed (set last) once a close() is done
@@ -490,13 +529,13 @@ class Consumer(ConsumerQueries, ConsumerCommits):
                     if self._member is not None:
                         self._leave_group(closing=True)
                     else:
-                        self._maybe_commit_before_losing(None, closing=True)
+                        self._maybe_commit_before_losing(None, True, self._wake.pause)
                 finally:
                     try:
                         self._cancel_timer()
                         self._buffer.clear()
                         if self._own_coordinator and self._coordinator is not None:
-                            self._coordinator.close()
+                            self._coordinator.close(self._wake.pause)
                         self._source.close()
                     finally:
                         self._closed = self._guard.shut = True

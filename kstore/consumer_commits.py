@@ -1,13 +1,16 @@
 """A Consumer's commits (Kafka's ConsumerCoordinator's half that writes offsets): commit(),
 poll's auto-commit every auto_commit_interval_ms, the auto-commit before partitions are given up
-and close()'s, and committed(). A mixin of `Consumer`, on its state (positions, member, lock).
+(a rebalance's, close()'s) and committed(). A mixin of `Consumer`, on its state (positions,
+member, lock).
 
-Waits: commit() and poll's auto-commit wait for the offsets flock in pauses slept on the
-consumer's bell (Wakeup.pause): wakeup() ends the wait (WakeupError), and so does a close() not
-yet running (from another thread, or a signal handler's in this one): the poll returns {} and
-the close commits instead. A commit that ended so wrote nothing and is not recorded. close()'s
-own commit waits the coordinator's lock timeout (30 s, Kafka's default close timeout); if it
-fails it is logged and the close goes on (Kafka's maybeAutoCommitOffsetsSync).
+Waits: commit(), poll's auto-commit and its rebalance commit wait for the offsets flock in
+pauses slept on the consumer's bell (Wakeup.pause): wakeup() ends the wait (WakeupError), and
+so does a close() not yet running (from another thread, or a signal handler's in this one):
+the poll returns {} and the close commits instead. A commit that ended so wrote nothing and is
+not recorded; a rebalance's keeps its partitions for the next poll (or the close) to commit and
+give up. A rebalance listener's commit and close()'s own wait up to close(timeout)'s deadline;
+a rebalance's or close()'s commit that fails is logged and the caller goes on (Kafka's
+maybeAutoCommitOffsetsSync).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.consumer_buffer import RecordBuffer
-from kstore.consumer_wakeup import Wakeup
+from kstore.consumer_wakeup import CloseTimeoutError, Wakeup
 from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError, WakeupError
 from kstore.fetcher import Fetcher, LogSource
 from kstore.fileio import FileOps
@@ -104,17 +107,23 @@ class ConsumerCommits:
         return True
 
     def _maybe_commit_before_losing(self, tps: Optional[Iterable[TopicPartition]],
-                                    closing: bool = False) -> None:
-        """closing: close()'s (Kafka's maybeAutoCommitOffsetsSync): a failure (the lock
-        timeout) is logged, the close goes on."""
+                                    closing: bool = False,
+                                    sleep: Optional[Callable[[float], None]] = None) -> None:
+        """The auto-commit of tps (None: all) before they are given up (Kafka's
+        maybeAutoCommitOffsetsSync). closing (close()'s) or with sleep (a poll's rebalance, its
+        wait's pauses): a failure is logged and the caller goes on, but for a rebalance's
+        commit ended by wakeup() or a close() (raised: nothing written). Else it raises."""
         positions = self._consumed(tps) if self.enable_auto_commit else {}
         try:
-            self._commit_changed(positions)
+            self._commit_changed(positions, sleep)
         except KStoreError as e:
-            if not closing:
+            if not closing and (sleep is None or isinstance(e, (WakeupError, KStoreStateError))):
                 raise
-            log.warning("Synchronous auto-commit of offsets %s failed: %s",
-                        {str(tp): o for tp, o in sorted(positions.items())}, e)
+            shown = {str(tp): o for tp, o in sorted(positions.items())}
+            if isinstance(e, CloseTimeoutError):
+                log.warning("Auto-commit of offsets %s timed out before completion", shown)
+            else:
+                log.warning("Synchronous auto-commit of offsets %s failed: %s", shown, e)
 
     def _commit_changed(self, positions: dict[TopicPartition, int],
                         sleep: Optional[Callable[[float], None]] = None) -> None:

@@ -129,8 +129,8 @@ class GroupCoordinator:
         the one that already holds it, else the first."""
         return os.path.dirname(self.topic.partition_path(self.partition_for(group_id)))
 
-    def _append(self, p: int, records: list) -> None:
-        with self.topic.locked(p) as lg:
+    def _append(self, p: int, records: list, sleep: Optional[Callable[[float], None]] = None) -> None:
+        with self.topic.locked(p, sleep=sleep) as lg:
             lg.append(records)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -271,11 +271,13 @@ class GroupCoordinator:
                 out[tp] = mine[tp]
         return out
 
-    def store_group(self, group_id: str, group: GroupMetadata) -> None:
-        """Write the group's GroupMetadata record (value version 3, as Kafka at each generation)."""
+    def store_group(self, group_id: str, group: GroupMetadata, *,
+                    sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Write the group's GroupMetadata record (value version 3, as Kafka at each generation).
+        sleep: the pauses of the flock wait (may raise: a closing consumer's deadline)."""
         self._append(self.partition_for(group_id),
                      [(group_metadata_key(group_id), group_metadata_value(group),
-                       self._time.milliseconds())])
+                       self._time.milliseconds())], sleep)
 
     def group(self, group_id: str) -> Optional[GroupMetadata]:
         """The group's last GroupMetadata record (None: none, or deleted)."""
@@ -390,7 +392,8 @@ class GroupCoordinator:
         return None if live is None else list(live)
 
     def expire_offsets(self, now_ms: Optional[int] = None, *,
-                       sleep: Optional[Callable[[float], None]] = None) -> int:
+                       sleep: Optional[Callable[[float], None]] = None,
+                       partitions: Optional[Iterable[int]] = None) -> int:
         """Tombstone the offsets Kafka's GroupMetadata.removeExpiredOffsets expires
         (offsets.retention.minutes): of an Empty group, once retention has passed since it
         became Empty (its currentStateTimestamp; else each offset's commit time); of a group
@@ -398,10 +401,11 @@ class GroupCoordinator:
         group, only offsets of topics no member subscribes to. An offset with an explicit
         expire timestamp (value v1) expires then. An Empty group left without offsets gets a
         metadata tombstone (Kafka's Dead). Returns the offsets expired. sleep: the pauses of
-        the flock waits (may raise: the partitions done are written, the rest left as they are)."""
+        the flock waits (may raise: the partitions done are written, the rest left as they are).
+        partitions: only these (default every existing one), in this order."""
         now = self._time.milliseconds() if now_ms is None else now_ms
         total = 0
-        for p in self.topic.existing_partitions():
+        for p in self.topic.existing_partitions() if partitions is None else partitions:
             s = self._advance(p)
             with s.lock:
                 offsets = {g: dict(o) for g, o in s.offsets.items()}
@@ -469,16 +473,16 @@ class GroupCoordinator:
                 out[g] = dead
         return out
 
-    def compact(self, *, min_dirty_ratio: float = 0.0,
-                sleep: Optional[Callable[[float], None]] = None) -> int:
+    def compact(self, *, min_dirty_ratio: float = 0.0, sleep: Optional[Callable[[float], None]] = None,
+                partitions: Optional[Iterable[int]] = None) -> int:
         """Compact every written partition with kstore's cleaner, under the partition's flock
         (Kafka's log cleaner over __consumer_offsets: latest value per key; tombstones dropped
         after delete.retention.ms). The active segment is never cleaned. Returns the partitions
-        cleaned. sleep: the pauses of the flock waits (may raise)."""
+        cleaned. sleep: the pauses of the flock waits (may raise). partitions: as expire_offsets."""
         from kstore.cleaner import Cleaner, LogToClean, Throttler, cleanable_range
         cleaned = 0
         cleaner = Cleaner(16 << 20, 0.9, Throttler(float("inf"), self._time), self._time, self._io)
-        for p in self.topic.existing_partitions():
+        for p in self.topic.existing_partitions() if partitions is None else partitions:
             with self.topic.locked(p, sleep=sleep) as lg:
                 now = self._time.milliseconds()
                 first, uncleanable, clean, dirty, _lag = cleanable_range(lg, lg.log_start_offset, now)
@@ -489,13 +493,14 @@ class GroupCoordinator:
                 cleaned += 1
         return cleaned
 
-    def close(self) -> None:
-        """Close every log (OffsetsTopic.close for the writable ones)."""
+    def close(self, sleep: Optional[Callable[[float], None]] = None) -> None:
+        """Close every log (OffsetsTopic.close for the writable ones; sleep: its flock waits'
+        pauses, which may raise: that Log is then closed unflushed)."""
         if self._closed:
             return
         with self._mutex:
             states = list(self._states.values())
-        self.topic.close()
+        self.topic.close(sleep)
         self._closed = True
         for s in states:
             with s.lock:

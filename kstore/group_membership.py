@@ -30,7 +30,7 @@ need, under the group's exclusive `group.lock`:
   committing and rebalances the others, who take its partitions from the last committed
   offsets. Its commits then raise CommitFailedError; its consumer rejoins as a new member.
 
-poll() costs one atomic load of the bell's word while nothing changed and no heartbeat is due.
+A rebalance's GroupMetadata record waits <= 1 s for another process's offsets flock (then logged).
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ from kstore.group_files import GroupDir, GroupLockTimeoutError
 from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                   assignment_bytes, subscription_bytes)
 from kstore.notify import writer_bell
+from kstore.task_wait import TASK_LOCK_WAIT_S, task_pause
 from kstore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -303,8 +304,7 @@ class GroupMember:
                     f"group {self.group_id!r}: member {self.member_id} does not own {sorted(lost)} "
                     f"(generation {self._generation}): the commit is refused")
             gen, member = self._generation, self.member_id
-        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member,
-                                         sleep=sleep)
+        self._coordinator.commit_offsets(self.group_id, offsets, generation=gen, member_id=member, sleep=sleep)
 
     def owned(self) -> frozenset[TopicPartition]:
         """Partitions whose owner lock this member holds (revoked ones until released)."""
@@ -341,11 +341,12 @@ class GroupMember:
             self._meta_dirty = True
             self._next_heartbeat = self._next_metadata = 0.0
 
-    def leave(self) -> None:
+    def leave(self, timeout: Optional[float] = None, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Leave: release every partition (commit first), remove the membership, rebalance the
-        others (without group.lock, they see it dead at their next heartbeat). Idempotent."""
+        others (without group.lock, they see it dead at their next heartbeat). Idempotent.
+        timeout: the most group.lock is waited for; sleep: the offsets flock's pauses (close's)."""
         with self._lock:
-            self._leave()
+            self._leave(None if timeout is None else min(self._lock_timeout, timeout), sleep)
 
     def expire(self) -> bool:
         """Leave because max.poll.interval.ms passed since the consumer's last poll (Kafka's
@@ -359,7 +360,7 @@ class GroupMember:
             self._leave(min(self._lock_timeout, EXPIRE_LOCK_S))
             return True
 
-    def _leave(self, lock_timeout: Optional[float] = None) -> None:
+    def _leave(self, lock_timeout: Optional[float] = None, sleep: Optional[Callable] = None) -> None:
         """Drop the member and owner flocks, rebalancing the others under group.lock if it
         comes within lock_timeout (default the member's); else they do at their heartbeat."""
         if self._closed:
@@ -376,7 +377,7 @@ class GroupMember:
                 if member_fd is not None:
                     self._gdir.remove_member(self.member_id, member_fd)
                 self._held.close_all()
-                self._rebalance(bell=bell)
+                self._rebalance(bell=bell, sleep=sleep)
             finally:
                 self._gdir.unlock(fd)
         except GroupLockTimeoutError as e:
@@ -493,8 +494,8 @@ class GroupMember:
             return base
         return max(base, stored.generation if stored is not None else 0)
 
-    def _rebalance(self, live: Optional[list[dict]] = None,
-                   bell: Optional[_notify.Bell] = None) -> dict:
+    def _rebalance(self, live: Optional[list[dict]] = None, bell: Optional[_notify.Bell] = None,
+                   sleep: Optional[Callable[[float], None]] = None) -> dict:
         """Caller holds group.lock. The group state for the live members: the current one if
         nothing changed, else a new generation written, rung and recorded."""
         gdir = self._gdir
@@ -540,12 +541,13 @@ class GroupMember:
         ring = bell or self._bell
         if ring is not None:
             ring.ring(generation, 0, 0, 0)
-        self._store(new, plan)
+        self._store(new, plan, sleep)
         return new
 
-    def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]]) -> None:
-        """The generation's GroupMetadata record, as Kafka writes at each generation (a failure
-        is logged: the state file, not the record, runs the group)."""
+    def _store(self, state: dict, plan: Mapping[str, Sequence[TopicPartition]],
+               sleep: Optional[Callable[[float], None]]) -> None:
+        """The generation's GroupMetadata record, as Kafka writes at each generation; its flock
+        wait is sleep's (close()'s) or TASK_LOCK_WAIT_S; a failure is logged: the state file rules."""
         members = tuple(MemberMetadata(
             m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
             m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),
@@ -553,7 +555,7 @@ class GroupMember:
         group = GroupMetadata(PROTOCOL_TYPE, state["generation"], state["protocol"], state["leader"],
                               state["state_ts"], members)
         try:
-            self._coordinator.store_group(self.group_id, group)
+            self._coordinator.store_group(self.group_id, group, sleep=sleep or task_pause(None, TASK_LOCK_WAIT_S))
         except (KStoreError, OSError) as e:
             log.warning("group %r generation %d: its GroupMetadata record was not written (%s)",
                         self.group_id, state["generation"], e)

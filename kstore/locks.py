@@ -38,7 +38,8 @@ take none.
                                 --execute's look and commit (one group's at a time; several
                                 through groups_locked: in name order). Under it member and owner flocks are
                                 only tried (never waited on), and store_group/group() take the
-                                __consumer_offsets locks below; nothing holding those waits
+                                __consumer_offsets locks below (a rebalance's record waits
+                                TASK_LOCK_WAIT_S at most, then is logged); nothing holding those waits
                                 for group.lock (live_members only tries; delete_group takes
                                 group.lock first)
   TopicDeletions._lock          one deletion tail at a time (topic_deletion.py): delete_topic
@@ -68,10 +69,13 @@ take none.
                                 writer's pre-wake at the start of Log.append, under Log._lock)
   OffsetsTopic _Writer.lock     one writer of a __consumer_offsets partition per coordinator
                                 (offsets_topic.py): held across the partition flock below.
-                                A Consumer's commit() and poll's auto-commit wait for both
-                                in pauses slept on its wakeup bell (Wakeup.pause): wakeup()
-                                ends the wait, and so does a close() not yet running (its
-                                own commit waits the lock timeout, then is logged)
+                                A Consumer's commit() and poll's auto-commit and rebalance
+                                commit wait for both in pauses slept on its wakeup bell
+                                (Wakeup.pause): wakeup() ends the wait, and so does a close()
+                                not yet running, but for a running listener's commit; once
+                                close() began, every commit wait (its own, the listeners'),
+                                its leave's GroupMetadata append and its coordinator's close
+                                end at close(timeout)'s deadline (then logged)
   __consumer_offsets-N flock    the partition directory's exclusive flock, across processes (a
                                 bounded polling wait): every append, expiry tombstone and
                                 compaction of the partition, the kept writable Log's reuse check;
@@ -79,7 +83,8 @@ take none.
                                 The scheduler's tasks (deletion retry, offsets expiry)
                                 wait for it TASK_LOCK_WAIT_S in all, ended by close()
                                 (task_wait.py; OffsetsExpiry._closing, an Event), then put
-                                their work off to their next run
+                                their work off to their next run (the expiry's starts past
+                                the partition it was put off at: round robin)
   GroupCoordinator _State.lock  a partition's read state (group_coordinator.py): refreshes its
                                 read-only Log (Log._lock) and applies new records; taken under
                                 the two above by expire_offsets/delete_group (decide under flock)

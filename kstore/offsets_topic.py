@@ -306,9 +306,10 @@ class OffsetsTopic:
             w.notify_ino = -1
         return lg
 
-    def close(self) -> None:
+    def close(self, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Close every writable Log: one nobody else wrote since is closed cleanly (flushed,
-        its runway trimmed) under the flock; a stale one is dropped."""
+        its runway trimmed) under the flock; a stale one is dropped, and so is one whose flock
+        did not come (lock_timeout, or sleep raised: a closing consumer's deadline)."""
         with self._mutex:
             writers = dict(self._writers)
             self.closed = True
@@ -319,7 +320,8 @@ class OffsetsTopic:
                     continue
                 path = self.partition_path(p)
                 try:
-                    fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}")
+                    fd = self._wait_lock(path, directory=True, what=f"the writer's lock of {path}",
+                                         sleep=sleep)
                 except (OSError, KStoreError) as e:
                     log.warning("closing %s without a flush: %s", lg.dir, e)
                     lg.close_handlers()

@@ -1,4 +1,5 @@
-"""A scheduler task's wait for flocks another process holds: short, and ended by close().
+"""A scheduler task's wait for flocks another process holds: short, and ended by close(); also
+the bound of a group rebalance's GroupMetadata record (group_membership: under group.lock).
 
 A background task of a LogManager (Kafka's scheduler threads: topic deletion's retry, offsets
 expiry) never holds its thread for a lock timeout behind another process's commit: it waits
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time as _time
-from typing import Callable
+from typing import Callable, Optional
 
 from kstore.errors import KStoreError
 
@@ -31,15 +32,18 @@ def held_too_long(wait_s: float) -> str:
     return f"offsets flocks held by others for {wait_s:g} s"
 
 
-def task_pause(closing: threading.Event, wait_s: float) -> Callable[[float], None]:
+def task_pause(closing: Optional[threading.Event], wait_s: float) -> Callable[[float], None]:
     """The pauses of one attempt between tries of a flock (a `sleep` for OffsetsTopic.locked):
-    slept on closing; PutOff once wait_s have passed since this call, or once closing is set."""
+    slept on closing (if any); PutOff once wait_s have passed since this call, or once closing
+    is set."""
     deadline = _time.monotonic() + wait_s
 
     def pause(seconds: float) -> None:
         left = deadline - _time.monotonic()
         if left <= 0:
             raise PutOff(held_too_long(wait_s))
-        if closing.wait(min(seconds, left)):
+        if closing is None:
+            _time.sleep(min(seconds, left))
+        elif closing.wait(min(seconds, left)):
             raise PutOff(CLOSING)
     return pause

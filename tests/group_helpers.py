@@ -31,7 +31,7 @@ class FakeCoordinator:
     def partition_for(self, group_id: str) -> int:
         return 0
 
-    def store_group(self, group_id, group) -> None:
+    def store_group(self, group_id, group, *, sleep=None) -> None:
         with self.lock:
             self.groups.setdefault(group_id, []).append(group)
         if self.record:

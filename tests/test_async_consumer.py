@@ -506,3 +506,39 @@ def test_getmany_of_some_partitions_never_returns_or_consumes_one_a_rebalance_as
     assert positions == b_positions                             # nothing of t-2, t-3 consumed
     for tp, off in b_positions.items():
         assert first[tp] == off                                 # a later getmany reads them
+
+
+def test_stop_takes_closes_timeout(store, watchdog, tmp_path, caplog):
+    """AsyncConsumer.stop(timeout=) is Consumer.close(timeout=): another process holds the
+    group's offsets flock for good, stop(timeout=0.5) returns (a 10 s watchdog armed before
+    it, the flock released only after), the consumer is stopped, its commit logged as not
+    made (Kafka's words): the last commit (1) stays."""
+    import logging
+    from group_helpers import FlockHolder
+    from kstore.group_coordinator import GroupCoordinator
+    watchdog(60)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = store
+    m.append_batch("t", 0, [(None, b"x")] * 3)
+    with GroupCoordinator(d) as gc:
+        path = gc.topic.partition_path(gc.partition_for("g"))
+
+    async def main():
+        c = AsyncConsumer(d, group_id="g", auto_offset_reset="earliest")
+        c.consumer.assign([TP("t", 0)])
+        got = await c.getmany(timeout_ms=5000)
+        c.consumer.commit({TP("t", 0): 1})
+        holder = FlockHolder(path, tmp_path)
+        try:
+            watchdog(10)
+            await c.stop(timeout=0.5)
+            assert holder.p.poll() is None
+        finally:
+            holder.release()
+        return got, c.consumer.closed
+    got, closed = asyncio.run(main())
+    assert offsets(got) == {"t-0": [0, 1, 2]} and closed
+    with GroupCoordinator(d) as gc:
+        assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 1}
+    assert [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"] == [
+        "Auto-commit of offsets {'t-0': 3} timed out before completion"]

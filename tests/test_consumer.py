@@ -455,3 +455,22 @@ def test_a_recreated_topic_with_no_reset_policy_raises_until_a_seek(tmp_path):
             assert _read_until(c, 8) == [(i, b"new") for i in range(8)]
     finally:
         m.close()
+
+
+def test_close_timeout_is_checked(group_store):
+    """close(timeout) takes seconds >= 0 (Kafka: "The timeout cannot be negative."), refused
+    before anything is closed; close(False) still means autocommit=False."""
+    d, _m = group_store
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest")
+    c.assign([TP("t", 0)])
+    c.poll(timeout_ms=5000, max_records=3)
+    for bad, msg in [(-1, "The timeout cannot be negative."), ("1", "close timeout must be a number"),
+                     (True, "close timeout must be a number"), (float("nan"), "close timeout must be a number")]:
+        with pytest.raises(InvalidConfigError, match=msg):
+            c.close(timeout=bad)
+        assert not c.closed
+    c.close(False)
+    assert c.closed
+    from kstore.group_coordinator import GroupCoordinator
+    with GroupCoordinator(d) as gc:
+        assert gc.fetch_offsets("g") == {}

@@ -406,3 +406,328 @@ def test_a_signal_handlers_close_ends_the_polls_auto_commit_wait_in_the_same_thr
     got = [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"]
     assert len(got) == 1 and got[0].startswith(
         "Synchronous auto-commit of offsets {'t-0': 15} failed: timed out after 3.0 s"), got
+
+
+class _Calls:
+    """A rebalance listener recording its calls: ("revoked" | "assigned" | "lost", sorted names)."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def on_partitions_revoked(self, tps) -> None:
+        self.calls.append(("revoked", sorted(map(str, tps))))
+
+    def on_partitions_assigned(self, tps) -> None:
+        self.calls.append(("assigned", sorted(map(str, tps))))
+
+    def on_partitions_lost(self, tps) -> None:
+        self.calls.append(("lost", sorted(map(str, tps))))
+
+
+ALL4 = [f"t-{p}" for p in range(4)]
+
+
+def _member_with_fifteen(d, m, child, listener, **kw):
+    """c (here) owns t's 4 partitions, committed 10 each, positions 15 (5 more read); b, a
+    member in the child process, has joined: c's next poll revokes b's half."""
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=3_600_000,
+                 listener=listener, **kw)
+    c.subscribe(["t"])
+    got = 0
+    deadline = time.monotonic() + 20
+    while got < 40 and time.monotonic() < deadline:
+        got += sum(map(len, c.poll(timeout_ms=500).values()))
+    assert got == 40
+    c.commit()
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"more%d" % i) for i in range(5)])
+    while got < 60 and time.monotonic() < deadline:
+        got += sum(map(len, c.poll(timeout_ms=500).values()))
+    assert got == 60 and _committed(d, "g") == dict.fromkeys(ALL4, 10)
+    child.run("!import kstore")
+    child.run(f"!b = kstore.Consumer({d!r}, 't', group_id='g', heartbeat_interval_ms=60000, "
+              "session_timeout_ms=120000)")
+    child.run("b.poll(timeout_ms=0) and None")          # joins: owns nothing until c lets go
+    return c
+
+
+def _b_takes(child, want: list) -> dict:
+    """b polls until it owns want; where it took each up (from the group's commits): the first
+    offset it read there, else its position (nothing left to read)."""
+    child.run("!import time; t_end = time.monotonic() + 20; first = {}")
+    child.run(f"!while sorted(map(str, b.assignment())) != {want!r} and time.monotonic() < t_end: "
+              "first.update((str(tp), rs[0].offset) for tp, rs in b.poll(timeout_ms=100).items() "
+              "if str(tp) not in first)")
+    return eval(child.run("{str(tp): first.get(str(tp), b.position(tp)) for tp in sorted(b.assignment())}"))
+
+
+def _poll_in_thread(c) -> tuple:
+    """A thread polling c once (30 s); (thread, outcome list: what it returned or raised)."""
+    import threading
+    out: list = []
+
+    def run():
+        try:
+            out.append(c.poll(timeout_ms=30_000))
+        except kstore.KStoreError as e:
+            out.append(e)
+    t = threading.Thread(target=run, name="poller")
+    t.start()
+    _in_call(c)
+    return t, out
+
+
+def test_wakeup_ends_a_rebalance_commit_and_the_next_poll_revokes_once(group_store, watchdog, tmp_path):
+    """b (another process) joins; c's poll must give up half its partitions and first commits
+    their positions (15), waiting for the offsets flock a third process holds. wakeup() from
+    another thread ends that wait: the poll raises WakeupError, nothing is written, c still owns
+    all four and the listener heard nothing (Kafka's onJoinPrepare is redone by the next poll).
+    The next poll, the flock free, commits 15 for the two, calls on_partitions_revoked once
+    with them, gives them up; b reads on from 15. Before, the commit waited out the 30 s lock
+    timeout, neither wakeup() nor close() ended it."""
+    from group_helpers import ChildMember, FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    lst = _Calls()
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, lst)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        try:
+            t, out = _poll_in_thread(c)
+            c.wakeup()
+            join_all([t], 10)
+            assert [type(e) for e in out] == [kstore.WakeupError]
+            assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+            assert sorted(map(str, c.assignment())) == ALL4 and lst.calls == [("assigned", ALL4)]
+        finally:
+            holder.release()
+        c.poll(timeout_ms=0)
+        kept = sorted(map(str, c.assignment()))
+        gone = sorted(set(ALL4) - set(kept))
+        assert len(kept) == 2 and lst.calls == [("assigned", ALL4), ("revoked", gone), ("assigned", [])]
+        assert _committed(d, "g") == dict.fromkeys(kept, 10) | dict.fromkeys(gone, 15)
+        assert _b_takes(child, gone) == dict.fromkeys(gone, 15)
+        for _ in range(3):
+            c.poll(timeout_ms=50)
+        assert len(lst.calls) == 3 and sorted(map(str, c.assignment())) == kept
+        c.close()
+        assert lst.calls[3:] == [("revoked", kept)]
+        child.run("!b.close()")
+    finally:
+        child.close()
+
+
+def test_close_ends_a_rebalance_commit_and_commits_and_revokes_everything_once(
+        group_store, watchdog, tmp_path):
+    """As above, but close() from another thread ends the rebalance commit's wait: the poll
+    returns {} (nothing written), then the close commits all four positions once the flock is
+    free and calls on_partitions_revoked once with all four; b takes them from 15."""
+    import threading
+    from group_helpers import ChildMember, FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    lst = _Calls()
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, lst)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        try:
+            t, out = _poll_in_thread(c)
+            closer = threading.Thread(target=c.close, name="closer")
+            closer.start()
+            join_all([t], 10)
+            assert out == [{}] and _committed(d, "g") == dict.fromkeys(ALL4, 10)
+            assert lst.calls == [("assigned", ALL4)] and not c.closed
+        finally:
+            holder.release()
+        join_all([closer], 20)
+        assert c.closed and lst.calls == [("assigned", ALL4), ("revoked", ALL4)]
+        assert _committed(d, "g") == dict.fromkeys(ALL4, 15)
+        assert _b_takes(child, ALL4) == dict.fromkeys(ALL4, 15)
+        child.run("!b.close()")
+    finally:
+        child.close()
+
+
+def test_a_failed_rebalance_commit_is_logged_and_the_partitions_given_up(group_store, watchdog,
+                                                                          tmp_path, caplog):
+    """The rebalance commit cannot get the flock within the coordinator's lock timeout (1 s
+    here): as Kafka's maybeAutoCommitOffsetsSync, it is logged and the rebalance goes on
+    (listener called once, partitions given up), nothing written. Before, the poll raised
+    CoordinatorLockTimeout and gave the partitions up without calling the listener."""
+    import logging
+    from group_helpers import ChildMember, FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    lst = _Calls()
+    child = ChildMember(tmp_path)
+    gc = GroupCoordinator(d, lock_timeout=1.0)
+    try:
+        c = _member_with_fifteen(d, m, child, lst, coordinator=gc)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        try:
+            assert c.poll(timeout_ms=0) == {}
+        finally:
+            holder.release()
+        kept = sorted(map(str, c.assignment()))
+        gone = sorted(set(ALL4) - set(kept))
+        assert len(kept) == 2 and lst.calls == [("assigned", ALL4), ("revoked", gone), ("assigned", [])]
+        assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+        got = [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"]
+        assert len(got) == 1 and got[0].startswith(
+            "Synchronous auto-commit of offsets %s failed: timed out after 1.0 s waiting for "
+            % dict.fromkeys(gone, 15)), got
+        assert _b_takes(child, gone) == dict.fromkeys(gone, 10)
+        c.close()
+        child.run("!b.close()")
+    finally:
+        child.close()
+        gc.close()
+
+
+@pytest.mark.parametrize("member", [False, True], ids=["assigned", "group-member"])
+def test_close_timeout_bounds_its_waits_for_another_processs_flock(group_store, watchdog, tmp_path,
+                                                                    caplog, member):
+    """close(timeout=0.5) while another process holds the group's offsets flock for good (past
+    the coordinator's 30 s lock timeout): close returns (a 10 s watchdog armed just before it,
+    the flock released only after), the consumer is closed, the commit it could not make is
+    logged with Kafka's words, the offsets are the last committed (10), and a member has left
+    the group (its GroupMetadata record, which needs the flock too, logged as not written).
+    Before, close() took no timeout and waited 30 s."""
+    import logging
+    from group_helpers import FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING)
+    d, m = group_store
+    lst = _Calls()
+    c = Consumer(d, group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=60_000,
+                 listener=lst)
+    if member:
+        c.subscribe(["t"])
+    else:
+        c.assign([TP("t", 0)])
+    _fifteen_due(c, m)
+    before = {"t-0": 10} | ({f"t-{p}": 10 for p in (1, 2, 3)} if member else {})
+    holder = FlockHolder(_group_path(d, "g"), tmp_path)
+    try:
+        watchdog(10)
+        assert c.close(timeout=0.5) is None and c.closed
+        assert holder.p.poll() is None                  # the flock was held all along
+        if member:
+            with GroupCoordinator(d) as gc:
+                assert gc.live_members("g") == []
+    finally:
+        holder.release()
+    assert _committed(d, "g") == before
+    with pytest.raises(kstore.KStoreStateError, match="This consumer has already been closed."):
+        c.poll(timeout_ms=0)
+    offsets = "{'t-0': 15" + (", 't-1': 10, 't-2': 10, 't-3': 10}" if member else "}")
+    ran_out = "close(timeout=0.5) ran out while waiting for a __consumer_offsets writer's lock"
+    got = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("kstore.")]
+    assert got == [("kstore.consumer", f"Auto-commit of offsets {offsets} timed out before completion")] + (
+        [("kstore.group", f"group 'g' generation 2: its GroupMetadata record was not written ({ran_out})")]
+        if member else []) + [
+        ("kstore.groups", f"closing {_group_path(d, 'g')} without a flush: {ran_out}")], got
+    assert lst.calls == ([("assigned", ALL4), ("revoked", ALL4)] if member else [])
+
+
+@pytest.mark.parametrize("freed", [True, False], ids=["flock-freed", "close-timeout-runs-out"])
+def test_a_listeners_commit_in_a_poll_waits_on_past_a_close_from_another_thread(
+        group_store, watchdog, tmp_path, freed):
+    """Kafka forbids close() from another thread during a poll (ConcurrentModificationException);
+    kstore takes it as a wakeup that closes. A rebalance listener already running in the poll
+    (auto-commit off, it commits in on_partitions_revoked) is part of a rebalance the close
+    cannot redo without calling it twice, so its commit() waits on for the flock another process
+    holds, up to close(timeout)'s deadline: freed meanwhile, it writes 15 and the poll returns
+    {}, then the close revokes the rest once (its listener's commit written too) and b takes
+    every partition from 15; held past the deadline (0.5 s), the commit raises CloseTimeoutError
+    in the listener, the close finishes, nothing is written. Before, the listener's commit
+    raised KStoreStateError (closed) at once and the poll gave the two partitions up with their
+    committed offsets left at 10 (the poller ended at once: this test's first check fails)."""
+    import threading
+    from group_helpers import ChildMember, FlockHolder
+    from thread_watchdog import join_all
+    watchdog(90)
+    d, m = group_store
+    calls: list = []
+
+    class CommitOnRevoke(_Calls):
+        def on_partitions_revoked(self, tps) -> None:
+            try:
+                c.commit()
+                calls.append(("revoked", sorted(map(str, tps)), "committed"))
+            except kstore.KStoreError as e:
+                calls.append(("revoked", sorted(map(str, tps)), type(e).__name__))
+
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, CommitOnRevoke(), enable_auto_commit=False)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        try:
+            t, out = _poll_in_thread(c)
+            closer = threading.Thread(target=lambda: c.close(timeout=20 if freed else 0.5), name="closer")
+            closer.start()
+            if freed:
+                time.sleep(0.5)
+                assert t.is_alive() and closer.is_alive() and calls == []
+                holder.release()
+            join_all([t, closer], 20)
+            assert c.closed
+        finally:
+            holder.release()
+        gone = sorted(set(ALL4) - set(calls[0][1]))
+        if freed:
+            assert out == [{}] and calls == [("revoked", calls[0][1], "committed"), ("revoked", gone, "committed")]
+            assert len(gone) == 2 and _committed(d, "g") == dict.fromkeys(ALL4, 15)
+            assert _b_takes(child, ALL4) == dict.fromkeys(ALL4, 15)
+        else:
+            assert out == [{}] and calls == [("revoked", calls[0][1], "CloseTimeoutError"),
+                                             ("revoked", gone, "CloseTimeoutError")]
+            assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+        child.run("!b.close()")
+    finally:
+        child.close()
+
+
+def test_a_signal_handlers_close_ends_a_rebalance_commit_in_the_same_thread(group_store, watchdog,
+                                                                             tmp_path, caplog):
+    """A signal handler calls close(timeout=1) while this thread's poll waits in its rebalance
+    commit for the flock another process holds for good: the wait ends at once, the poll
+    returns {} and the close runs as it returns: its commit of all four positions cannot get
+    the flock either and is logged once its 1 s runs out, the listener hears revoked once for
+    all four, the consumer is closed (a 10 s watchdog armed before the poll), nothing written;
+    b then takes every partition from 10."""
+    import logging
+    import signal
+    from group_helpers import ChildMember, FlockHolder
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.consumer")
+    d, m = group_store
+    lst = _Calls()
+    child = ChildMember(tmp_path)
+    try:
+        c = _member_with_fifteen(d, m, child, lst)
+        holder = FlockHolder(_group_path(d, "g"), tmp_path)
+        old = signal.signal(signal.SIGALRM, lambda *_: c.close(timeout=1.0))
+        try:
+            watchdog(10)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            assert c.poll(timeout_ms=60_000) == {}
+            assert c.closed and holder.p.poll() is None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            holder.release()
+        watchdog(90)
+        assert lst.calls == [("assigned", ALL4), ("revoked", ALL4)]
+        assert _committed(d, "g") == dict.fromkeys(ALL4, 10)
+        assert [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"] == [
+            "Auto-commit of offsets %s timed out before completion" % dict.fromkeys(ALL4, 15)]
+        assert _b_takes(child, ALL4) == dict.fromkeys(ALL4, 10)
+        child.run("!b.close()")
+    finally:
+        child.close()

@@ -805,3 +805,50 @@ def test_a_first_join_waits_for_the_groups_dir_another_process_holds(co, tmp_pat
         a.leave()
     finally:
         child.kill()
+
+
+def test_a_rebalances_group_record_waits_at_most_a_second_for_another_processs_flock(
+        group_store, watchdog, tmp_path, caplog):
+    """A member joins while another process holds the group's __consumer_offsets flock for good:
+    the GroupMetadata record its rebalance writes under group.lock waits TASK_LOCK_WAIT_S (1 s),
+    then is logged as not written, and the join completes (all four partitions, a 10 s
+    watchdog armed before it, the flock released only after); a member in another process
+    joins the same way. The next rebalance, the flock free, writes its record. Before, the
+    join held group.lock (and its consumer's lock: a close() from another thread waited too)
+    for the coordinator's 30 s lock timeout, and neither wakeup() nor close() ended it."""
+    import logging
+    from group_helpers import FlockHolder
+    from kstore import Consumer
+    from kstore.group_coordinator import GroupCoordinator
+    watchdog(90)
+    caplog.set_level(logging.WARNING, logger="kstore.group")
+    d, _m = group_store
+    with GroupCoordinator(d) as gc:
+        gc.commit_offsets("g", {TP("t", 0): 0})
+        path = gc.topic.partition_path(gc.partition_for("g"))
+    holder = FlockHolder(path, tmp_path)
+    child = ChildMember(tmp_path)
+    try:
+        c = Consumer(d, "t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+        watchdog(10)
+        c.poll(timeout_ms=0)
+        assert c.assignment() == tps("t", 0, 1, 2, 3) and holder.p.poll() is None
+        child.run("!import kstore")
+        child.run(f"!b = kstore.Consumer({d!r}, 't', group_id='g', enable_auto_commit=False)")
+        child.run("b.poll(timeout_ms=0) and None")
+        assert holder.p.poll() is None
+        assert [r.getMessage() for r in caplog.records if r.name == "kstore.group"] == [
+            "group 'g' generation 1: its GroupMetadata record was not written (offsets flocks "
+            "held by others for 1 s)"]                  # b's, generation 2, in its own log
+    finally:
+        holder.release()
+    watchdog(90)
+    try:
+        with GroupCoordinator(d) as gc:
+            assert gc.group("g") is None
+        child.run("!b.close()")
+        with GroupCoordinator(d) as gc:
+            assert gc.group("g").generation == 3 and len(gc.group("g").members) == 1
+        c.close()
+    finally:
+        child.close()

@@ -23,7 +23,13 @@ MINUTE = 60_000
 CFG = {"log.initial.task.delay.ms": 0, "offsets.retention.minutes": 1,
        "offsets.retention.check.interval.ms": MINUTE, "log.retention.check.interval.ms": MINUTE,
        "log.flush.scheduler.interval.ms": MINUTE, "log.flush.interval.ms": MINUTE}
-PUT_OFF = "the expiry of committed offsets is put off to the next run: "
+HELD = "offsets flocks held by others for 1 s"
+
+
+def put_off(step: str, n: int, of: int, at: str, why: str = HELD) -> str:
+    """The task's INFO line for a step ("expiry", "compaction") put off at partition path at."""
+    name = "expiry of committed offsets" if step == "expiry" else "compaction of __consumer_offsets"
+    return f"the {name} is put off to the next run for {n} of {of} partitions (from {os.path.basename(at)}): {why}"
 
 
 class FlockSeen(FileOps):
@@ -90,7 +96,7 @@ def _beat(s) -> None:
 
 def _messages(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "kstore.groups" and (r.getMessage().startswith(PUT_OFF)
+            if r.name == "kstore.groups" and (" is put off to the next run " in r.getMessage()
                                               or r.getMessage().startswith("Removed "))]
 
 
@@ -101,7 +107,8 @@ def test_the_expiry_task_puts_off_what_another_processs_flock_holds(tmp_path, mo
     30 s lock timeout): the first group's offsets are tombstoned, the later group's put off
     (one INFO line per beat), and the flush and retention tasks of the same scheduler ran in
     each beat (t flushed to its end, r's old segments deleted). The beat after the process lets
-    go tombstones the later group's two offsets, and no offset is tombstoned twice."""
+    go tombstones the later group's two offsets, and no offset is tombstoned twice. Each put
+    off beat logs what it expired (Kafka's line) and the partition it was put off at."""
     watchdog(120)
     caplog.set_level(logging.INFO, logger="kstore.groups")
     t, s = mock
@@ -120,7 +127,9 @@ def test_the_expiry_task_puts_off_what_another_processs_flock_holds(tmp_path, mo
                 assert t_log.recovery_point == t_log.log_end_offset == (1 if beat == 1 else 3)
                 assert [sg.base_offset for sg in r_log.segments] == [10]     # all expired: rolled
                 assert _offsets(m, first, later) == {first: {}, later: {TP("t", 0): 4, TP("t", 1): 0}}
-                assert _messages(caplog) == [PUT_OFF + "offsets flocks held by others for 1 s"] * beat
+                assert _messages(caplog)[-3:] == [
+                    f"Removed {2 - beat} expired offsets in 0 milliseconds.", put_off("expiry", 1, 2, path),
+                    put_off("compaction", 1, 2, path)]
         finally:
             holder.release()
         caplog.clear()
@@ -160,10 +169,12 @@ def test_close_ends_the_expiry_tasks_wait_for_another_processs_flock(tmp_path, m
         closer = threading.Thread(target=m.close, name="close")
         closer.start()
         join_all([closer, runner], 20)            # not 600 s
-        assert _messages(caplog) == [PUT_OFF + "the LogManager is closing"]
+        closing = ["Removed 1 expired offsets in 0 milliseconds.",
+                   put_off("expiry", 1, 2, path, "the LogManager is closing")]
+        assert _messages(caplog) == closing
         assert _offsets(m, first, later) == {first: {}, later: {TP("t", 0): 4, TP("t", 1): 0}}
         s.advance(MINUTE)                         # closed: the task does nothing
-        assert _messages(caplog) == [PUT_OFF + "the LogManager is closing"]
+        assert _messages(caplog) == closing
     finally:
         holder.release()
     with LogManager(d, CFG, time=t, scheduler=s) as m2:
@@ -232,9 +243,7 @@ def test_a_put_off_compaction_does_not_hide_a_finished_expiry(tmp_path, mock, ca
         finally:
             holder.release()
         messages = [r.getMessage() for r in caplog.records if r.name == "kstore.groups"]
-        assert messages == ["Removed 0 expired offsets in 0 milliseconds.",
-                            "the compaction of __consumer_offsets is put off to the next run: "
-                            "offsets flocks held by others for 1 s"]
+        assert messages == ["Removed 0 expired offsets in 0 milliseconds.", put_off("compaction", 1, 2, path)]
         caplog.clear()
         _beat(s)
         messages = [r.getMessage() for r in caplog.records if r.name == "kstore.groups"]
@@ -242,3 +251,57 @@ def test_a_put_off_compaction_does_not_hide_a_finished_expiry(tmp_path, mock, ca
         assert _offsets(m, first, later) == {first: {TP("t", 0): 5},
                                              later: {TP("t", 0): 4, TP("t", 1): 0}}
     assert _tombstones(d) == {}
+
+
+def test_a_partition_held_at_every_run_does_not_starve_the_later_ones(tmp_path, mock, caplog, watchdog):
+    """Another process holds __consumer_offsets-0's flock at every run, and a group there has
+    expired offsets as do three groups of later partitions. Run 1 waits its 1 s at partition 0
+    and is put off (4 of 4 partitions); run 2 starts after it (round robin), tombstones the
+    three later groups' offsets, and is put off only at partition 0 (1 of 4), its count in
+    Kafka's line; run 3 finds nothing more. Once the process lets go, run 4 expires partition
+    0's group. Every offset is tombstoned exactly once. Before, every run started at partition
+    0, waited there and was put off, and the later groups' offsets never expired."""
+    watchdog(120)
+    caplog.set_level(logging.INFO, logger="kstore.groups")
+    t, s = mock
+    d = str(tmp_path / "data")
+    names = ["g%d" % i for i in range(1000)]
+    at0 = next(g for g in names if partition_for(g, 50) == 0)
+    later: list[str] = []
+    for g in names:
+        if partition_for(g, 50) > 0 and partition_for(g, 50) not in {partition_for(x, 50) for x in later}:
+            later.append(g)
+        if len(later) == 3:
+            break
+    with LogManager(d, CFG, time=t, scheduler=s) as m:
+        s.tick()
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"x")] * 5)
+        with GroupCoordinator(m, time=t) as gc:
+            for i, g in enumerate([at0] + later):
+                gc.commit_offsets(g, {TP("t", 0): i + 1})
+            path0 = gc.topic.partition_path(0)
+            assert sorted(gc.topic.existing_partitions()) == sorted(partition_for(g, 50) for g in [at0] + later)
+        holder = FlockHolder(path0, tmp_path)
+        try:
+            caplog.clear()
+            _beat(s)
+            assert _messages(caplog) == ["Removed 0 expired offsets in 0 milliseconds.",
+                                         put_off("expiry", 4, 4, path0), put_off("compaction", 4, 4, path0)]
+            assert _tombstones(d) == {}
+            caplog.clear()
+            _beat(s)
+            assert _messages(caplog) == ["Removed 3 expired offsets in 0 milliseconds.",
+                                         put_off("expiry", 1, 4, path0), put_off("compaction", 1, 4, path0)]
+            assert _tombstones(d) == {(g, "t", 0): 1 for g in later}
+            assert _offsets(m, at0, *later) == {at0: {TP("t", 0): 1}} | {g: {} for g in later}
+            caplog.clear()
+            _beat(s)
+            assert _messages(caplog)[0] == "Removed 0 expired offsets in 0 milliseconds."
+        finally:
+            holder.release()
+        caplog.clear()
+        _beat(s)
+        assert _messages(caplog) == ["Removed 1 expired offsets in 0 milliseconds."]
+        assert _offsets(m, at0, *later) == {g: {} for g in [at0] + later}
+    assert _tombstones(d) == {(g, "t", 0): 1 for g in [at0] + later}
