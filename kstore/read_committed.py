@@ -23,16 +23,20 @@ from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGone
 if TYPE_CHECKING:
     from kstore.log import Log
 
-__all__ = ["TxnFilter", "skip_control_batches"]
+__all__ = ["TxnFilter", "skip_control_batches", "transactional_batches"]
 
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
 ABORT = 0
+COMMIT = 1
+DATA = -1             # transactional_batches: a data batch,
+EMPTY_CONTROL = -2    # a control batch a cleaner emptied (its records removed)
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
 _LEN = struct.Struct(">qi")          # base offset, batch length
 _ATTRS = struct.Struct(">hi")        # attributes at 21, last offset delta at 23
 _PID = struct.Struct(">q")           # producer id at 43
+_COUNT = struct.Struct(">i")         # records count at 57
 V2_HEADER = 61
 
 
@@ -72,6 +76,35 @@ def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
     return struct.unpack_from(">hh", key)[1]
 
 
+def transactional_batches(lg: "Log", start: int):
+    """(base, last, producer id, type) of each transactional v2 batch from `start` to the log end,
+    in offset order: type DATA, EMPTY_CONTROL, or a marker's ControlRecordType (ABORT, COMMIT)."""
+    pos = max(start, lg.log_start_offset)
+    while pos < lg.log_end_offset:
+        try:
+            view = lg.read_batches(pos, SCAN_BYTES)
+        except (OffsetOutOfRangeError, SegmentGoneError):
+            return
+        moved = False
+        for base, last, magic, attrs, pid, s, e in _batches(view, lg.dir, pos):
+            if last < pos:
+                continue
+            if magic >= 2 and attrs & TRANSACTIONAL:
+                if not attrs & CONTROL:
+                    yield base, last, pid, DATA
+                elif _COUNT.unpack_from(view, s + 57)[0] == 0:
+                    yield base, last, pid, EMPTY_CONTROL
+                else:
+                    yield base, last, pid, _marker_type(view[s:e], lg.dir, base)
+            pos = last + 1
+            moved = True
+        if not moved:
+            nxt = [sg.base_offset for sg in lg.segments if sg.base_offset > pos]
+            if not nxt:
+                return
+            pos = nxt[0]                         # a compacted segment's empty tail
+
+
 def skip_control_batches(lg: "Log", pos: int) -> int:
     """The offset after the control batches (transaction markers) that start at pos: a read
     there returns no records, yet the log end is past it."""
@@ -101,6 +134,7 @@ class TxnFilter:
         self.scanned = start                         # batches below this were looked at
         self.open: dict[int, tuple[int, list[tuple[int, int]]]] = {}   # pid -> (first, ranges)
         self.aborted: list[tuple[int, int]] = []     # [first, last] of aborted batches, sorted
+        self.transactional = False                   # any transactional batch scanned
 
     def stable_offset(self, lg: "Log") -> int:
         """The last stable offset: the first offset of the earliest open transaction, else the
@@ -128,6 +162,7 @@ class TxnFilter:
                 if last < self.scanned:
                     continue
                 if magic >= 2 and attrs & TRANSACTIONAL:
+                    self.transactional = True
                     if attrs & CONTROL:
                         entry = self.open.pop(pid, None)
                         if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
