@@ -298,6 +298,31 @@ def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_pa
             assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain10"]
 
 
+
+def test_read_committed_at_a_marker_before_an_open_transaction_waits_there(tmp_path):
+    """A position at a producer's marker followed by its next, open, transaction: the position
+    moves past the marker and waits at the LSO. Before, the read (records, all at or past the
+    LSO) was taken for a compacted gap and the position jumped to the next segment's base:
+    open3 and plain4 were never returned, once committed."""
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain0")])                                  # 0
+        lg.append_batches(txn_batch(0, 4, [b"committed1"]))             # 1
+        lg.append_batches(txn_batch(0, 4, control=1))                   # 2 COMMIT pid 4
+        lg.append_batches(txn_batch(0, 4, [b"open3"]))                  # 3 pid 4 again: the LSO
+        lg.append([(b"a", b"plain4")])                                  # 4
+        lg.roll()
+        lg.append([(b"a", b"plain5")])                                  # 5
+        with Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+            c.assign([TP("t", 0)])
+            assert [r.value for r in c.poll(500)[TP("t", 0)]] == [b"plain0", b"committed1"]
+            assert c.poll(100) == {}
+            assert c.position(TP("t", 0)) == 3                          # past the marker, at the LSO
+            lg.append_batches(txn_batch(0, 4, control=1))               # 6 COMMIT pid 4
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open3", b"plain4", b"plain5"]
+            assert c.position(TP("t", 0)) == 6
+
 def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watchdog):
     """The consumer's view stays exact while another process rolls segments, truncates below
     its position (Kafka's out-of-range reset) and deletes and re-creates the topic."""
