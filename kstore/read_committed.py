@@ -137,10 +137,12 @@ class TxnFilter:
         self.transactional = False                   # any transactional batch scanned
 
     def stable_offset(self, lg: "Log") -> int:
-        """The last stable offset: the first offset of the earliest open transaction, else the
-        log end (as far as scanned)."""
+        """The last stable offset: the first offset of the earliest open transaction (never
+        below the log start, as Kafka's firstUnstableOffset), else the log end (as far as
+        scanned)."""
         self._scan(lg)
-        return min((f for f, _r in self.open.values()), default=self.scanned)
+        first = min((f for f, _r in self.open.values()), default=self.scanned)
+        return first if first >= lg.log_start_offset else min(lg.log_start_offset, self.scanned)
 
     def _scan(self, lg: "Log") -> None:
         if lg.log_end_offset < self.scanned:

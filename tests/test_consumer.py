@@ -323,6 +323,33 @@ def test_read_committed_at_a_marker_before_an_open_transaction_waits_there(tmp_p
             assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open3", b"plain4", b"plain5"]
             assert c.position(TP("t", 0)) == 6
 
+
+def test_read_committed_end_is_never_below_the_log_start(tmp_path):
+    """An open transaction whose first records are deleted (delete_records, retention) under a
+    consumer that has seen them: the last stable offset is the log start, as Kafka's (its
+    firstUnstableOffset is raised to it), so end_offsets and seek_to_end give the log start.
+    Before, they gave the deleted offset 1, below the log start."""
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain0")])                                  # 0
+        lg.append_batches(txn_batch(0, 4, [b"open1"]))                  # 1 pid 4, open
+        lg.append([(b"a", b"plain2")])                                  # 2
+        lg.append([(b"a", b"plain3")])                                  # 3
+        lg.roll()
+        lg.append([(b"a", b"plain4")])                                  # 4
+        with Consumer(d, auto_offset_reset="latest", isolation_level="read_committed") as c:
+            c.assign([TP("t", 0)])
+            assert c.end_offsets([TP("t", 0)]) == {TP("t", 0): 1}
+            lg.delete_records(3)
+            assert c.end_offsets([TP("t", 0)]) == {TP("t", 0): 3}
+            assert c.poll(100) == {}
+            assert c.position(TP("t", 0)) == 3
+            assert c.poll(100) == {} and c.position(TP("t", 0)) == 3
+            lg.append_batches(txn_batch(0, 4, control=1))               # 5 COMMIT pid 4
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain3", b"plain4"]
+            assert c.poll(100) == {} and c.position(TP("t", 0)) == 6
+
 def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watchdog):
     """The consumer's view stays exact while another process rolls segments, truncates below
     its position (Kafka's out-of-range reset) and deletes and re-creates the topic."""
