@@ -17,7 +17,7 @@ import struct
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
-from kstore._core import Record, decode_batches
+from kstore._core import Record, decode_batches, txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 
 if TYPE_CHECKING:
@@ -68,6 +68,12 @@ def _batches(view: memoryview, log_dir: str, first: int):
         pos = end
 
 
+def _check_walk(why, log_dir: str, pos: int) -> None:
+    """txn_headers stopped at malformed bytes: CorruptRecordError naming the log."""
+    if why is not None:
+        raise CorruptRecordError(f"{log_dir}: {why} (scanning transactions at offset {pos})")
+
+
 def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
     recs = decode_batches(view, -1, True, True)
     key = recs[0].key if recs else None
@@ -85,19 +91,20 @@ def transactional_batches(lg: "Log", start: int):
             view = lg.read_batches(pos, SCAN_BYTES)
         except (OffsetOutOfRangeError, SegmentGoneError):
             return
-        moved = False
-        for base, last, magic, attrs, pid, s, e in _batches(view, lg.dir, pos):
+        batches, last_whole, why = txn_headers(view)
+        for base, last, pid, attrs, s, e in batches:
             if last < pos:
                 continue
-            if magic >= 2 and attrs & TRANSACTIONAL:
-                if not attrs & CONTROL:
-                    yield base, last, pid, DATA
-                elif _COUNT.unpack_from(view, s + 57)[0] == 0:
-                    yield base, last, pid, EMPTY_CONTROL
-                else:
-                    yield base, last, pid, _marker_type(view[s:e], lg.dir, base)
-            pos = last + 1
-            moved = True
+            if not attrs & CONTROL:
+                yield base, last, pid, DATA
+            elif _COUNT.unpack_from(view, s + 57)[0] == 0:
+                yield base, last, pid, EMPTY_CONTROL
+            else:
+                yield base, last, pid, _marker_type(view[s:e], lg.dir, base)
+        moved = last_whole >= pos
+        if moved:
+            pos = last_whole + 1
+        _check_walk(why, lg.dir, pos)
         if not moved:
             nxt = [sg.base_offset for sg in lg.segments if sg.base_offset > pos]
             if not nxt:
@@ -159,21 +166,22 @@ class TxnFilter:
                 view = lg.read_batches(self.scanned, SCAN_BYTES)
             except (OffsetOutOfRangeError, SegmentGoneError):
                 return
-            moved = False
-            for base, last, magic, attrs, pid, s, e in _batches(view, lg.dir, self.scanned):
+            batches, last_whole, why = txn_headers(view)      # the walk in C: 1 tuple per txn batch
+            for base, last, pid, attrs, s, e in batches:
                 if last < self.scanned:
                     continue
-                if magic >= 2 and attrs & TRANSACTIONAL:
-                    self.transactional = True
-                    if attrs & CONTROL:
-                        entry = self.open.pop(pid, None)
-                        if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
-                            self.aborted.extend(entry[1])
-                            self.aborted.sort()
-                    else:
-                        self.open.setdefault(pid, (base, []))[1].append((base, last))
-                self.scanned = last + 1
-                moved = True
+                self.transactional = True
+                if attrs & CONTROL:
+                    entry = self.open.pop(pid, None)
+                    if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
+                        self.aborted.extend(entry[1])
+                        self.aborted.sort()
+                else:
+                    self.open.setdefault(pid, (base, []))[1].append((base, last))
+            moved = last_whole >= self.scanned
+            if moved:
+                self.scanned = last_whole + 1
+            _check_walk(why, lg.dir, self.scanned)
             if not moved:
                 nxt = [s.base_offset for s in lg.segments if s.base_offset > self.scanned]
                 if not nxt:
