@@ -190,9 +190,12 @@ class TxnFilter:
 
     def committed(self, recs: list[Record], pos: int, lso: int) -> tuple[list[Record], int]:
         """recs (read from pos) cut at lso, aborted ones dropped; and the position after the
-        records looked at (pos when none below lso)."""
+        records looked at: pos when none was read, the LSO when all were at or past it (a read
+        is contiguous: nothing lies between; Kafka's fetch ends at the last batch below it)."""
         if recs and recs[-1].offset >= lso:
             recs = recs[:bisect_left(recs, lso, key=lambda r: r.offset)]
+            if not recs:
+                return recs, max(pos, lso)
         if not recs:
             return recs, pos
         nxt = recs[-1].offset + 1

@@ -12,7 +12,7 @@ import kstore
 from kstore import Consumer, NoOffsetForPartitionError, OffsetAndTimestamp, TopicPartition as TP
 from kstore.errors import InvalidConfigError, KStoreStateError, OffsetOutOfRangeError
 
-from batch_helpers import CRC32C, _blob, _varint
+from batch_helpers import CRC32C, _blob, _varint, craft_v2
 from thread_watchdog import join_all
 from writer_process import WriterProcess
 
@@ -323,6 +323,28 @@ def test_read_committed_at_a_marker_before_an_open_transaction_waits_there(tmp_p
             assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open3", b"plain4", b"plain5"]
             assert c.position(TP("t", 0)) == 6
 
+
+
+def test_read_committed_moves_to_the_lso_over_batches_with_no_records(tmp_path):
+    """A batch with no records (a broker's cleaner leaves them) before an open transaction: the
+    position moves to the LSO and the poll sleeps. Before, it stayed at the empty batch and the
+    poll re-read it in a loop: 1 s of CPU in a 1 s poll."""
+    d = str(tmp_path / "data")
+    os.makedirs(os.path.join(d, "t-0"))
+    with open(os.path.join(d, "t-0", "00000000000000000000.log"), "wb") as f:
+        f.write(craft_v2([(0, 0, b"a", b"plain0")], 0) + craft_v2([], 1, last_delta=0)
+                + struct.pack(">q", 2) + txn_batch(0, 4, [b"open2"])[8:]   # 2: pid 4, open
+                + craft_v2([(0, 0, b"a", b"plain3")], 3))
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg, \
+            Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+        c.assign([TP("t", 0)])
+        assert [r.value for r in c.poll(500)[TP("t", 0)]] == [b"plain0"]
+        cpu = time.process_time()
+        assert c.poll(500) == {}
+        assert time.process_time() - cpu < 0.25
+        assert c.position(TP("t", 0)) == 2
+        lg.append_batches(txn_batch(0, 4, control=1))                   # 4 COMMIT pid 4
+        assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open2", b"plain3"]
 
 def test_read_committed_end_is_never_below_the_log_start(tmp_path):
     """An open transaction whose first records are deleted (delete_records, retention) under a
