@@ -373,6 +373,7 @@ class LogCleaner:
                 if txn is None or txn[0] is not lg:
                     txn = self._txn[tp] = (lg, TxnFilter(lg.log_start_offset))
                 lso = txn[1].stable_offset(lg)
+                txn[1].aborted.clear()    # (a consumer's: the cleaner needs only the LSO)
                 fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now, lso)
             except (UnknownTopicError, FileNotFoundError, SegmentGoneError):
                 continue         # deleted (topic, or segments by retention) while we looked
