@@ -375,10 +375,11 @@ class LogCleaner:
                 lso = txn[1].stable_offset(lg)
                 txn[1].aborted.clear()    # (a consumer's: the cleaner needs only the LSO)
                 fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now, lso)
-            except (UnknownTopicError, FileNotFoundError, SegmentGoneError):
+            except (UnknownTopicError, FileNotFoundError, SegmentGoneError, ValueError, BufferError):
                 continue         # deleted (topic, or segments by retention) while we looked
             except KStoreError as e:      # e.g. a corrupt batch header: as a failed clean
-                self._uncleanable(LogToClean(tp, lg, 0, 0, 0, 0), e)
+                if not lg.closed:         # (closed: the topic was deleted under the scan)
+                    self._uncleanable(LogToClean(tp, lg, 0, 0, 0, 0), e)
                 continue
             if dirty == 0:
                 continue
