@@ -1,5 +1,5 @@
 """Type stubs for kstore/_scan.pyx: header scans, recovery, index searches."""
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -11,7 +11,6 @@ _Buffer = Union[bytes, bytearray, memoryview]
 def validate_batches(data: _Buffer, base_offset: int, prev_last_offset: int,
                      verify_crc: bool = True) -> tuple[int, int, int, int, bool]: ...
 def find_batch(m: Mapping, start: int, end: int, target: int) -> int: ...
-def txn_headers(data: _Buffer) -> tuple[list[tuple[int, int, int, int, int, int]], int, Optional[str]]: ...
 def batch_headers(m: Mapping, start: int, end: int) -> list[tuple[int, int, int, int, int, int, int, int]]: ...
 class ScanStatus(StrStatus):
     END = "end"

@@ -17,7 +17,8 @@ import struct
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
-from kstore._core import Record, decode_batches, txn_headers
+from kstore._core import Record, decode_batches
+from kstore._txn_scan import txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 
 if TYPE_CHECKING:
