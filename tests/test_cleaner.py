@@ -494,7 +494,7 @@ def test_cleaning_transactions_as_kafka(tmp_path):
     Before, the aborted value won the key: the committed value was deleted and a read_committed
     reader found no value for the key at all."""
     from kstore.read_committed import ABORT, COMMIT, DATA
-    from test_consumer import txn_batch
+    from batch_helpers import txn_batch
     m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": "1000",

@@ -12,7 +12,7 @@ import kstore
 from kstore import Consumer, NoOffsetForPartitionError, OffsetAndTimestamp, TopicPartition as TP
 from kstore.errors import InvalidConfigError, KStoreStateError, OffsetOutOfRangeError
 
-from batch_helpers import CRC32C, _blob, _varint, craft_v2
+from batch_helpers import craft_v2, txn_batch
 from thread_watchdog import join_all
 from writer_process import WriterProcess
 
@@ -251,24 +251,6 @@ def test_commit_needs_a_group_and_close_is_idempotent(store):
 
 
 # -- read_committed ------------------------------------------------------------------------------
-def txn_batch(base, pid, values=(), control=None, ts=NOW):
-    """A v2 batch of producer pid: transactional data records (values), or a control batch
-    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct."""
-    attrs = 0x10 | (0x20 if control is not None else 0)
-    if control is not None:
-        recs = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
-    else:
-        recs = [(i, b"k", v) for i, v in enumerate(values)]
-    body = b""
-    for d, k, v in recs:
-        rec = b"\x00" + _varint(0) + _varint(d) + _blob(k) + _blob(v) + _varint(0)
-        body += _varint(len(rec)) + rec
-    tail = struct.pack(">hiqqqhii", attrs, len(recs) - 1, ts, ts, pid, 0, 0 if control is None else -1,
-                       len(recs)) + body
-    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
-    return head + struct.pack(">I", CRC32C(tail)) + tail
-
-
 def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_path):
     d = str(tmp_path / "data")
     os.makedirs(d)
