@@ -141,7 +141,8 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
     """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
     first_dirty, batch by batch, until a batch would overfill the map. Control batches and the
     batches of aborted transactions (txn[base offset] == TXN_ABORTED, see cleaner_txn.py) are
-    skipped. Returns (next_position, full)."""
+    skipped; every batch read moves the map's latest offset to its last offset (Kafka's
+    updateLatestOffset), so the cleaned range ends after them. Returns (next_position, full)."""
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
     cdef const uint8_t* p = m.ptr()
@@ -159,9 +160,14 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                 if hs == H_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
                 return (pos, False)
-            if h.last_offset < first_dirty or (h.magic == 2 and (h.attrs & CONTROL_BIT)) or \
+            if h.last_offset < first_dirty:
+                pos += h.size
+                continue
+            if (h.magic == 2 and (h.attrs & CONTROL_BIT)) or \
                     (txn is not None and h.magic == 2 and (h.attrs & TXN_BIT) and
                      txn.get(h.base_offset, 0) == _TXN_ABORTED):
+                if h.last_offset > omap.latest_offset:
+                    omap.latest_offset = h.last_offset     # Kafka's updateLatestOffset
                 pos += h.size
                 continue
             if omap.size + h.count > omap.capacity:
@@ -182,6 +188,8 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                     r = <Record>o
                     if r.key is not None:
                         omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
+            if h.last_offset > omap.latest_offset:
+                omap.latest_offset = h.last_offset         # past compacted gaps, as Kafka's
             pos += h.size
     finally:
         m.unpin()

@@ -554,3 +554,24 @@ def test_cleaning_transactions_as_kafka(tmp_path):
                                 (12, b"k3", b"x12")]
         assert committed_view(str(tmp_path), "c") == contents(lg)
         assert m.uncleanable_partitions() == {}
+
+
+def test_the_cleaned_range_ends_after_trailing_markers_as_kafkas(tmp_path):
+    """Kafka's buildOffsetMap moves the map's latest offset to the last offset of every batch it
+    reads (updateLatestOffset), markers and aborted batches included, so the cleaner checkpoint
+    ends after a dirty section's trailing marker. Before, it ended after the last keyed record
+    (checkpoint 2): the marker was left in the dirty section, for a later pass to clean again."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import COMMIT
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k", b"v0")])                                   # 0
+        lg.append_batches(txn_batch(0, 7, [b"v1"]))                  # 1  key b"k"
+        lg.append_batches(txn_batch(0, 7, control=COMMIT))           # 2
+        lg.roll()
+        stats = m.clean_now()
+        assert [s.end_offset for s in stats] == [3]
+        assert contents(lg) == [(1, b"k", b"v1")]
+        assert m.clean_now() == []                                   # nothing dirty is left
