@@ -23,6 +23,7 @@ MODULES = {
     "_decode": [],
     "_scan": [],
     "_listing": [],
+    "_txn_scan": [],
     "_lines": [],
     "_column_input": [],
     "_encode": [],

@@ -27,8 +27,11 @@ class OffsetMap:
     @property
     def full(self) -> bool: ...
 
+TXN_ABORTED: int
+TXN_MARKER_GOES: int
+
 def build_offset_map(m: Mapping, start: int, end: int, first_dirty: int,
-                     omap: OffsetMap) -> tuple[int, bool]: ...
+                     omap: OffsetMap, txn: dict[int, int] | None = None) -> tuple[int, bool]: ...
 
 @disjoint_base
 class CleanStats:
@@ -47,4 +50,5 @@ class CleanStats:
 
 def filter_batches(m: Mapping, start: int, end: int, omap: OffsetMap, now: int,
                    delete_retention_ms: int, legacy_retain_deletes: bool, final_offset: int,
-                   max_out: int, stats: CleanStats) -> tuple[int, bytes]: ...
+                   max_out: int, stats: CleanStats,
+                   txn: dict[int, int] | None = None) -> tuple[int, bytes]: ...

@@ -15,6 +15,14 @@ from kstore._decode cimport decode_batch, decompress_value
 
 import numpy as np
 
+cdef enum:
+    _TXN_ABORTED = 1
+    _TXN_MARKER_GOES = 2
+#: cleaner_txn.py's actions for a transactional batch, by its base offset: an aborted
+#: transaction's data, and a marker whose transaction has no data left in the cleaned range
+TXN_ABORTED = _TXN_ABORTED
+TXN_MARKER_GOES = _TXN_MARKER_GOES
+
 cdef extern from "_murmur3.h" nogil:
     void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
 
@@ -129,10 +137,12 @@ cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end
 
 
 def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_dirty,
-                     OffsetMap omap):
+                     OffsetMap omap, dict txn=None):
     """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
-    first_dirty, batch by batch, until a batch would overfill the map. Control batches are
-    skipped. Returns (next_position, full)."""
+    first_dirty, batch by batch, until a batch would overfill the map. Control batches and the
+    batches of aborted transactions (txn[base offset] == TXN_ABORTED, see cleaner_txn.py) are
+    skipped; every batch read moves the map's latest offset to its last offset (Kafka's
+    updateLatestOffset), so the cleaned range ends after them. Returns (next_position, full)."""
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
     cdef const uint8_t* p = m.ptr()
@@ -150,7 +160,14 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                 if hs == H_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
                 return (pos, False)
-            if h.last_offset < first_dirty or (h.magic == 2 and (h.attrs & CONTROL_BIT)):
+            if h.last_offset < first_dirty:
+                pos += h.size
+                continue
+            if (h.magic == 2 and (h.attrs & CONTROL_BIT)) or \
+                    (txn is not None and h.magic == 2 and (h.attrs & TXN_BIT) and
+                     txn.get(h.base_offset, 0) == _TXN_ABORTED):
+                if h.last_offset > omap.latest_offset:
+                    omap.latest_offset = h.last_offset     # Kafka's updateLatestOffset
                 pos += h.size
                 continue
             if omap.size + h.count > omap.capacity:
@@ -171,6 +188,8 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                     r = <Record>o
                     if r.key is not None:
                         omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
+            if h.last_offset > omap.latest_offset:
+                omap.latest_offset = h.last_offset         # past compacted gaps, as Kafka's
             pos += h.size
     finally:
         m.unpin_checked()
@@ -202,7 +221,7 @@ cdef inline bint _keep(OffsetMap omap, int64_t offset, const uint8_t* key, Py_ss
 cdef Py_ssize_t _scan_keep(const uint8_t* rp, Py_ssize_t rn, int32_t count, int64_t base_offset,
                            int64_t base_ts, OffsetMap omap, bint retain_deletes, int64_t* ranges,
                            Py_ssize_t cap, bint* tomb_kept, int64_t* max_ts,
-                           int64_t* records_read) noexcept nogil:
+                           int64_t* records_read, bint keep_all) noexcept nogil:
     """Pass 1 of the filter, without the GIL: for each kept record store (start, end,
     offset-delta position, timestamp) in ranges. Returns the number kept, or -1 if malformed."""
     cdef int32_t i
@@ -212,8 +231,8 @@ cdef Py_ssize_t _scan_keep(const uint8_t* rp, Py_ssize_t rn, int32_t count, int6
         if record_fields(rp, q, rn, &f) < 0:
             return -1
         records_read[0] += 1
-        if _keep(omap, base_offset + f.off_delta, rp + f.key_pos, f.key_len, f.value_len < 0,
-                 retain_deletes):
+        if keep_all or _keep(omap, base_offset + f.off_delta, rp + f.key_pos, f.key_len,
+                             f.value_len < 0, retain_deletes):
             if kept >= cap:
                 return -1
             ranges[4 * kept] = q
@@ -276,13 +295,16 @@ cdef inline Py_ssize_t _varint_len_nogil(const uint8_t* p, Py_ssize_t pos) noexc
 
 def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, int64_t now,
                    int64_t delete_retention_ms, bint legacy_retain_deletes, int64_t final_offset,
-                   Py_ssize_t max_out, CleanStats stats):
+                   Py_ssize_t max_out, CleanStats stats, dict txn=None):
     """Kafka's MemoryRecords.filterTo over [start, end): returns (next_position, bytes).
 
     Unchanged batches are copied byte for byte; changed v2 batches are rebuilt with the same base
     and last offsets; a v2 batch that keeps tombstones gets a delete horizon (now +
     delete.retention.ms) if it has none, and past its horizon its tombstones go. The batch whose
     last offset is final_offset is kept even if empty. Stops before exceeding max_out bytes.
+    txn (cleaner_txn.py: by batch base offset) drops an aborted transaction's batches
+    (TXN_ABORTED) and lets a marker whose transaction has no data left go (TXN_MARKER_GOES):
+    past its delete horizon, else kept with one set, as Kafka's cleanInto; other markers stay.
     """
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
@@ -293,7 +315,8 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     cdef int hs
     cdef bytearray out = bytearray()
     cdef int64_t new_base_ts, max_ts
-    cdef bint retain_deletes, has_horizon, tomb_kept, set_horizon, lat
+    cdef bint retain_deletes, has_horizon, tomb_kept, set_horizon, lat, is_control, drop
+    cdef int txn_action
     cdef uint32_t crc
     cdef const uint8_t* rp
     cdef Py_ssize_t rn, cap, nk, wn
@@ -320,8 +343,12 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 _filter_legacy(p, pos, &h, omap, legacy_retain_deletes, final_offset, out, stats)
                 pos += h.size
                 continue
-            if (h.attrs & CONTROL_BIT):
-                # no transactions are written by kstore; markers of a broker's data are kept
+            txn_action = 0
+            if txn is not None and (h.attrs & TXN_BIT):
+                txn_action = txn.get(h.base_offset, 0)
+            is_control = (h.attrs & CONTROL_BIT) != 0
+            if is_control and txn_action != _TXN_MARKER_GOES:
+                # a marker whose transaction still has data (or another control batch) stays
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
                 stats.bytes_written += h.size
@@ -330,6 +357,8 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 continue
             has_horizon = (h.attrs & HORIZON_BIT) != 0
             retain_deletes = (not has_horizon) or now < h.base_timestamp
+            # an aborted transaction's data goes; a marker that may go does past its horizon
+            drop = txn_action == _TXN_ABORTED or (is_control and not retain_deletes)
             lat = (h.attrs & TS_TYPE_BIT) != 0
             # decode the records region (decompressing if needed)
             if (h.attrs & CODEC_MASK) == 0:
@@ -351,9 +380,14 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             tomb_kept = False
             max_ts = -1
             rr = 0
-            with nogil:
-                nk = _scan_keep(rp, rn, h.count, h.base_offset, h.base_timestamp, omap,
-                                retain_deletes, ranges, cap, &tomb_kept, &max_ts, &rr)
+            if drop:
+                nk = 0
+                rr = h.count
+            else:
+                with nogil:
+                    nk = _scan_keep(rp, rn, h.count, h.base_offset, h.base_timestamp, omap,
+                                    retain_deletes, ranges, cap, &tomb_kept, &max_ts, &rr,
+                                    is_control)
             stats.records_read += rr
             if nk < 0:
                 free(ranges)
@@ -361,7 +395,8 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             stats.records_kept += nk
             if tomb_kept:
                 stats.tombstones_kept += 1
-            set_horizon = tomb_kept and not has_horizon
+            # a kept marker of a transaction with no data left gets a horizon, as tombstones
+            set_horizon = (tomb_kept or (is_control and nk > 0)) and not has_horizon
             if nk == h.count and not set_horizon:
                 free(ranges)
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)

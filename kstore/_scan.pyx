@@ -128,6 +128,7 @@ def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint v
     return (pos, last, max_ts, off_max, complete)
 
 
+
 def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):
     """Kafka's searchForOffsetWithSize: position of the first batch at or after `start` whose
     last offset >= target, or -1 if none before `end` (headers only, no CRC)."""

@@ -20,9 +20,11 @@ from typing import Optional
 from kstore import _core, swap
 from kstore.config import NO_LIMIT
 from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT, CheckpointError, OffsetCheckpointFile
+from kstore.cleaner_txn import clean_actions, first_uncleanable_by_lso
 from kstore.errors import KStoreError, LogDirOfflineError, SegmentGoneError, UnknownTopicError
 from kstore.files import CLEANED_SUFFIX, LOG_SUFFIX, segment_file
 from kstore.log import Log
+from kstore.read_committed import TxnFilter
 from kstore.segment import LogSegment
 from kstore.storage_errors import failed_error
 
@@ -84,6 +86,7 @@ class LogToClean:
     clean_bytes: int
     dirty_bytes: int
     forced: bool = False
+    transactional: bool = False       # the log holds transactional batches (cleaner_txn.py)
 
     @property
     def ratio(self) -> float:
@@ -91,15 +94,19 @@ class LogToClean:
         return self.dirty_bytes / total if total else 0.0
 
 
-def cleanable_range(lg: Log, first_dirty: int, now: int) -> tuple[int, int, int, int, bool]:
+def cleanable_range(lg: Log, first_dirty: int, now: int,
+                    lso: Optional[int] = None) -> tuple[int, int, int, int, bool]:
     """(first_dirty, first_uncleanable, clean_bytes, dirty_bytes, max_lag_exceeded) per Kafka:
-    the active segment and segments newer than min.compaction.lag.ms are uncleanable."""
+    the active segment, the segment holding the last stable offset (lso; an open transaction)
+    and later ones, and segments newer than min.compaction.lag.ms are uncleanable."""
     cfg = lg.config
     segs = lg.segments
     start = lg.log_start_offset
     if first_dirty < start or first_dirty > lg.log_end_offset:
         first_dirty = start
     first_uncleanable = segs[-1].base_offset
+    if lso is not None:
+        first_uncleanable = min(first_uncleanable, first_uncleanable_by_lso(lg, lso))
     nexts = _next_bases(segs)
     for s, nxt in zip(segs[:-1], nexts):
         if s.base_offset >= first_dirty or nxt > first_dirty:
@@ -140,6 +147,8 @@ class Cleaner:
         omap.clear()
         segs = lg.segments
         now = self._time.milliseconds()
+        # aborted transactions and markers that may go (None: no transactional batch)
+        txn = clean_actions(lg, ltc.first_uncleanable) if ltc.transactional else None
         # 1. the dedupe map over the dirty section
         end_offset = ltc.first_dirty
         nexts = _next_bases(segs)
@@ -147,7 +156,7 @@ class Cleaner:
             if nxt <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
                 continue
             m = s.mapping()
-            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap)
+            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap, txn)
             stats.bytes_read += pos
             self.throttler.maybe_throttle(pos)
             if full:
@@ -170,13 +179,13 @@ class Cleaner:
         # the round's final batch is kept even if emptied (Kafka), so the cleaned range keeps its end
         final_offset = to_clean[-1].read_next_offset() - 1 if to_clean else -1
         for group in group_segments(to_clean, lg.config, end_offset):
-            self._clean_group(lg, group, omap, now, legacy_horizon, final_offset, stats)
+            self._clean_group(lg, group, omap, now, legacy_horizon, final_offset, stats, txn)
         stats.end_offset = end_offset
         stats.duration_ms = (_time.perf_counter() - t0) * 1000
         return stats
 
     def _clean_group(self, lg: Log, group: list[LogSegment], omap, now: int, legacy_horizon: int,
-                     final_offset: int, stats: CleanerStats) -> None:
+                     final_offset: int, stats: CleanerStats, txn: Optional[dict[int, int]]) -> None:
         io = self._io
         base = group[0].base_offset
         out_path = segment_file(lg.dir, base, LOG_SUFFIX, CLEANED_SUFFIX)
@@ -194,7 +203,7 @@ class Cleaner:
                         raise failed_error(lg.dir, lg.failed)
                     before = cs.bytes_read
                     pos, data = _core.filter_batches(m, pos, end, omap, now, lg.config.delete_retention_ms,
-                                                     retain_legacy, final_offset, OUT_CHUNK, cs)
+                                                     retain_legacy, final_offset, OUT_CHUNK, cs, txn)
                     if data:
                         io.pwrite(fd, data, out_pos)
                         out_pos += len(data)
@@ -280,6 +289,8 @@ class LogCleaner:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)     # notified when a clean finishes
         self._in_progress: set = set()
+        #: each compacted log's transactions, scanned incrementally: its last stable offset
+        self._txn: dict[tuple[str, int], tuple[Log, TxnFilter]] = {}
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._checkpoints: dict[str, dict] = {}
         self.throttler = Throttler(max_bytes_per_second)
@@ -328,6 +339,9 @@ class LogCleaner:
         """A deleted topic's partitions leave cleaner-offset-checkpoint, in memory and in each
         dir's file (Kafka's asyncDelete: updateCheckpoints with the partition removed), so a
         topic created again under the name is cleaned from its start."""
+        with self._lock:
+            for tp in [tp for tp in self._txn if tp[0] == topic]:
+                del self._txn[tp]
         for d in log_dirs:
             cpf = self._checkpoint_file(d)
             cp = self._load_checkpoint(d)
@@ -359,12 +373,22 @@ class LogCleaner:
                 if self._failures.is_offline(d):
                     continue
                 cp = self._load_checkpoint(d).get(tp, lg.log_start_offset)
-                fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now)
-            except (UnknownTopicError, FileNotFoundError):
+                txn = self._txn.get(tp)
+                if txn is None or txn[0] is not lg:
+                    txn = self._txn[tp] = (lg, TxnFilter(lg.log_start_offset))
+                lso = txn[1].stable_offset(lg)
+                txn[1].aborted.clear()    # (a consumer's: the cleaner needs only the LSO)
+                fd, fu, clean, dirty, lag = cleanable_range(lg, cp, now, lso)
+            except (UnknownTopicError, FileNotFoundError, SegmentGoneError, ValueError, BufferError):
                 continue         # deleted (topic, or segments by retention) while we looked
+            except KStoreError as e:      # e.g. a corrupt batch header: as a failed clean
+                if not lg.closed:         # (closed: the topic was deleted under the scan)
+                    self._uncleanable(LogToClean(tp, lg, 0, 0, 0, 0), e)
+                continue
             if dirty == 0:
                 continue
-            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
+            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag,
+                             transactional=txn[1].transactional)
             if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
                 continue
             if best is None or ltc.ratio > best.ratio:

@@ -207,12 +207,16 @@ class Fetcher:
                 self._reset_new_log(tp, pos, lg)
                 continue
             nxt = recs[-1].offset + 1 if recs else pos
+            read_nothing = not recs
             if self.read_committed:
                 recs, nxt = self._committed_only(tp, lg, pos, recs)
             if not recs:
                 if nxt == pos and tp not in self._stalled:
-                    # transaction markers only, or a compacted segment's empty tail
-                    nxt = past_gap(lg, skip_control_batches(lg, pos))
+                    # transaction markers only, or (nothing read) a compacted segment's empty
+                    # tail; records all at or past the LSO are no gap: wait at the LSO
+                    nxt = skip_control_batches(lg, pos)
+                    if read_nothing:
+                        nxt = past_gap(lg, nxt)
                 if nxt != pos:
                     self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
                 continue

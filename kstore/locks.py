@@ -52,7 +52,8 @@ take none.
                                 under it last TASK_LOCK_WAIT_S (1 s) in all and sleep on
                                 TopicDeletions._closing (an Event; close() sets it first)
   Cleaner.lock                  one clean at a time per OffsetMap (cleaner thread vs clean_now)
-  LogCleaner._lock (= _done)    in-progress set; grab computes cleanable ranges under it
+  LogCleaner._lock (= _done)    in-progress set, per-log TxnFilters; grab computes cleanable
+                                ranges under it (reading new batch headers for the LSO)
   checkpoint_lock(path)         one per checkpoint file: snapshot + atomic write (checkpoint.py);
                                 never taken under LogRegistry.lock (delete_topic writes after);
                                 a managed open carrying a standalone start into it takes it

@@ -18,21 +18,26 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from kstore._core import Record, decode_batches
+from kstore._txn_scan import txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 
 if TYPE_CHECKING:
     from kstore.log import Log
 
-__all__ = ["TxnFilter", "skip_control_batches"]
+__all__ = ["TxnFilter", "skip_control_batches", "transactional_batches"]
 
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
 ABORT = 0
+COMMIT = 1
+DATA = -1             # transactional_batches: a data batch,
+EMPTY_CONTROL = -2    # a control batch a cleaner emptied (its records removed)
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
 _LEN = struct.Struct(">qi")          # base offset, batch length
 _ATTRS = struct.Struct(">hi")        # attributes at 21, last offset delta at 23
 _PID = struct.Struct(">q")           # producer id at 43
+_COUNT = struct.Struct(">i")         # records count at 57
 V2_HEADER = 61
 
 
@@ -64,12 +69,48 @@ def _batches(view: memoryview, log_dir: str, first: int):
         pos = end
 
 
+def _check_walk(why, log_dir: str, pos: int) -> None:
+    """txn_headers stopped at malformed bytes: CorruptRecordError naming the log."""
+    if why is not None:
+        raise CorruptRecordError(f"{log_dir}: {why} (scanning transactions at offset {pos})")
+
+
 def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
     recs = decode_batches(view, -1, True, True)
     key = recs[0].key if recs else None
     if key is None or len(key) < 4:
         raise CorruptRecordError(f"control batch at offset {base} of {log_dir} has no control key")
     return struct.unpack_from(">hh", key)[1]
+
+
+def transactional_batches(lg: "Log", start: int):
+    """(base, last, producer id, type) of each transactional v2 batch from `start` to the log end,
+    in offset order: type DATA, EMPTY_CONTROL, or a marker's ControlRecordType (ABORT, COMMIT)."""
+    pos = max(start, lg.log_start_offset)
+    while pos < lg.log_end_offset:
+        try:
+            view = lg.read_batches(pos, SCAN_BYTES)
+        except (OffsetOutOfRangeError, SegmentGoneError):
+            return
+        batches, last_whole, why = txn_headers(view)
+        for base, last, pid, attrs, s, e in batches:
+            if last < pos:
+                continue
+            if not attrs & CONTROL:
+                yield base, last, pid, DATA
+            elif _COUNT.unpack_from(view, s + 57)[0] == 0:
+                yield base, last, pid, EMPTY_CONTROL
+            else:
+                yield base, last, pid, _marker_type(view[s:e], lg.dir, base)
+        moved = last_whole >= pos
+        if moved:
+            pos = last_whole + 1
+        _check_walk(why, lg.dir, pos)
+        if not moved:
+            nxt = [sg.base_offset for sg in lg.segments if sg.base_offset > pos]
+            if not nxt:
+                return
+            pos = nxt[0]                         # a compacted segment's empty tail
 
 
 def skip_control_batches(lg: "Log", pos: int) -> int:
@@ -101,12 +142,15 @@ class TxnFilter:
         self.scanned = start                         # batches below this were looked at
         self.open: dict[int, tuple[int, list[tuple[int, int]]]] = {}   # pid -> (first, ranges)
         self.aborted: list[tuple[int, int]] = []     # [first, last] of aborted batches, sorted
+        self.transactional = False                   # any transactional batch scanned
 
     def stable_offset(self, lg: "Log") -> int:
-        """The last stable offset: the first offset of the earliest open transaction, else the
-        log end (as far as scanned)."""
+        """The last stable offset: the first offset of the earliest open transaction (never
+        below the log start, as Kafka's firstUnstableOffset), else the log end (as far as
+        scanned)."""
         self._scan(lg)
-        return min((f for f, _r in self.open.values()), default=self.scanned)
+        first = min((f for f, _r in self.open.values()), default=self.scanned)
+        return first if first >= lg.log_start_offset else min(lg.log_start_offset, self.scanned)
 
     def _scan(self, lg: "Log") -> None:
         if lg.log_end_offset < self.scanned:
@@ -123,20 +167,22 @@ class TxnFilter:
                 view = lg.read_batches(self.scanned, SCAN_BYTES)
             except (OffsetOutOfRangeError, SegmentGoneError):
                 return
-            moved = False
-            for base, last, magic, attrs, pid, s, e in _batches(view, lg.dir, self.scanned):
+            batches, last_whole, why = txn_headers(view)      # the walk in C: 1 tuple per txn batch
+            for base, last, pid, attrs, s, e in batches:
                 if last < self.scanned:
                     continue
-                if magic >= 2 and attrs & TRANSACTIONAL:
-                    if attrs & CONTROL:
-                        entry = self.open.pop(pid, None)
-                        if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
-                            self.aborted.extend(entry[1])
-                            self.aborted.sort()
-                    else:
-                        self.open.setdefault(pid, (base, []))[1].append((base, last))
-                self.scanned = last + 1
-                moved = True
+                self.transactional = True
+                if attrs & CONTROL:
+                    entry = self.open.pop(pid, None)
+                    if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
+                        self.aborted.extend(entry[1])
+                        self.aborted.sort()
+                else:
+                    self.open.setdefault(pid, (base, []))[1].append((base, last))
+            moved = last_whole >= self.scanned
+            if moved:
+                self.scanned = last_whole + 1
+            _check_walk(why, lg.dir, self.scanned)
             if not moved:
                 nxt = [s.base_offset for s in lg.segments if s.base_offset > self.scanned]
                 if not nxt:
@@ -145,9 +191,12 @@ class TxnFilter:
 
     def committed(self, recs: list[Record], pos: int, lso: int) -> tuple[list[Record], int]:
         """recs (read from pos) cut at lso, aborted ones dropped; and the position after the
-        records looked at (pos when none below lso)."""
+        records looked at: pos when none was read, the LSO when all were at or past it (a read
+        is contiguous: nothing lies between; Kafka's fetch ends at the last batch below it)."""
         if recs and recs[-1].offset >= lso:
             recs = recs[:bisect_left(recs, lso, key=lambda r: r.offset)]
+            if not recs:
+                return recs, max(pos, lso)
         if not recs:
             return recs, pos
         nxt = recs[-1].offset + 1

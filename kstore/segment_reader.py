@@ -326,15 +326,15 @@ class SegmentReader:
                 if self.view.corrupt is not None:
                     self.raise_corrupt()
                 return None
-            total = 0
-            stop = pos
-            for (p, _b, _l, size, *_rest) in _core.batch_headers(m, pos, end):
-                if total > 0 and total + size > max_bytes:
-                    break
-                total += size
-                stop = p + size
-                if total >= max_bytes:
-                    break
+            # only the headers within max_bytes are parsed (not the rest of the segment's)
+            heads = _core.batch_headers(m, pos, min(end, pos + max(max_bytes, 0)))
+            if not heads:            # the first batch is larger than max_bytes: it alone
+                first = end
+                if end - pos >= 12:
+                    with memoryview(m) as mv:
+                        first = pos + 12 + int.from_bytes(mv[pos + 8:pos + 12], "big", signed=True)
+                heads = _core.batch_headers(m, pos, min(end, max(first, pos)))
+            stop = heads[-1][0] + heads[-1][3] if heads else pos
             return memoryview(m)[pos:stop]
         except (ValueError, BufferError) as e:
             raise self._gone(m, e) from None

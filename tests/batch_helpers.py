@@ -1,10 +1,11 @@
 """Shared by the compiled core's tests (test_crc, test_encode, test_decode): one batch builder
-call with test defaults, and crcmod's CRC-32C as the oracle."""
+call with test defaults, and crcmod's CRC-32C as the oracle; and batches kstore never builds
+(craft_v2, txn_batch: a transaction's data and markers) for the consumer and cleaner tests."""
 import crcmod.predefined
 
 from kstore import _core
 
-from broker_dirs import varint as _varint  # noqa: F401 (test_consumer imports it from here)
+from broker_dirs import varint as _varint
 
 CRC32C = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
 NOW = 1_700_000_000_000
@@ -46,3 +47,22 @@ def recrc(raw: bytearray, pos: int = 0) -> None:
     import struct
     size = struct.unpack_from(">i", raw, pos + 8)[0] + 12
     struct.pack_into(">I", raw, pos + 17, CRC32C(bytes(raw[pos + 21:pos + size])))
+
+
+def txn_batch(base, pid, values=(), control=None, ts=NOW):
+    """A v2 batch of producer pid: transactional data records (values), or a control batch
+    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct."""
+    import struct
+    attrs = 0x10 | (0x20 if control is not None else 0)
+    if control is not None:
+        recs = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
+    else:
+        recs = [(i, b"k", v) for i, v in enumerate(values)]
+    body = b""
+    for d, k, v in recs:
+        rec = b"\x00" + _varint(0) + _varint(d) + _blob(k) + _blob(v) + _varint(0)
+        body += _varint(len(rec)) + rec
+    tail = struct.pack(">hiqqqhii", attrs, len(recs) - 1, ts, ts, pid, 0, 0 if control is None else -1,
+                       len(recs)) + body
+    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
+    return head + struct.pack(">I", CRC32C(tail)) + tail

@@ -513,3 +513,112 @@ def test_a_clean_whose_dir_goes_offline_midway_writes_nothing_more_there(tmp_pat
     with m:
         assert not [n for n in os.listdir(os.path.join(d, "c-0")) if n.endswith(".cleaned")]
         assert contents(m.log("c", 0)) == before
+
+
+# -- transactions (Kafka's CleanedTransactionMetadata; LogCleanerTest's testAbortMarkerRemoval,
+# testCommitMarkerRemoval, testAbortedTransactionsAreNotCleanedAsCommitted, and the LSO bound) ----
+def txn_batches_of(lg):
+    from kstore.read_committed import transactional_batches
+    return list(transactional_batches(lg, lg.log_start_offset))
+
+
+def committed_view(d, topic):
+    """What a read_committed consumer reads of topic-0 from the start, in one process."""
+    out = []
+    with kstore.Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+        c.assign([kstore.TopicPartition(topic, 0)])
+        while True:
+            got = c.poll(200).get(kstore.TopicPartition(topic, 0), [])
+            if not got:
+                return out
+            out += [(r.offset, r.key, r.value) for r in got]
+
+
+def test_cleaning_transactions_as_kafka(tmp_path):
+    """An aborted transaction's value never replaces a committed one (it stays out of the dedupe
+    map) and its batch goes; nothing at or past the last stable offset is cleaned; a marker stays
+    while its transaction has data, then gets a delete horizon, then goes once it has passed.
+    Before, the aborted value won the key: the committed value was deleted and a read_committed
+    reader found no value for the key at all."""
+    from kstore.read_committed import ABORT, COMMIT, DATA
+    from batch_helpers import txn_batch
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": "1000",
+                                "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k1", b"a")])                                   # 0
+        lg.append_batches(txn_batch(0, 7, [b"aborted"]))             # 1  k=b"k" pid 7
+        lg.append_batches(txn_batch(0, 8, [b"c8"]))                  # 2  k=b"k" pid 8
+        lg.append_batches(txn_batch(0, 7, control=ABORT))            # 3
+        lg.append_batches(txn_batch(0, 8, control=COMMIT))           # 4
+        lg.append([(b"k2", b"plain5")])                              # 5
+        lg.roll()
+        lg.append_batches(txn_batch(0, 9, [b"open6"]))               # 6  pid 9, open: the LSO
+        lg.append([(b"k2", b"newer7")])                              # 7
+        lg.roll()
+        assert len(m.clean_now()) == 1
+        # the segment holding the LSO (base 6) and later ones are not cleaned: k2 at 5 stays
+        assert contents(lg) == [(0, b"k1", b"a"), (2, b"k", b"c8"), (5, b"k2", b"plain5"),
+                                (6, b"k", b"open6"), (7, b"k2", b"newer7")]
+        # the aborted batch went; the markers stay: their transactions had data in this clean
+        assert txn_batches_of(lg) == [(2, 2, 8, DATA), (3, 3, 7, ABORT), (4, 4, 8, COMMIT),
+                                      (6, 6, 9, DATA)]
+        assert committed_view(str(tmp_path), "c") == [(0, b"k1", b"a"), (2, b"k", b"c8"),
+                                                      (5, b"k2", b"plain5")]
+        lg.append_batches(txn_batch(0, 9, control=COMMIT))           # 8: the LSO is the end
+        lg.append([(b"k3", b"x9")])                                  # 9
+        lg.roll()
+        assert len(m.clean_now()) == 1
+        # pid 8's c8 (key b"k") gave way to open6 (now committed), k2's 5 to 7
+        assert contents(lg) == [(0, b"k1", b"a"), (6, b"k", b"open6"), (7, b"k2", b"newer7"),
+                                (9, b"k3", b"x9")]
+        # pid 7's ABORT has no data left: it stays, with a delete horizon; pid 8's COMMIT does
+        # not get one yet: this clean still met c8's batch (Kafka's onBatchRead counts it)
+        assert txn_batches_of(lg) == [(3, 3, 7, ABORT), (4, 4, 8, COMMIT), (6, 6, 9, DATA),
+                                      (8, 8, 9, COMMIT)]
+
+        def horizon(offset):
+            view = lg.read_batches(offset, 1 << 20)
+            attrs, base_ts = struct.unpack_from(">h", view, 21)[0], struct.unpack_from(">q", view, 27)[0]
+            return base_ts if attrs & 0x40 else None
+        assert (horizon(3), horizon(4), horizon(8)) == (NOW + 1000, None, None)
+
+        def clean_at(ms, offset):
+            t.sleep(ms - (t.milliseconds() - NOW))
+            lg.append([(b"k3", b"x%d" % offset)])                    # dirt, so it is cleaned
+            lg.roll()
+            assert len(m.clean_now()) == 1
+        clean_at(999, 10)
+        assert [b[0] for b in txn_batches_of(lg)] == [3, 4, 6, 8]    # 3's horizon has not passed
+        assert (horizon(3), horizon(4), horizon(8)) == (NOW + 1000, NOW + 1999, None)
+        clean_at(1000, 11)
+        assert [b[0] for b in txn_batches_of(lg)] == [4, 6, 8]       # past its horizon, 3 goes
+        clean_at(1999, 12)
+        # and 4 goes; pid 9's marker stays while its data does
+        assert txn_batches_of(lg) == [(6, 6, 9, DATA), (8, 8, 9, COMMIT)]
+        assert contents(lg) == [(0, b"k1", b"a"), (6, b"k", b"open6"), (7, b"k2", b"newer7"),
+                                (12, b"k3", b"x12")]
+        assert committed_view(str(tmp_path), "c") == contents(lg)
+        assert m.uncleanable_partitions() == {}
+
+
+def test_the_cleaned_range_ends_after_trailing_markers_as_kafkas(tmp_path):
+    """Kafka's buildOffsetMap moves the map's latest offset to the last offset of every batch it
+    reads (updateLatestOffset), markers and aborted batches included, so the cleaner checkpoint
+    ends after a dirty section's trailing marker. Before, it ended after the last keyed record
+    (checkpoint 2): the marker was left in the dirty section, for a later pass to clean again."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import COMMIT
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k", b"v0")])                                   # 0
+        lg.append_batches(txn_batch(0, 7, [b"v1"]))                  # 1  key b"k"
+        lg.append_batches(txn_batch(0, 7, control=COMMIT))           # 2
+        lg.roll()
+        stats = m.clean_now()
+        assert [s.end_offset for s in stats] == [3]
+        assert contents(lg) == [(1, b"k", b"v1")]
+        assert m.clean_now() == []                                   # nothing dirty is left

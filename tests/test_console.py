@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -191,6 +192,26 @@ def test_consume_follow_tails_another_process(tmp_path):
     assert out.decode().splitlines() == [f"r{i}" for i in range(200)]
     assert err.decode().splitlines()[-1] == "Processed a total of 200 messages"
 
+
+
+def test_consume_follow_at_a_transaction_marker_sleeps(tmp_path, watchdog):
+    """--follow with the log ending in a transaction marker (a broker's, or append_batches'):
+    the position passes the marker and the wait sleeps. Before, the read at the marker returned
+    nothing, the position stayed on it and the wait (for the log end to pass the position) returned
+    at once: 100% of a core until the next append (1.66 s of CPU in 1.5 s of --timeout-ms)."""
+    from batch_helpers import txn_batch
+    watchdog(60)
+    d = str(tmp_path / "s")
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        m.log("t", 0).append([(b"a", b"plain0")])
+        m.log("t", 0).append_batches(txn_batch(0, 4, [b"c1"]))
+        m.log("t", 0).append_batches(txn_batch(0, 4, control=1))      # 2: COMMIT, the last batch
+    cpu = time.process_time()
+    rc, out, err = consume(d, "--topic", "t", "--from-beginning", "--follow", "--timeout-ms", "1000")
+    assert (rc, out) == (0, b"plain0\nc1\n")
+    assert err.splitlines()[-1] == "Processed a total of 2 messages"
+    assert time.process_time() - cpu < 0.5
 
 def test_cli_produce_consume_round_trip_in_a_shell(tmp_path):
     d = str(tmp_path / "s")

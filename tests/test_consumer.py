@@ -12,7 +12,7 @@ import kstore
 from kstore import Consumer, NoOffsetForPartitionError, OffsetAndTimestamp, TopicPartition as TP
 from kstore.errors import InvalidConfigError, KStoreStateError, OffsetOutOfRangeError
 
-from batch_helpers import CRC32C, _blob, _varint
+from batch_helpers import craft_v2, txn_batch
 from thread_watchdog import join_all
 from writer_process import WriterProcess
 
@@ -251,24 +251,6 @@ def test_commit_needs_a_group_and_close_is_idempotent(store):
 
 
 # -- read_committed ------------------------------------------------------------------------------
-def txn_batch(base, pid, values=(), control=None, ts=NOW):
-    """A v2 batch of producer pid: transactional data records (values), or a control batch
-    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct."""
-    attrs = 0x10 | (0x20 if control is not None else 0)
-    if control is not None:
-        recs = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
-    else:
-        recs = [(i, b"k", v) for i, v in enumerate(values)]
-    body = b""
-    for d, k, v in recs:
-        rec = b"\x00" + _varint(0) + _varint(d) + _blob(k) + _blob(v) + _varint(0)
-        body += _varint(len(rec)) + rec
-    tail = struct.pack(">hiqqqhii", attrs, len(recs) - 1, ts, ts, pid, 0, 0 if control is None else -1,
-                       len(recs)) + body
-    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
-    return head + struct.pack(">I", CRC32C(tail)) + tail
-
-
 def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_path):
     d = str(tmp_path / "data")
     os.makedirs(d)
@@ -297,6 +279,80 @@ def test_read_committed_skips_aborted_and_stops_at_the_last_stable_offset(tmp_pa
             lg.append([(b"a", b"plain10")])
             assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain10"]
 
+
+
+def test_read_committed_at_a_marker_before_an_open_transaction_waits_there(tmp_path):
+    """A position at a producer's marker followed by its next, open, transaction: the position
+    moves past the marker and waits at the LSO. Before, the read (records, all at or past the
+    LSO) was taken for a compacted gap and the position jumped to the next segment's base:
+    open3 and plain4 were never returned, once committed."""
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain0")])                                  # 0
+        lg.append_batches(txn_batch(0, 4, [b"committed1"]))             # 1
+        lg.append_batches(txn_batch(0, 4, control=1))                   # 2 COMMIT pid 4
+        lg.append_batches(txn_batch(0, 4, [b"open3"]))                  # 3 pid 4 again: the LSO
+        lg.append([(b"a", b"plain4")])                                  # 4
+        lg.roll()
+        lg.append([(b"a", b"plain5")])                                  # 5
+        with Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+            c.assign([TP("t", 0)])
+            assert [r.value for r in c.poll(500)[TP("t", 0)]] == [b"plain0", b"committed1"]
+            assert c.poll(100) == {}
+            assert c.position(TP("t", 0)) == 3                          # past the marker, at the LSO
+            lg.append_batches(txn_batch(0, 4, control=1))               # 6 COMMIT pid 4
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open3", b"plain4", b"plain5"]
+            assert c.position(TP("t", 0)) == 6
+
+
+
+def test_read_committed_moves_to_the_lso_over_batches_with_no_records(tmp_path):
+    """A batch with no records (a broker's cleaner leaves them) before an open transaction: the
+    position moves to the LSO and the poll sleeps. Before, it stayed at the empty batch and the
+    poll re-read it in a loop: 1 s of CPU in a 1 s poll."""
+    d = str(tmp_path / "data")
+    os.makedirs(os.path.join(d, "t-0"))
+    with open(os.path.join(d, "t-0", "00000000000000000000.log"), "wb") as f:
+        f.write(craft_v2([(0, 0, b"a", b"plain0")], 0) + craft_v2([], 1, last_delta=0)
+                + struct.pack(">q", 2) + txn_batch(0, 4, [b"open2"])[8:]   # 2: pid 4, open
+                + craft_v2([(0, 0, b"a", b"plain3")], 3))
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg, \
+            Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+        c.assign([TP("t", 0)])
+        assert [r.value for r in c.poll(500)[TP("t", 0)]] == [b"plain0"]
+        cpu = time.process_time()
+        assert c.poll(500) == {}
+        assert time.process_time() - cpu < 0.25
+        assert c.position(TP("t", 0)) == 2
+        lg.append_batches(txn_batch(0, 4, control=1))                   # 4 COMMIT pid 4
+        assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open2", b"plain3"]
+
+def test_read_committed_end_is_never_below_the_log_start(tmp_path):
+    """An open transaction whose first records are deleted (delete_records, retention) under a
+    consumer that has seen them: the last stable offset is the log start, as Kafka's (its
+    firstUnstableOffset is raised to it), so end_offsets and seek_to_end give the log start.
+    Before, they gave the deleted offset 1, below the log start."""
+    d = str(tmp_path / "data")
+    os.makedirs(d)
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain0")])                                  # 0
+        lg.append_batches(txn_batch(0, 4, [b"open1"]))                  # 1 pid 4, open
+        lg.append([(b"a", b"plain2")])                                  # 2
+        lg.append([(b"a", b"plain3")])                                  # 3
+        lg.roll()
+        lg.append([(b"a", b"plain4")])                                  # 4
+        with Consumer(d, auto_offset_reset="latest", isolation_level="read_committed") as c:
+            c.assign([TP("t", 0)])
+            assert c.end_offsets([TP("t", 0)]) == {TP("t", 0): 1}
+            lg.delete_records(3)
+            assert c.end_offsets([TP("t", 0)]) == {TP("t", 0): 3}
+            assert c.poll(100) == {}
+            assert c.position(TP("t", 0)) == 3
+            assert c.poll(100) == {} and c.position(TP("t", 0)) == 3
+            lg.append_batches(txn_batch(0, 4, control=1))               # 5 COMMIT pid 4
+            assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"plain3", b"plain4"]
+            assert c.poll(100) == {} and c.position(TP("t", 0)) == 6
 
 def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watchdog):
     """The consumer's view stays exact while another process rolls segments, truncates below

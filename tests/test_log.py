@@ -202,6 +202,36 @@ def test_read_batches_zero_copy(open_log, log_dir):
     del view
 
 
+
+def test_read_batches_takes_whole_batches_within_max_bytes(open_log):
+    """read_batches(offset, max_bytes): the batches that fit in max_bytes from the one holding
+    offset, at least that one; read_batches now parses only those headers (it parsed every header
+    to the segment's end at each call: 18 ms per 1 MiB read in a 14 MB segment of 71-byte
+    batches, 10x a read_committed scan's whole cost)."""
+    log = open_log()
+    for i in range(50):
+        log.append([(b"k", b"v" * (i % 7))])
+    sizes = []
+    pos = 0
+    whole = bytes(log.read_batches(0, 1 << 20))
+    while pos < len(whole):
+        sizes.append(struct.unpack_from(">i", whole, pos + 8)[0] + 12)
+        pos += sizes[-1]
+    assert len(sizes) == 50
+    for start in (0, 7, 49):
+        for max_bytes in (0, 1, sizes[start] - 1, sizes[start], sizes[start] + sizes[start + 1] - 1
+                          if start < 49 else 5, 1000, 1 << 20):
+            want, total = 0, 0
+            for n in sizes[start:]:
+                if want and total + n > max_bytes:
+                    break
+                total += n
+                want += 1
+            view = bytes(log.read_batches(start, max_bytes))
+            assert len(view) == total, (start, max_bytes)
+            assert struct.unpack(">q", view[:8])[0] == start
+            assert [r.offset for r in _core.decode_batches(view)] == list(range(start, start + want))
+
 def test_offset_for_timestamp(open_log):
     log = open_log({"segment.bytes": 1000, "index.interval.bytes": 50})
     for i in range(60):

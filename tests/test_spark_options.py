@@ -93,6 +93,20 @@ def test_kafka_settings_spark_refuses_are_refused():
             parse(**{key: "x"})
 
 
+
+def test_kafka_isolation_level_read_committed_is_refused(caplog):
+    """Spark's connector reads only committed records with kafka.isolation.level=read_committed;
+    the source reads as read_uncommitted. Before, the option was ignored with a note and the job
+    got aborted transactions' records; now it is refused, naming the option, and
+    read_uncommitted (what the source does) is accepted as before."""
+    for value in ("read_committed", "READ_COMMITTED", "bogus"):
+        with pytest.raises(InvalidConfigError, match=r"'kafka.isolation.level' = '%s' is refused: "
+                           r".*read_uncommitted.*isolation_level='read_committed'" % value):
+            parse(**{"kafka.isolation.level": value})
+    with caplog.at_level(logging.INFO, logger="kstore.spark"):
+        assert parse(**{"kafka.isolation.level": "read_uncommitted"}).subscribe == ["t"]
+    assert any("kafka.isolation.level" in r.getMessage() for r in caplog.records)
+
 def test_batch_reads_note_the_trigger_options_they_do_not_use(caplog):
     with caplog.at_level(logging.INFO, logger="kstore.spark"):
         parse(maxOffsetsPerTrigger="10", minOffsetsPerTrigger="5", maxTriggerDelay="1m")

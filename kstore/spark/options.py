@@ -279,6 +279,14 @@ class ReadOptions:
     def parse(cls, opts: Options, streaming: bool) -> "ReadOptions":
         opts = {str(k).lower(): v for k, v in dict(opts).items()}
         check_options(opts, READ_TABLE, () if streaming else _STREAMING_ONLY)
+        iso = opts.get("kafka.isolation.level")
+        if iso is not None and str(iso).strip().lower() != "read_uncommitted":
+            # Spark's connector hands it to its consumer; ignoring it would return aborted and
+            # open transactions' records to a job that asked for committed ones only
+            raise InvalidConfigError(
+                f"kstore source: option 'kafka.isolation.level' = {iso!r} is refused: the source "
+                "reads as read_uncommitted (aborted and open transactions' records included); "
+                "use kstore.Consumer(isolation_level='read_committed') for committed records only")
         if not opts.get("path"):
             raise InvalidConfigError("kstore source: give the log dirs with .load(path) or the "
                                      "'path' option (comma-separated)")

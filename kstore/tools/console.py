@@ -21,6 +21,7 @@ from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
 from kstore.fetcher import past_gap
+from kstore.read_committed import skip_control_batches
 from kstore.tools.java_text import as_java_text
 from kstore.tools.progress import Progress
 
@@ -229,9 +230,9 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         continue
                     ahead.discard(p)
                     if not recs:
-                        # the end, or nothing left at or after the position in its segment (a
-                        # compacted tail): go on at the next segment
-                        positions[p] = past_gap(lg, positions[p])
+                        # the end, transaction markers, or nothing left at or after the position
+                        # in its segment (a compacted tail): past the markers, at the next segment
+                        positions[p] = past_gap(lg, skip_control_batches(lg, positions[p]))
                         continue
                     if limit is not None and count + len(recs) > limit:
                         recs = recs[:limit - count]

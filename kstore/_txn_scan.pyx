@@ -1,0 +1,35 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+# cython: embedsignature=True
+"""The walk a transaction scan makes over batch headers (read_committed.py: a consumer's last
+stable offset and aborted transactions, the cleaner's): compiled, with one Python tuple per
+transactional batch and none for the others."""
+from libc.stdint cimport uint8_t, int64_t
+
+from kstore._format cimport *
+
+cdef uint8_t _empty_byte = 0
+
+def txn_headers(data):
+    """A transaction scan's walk (read_committed.py) over the whole batches of data (a
+    read_batches view): returns (batches, last_offset, why) where batches lists (base, last,
+    producer id, attributes, start, end) of each transactional v2 batch, last_offset is the last
+    offset of the last whole batch (-1 if none), and why says what is malformed at the position
+    after it (None when the data just ends there)."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
+    cdef BatchHeader h
+    cdef const char* why
+    cdef int hs
+    cdef int64_t last = -1
+    cdef list out = []
+    while True:
+        hs = parse_header(p, pos, n, &h, &why)
+        if hs == H_END:
+            return out, last, None
+        if hs == H_CORRUPT:
+            return out, last, f"{why.decode('ascii')} (batch at offset {ld64(p + pos)}, position {pos})"
+        if h.magic == 2 and (h.attrs & TXN_BIT):
+            out.append((h.base_offset, h.last_offset, ld64(p + pos + 43), h.attrs, pos, pos + h.size))
+        last = h.last_offset
+        pos += h.size

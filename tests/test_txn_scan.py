@@ -1,0 +1,32 @@
+"""kstore._txn_scan.txn_headers: the header walk of read_committed's transaction scans."""
+import struct
+
+from kstore._txn_scan import txn_headers
+
+from batch_helpers import craft_v2
+
+
+def _txn(base, pid, attrs=0x10):
+    b = bytearray(craft_v2([(0, 0, b"k", b"v")], base, attrs=attrs))
+    struct.pack_into(">q", b, 43, pid)
+    return bytes(b)
+
+
+def test_only_transactional_v2_batches_are_listed_with_their_positions():
+    plain = craft_v2([(0, 0, b"k", b"v"), (1, 0, b"k", b"w")], 0)
+    data = plain + _txn(2, 7) + _txn(3, 7, attrs=0x30) + craft_v2([(0, 0, b"k", b"x")], 4)
+    a, b = len(plain), len(plain) + len(_txn(2, 7))
+    assert txn_headers(data) == ([(2, 2, 7, 0x10, a, b), (3, 3, 7, 0x30, b, b + len(_txn(3, 7, 0x30)))],
+                                 4, None)
+
+
+def test_the_walk_stops_at_a_partial_batch_and_names_malformed_bytes():
+    data = craft_v2([(0, 0, b"k", b"v")], 5) + _txn(6, 1)
+    assert txn_headers(data[:-3]) == ([], 5, None)           # the data ends inside a batch
+    assert txn_headers(b"") == ([], -1, None)
+    bad = bytearray(data)
+    struct.pack_into(">i", bad, len(craft_v2([(0, 0, b"k", b"v")], 5)) + 8, 3)   # size 3 < 14
+    batches, last, why = txn_headers(bytes(bad))
+    assert (batches, last) == ([], 5)
+    assert why == ("record size is smaller than the minimum record overhead (14) "
+                   f"(batch at offset 6, position {len(craft_v2([(0, 0, b'k', b'v')], 5))})")
