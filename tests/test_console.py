@@ -213,6 +213,54 @@ def test_consume_follow_at_a_transaction_marker_sleeps(tmp_path, watchdog):
     assert err.splitlines()[-1] == "Processed a total of 2 messages"
     assert time.process_time() - cpu < 0.5
 
+def _transactions(d):
+    """t-0: pid 1's committed a1 a2, pid 2's aborted b1, a plain record, pid 3's open c1."""
+    from batch_helpers import txn_batch
+    with kstore.LogManager(d) as m:
+        m.create_topic("t", 1)
+        lg = m.log("t", 0)
+        lg.append_batches(txn_batch(0, 1, [b"a1", b"a2"]))     # 0, 1
+        lg.append_batches(txn_batch(0, 2, [b"b1"]))            # 2
+        lg.append_batches(txn_batch(0, 1, control=1))          # 3 COMMIT pid 1
+        lg.append_batches(txn_batch(0, 2, control=0))          # 4 ABORT pid 2
+        lg.append([(None, b"plain")])                          # 5
+        lg.append_batches(txn_batch(0, 3, [b"c1"]))            # 6, open: the LSO
+        lg.append([(None, b"after")])                          # 7
+
+
+def test_consume_isolation_level_read_committed(tmp_path, watchdog):
+    """Kafka's console consumer's --isolation-level: read_committed prints committed
+    transactions' records and plain ones, never an aborted one, and stops at the last stable
+    offset (the first offset of a transaction still open) until its marker comes; then it goes
+    on. read_uncommitted (the default) prints every data record. Markers never print. The same
+    through a group (--group: a Consumer with isolation_level)."""
+    from batch_helpers import txn_batch
+    watchdog(60)
+    d = str(tmp_path / "s")
+    _transactions(d)
+    assert consume(d, "--topic", "t", "--from-beginning")[:2] == (0, b"a1\na2\nb1\nplain\nc1\nafter\n")
+    rc, out, err = consume(d, "--topic", "t", "--from-beginning", "--isolation-level", "read_committed",
+                           "--print-offset")
+    assert (rc, out) == (0, b"Offset:0\ta1\nOffset:1\ta2\nOffset:5\tplain\n")
+    assert err.splitlines()[-1] == "Processed a total of 3 messages"
+    rc, out, _err = consume(d, "--topic", "t", "--from-beginning", "--isolation-level", "read_committed",
+                            "--group", "g")
+    assert (rc, out) == (0, b"a1\na2\nplain\n")
+    # --follow waits at the LSO (asleep: the position is below the log end) until pid 3 commits
+    got = {}
+    cpu = time.process_time()
+    t = threading.Thread(target=lambda: got.update(r=consume(
+        d, "--topic", "t", "--from-beginning", "--isolation-level", "read_committed", "--follow",
+        "--max-messages", "5", "--timeout-ms", "20000")))
+    t.start()
+    time.sleep(1.0)
+    assert t.is_alive() and time.process_time() - cpu < 0.5
+    with kstore.LogManager(d) as m:
+        m.log("t", 0).append_batches(txn_batch(0, 3, control=1))   # 8 COMMIT pid 3
+    t.join(30)
+    assert got["r"][:2] == (0, b"a1\na2\nplain\nc1\nafter\n")
+
+
 def test_cli_produce_consume_round_trip_in_a_shell(tmp_path):
     d = str(tmp_path / "s")
     env = dict(os.environ, PYTHONSAFEPATH="1")

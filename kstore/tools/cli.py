@@ -212,6 +212,9 @@ only --follow prints anything. The last line on stderr is "Processed a total of 
                    "as it goes (--from-beginning: where the group has no committed offset)")
     c.add_argument("--key-separator", metavar="SEP", help="between printed fields (default \\t)")
     c.add_argument("--line-separator", metavar="SEP", default="\\n", help="after each record (default \\n)")
+    c.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
+                   default="read_uncommitted", help="read_committed: only committed transactions' "
+                   "records, up to the last stable offset (default read_uncommitted)")
 
     t = _sub(sub, "topics", "create, list, describe, delete or alter topics (kafka-topics)", """examples:
   kstore topics create --log-dirs D --topic T --partitions 3 --config cleanup.policy=compact

@@ -21,6 +21,7 @@ from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
 from kstore.fetcher import past_gap
+from kstore.read_committed import TxnFilter
 from kstore.read_committed import skip_control_batches
 from kstore.tools.java_text import as_java_text
 from kstore.tools.progress import Progress
@@ -170,6 +171,10 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 raise UnknownTopicError(f"Topic '{args.topic}' does not exist in {','.join(store.log_dirs)}")
         positions: dict[int, int] = {}
         ahead: set[int] = set()     # --offset past the log end with --follow: waiting there
+        # --isolation-level read_committed: each partition's transactions; and the log end a
+        # partition held at its last stable offset waits past (its position is below the end)
+        txns: Optional[dict[int, TxnFilter]] = {} if args.isolation_level == "read_committed" else None
+        held: dict[int, int] = {}
         read_from: dict[int, tuple] = {}    # the log (and incarnation) of each position
 
         def discover(first: bool) -> None:
@@ -196,6 +201,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
             positions[p] = lg.log_start_offset
             read_from[p] = (lg, lg.incarnation)
             ahead.discard(p)
+            if txns is not None:
+                txns.pop(p, None)
             return True
 
         discover(first=True)
@@ -205,6 +212,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         try:
             while not stop.signum:
                 got = 0
+                skipped = False        # read_committed: aborted records passed over
                 for p in sorted(positions):
                     try:
                         lg = store.log(args.topic, p, refresh=rescanned)
@@ -227,8 +235,21 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         if p in ahead and positions[p] > lg.log_end_offset:
                             continue             # not there yet: the wait below is for it
                         positions[p] = _resume_at(lg, positions[p], f"{args.topic}-{p}", err)
+                        if txns is not None:
+                            txns.pop(p, None)
                         continue
                     ahead.discard(p)
+                    held.pop(p, None)
+                    if txns is not None and recs:
+                        f = txns.get(p) or txns.setdefault(p, TxnFilter(positions[p]))
+                        recs, nxt = f.committed(recs, positions[p], f.stable_offset(lg))
+                        if not recs:
+                            if nxt > positions[p]:
+                                positions[p] = nxt     # only aborted records: read on past them
+                                skipped = True
+                            else:                      # at the last stable offset: wait for a
+                                held[p] = lg.log_end_offset     # marker (appended past the end)
+                            continue
                     if not recs:
                         # the end, transaction markers, or nothing left at or after the position
                         # in its segment (a compacted tail): past the markers, at the next segment
@@ -248,7 +269,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     break
                 rescanned = False
                 now = time.monotonic()
-                if got:
+                if got or skipped:
                     last_data = now
                     continue
                 if not args.follow:
@@ -263,9 +284,11 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     last_scan = now
                     rescanned = True
                     continue
+                # a partition held at its last stable offset waits for appends past its end
+                wait_at = {p: max(o, held.get(p, o)) for p, o in positions.items()}
                 try:
                     with stop.waiting():
-                        _wait(store, args.topic, positions, min(
+                        _wait(store, args.topic, wait_at, min(
                             SCAN_S - (now - last_scan) if scanning else notify.SLICE_S,
                             timeout - (now - last_data) if timeout is not None else notify.SLICE_S),
                             args.poll_ms / 1000)
@@ -305,7 +328,7 @@ def consume_group(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err
     count = 0
     gone = False                   # stdout's reader went away
     with open_reader(args) as store, _StopOnSignal() as stop, Consumer(
-            store, args.topic, group_id=args.group,
+            store, args.topic, group_id=args.group, isolation_level=args.isolation_level,
             auto_offset_reset="earliest" if args.from_beginning else "latest") as c:
         stop.attach(c)
         if args.topic not in store.topics() and not args.follow:
