@@ -37,6 +37,50 @@ static int ks_installed = 0;
 static volatile sig_atomic_t ks_leaving = 0;
 static uintptr_t ks_page = 4096;
 
+/* A SIGBUS that is not ours: passed to the handler installed before ours, called from here (we
+ * stay installed, so a previous handler that is gone since, e.g. faulthandler disabled, whose
+ * function now returns at once, is not left to take the faulting access again and again). A
+ * signal that comes back to us while that handler runs (faulthandler restores its previous
+ * handler, ours, and raises), or a fault that the handler returned from at the same address as
+ * the last time (nothing fixed it), gets the default action: the process dies as it would have
+ * without us, never loops. */
+static volatile sig_atomic_t ks_chaining = 0;
+static uintptr_t ks_last_fault = 0;
+
+static void ks_die(int sig, siginfo_t *si) {
+    ks_leaving = 1;
+    signal(sig, SIG_DFL);
+    if (si == NULL || si->si_code <= 0)
+        raise(sig);                       /* sent: send it again; a fault: it happens again */
+}
+
+static void ks_chain(int sig, siginfo_t *si, void *uc) {
+    struct sigaction prev = ks_prev;
+    int hardware = si != NULL && si->si_code > 0;
+    uintptr_t a = hardware ? (uintptr_t)si->si_addr : 0;
+    if (ks_chaining || (hardware && a == ks_last_fault && a != 0)) {
+        ks_die(sig, si);
+        return;
+    }
+    if (prev.sa_flags & SA_SIGINFO) {
+        ks_chaining = 1;
+        prev.sa_sigaction(sig, si, uc);
+    } else if (prev.sa_handler == SIG_DFL) {
+        ks_die(sig, si);
+        return;
+    } else if (prev.sa_handler == SIG_IGN) {
+        if (hardware)
+            ks_die(sig, si);              /* a fault cannot be ignored (the kernel kills) */
+        return;
+    } else {
+        ks_chaining = 1;
+        prev.sa_handler(sig);
+    }
+    ks_chaining = 0;
+    if (hardware)
+        ks_last_fault = a;                /* returned: the access runs again */
+}
+
 static void ks_handler(int sig, siginfo_t *si, void *uc) {
 #ifdef __linux__
     if (si != NULL && si->si_code == BUS_ADRERR) {
@@ -48,7 +92,9 @@ static void ks_handler(int sig, siginfo_t *si, void *uc) {
                 continue;
             for (int i = 0; i < KS_CHUNK; i++) {
                 uintptr_t s = __atomic_load_n(&ch[i].start, __ATOMIC_ACQUIRE);
-                if (s != 0 && s <= a && a < __atomic_load_n(&ch[i].end, __ATOMIC_RELAXED)) {
+                /* start read again after end: the slot was not freed and reused between */
+                if (s != 0 && s <= a && a < __atomic_load_n(&ch[i].end, __ATOMIC_ACQUIRE)
+                        && __atomic_load_n(&ch[i].start, __ATOMIC_ACQUIRE) == s) {
                     void *page = (void *)(a & ~(ks_page - 1));
                     void *p = mmap(page, ks_page, PROT_READ | PROT_WRITE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -63,20 +109,7 @@ static void ks_handler(int sig, siginfo_t *si, void *uc) {
     }
 not_ours:
 #endif
-    /* Not ours: leave the chain and let the handler that was there before see the signal as if
-     * we had never been installed (the faulting access runs again; a signal sent by kill() is
-     * sent again). Once only: a previous handler that hands the signal back to us (Python's
-     * faulthandler restores its own previous handler, which may be us, and raises) gets the
-     * default action, so that no two handlers pass it to and fro. */
-    if (ks_leaving || ks_prev.sa_handler == SIG_IGN) {
-        signal(sig, SIG_DFL);
-    } else {
-        ks_leaving = 1;
-        ks_installed = 0;
-        sigaction(sig, &ks_prev, NULL);
-    }
-    if (si == NULL || si->si_code <= 0)
-        raise(sig);
+    ks_chain(sig, si, uc);
 }
 
 /* Make sure our handler is the process's (GIL held; called as mappings are made): installs it,

@@ -201,3 +201,64 @@ def test_many_mappings_are_guarded_and_their_slots_reused(tmp_path):
     """)
     assert rc == 0, err
     assert out.splitlines() == ["caught", "1500 1500"]
+
+
+def test_a_sigbus_outside_kstore_kills_after_faulthandler_is_disabled(tmp_path):
+    """faulthandler enabled after kstore's first mapping, taken back by kstore (64 mappings
+    later), then disabled: a SIGBUS outside kstore still kills the process, with no report.
+    Before, kstore passed it on by installing faulthandler's handler, which returns at once once
+    disabled: the faulting access ran again and again and the process spun forever."""
+    rc, out, err = run(tmp_path, """
+        import faulthandler, mmap, os
+        from kstore import _core
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        with open("f", "wb") as f:
+            f.write(b"y" * 8192)
+        kd, fd = os.open("k", os.O_RDONLY), os.open("f", os.O_RDONLY)
+        ours = _core.Mapping(kd, 8192, False)
+        faulthandler.enable()
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        faulthandler.disable()
+        os.truncate("k", 0)
+        print("kstore", bytes(memoryview(ours)[5000:5001]), ours.intact, flush=True)
+        theirs = mmap.mmap(fd, 8192, prot=mmap.PROT_READ)
+        os.truncate("f", 0)
+        theirs[5000]
+        print("survived", flush=True)
+    """, timeout=30)
+    assert rc == -signal.SIGBUS
+    assert out.splitlines() == ["kstore b'\\x00' False"]
+    assert "Fatal Python error" not in err
+
+
+def test_a_python_sigbus_handler_gets_a_sent_sigbus_and_the_guard_stays(tmp_path):
+    """A SIGBUS sent by kill() to a process whose Python code handles SIGBUS reaches that handler
+    (kstore passes it on), and kstore's guard stays: a segment truncated afterwards still gives
+    CorruptRecordError. Before, passing it on took the guard out for good, and the process died
+    of the truncation (exit -7)."""
+    rc, out, err = run(tmp_path, """
+        import os, signal
+        from kstore import _core
+        from kstore.errors import CorruptRecordError
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        kd = os.open("k", os.O_RDONLY)
+        first = _core.Mapping(kd, 8192, False)
+        got = []
+        signal.signal(signal.SIGBUS, lambda sig, frame: got.append(sig))
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("handled", got == [signal.SIGBUS], flush=True)
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        m = _core.Mapping(kd, 8192, False)
+        os.truncate("k", 0)
+        try:
+            m.read(5000, 1)
+        except CorruptRecordError:
+            print("caught", m.intact, flush=True)
+    """, timeout=30)
+    assert (rc, out.splitlines()) == (0, ["handled True", "caught False"]), err
