@@ -96,13 +96,14 @@ static void ks_handler(int sig, siginfo_t *si, void *uc) {
                 if (s != 0 && s <= a && a < __atomic_load_n(&ch[i].end, __ATOMIC_ACQUIRE)
                         && __atomic_load_n(&ch[i].start, __ATOMIC_ACQUIRE) == s) {
                     void *page = (void *)(a & ~(ks_page - 1));
+                    /* marked before the zeros are there: another thread that reads them
+                     * (without a fault of its own) and then checks the mark finds it set */
+                    __atomic_store_n(&ch[i].poisoned, 1, __ATOMIC_SEQ_CST);
                     void *p = mmap(page, ks_page, PROT_READ | PROT_WRITE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-                    if (p == page) {
-                        __atomic_store_n(&ch[i].poisoned, 1, __ATOMIC_RELEASE);
+                    if (p == page)
                         return;               /* the access resumes, on zeros */
-                    }
-                    goto not_ours;
+                    goto not_ours;            /* no zeros: the process dies (mark moot) */
                 }
             }
         }
