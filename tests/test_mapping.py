@@ -262,3 +262,53 @@ def test_a_python_sigbus_handler_gets_a_sent_sigbus_and_the_guard_stays(tmp_path
             print("caught", m.intact, flush=True)
     """, timeout=30)
     assert (rc, out.splitlines()) == (0, ["handled True", "caught False"]), err
+
+
+def test_faults_in_scans_without_the_gil_beside_a_thread_making_and_closing_mappings(tmp_path):
+    """A segment truncated under recover_scan (two threads hashing without the GIL) 200 times,
+    at a different length each time, while another thread makes and closes mappings (the
+    registry changing under the handler): every scan raises CorruptRecordError with its mapping
+    marked, and every mapping of the other thread stays intact and reads its bytes. (Before the
+    guard the first scan killed the process, exit -7.)"""
+    rc, out, err = run(tmp_path, """
+        import os, threading, kstore
+        from kstore import _core
+        from kstore.errors import CorruptRecordError
+        lg = kstore.Log.open("t-0")
+        for _ in range(40):
+            lg.append([(b"k", b"v" * 100)] * 100)
+        lg.flush()
+        with open(os.path.join("t-0", "00000000000000000000.log"), "rb") as f:
+            seg = f.read()
+        lg.close()
+        with open("other", "wb") as f:
+            f.write(b"o" * 8192)
+        od = os.open("other", os.O_RDONLY)
+        stop, made, good = [], [0], [0]
+        def churn():
+            while not stop:
+                ms = [_core.Mapping(od, 8192, False) for _ in range(50)]
+                good[0] += sum(m.read(8190, 2) == b"oo" and m.intact for m in ms)
+                for m in ms[::2]:
+                    m.close()
+                made[0] += len(ms)
+        t = threading.Thread(target=churn)
+        t.start()
+        caught = 0
+        for i in range(200):
+            with open("seg", "wb") as f:
+                f.write(seg)
+            fd = os.open("seg", os.O_RDONLY)
+            m = _core.Mapping(fd, len(seg), False)
+            os.close(fd)
+            os.truncate("seg", 4096 * (1 + i % 50))
+            try:
+                _core.recover_scan(m, len(seg), 0, 4096, 100000, 100000, True, threads=2)
+            except CorruptRecordError:
+                caught += not m.intact
+            m.close()
+        stop.append(1)
+        t.join(60)
+        print(len(seg) > 4096 * 51, caught, made[0] == good[0] > 0, flush=True)
+    """, timeout=120)
+    assert (rc, out) == (0, "True 200 True\n"), err
