@@ -136,6 +136,39 @@ def test_the_writer_refuses_an_append_to_a_segment_truncated_under_it(tmp_path):
         "end 10"]
 
 
+def test_a_large_append_is_refused_once_its_segment_read_zeros(tmp_path):
+    """A large append (a pwrite, past the mapping) to an active segment whose mapping has read
+    zeros where another process truncated the file: refused as a small one (KafkaStorageError,
+    its bytes zeroed again, the log refusing writes). Before, it was acknowledged (offset 100)
+    into a file whose first 11 KB were now a hole, while every read of the segment in the
+    process raised CorruptRecordError, and a restart's recovery dropped it."""
+    rc, out, err = run(tmp_path, """
+        import os, kstore
+        from kstore.errors import CorruptRecordError
+        lg = kstore.Log.open("t-0")
+        lg.append([(b"k", b"v" * 100)] * 100)
+        lg.flush()
+        os.truncate(os.path.join("t-0", "00000000000000000000.log"), 0)
+        try:
+            lg.read(0)
+        except CorruptRecordError as e:
+            print("read:", type(e).__name__)
+        try:
+            print(lg.append([(b"k", b"w" * 40000)]))
+        except kstore.KafkaStorageError as e:
+            print(type(e).__name__, e.errno, e)
+        with open(os.path.join("t-0", "00000000000000000000.log"), "rb") as f:
+            print("end", lg.log_end_offset, f.read().strip(b"\\0"))
+    """)
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "read: CorruptRecordError",
+        "KafkaStorageError 5 [Errno 5] the file was truncated under the writer's mapping by "
+        "another process: the append is not in it writing 40073 bytes at 11097 of "
+        "t-0/00000000000000000000.log (nothing of the append was kept)",
+        "end 100 b''"]
+
+
 @pytest.mark.parametrize("faulthandler_first", [True, False])
 def test_a_sigbus_outside_kstore_still_kills_the_process(tmp_path, faulthandler_first):
     """The guard only answers for kstore's own mappings: a SIGBUS in another mapping (Python's
