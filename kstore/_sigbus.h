@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
@@ -41,11 +42,23 @@ static uintptr_t ks_page = 4096;
  * stay installed, so a previous handler that is gone since, e.g. faulthandler disabled, whose
  * function now returns at once, is not left to take the faulting access again and again). A
  * signal that comes back to us while that handler runs (faulthandler restores its previous
- * handler, ours, and raises), or a fault that the handler returned from at the same address as
- * the last time (nothing fixed it), gets the default action: the process dies as it would have
+ * handler, ours, and raises), or a fault at the same address and instruction that the handler
+ * just returned to (nothing fixed it), gets the default action: the process dies as it would have
  * without us, never loops. */
 static volatile sig_atomic_t ks_chaining = 0;
-static uintptr_t ks_last_fault = 0;
+static uintptr_t ks_last_fault = 0, ks_last_pc = 0;
+
+/* Where the interrupted thread resumes (0 where unknown): a previous handler that returned
+ * without moving it (no recovery stub, e.g. the JVM's) makes the same access fault again. */
+static uintptr_t ks_pc(void *uc) {
+#if defined(__linux__) && defined(__x86_64__)
+    return uc != NULL ? (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP] : 0;
+#elif defined(__linux__) && defined(__aarch64__)
+    return uc != NULL ? (uintptr_t)((ucontext_t *)uc)->uc_mcontext.pc : 0;
+#else
+    return 0;
+#endif
+}
 
 static void ks_die(int sig, siginfo_t *si) {
     ks_leaving = 1;
@@ -58,7 +71,7 @@ static void ks_chain(int sig, siginfo_t *si, void *uc) {
     struct sigaction prev = ks_prev;
     int hardware = si != NULL && si->si_code > 0;
     uintptr_t a = hardware ? (uintptr_t)si->si_addr : 0;
-    if (ks_chaining || (hardware && a == ks_last_fault && a != 0)) {
+    if (ks_chaining || (hardware && a != 0 && a == ks_last_fault && ks_pc(uc) == ks_last_pc)) {
         ks_die(sig, si);
         return;
     }
@@ -77,8 +90,10 @@ static void ks_chain(int sig, siginfo_t *si, void *uc) {
         prev.sa_handler(sig);
     }
     ks_chaining = 0;
-    if (hardware)
-        ks_last_fault = a;                /* returned: the access runs again */
+    if (hardware) {                       /* returned: the access runs again, or the handler's */
+        ks_last_fault = a;                /* stub runs (a resume point moved: no loop) */
+        ks_last_pc = ks_pc(uc);
+    }
 }
 
 static void ks_handler(int sig, siginfo_t *si, void *uc) {

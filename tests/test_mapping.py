@@ -345,3 +345,28 @@ def test_faults_in_scans_without_the_gil_beside_a_thread_making_and_closing_mapp
         print(len(seg) > 4096 * 51, caught, made[0] == good[0] > 0, flush=True)
     """, timeout=120)
     assert (rc, out) == (0, "True 200 True\n"), err
+
+
+def test_a_fault_a_python_sigbus_handler_cannot_fix_kills_instead_of_spinning(tmp_path):
+    """A Python SIGBUS handler (installed before kstore's first mapping, so kstore passes other
+    SIGBUS on to it) cannot fix a fault: its C part returns and the access would fault again
+    forever. kstore sees the same fault come back where that handler returned to and gives it
+    the default action: the process dies (exit -7). Before, it spun, never running the Python
+    handler. A sent SIGBUS still reaches the handler."""
+    rc, out, err = run(tmp_path, """
+        import mmap, os, signal
+        got = []
+        signal.signal(signal.SIGBUS, lambda sig, frame: got.append(sig))
+        from kstore import _core
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        kd = os.open("k", os.O_RDONLY)
+        ours = _core.Mapping(kd, 8192, False)
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("sent", got, flush=True)
+        theirs = mmap.mmap(kd, 8192, prot=mmap.PROT_READ)
+        os.truncate("k", 0)
+        theirs[5000]
+        print("survived", flush=True)
+    """, timeout=30)
+    assert (rc, out) == (-signal.SIGBUS, "sent [7]\n"), err
