@@ -138,6 +138,12 @@ cdef class Mapping:
                           "another process: the append is not in it")
         return 0
 
+    def check_intact_for_writer(self):
+        """check_written for a writer that wrote past this mapping (a pwrite): OSError(EIO) once
+        the mapping read zeros where another process truncated the file (what it holds of the
+        file, and so the appends it acknowledged before, are no longer what the writer wrote)."""
+        self.check_written()
+
     cdef int raise_truncated(self) except -1:
         raise CorruptRecordError(
             "the file shrank under its mapping (another process truncated it); what was read "

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
@@ -37,6 +38,64 @@ static int ks_installed = 0;
 static volatile sig_atomic_t ks_leaving = 0;
 static uintptr_t ks_page = 4096;
 
+/* A SIGBUS that is not ours: passed to the handler installed before ours, called from here (we
+ * stay installed, so a previous handler that is gone since, e.g. faulthandler disabled, whose
+ * function now returns at once, is not left to take the faulting access again and again). A
+ * signal that comes back to us while that handler runs (faulthandler restores its previous
+ * handler, ours, and raises), or a fault at the same address and instruction that the handler
+ * just returned to (nothing fixed it), gets the default action: the process dies as it would have
+ * without us, never loops. */
+static volatile sig_atomic_t ks_chaining = 0;
+static uintptr_t ks_last_fault = 0, ks_last_pc = 0;
+
+/* Where the interrupted thread resumes (0 where unknown): a previous handler that returned
+ * without moving it (no recovery stub, e.g. the JVM's) makes the same access fault again. */
+static uintptr_t ks_pc(void *uc) {
+#if defined(__linux__) && defined(__x86_64__)
+    return uc != NULL ? (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP] : 0;
+#elif defined(__linux__) && defined(__aarch64__)
+    return uc != NULL ? (uintptr_t)((ucontext_t *)uc)->uc_mcontext.pc : 0;
+#else
+    return 0;
+#endif
+}
+
+static void ks_die(int sig, siginfo_t *si) {
+    ks_leaving = 1;
+    signal(sig, SIG_DFL);
+    if (si == NULL || si->si_code <= 0)
+        raise(sig);                       /* sent: send it again; a fault: it happens again */
+}
+
+static void ks_chain(int sig, siginfo_t *si, void *uc) {
+    struct sigaction prev = ks_prev;
+    int hardware = si != NULL && si->si_code > 0;
+    uintptr_t a = hardware ? (uintptr_t)si->si_addr : 0;
+    if (ks_chaining || (hardware && a != 0 && a == ks_last_fault && ks_pc(uc) == ks_last_pc)) {
+        ks_die(sig, si);
+        return;
+    }
+    if (prev.sa_flags & SA_SIGINFO) {
+        ks_chaining = 1;
+        prev.sa_sigaction(sig, si, uc);
+    } else if (prev.sa_handler == SIG_DFL) {
+        ks_die(sig, si);
+        return;
+    } else if (prev.sa_handler == SIG_IGN) {
+        if (hardware)
+            ks_die(sig, si);              /* a fault cannot be ignored (the kernel kills) */
+        return;
+    } else {
+        ks_chaining = 1;
+        prev.sa_handler(sig);
+    }
+    ks_chaining = 0;
+    if (hardware) {                       /* returned: the access runs again, or the handler's */
+        ks_last_fault = a;                /* stub runs (a resume point moved: no loop) */
+        ks_last_pc = ks_pc(uc);
+    }
+}
+
 static void ks_handler(int sig, siginfo_t *si, void *uc) {
 #ifdef __linux__
     if (si != NULL && si->si_code == BUS_ADRERR) {
@@ -48,35 +107,25 @@ static void ks_handler(int sig, siginfo_t *si, void *uc) {
                 continue;
             for (int i = 0; i < KS_CHUNK; i++) {
                 uintptr_t s = __atomic_load_n(&ch[i].start, __ATOMIC_ACQUIRE);
-                if (s != 0 && s <= a && a < __atomic_load_n(&ch[i].end, __ATOMIC_RELAXED)) {
+                /* start read again after end: the slot was not freed and reused between */
+                if (s != 0 && s <= a && a < __atomic_load_n(&ch[i].end, __ATOMIC_ACQUIRE)
+                        && __atomic_load_n(&ch[i].start, __ATOMIC_ACQUIRE) == s) {
                     void *page = (void *)(a & ~(ks_page - 1));
+                    /* marked before the zeros are there: another thread that reads them
+                     * (without a fault of its own) and then checks the mark finds it set */
+                    __atomic_store_n(&ch[i].poisoned, 1, __ATOMIC_SEQ_CST);
                     void *p = mmap(page, ks_page, PROT_READ | PROT_WRITE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-                    if (p == page) {
-                        __atomic_store_n(&ch[i].poisoned, 1, __ATOMIC_RELEASE);
+                    if (p == page)
                         return;               /* the access resumes, on zeros */
-                    }
-                    goto not_ours;
+                    goto not_ours;            /* no zeros: the process dies (mark moot) */
                 }
             }
         }
     }
 not_ours:
 #endif
-    /* Not ours: leave the chain and let the handler that was there before see the signal as if
-     * we had never been installed (the faulting access runs again; a signal sent by kill() is
-     * sent again). Once only: a previous handler that hands the signal back to us (Python's
-     * faulthandler restores its own previous handler, which may be us, and raises) gets the
-     * default action, so that no two handlers pass it to and fro. */
-    if (ks_leaving || ks_prev.sa_handler == SIG_IGN) {
-        signal(sig, SIG_DFL);
-    } else {
-        ks_leaving = 1;
-        ks_installed = 0;
-        sigaction(sig, &ks_prev, NULL);
-    }
-    if (si == NULL || si->si_code <= 0)
-        raise(sig);
+    ks_chain(sig, si, uc);
 }
 
 /* Make sure our handler is the process's (GIL held; called as mappings are made): installs it,

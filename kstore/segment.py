@@ -219,6 +219,7 @@ class LogSegment(SegmentFiles, SegmentReader):
             if n >= PWRITE_MIN_BYTES:
                 rw: Runway = self._runway  # type: ignore[assignment]
                 rw.write_large(builder, pos, n, self._ensure_capacity)
+                v.log_map.check_intact_for_writer()  # type: ignore[union-attr]  # as copy_to
                 if (pt := pretouch.ACTIVE) is not None:
                     pt.submit(rw, end, n)       # grow the runway ahead in the background
             else:

@@ -136,6 +136,39 @@ def test_the_writer_refuses_an_append_to_a_segment_truncated_under_it(tmp_path):
         "end 10"]
 
 
+def test_a_large_append_is_refused_once_its_segment_read_zeros(tmp_path):
+    """A large append (a pwrite, past the mapping) to an active segment whose mapping has read
+    zeros where another process truncated the file: refused as a small one (KafkaStorageError,
+    its bytes zeroed again, the log refusing writes). Before, it was acknowledged (offset 100)
+    into a file whose first 11 KB were now a hole, while every read of the segment in the
+    process raised CorruptRecordError, and a restart's recovery dropped it."""
+    rc, out, err = run(tmp_path, """
+        import os, kstore
+        from kstore.errors import CorruptRecordError
+        lg = kstore.Log.open("t-0")
+        lg.append([(b"k", b"v" * 100)] * 100)
+        lg.flush()
+        os.truncate(os.path.join("t-0", "00000000000000000000.log"), 0)
+        try:
+            lg.read(0)
+        except CorruptRecordError as e:
+            print("read:", type(e).__name__)
+        try:
+            print(lg.append([(b"k", b"w" * 40000)]))
+        except kstore.KafkaStorageError as e:
+            print(type(e).__name__, e.errno, e)
+        with open(os.path.join("t-0", "00000000000000000000.log"), "rb") as f:
+            print("end", lg.log_end_offset, f.read().strip(b"\\0"))
+    """)
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "read: CorruptRecordError",
+        "KafkaStorageError 5 [Errno 5] the file was truncated under the writer's mapping by "
+        "another process: the append is not in it writing 40073 bytes at 11097 of "
+        "t-0/00000000000000000000.log (nothing of the append was kept)",
+        "end 100 b''"]
+
+
 @pytest.mark.parametrize("faulthandler_first", [True, False])
 def test_a_sigbus_outside_kstore_still_kills_the_process(tmp_path, faulthandler_first):
     """The guard only answers for kstore's own mappings: a SIGBUS in another mapping (Python's
@@ -201,3 +234,139 @@ def test_many_mappings_are_guarded_and_their_slots_reused(tmp_path):
     """)
     assert rc == 0, err
     assert out.splitlines() == ["caught", "1500 1500"]
+
+
+def test_a_sigbus_outside_kstore_kills_after_faulthandler_is_disabled(tmp_path):
+    """faulthandler enabled after kstore's first mapping, taken back by kstore (64 mappings
+    later), then disabled: a SIGBUS outside kstore still kills the process, with no report.
+    Before, kstore passed it on by installing faulthandler's handler, which returns at once once
+    disabled: the faulting access ran again and again and the process spun forever."""
+    rc, out, err = run(tmp_path, """
+        import faulthandler, mmap, os
+        from kstore import _core
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        with open("f", "wb") as f:
+            f.write(b"y" * 8192)
+        kd, fd = os.open("k", os.O_RDONLY), os.open("f", os.O_RDONLY)
+        ours = _core.Mapping(kd, 8192, False)
+        faulthandler.enable()
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        faulthandler.disable()
+        os.truncate("k", 0)
+        print("kstore", bytes(memoryview(ours)[5000:5001]), ours.intact, flush=True)
+        theirs = mmap.mmap(fd, 8192, prot=mmap.PROT_READ)
+        os.truncate("f", 0)
+        theirs[5000]
+        print("survived", flush=True)
+    """, timeout=30)
+    assert rc == -signal.SIGBUS
+    assert out.splitlines() == ["kstore b'\\x00' False"]
+    assert "Fatal Python error" not in err
+
+
+def test_a_python_sigbus_handler_gets_a_sent_sigbus_and_the_guard_stays(tmp_path):
+    """A SIGBUS sent by kill() to a process whose Python code handles SIGBUS reaches that handler
+    (kstore passes it on), and kstore's guard stays: a segment truncated afterwards still gives
+    CorruptRecordError. Before, passing it on took the guard out for good, and the process died
+    of the truncation (exit -7)."""
+    rc, out, err = run(tmp_path, """
+        import os, signal
+        from kstore import _core
+        from kstore.errors import CorruptRecordError
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        kd = os.open("k", os.O_RDONLY)
+        first = _core.Mapping(kd, 8192, False)
+        got = []
+        signal.signal(signal.SIGBUS, lambda sig, frame: got.append(sig))
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("handled", got == [signal.SIGBUS], flush=True)
+        for _ in range(64):
+            _core.Mapping(kd, 8192, False)
+        m = _core.Mapping(kd, 8192, False)
+        os.truncate("k", 0)
+        try:
+            m.read(5000, 1)
+        except CorruptRecordError:
+            print("caught", m.intact, flush=True)
+    """, timeout=30)
+    assert (rc, out.splitlines()) == (0, ["handled True", "caught False"]), err
+
+
+def test_faults_in_scans_without_the_gil_beside_a_thread_making_and_closing_mappings(tmp_path):
+    """A segment truncated under recover_scan (two threads hashing without the GIL) 200 times,
+    at a different length each time, while another thread makes and closes mappings (the
+    registry changing under the handler): every scan raises CorruptRecordError with its mapping
+    marked, and every mapping of the other thread stays intact and reads its bytes. (Before the
+    guard the first scan killed the process, exit -7.)"""
+    rc, out, err = run(tmp_path, """
+        import os, threading, kstore
+        from kstore import _core
+        from kstore.errors import CorruptRecordError
+        lg = kstore.Log.open("t-0")
+        for _ in range(40):
+            lg.append([(b"k", b"v" * 100)] * 100)
+        lg.flush()
+        with open(os.path.join("t-0", "00000000000000000000.log"), "rb") as f:
+            seg = f.read()
+        lg.close()
+        with open("other", "wb") as f:
+            f.write(b"o" * 8192)
+        od = os.open("other", os.O_RDONLY)
+        stop, made, good = [], [0], [0]
+        def churn():
+            while not stop:
+                ms = [_core.Mapping(od, 8192, False) for _ in range(50)]
+                good[0] += sum(m.read(8190, 2) == b"oo" and m.intact for m in ms)
+                for m in ms[::2]:
+                    m.close()
+                made[0] += len(ms)
+        t = threading.Thread(target=churn)
+        t.start()
+        caught = 0
+        for i in range(200):
+            with open("seg", "wb") as f:
+                f.write(seg)
+            fd = os.open("seg", os.O_RDONLY)
+            m = _core.Mapping(fd, len(seg), False)
+            os.close(fd)
+            os.truncate("seg", 4096 * (1 + i % 50))
+            try:
+                _core.recover_scan(m, len(seg), 0, 4096, 100000, 100000, True, threads=2)
+            except CorruptRecordError:
+                caught += not m.intact
+            m.close()
+        stop.append(1)
+        t.join(60)
+        print(len(seg) > 4096 * 51, caught, made[0] == good[0] > 0, flush=True)
+    """, timeout=120)
+    assert (rc, out) == (0, "True 200 True\n"), err
+
+
+def test_a_fault_a_python_sigbus_handler_cannot_fix_kills_instead_of_spinning(tmp_path):
+    """A Python SIGBUS handler (installed before kstore's first mapping, so kstore passes other
+    SIGBUS on to it) cannot fix a fault: its C part returns and the access would fault again
+    forever. kstore sees the same fault come back where that handler returned to and gives it
+    the default action: the process dies (exit -7). Before, it spun, never running the Python
+    handler. A sent SIGBUS still reaches the handler."""
+    rc, out, err = run(tmp_path, """
+        import mmap, os, signal
+        got = []
+        signal.signal(signal.SIGBUS, lambda sig, frame: got.append(sig))
+        from kstore import _core
+        with open("k", "wb") as f:
+            f.write(b"x" * 8192)
+        kd = os.open("k", os.O_RDONLY)
+        ours = _core.Mapping(kd, 8192, False)
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("sent", got, flush=True)
+        theirs = mmap.mmap(kd, 8192, prot=mmap.PROT_READ)
+        os.truncate("k", 0)
+        theirs[5000]
+        print("survived", flush=True)
+    """, timeout=30)
+    assert (rc, out) == (-signal.SIGBUS, "sent [7]\n"), err
