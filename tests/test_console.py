@@ -232,8 +232,9 @@ def test_consume_isolation_level_read_committed(tmp_path, watchdog):
     """Kafka's console consumer's --isolation-level: read_committed prints committed
     transactions' records and plain ones, never an aborted one, and stops at the last stable
     offset (the first offset of a transaction still open) until its marker comes; then it goes
-    on. read_uncommitted (the default) prints every data record. Markers never print. The same
-    through a group (--group: a Consumer with isolation_level)."""
+    on (the marker written by another process). read_uncommitted (the default) prints every
+    data record. Markers never print. The same through a group (--group: a Consumer with
+    isolation_level)."""
     from batch_helpers import txn_batch
     watchdog(60)
     d = str(tmp_path / "s")
@@ -255,8 +256,11 @@ def test_consume_isolation_level_read_committed(tmp_path, watchdog):
     t.start()
     time.sleep(1.0)
     assert t.is_alive() and time.process_time() - cpu < 0.5
-    with kstore.LogManager(d) as m:
-        m.log("t", 0).append_batches(txn_batch(0, 3, control=1))   # 8 COMMIT pid 3
+    # pid 3's COMMIT (offset 8), appended by a writer in another process
+    subprocess.run([sys.executable, "-c", "import sys, kstore\n"
+                    "with kstore.LogManager(sys.argv[1]) as m:\n"
+                    "    m.log('t', 0).append_batches(bytes.fromhex(sys.argv[2]))",
+                    d, txn_batch(0, 3, control=1).hex()], cwd=str(tmp_path), check=True, timeout=60)
     t.join(30)
     assert got["r"][:2] == (0, b"a1\na2\nplain\nc1\nafter\n")
 
