@@ -214,9 +214,7 @@ class Fetcher:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
                     # tail; records all at or past the LSO are no gap: wait at the LSO
-                    nxt = skip_control_batches(lg, pos)
-                    if read_nothing:
-                        nxt = past_gap(lg, nxt)
+                    nxt = after_empty_read(lg, pos) if read_nothing else skip_control_batches(lg, pos)
                 if nxt != pos:
                     self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
                 continue
@@ -378,11 +376,13 @@ def _catch_up(lg: Log) -> None:
     n.catch_up(bell, bell.load() if bell is not None else 0)
 
 
-def past_gap(lg: Log, pos: int) -> int:
-    """Where a read that returned nothing below the log end goes on: the next segment's base
-    (a compacted segment whose records at and after pos are gone)."""
-    if pos >= lg.log_end_offset:
-        return pos
+def after_empty_read(lg: Log, pos: int) -> int:
+    """Where a read from pos that returned no records goes on: past the transaction markers that
+    start at pos, to the batch after them (in whatever segment it lies); if none starts there,
+    the next segment's base (a compacted segment whose records at and after pos are gone)."""
+    nxt = skip_control_batches(lg, pos)
+    if nxt != pos or pos >= lg.log_end_offset:
+        return nxt
     for s in lg.segments:
         if s.base_offset > pos:
             return s.base_offset

@@ -265,6 +265,19 @@ def test_consume_isolation_level_read_committed(tmp_path, watchdog):
     assert got["r"][:2] == (0, b"a1\na2\nplain\nc1\nafter\n")
 
 
+@pytest.mark.parametrize("iso", ["read_uncommitted", "read_committed"])
+def test_consume_reads_past_a_segment_of_markers_only_to_the_record_after_a_gap(tmp_path, iso):
+    """More markers than a read takes, then a marker, a gap and a record in the next segment:
+    the record prints. Before, the position went past the markers (to the gap) and then on to
+    the next segment's base, as for a compacted tail, and the record never printed."""
+    from test_consumer import _markers_then_records
+    d = str(tmp_path / "s")
+    at = _markers_then_records(d)
+    rc, out, _err = consume(d, "--topic", "t", "--from-beginning", "--isolation-level", iso,
+                            "--print-offset")
+    assert (rc, out) == (0, b"Offset:%d\tplain\nOffset:%d\tnext\n" % (at, at + 1))
+
+
 def test_cli_produce_consume_round_trip_in_a_shell(tmp_path):
     d = str(tmp_path / "s")
     env = dict(os.environ, PYTHONSAFEPATH="1")

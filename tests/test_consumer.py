@@ -328,6 +328,40 @@ def test_read_committed_moves_to_the_lso_over_batches_with_no_records(tmp_path):
         lg.append_batches(txn_batch(0, 4, control=1))                   # 4 COMMIT pid 4
         assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open2", b"plain3"]
 
+def _markers_then_records(d: str) -> int:
+    """A log as compaction leaves it: a segment of transaction markers only, more than a read
+    takes at once (1 MiB), then a segment whose marker is followed by a gap (cleaned away) and
+    a record, then one more segment; the record's offset, n + 2."""
+    n = (1 << 20) // len(txn_batch(0, 4, control=1)) + 10
+    os.makedirs(os.path.join(d, "t-0"))
+    files = {0: b"".join(txn_batch(i, 4, control=1) for i in range(n)),      # COMMITs pid 4
+             n: txn_batch(n, 5, control=0) + craft_v2([(0, 0, b"a", b"plain")], n + 2),
+             n + 3: craft_v2([(0, 0, b"b", b"next")], n + 3)}
+    for base, data in files.items():
+        with open(os.path.join(d, "t-0", "%020d.log" % base), "wb") as f:
+            f.write(data)
+    return n + 2
+
+
+@pytest.mark.parametrize("iso", ["read_uncommitted", "read_committed"])
+def test_a_segment_of_markers_only_is_read_past_to_the_record_after_a_gap(tmp_path, iso):
+    """A read of markers only returns nothing; the position goes past the markers (into the next
+    segment, to the gap after its marker) and the next read finds the record after the gap.
+    Before, the position went on from the gap to the next segment's base, as for a compacted
+    tail: the record was never returned (seen as a key's last value lost in a compacted log
+    beside a transactional writer)."""
+    d = str(tmp_path / "data")
+    at = _markers_then_records(d)
+    with Consumer(d, auto_offset_reset="earliest", isolation_level=iso) as c:
+        c.assign([TP("t", 0)])
+        got = []
+        for _ in range(5):
+            for recs in c.poll(200).values():
+                got += [(r.offset, r.value) for r in recs]
+        assert got == [(at, b"plain"), (at + 1, b"next")]
+        assert c.position(TP("t", 0)) == at + 2
+
+
 def test_read_committed_end_is_never_below_the_log_start(tmp_path):
     """An open transaction whose first records are deleted (delete_records, retention) under a
     consumer that has seen them: the last stable offset is the log start, as Kafka's (its

@@ -20,9 +20,8 @@ from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
-from kstore.fetcher import past_gap
+from kstore.fetcher import after_empty_read
 from kstore.read_committed import TxnFilter
-from kstore.read_committed import skip_control_batches
 from kstore.tools.java_text import as_java_text
 from kstore.tools.progress import Progress
 
@@ -212,7 +211,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         try:
             while not stop.signum:
                 got = 0
-                skipped = False        # read_committed: aborted records passed over
+                skipped = False        # passed over aborted records, markers or a gap
                 for p in sorted(positions):
                     try:
                         lg = store.log(args.topic, p, refresh=rescanned)
@@ -252,8 +251,11 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             continue
                     if not recs:
                         # the end, transaction markers, or nothing left at or after the position
-                        # in its segment (a compacted tail): past the markers, at the next segment
-                        positions[p] = past_gap(lg, skip_control_batches(lg, positions[p]))
+                        # in its segment (a compacted tail): past the markers, else at the next
+                        # segment (fetcher.after_empty_read)
+                        nxt = after_empty_read(lg, positions[p])
+                        skipped = skipped or nxt != positions[p]
+                        positions[p] = nxt
                         continue
                     if limit is not None and count + len(recs) > limit:
                         recs = recs[:limit - count]
