@@ -403,6 +403,10 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
             offset = h.base_offset - last_rel + ih.base_offset
         else:
             offset = ih.base_offset
+        if offset > h.base_offset:
+            # Kafka gives a wrapper its last message's offset; lookups find batches by it
+            raise corrupt(f"message inside a compressed wrapper has offset {offset}, past the "
+                          f"wrapper's {h.base_offset}", err_pos)
         ih.base_offset = offset
         ih.last_offset = offset
         added += decode_legacy(ip, ipos, &ih, min_offset, max_records - added, out, err_pos,

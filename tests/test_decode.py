@@ -371,3 +371,31 @@ def test_record_tables_free_with_the_mapping_and_stay_under_the_cap(tmp_path):
         assert _core.batch_memory()[0] == before
     finally:
         _core.set_batch_memory_limit(old)
+
+
+def _v0(offset: int, value: bytes, attrs: int = 0) -> bytes:
+    """A magic-0 message (Kafka's legacy format): no key; CRC-32 over magic to the end."""
+    import struct
+    import zlib
+    body = struct.pack(">bbi", 0, attrs, -1) + struct.pack(">i", len(value)) + value
+    return struct.pack(">qi", offset, 4 + len(body)) + struct.pack(">I", zlib.crc32(body)) + body
+
+
+def test_a_legacy_wrapper_holding_an_offset_past_its_own_is_corrupt(tmp_path):
+    """A v0 gzip wrapper at offset 0 holding a message at offset 256 (a fuzz find): Kafka gives a
+    wrapper its last message's offset, and lookups find a batch by it, so iteration returned 256
+    while read(256) returned the next batch's 257. Now decoding it is a CorruptRecordError naming
+    the file and position; the batches after it read as before."""
+    import gzip
+    d = tmp_path / "t-0"
+    d.mkdir()
+    wrapper = _v0(0, gzip.compress(_v0(256, b"inner")), attrs=1)
+    (d / "00000000000000000000.log").write_bytes(wrapper + craft_v2([(0, 0, None, b"v")], 257))
+    with kstore.Log.open(str(d)) as lg:
+        assert lg.log_end_offset == 258
+        with pytest.raises(CorruptRecordError, match=r"message inside a compressed wrapper has "
+                           r"offset 256, past the wrapper's 0 \(.*00000000000000000000\.log, position 0\)"):
+            lg.read(0)
+        assert [(r.offset, r.value) for r in lg.read(1)] == [(257, b"v")]
+    ok = _v0(256, gzip.compress(_v0(255, b"a") + _v0(256, b"b")), attrs=1)
+    assert [(r.offset, r.value) for r in _core.decode_batches(ok, -1, True)] == [(255, b"a"), (256, b"b")]
