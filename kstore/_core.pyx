@@ -284,7 +284,9 @@ cdef int _log_read(list bases, list views, int64_t offset, Py_ssize_t max_record
 def read_records(log, offset, max_records=None, Py_ssize_t max_bytes=1 << 20, *,
                  bint verify_crc=True):
     """Records from `offset` on: at most max_records, from batches totalling at most max_bytes
-    (but always at least one batch). Empty at the log end.
+    (but always at least one batch; transaction markers and emptied batches, which hold no
+    record to return, are passed over outside the budget). Empty when no record lies between
+    offset and the log end.
 
     Log.read, compiled: the usual read (offset inside the range last published, segments
     mapped, the segment list unchanged during the read) is this one call. Everything else (the

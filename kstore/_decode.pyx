@@ -545,6 +545,15 @@ cdef int read_range_c(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t en
         if h.last_offset < min_offset:
             pos += h.size
             continue
+        if h.magic >= 2 and (h.count == 0 or ((h.attrs & CONTROL_BIT) and not include_control)):
+            # nothing to return (a transaction marker, a batch a cleaner emptied): passed over
+            # outside the byte budget, so a run of them longer than max_bytes never ends a read
+            # with no records before the log end (Kafka's consumer fetches again past them)
+            if verify_crc:
+                check_crc(m, p, pos, &h)
+            pos += h.size
+            next_offset = h.last_offset + 1
+            continue
         if used + h.size > max_bytes and (used > 0 or not min_one):
             break
         added += decode_batch_in(m, p, pos, &h, min_offset, max_records - added, out, verify_crc,

@@ -1,6 +1,8 @@
 """Shared by the compiled core's tests (test_crc, test_encode, test_decode): one batch builder
 call with test defaults, and crcmod's CRC-32C as the oracle; and batches kstore never builds
 (craft_v2, txn_batch: a transaction's data and markers) for the consumer and cleaner tests."""
+import os
+
 import crcmod.predefined
 
 from kstore import _core
@@ -66,3 +68,18 @@ def txn_batch(base, pid, values=(), control=None, ts=NOW):
                        len(recs)) + body
     head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
     return head + struct.pack(">I", CRC32C(tail)) + tail
+
+
+def markers_then_records(d: str) -> int:
+    """A log as compaction leaves it: a segment of transaction markers only, more than a read's
+    byte budget (1 MiB), then a segment whose marker is followed by a gap (cleaned away) and
+    a record, then one more segment, in d's partition t-0; the record's offset, n + 2."""
+    n = (1 << 20) // len(txn_batch(0, 4, control=1)) + 10
+    os.makedirs(os.path.join(d, "t-0"))
+    files = {0: b"".join(txn_batch(i, 4, control=1) for i in range(n)),      # COMMITs pid 4
+             n: txn_batch(n, 5, control=0) + craft_v2([(0, 0, b"a", b"plain")], n + 2),
+             n + 3: craft_v2([(0, 0, b"b", b"next")], n + 3)}
+    for base, data in files.items():
+        with open(os.path.join(d, "t-0", "%020d.log" % base), "wb") as f:
+            f.write(data)
+    return n + 2

@@ -270,9 +270,9 @@ def test_consume_reads_past_a_segment_of_markers_only_to_the_record_after_a_gap(
     """More markers than a read takes, then a marker, a gap and a record in the next segment:
     the record prints. Before, the position went past the markers (to the gap) and then on to
     the next segment's base, as for a compacted tail, and the record never printed."""
-    from test_consumer import _markers_then_records
+    from batch_helpers import markers_then_records
     d = str(tmp_path / "s")
-    at = _markers_then_records(d)
+    at = markers_then_records(d)
     rc, out, _err = consume(d, "--topic", "t", "--from-beginning", "--isolation-level", iso,
                             "--print-offset")
     assert (rc, out) == (0, b"Offset:%d\tplain\nOffset:%d\tnext\n" % (at, at + 1))

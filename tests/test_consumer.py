@@ -12,7 +12,7 @@ import kstore
 from kstore import Consumer, NoOffsetForPartitionError, OffsetAndTimestamp, TopicPartition as TP
 from kstore.errors import InvalidConfigError, KStoreStateError, OffsetOutOfRangeError
 
-from batch_helpers import craft_v2, txn_batch
+from batch_helpers import craft_v2, markers_then_records, txn_batch
 from thread_watchdog import join_all
 from writer_process import WriterProcess
 
@@ -328,30 +328,16 @@ def test_read_committed_moves_to_the_lso_over_batches_with_no_records(tmp_path):
         lg.append_batches(txn_batch(0, 4, control=1))                   # 4 COMMIT pid 4
         assert [r.value for r in c.poll(1000)[TP("t", 0)]] == [b"open2", b"plain3"]
 
-def _markers_then_records(d: str) -> int:
-    """A log as compaction leaves it: a segment of transaction markers only, more than a read
-    takes at once (1 MiB), then a segment whose marker is followed by a gap (cleaned away) and
-    a record, then one more segment; the record's offset, n + 2."""
-    n = (1 << 20) // len(txn_batch(0, 4, control=1)) + 10
-    os.makedirs(os.path.join(d, "t-0"))
-    files = {0: b"".join(txn_batch(i, 4, control=1) for i in range(n)),      # COMMITs pid 4
-             n: txn_batch(n, 5, control=0) + craft_v2([(0, 0, b"a", b"plain")], n + 2),
-             n + 3: craft_v2([(0, 0, b"b", b"next")], n + 3)}
-    for base, data in files.items():
-        with open(os.path.join(d, "t-0", "%020d.log" % base), "wb") as f:
-            f.write(data)
-    return n + 2
-
-
 @pytest.mark.parametrize("iso", ["read_uncommitted", "read_committed"])
 def test_a_segment_of_markers_only_is_read_past_to_the_record_after_a_gap(tmp_path, iso):
-    """A read of markers only returns nothing; the position goes past the markers (into the next
-    segment, to the gap after its marker) and the next read finds the record after the gap.
-    Before, the position went on from the gap to the next segment's base, as for a compacted
-    tail: the record was never returned (seen as a key's last value lost in a compacted log
-    beside a transactional writer)."""
+    """More than a read's byte budget of markers, then a marker, a gap and a record in the next
+    segment: the record is returned. Before, the read returned nothing, the position went past
+    the markers to the gap and then on to the next segment's base, as for a compacted tail: the
+    record was never returned (seen as a key's last value lost in a compacted log beside a
+    transactional writer). Now the read passes over markers outside its byte budget, and a
+    read that finds no record moves past markers only (fetcher.after_empty_read)."""
     d = str(tmp_path / "data")
-    at = _markers_then_records(d)
+    at = markers_then_records(d)
     with Consumer(d, auto_offset_reset="earliest", isolation_level=iso) as c:
         c.assign([TP("t", 0)])
         got = []

@@ -399,3 +399,16 @@ def test_a_legacy_wrapper_holding_an_offset_past_its_own_is_corrupt(tmp_path):
         assert [(r.offset, r.value) for r in lg.read(1)] == [(257, b"v")]
     ok = _v0(256, gzip.compress(_v0(255, b"a") + _v0(256, b"b")), attrs=1)
     assert [(r.offset, r.value) for r in _core.decode_batches(ok, -1, True)] == [(255, b"a"), (256, b"b")]
+
+
+def test_markers_passed_over_are_still_crc_checked():
+    """Control and empty batches yield no records and cost no byte budget, but a corrupt one
+    still fails the read (CRCs are verified on read)."""
+    from batch_helpers import txn_batch
+    data = craft_v2([(0, 0, b"k", b"v")], 3)
+    markers = txn_batch(0, 4, control=1) + craft_v2([], 1, last_delta=0) + txn_batch(2, 4, control=0)
+    assert [(r.offset, r.value) for r in _core.decode_batches(markers + data, -1, True)] == [(3, b"v")]
+    bad = bytearray(markers)
+    bad[-1] ^= 1                          # the ABORT marker's last byte (its control value)
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        _core.decode_batches(bytes(bad) + data, -1, True)

@@ -570,3 +570,18 @@ def test_append_writes_the_same_bytes_as_before(tmp_path):
     assert got == GOLDEN
     with open(os.path.join(d, "leader-epoch-checkpoint"), "rb") as f:
         assert f.read() == b"0\n1\n0 0\n"
+
+
+def test_a_read_passes_over_markers_outside_its_byte_budget(tmp_path):
+    """More than max_bytes of transaction markers (a compacted transactional log) before the next
+    record: read() returns the records after them, the first one whatever max_bytes (Kafka's at
+    least one batch). Before, the markers used up the budget and read() returned [] below the
+    log end: a loop of read() and wait_for() spun at the markers forever."""
+    from batch_helpers import markers_then_records
+    at = markers_then_records(str(tmp_path))
+    with kstore.Log.open(str(tmp_path / "t-0")) as lg:
+        assert lg.log_end_offset == at + 2
+        assert [(r.offset, r.value) for r in lg.read(0)] == [(at, b"plain"), (at + 1, b"next")]
+        assert [(r.offset, r.value) for r in lg.read(0, max_bytes=100)] == [(at, b"plain")]
+        assert [(r.offset, r.value) for r in lg.read(5, max_records=1)] == [(at, b"plain")]
+        assert lg.read(at + 2) == []
