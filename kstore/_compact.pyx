@@ -137,12 +137,14 @@ cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end
 
 
 def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_dirty,
-                     OffsetMap omap, dict txn=None):
+                     OffsetMap omap, dict txn=None, int64_t next_offset=-1):
     """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
     first_dirty, batch by batch, until a batch would overfill the map. Control batches and the
     batches of aborted transactions (txn[base offset] == TXN_ABORTED, see cleaner_txn.py) are
     skipped; every batch read moves the map's latest offset to its last offset (Kafka's
-    updateLatestOffset), so the cleaned range ends after them. Returns (next_position, full)."""
+    updateLatestOffset), so the cleaned range ends after them, and data read to its end moves it
+    to next_offset - 1 (the offset after the segment: Kafka's fast-forward over a compacted
+    gap). Returns (next_position, full)."""
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
     cdef const uint8_t* p = m.ptr()
@@ -159,6 +161,8 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
             if hs != H_OK:
                 if hs == H_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
+                if next_offset - 1 > omap.latest_offset:
+                    omap.latest_offset = next_offset - 1
                 return (pos, False)
             if h.last_offset < first_dirty:
                 pos += h.size

@@ -150,27 +150,28 @@ class Cleaner:
         # aborted transactions and markers that may go (None: no transactional batch)
         txn = clean_actions(lg, ltc.first_uncleanable) if ltc.transactional else None
         # 1. the dedupe map over the dirty section
-        end_offset = ltc.first_dirty
         nexts = _next_bases(segs)
+        full = False
         for s, nxt in zip(segs, nexts):
             if nxt <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
                 continue
             m = s.mapping()
-            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap, txn)
+            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap, txn,
+                                               min(nxt, ltc.first_uncleanable))
             stats.bytes_read += pos
             self.throttler.maybe_throttle(pos)
             if full:
                 break
+        if full and omap.latest_offset < ltc.first_dirty:
+            # not even the first dirty batch fits: a pass would never move forward
+            raise KStoreError(f"the dedupe map of {omap.capacity} keys cannot hold the batch at the "
+                              f"first dirty offset {ltc.first_dirty} of {lg.dir}: raise "
+                              f"log.cleaner.dedupe.buffer.size")
         stats.map_entries = omap.size
-        if omap.size:
-            end_offset = omap.latest_offset + 1
-        else:
-            end_offset = ltc.first_uncleanable
-        if omap.size == 0:
-            # nothing keyed in the dirty section: only move the checkpoint
-            stats.end_offset = end_offset
-            stats.duration_ms = (_time.perf_counter() - t0) * 1000
-            return stats
+        # a dirty section with no keyed record (markers, aborted transactions) is cleaned too, as
+        # Kafka's: its aborted batches, expired markers and tombstones go now, not at the next
+        # keyed clean
+        end_offset = max(omap.latest_offset + 1, ltc.first_dirty)
         # 2. legacy tombstones: Kafka's horizon is the last clean segment's mtime - delete.retention.ms
         clean_section = [s for s, nxt in zip(segs, nexts) if nxt <= ltc.first_dirty]
         legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms

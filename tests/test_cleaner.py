@@ -622,3 +622,47 @@ def test_the_cleaned_range_ends_after_trailing_markers_as_kafkas(tmp_path):
         assert [s.end_offset for s in stats] == [3]
         assert contents(lg) == [(1, b"k", b"v1")]
         assert m.clean_now() == []                                   # nothing dirty is left
+
+
+def test_a_dirty_section_with_no_keyed_record_is_cleaned_as_kafkas(tmp_path):
+    """Kafka cleans a dirty section whose only batches are an aborted transaction and its marker
+    (buildOffsetMap fast-forwards the map's latest offset to the end of the range it read, and
+    the segments below are cleaned whatever the map holds): the aborted records go. Before, an
+    empty map only moved the checkpoint, and a read_uncommitted reader read the aborted records
+    until a later clean that had keyed records."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k", b"v0")])                                       # 0
+        lg.roll()
+        assert [s.end_offset for s in m.clean_now()] == [1]
+        lg.append_batches(txn_batch(0, 7, [b"aborted1", b"aborted2"]))   # 1-2, key b"k"
+        lg.append_batches(txn_batch(0, 7, control=ABORT))                # 3
+        lg.roll()
+        stats = m.clean_now()
+        assert [(s.end_offset, s.map_entries, s.records_removed) for s in stats] == [(4, 0, 2)]
+        assert contents(lg) == [(0, b"k", b"v0")]
+        # the marker stays: its transaction had data in this clean
+        assert txn_batches_of(lg) == [(3, 3, 7, ABORT)]
+        assert committed_view(str(tmp_path), "c") == [(0, b"k", b"v0")]
+        assert m.clean_now() == []
+
+
+def test_a_batch_larger_than_the_dedupe_map_marks_the_log_uncleanable(tmp_path):
+    """A first dirty batch with more records than the map holds can never be mapped: the log is
+    reported uncleanable, naming the setting, instead of a pass that never moves forward."""
+    m, _t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 10),
+                           "log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k%d" % i, b"v") for i in range(20)])
+        lg.roll()
+        assert m.clean_now() == []
+        why = m.uncleanable_partitions()[("c", 0)]
+        assert "cannot hold the batch at the first dirty offset 0" in why
+        assert "log.cleaner.dedupe.buffer.size" in why
+        assert len(contents(lg)) == 20
