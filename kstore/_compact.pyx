@@ -401,7 +401,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 stats.tombstones_kept += 1
             # a kept marker of a transaction with no data left gets a horizon, as tombstones
             set_horizon = (tomb_kept or (is_control and nk > 0)) and not has_horizon
-            if nk == h.count and not set_horizon:
+            if nk == h.count and nk > 0 and not set_horizon:
                 free(ranges)
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
@@ -411,6 +411,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 pos += h.size
                 continue
             if nk == 0 and h.last_offset != final_offset:
+                # empty, or emptied: gone (an empty batch of an earlier clean too), as Kafka's
                 free(ranges)
                 stats.batches_dropped += 1
                 pos += h.size
@@ -420,7 +421,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             new_base_ts = now + delete_retention_ms if set_horizon else h.base_timestamp
             attrs_new = h.attrs | (HORIZON_BIT if set_horizon else 0)
             if nk == 0:
-                attrs_new = attrs_new & ~CODEC_MASK
+                # Kafka's DefaultRecordBatch.writeEmptyHeader: no codec, no delete horizon, base
+                # timestamp -1 (the max timestamp stays)
+                attrs_new = attrs_new & ~(CODEC_MASK | HORIZON_BIT)
+                new_base_ts = -1
             obuf = <uint8_t*>malloc(h.size + rn + nk * 15 + V2_OVERHEAD)
             if obuf == NULL:
                 free(ranges)

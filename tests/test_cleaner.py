@@ -666,3 +666,35 @@ def test_a_batch_larger_than_the_dedupe_map_marks_the_log_uncleanable(tmp_path):
         assert "cannot hold the batch at the first dirty offset 0" in why
         assert "log.cleaner.dedupe.buffer.size" in why
         assert len(contents(lg)) == 20
+
+
+def test_an_emptied_batch_goes_once_it_is_no_longer_the_rounds_last(tmp_path):
+    """The batch before the first uncleanable offset is kept even when it loses every record
+    (Kafka's RETAIN_EMPTY), written as Kafka's DefaultRecordBatch.writeEmptyHeader (no records,
+    base timestamp -1, no delete horizon, its max timestamp kept); a later clean, where it is not
+    the last, removes it (an empty batch is retained for nothing, DELETE_EMPTY). Before, an empty
+    batch was copied as it was by every later clean: an aborted transaction's emptied batch, and
+    so its ABORT marker, stayed in the log for good."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, DATA
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append_batches(txn_batch(0, 7, [b"aborted0"], ts=NOW + 5))   # 0, key b"k"
+        lg.roll()
+        lg.append_batches(txn_batch(0, 7, [b"aborted1"]))                # 1
+        lg.append_batches(txn_batch(0, 7, control=ABORT))                # 2
+        lg.append([(b"k2", b"v3")])                                      # 3
+        assert [s.end_offset for s in m.clean_now()] == [1]             # the segment of 0 only
+        assert txn_batches_of(lg)[0] == (0, 0, 7, DATA)
+        head = bytes(lg.read_batches(0, 1 << 20)[:61])
+        attrs, delta, base_ts, max_ts, pid = struct.unpack_from(">hiqqq", head, 21)
+        count = struct.unpack_from(">i", head, 57)[0]
+        assert (attrs, delta, base_ts, max_ts, pid, count) == (0x10, 0, -1, NOW + 5, 7, 0)
+        assert struct.unpack_from(">i", head, 8)[0] == 49                # a bare header
+        lg.roll()
+        assert [s.end_offset for s in m.clean_now()] == [4]
+        # the empty batch went, and 1's; the marker stays (1 was in this clean)
+        assert txn_batches_of(lg) == [(2, 2, 7, ABORT)]
+        assert contents(lg) == [(3, b"k2", b"v3")]
