@@ -177,8 +177,9 @@ class Cleaner:
         legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms
         # 3. rewrite the segments below end_offset, in groups
         to_clean = [s for s in segs if s.base_offset < end_offset and s.base_offset < ltc.first_uncleanable]
-        # the round's final batch is kept even if emptied (Kafka), so the cleaned range keeps its end
-        final_offset = to_clean[-1].read_next_offset() - 1 if to_clean else -1
+        # the batch ending just before the first uncleanable offset is kept even if emptied
+        # (Kafka's upperBoundOffsetOfCleaningRound), so the cleaned range keeps its end
+        final_offset = ltc.first_uncleanable - 1
         for group in group_segments(to_clean, lg.config, end_offset):
             self._clean_group(lg, group, omap, now, legacy_horizon, final_offset, stats, txn)
         stats.end_offset = end_offset

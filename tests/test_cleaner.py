@@ -698,3 +698,39 @@ def test_an_emptied_batch_goes_once_it_is_no_longer_the_rounds_last(tmp_path):
         # the empty batch went, and 1's; the marker stays (1 was in this clean)
         assert txn_batches_of(lg) == [(2, 2, 7, ABORT)]
         assert contents(lg) == [(3, b"k2", b"v3")]
+
+
+def test_a_clean_stopped_by_a_full_map_inside_a_transaction(tmp_path):
+    """The dedupe map fills mid-segment: the pass cleans that segment whole (records past the
+    map's end kept, an aborted transaction's batch past it removed) and keeps only the batch
+    before the first uncleanable offset when emptied (Kafka's upperBoundOffsetOfCleaningRound),
+    not the last batch of the segment the map stopped in: that one, emptied, went. Later passes
+    finish; every key's last committed value survives and no aborted record is read. Before, the
+    emptied aborted batch at 6 stayed after the first pass."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, COMMIT, DATA
+    m, _t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 10),
+                           "log.cleaner.io.buffer.load.factor": "0.5", "log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        for i in range(6):
+            lg.append([(b"k%d" % i, b"v%d" % i)])                        # 0-5
+        lg.append_batches(txn_batch(0, 7, [b"aborted6"]))                # 6, key b"k"
+        lg.roll()
+        lg.append_batches(txn_batch(0, 8, [b"c8"]))                      # 7, key b"k"
+        lg.append_batches(txn_batch(0, 7, control=ABORT))                # 8
+        lg.append_batches(txn_batch(0, 8, control=COMMIT))               # 9
+        lg.append([(b"k0", b"v10")])                                     # 10
+        lg.roll()
+        stats = m.clean_now()
+        assert [(s.end_offset, s.map_entries) for s in stats] == [(5, 5)]
+        assert txn_batches_of(lg) == [(7, 7, 8, DATA), (8, 8, 7, ABORT), (9, 9, 8, COMMIT)]
+        assert contents(lg) == [(i, b"k%d" % i, b"v%d" % i) for i in range(6)] + [
+            (7, b"k", b"c8"), (10, b"k0", b"v10")]
+        while m.clean_now():
+            pass
+        assert contents(lg) == [(i, b"k%d" % i, b"v%d" % i) for i in range(1, 6)] + [
+            (7, b"k", b"c8"), (10, b"k0", b"v10")]
+        assert committed_view(str(tmp_path), "c") == contents(lg)
+        assert m.uncleanable_partitions() == {}
