@@ -29,6 +29,7 @@ class OffsetMap:
 
 TXN_ABORTED: int
 TXN_MARKER_GOES: int
+TXN_KEEP_EMPTY: int
 
 def build_offset_map(m: Mapping, start: int, end: int, first_dirty: int,
                      omap: OffsetMap, txn: dict[int, int] | None = None,

@@ -18,10 +18,13 @@ import numpy as np
 cdef enum:
     _TXN_ABORTED = 1
     _TXN_MARKER_GOES = 2
-#: cleaner_txn.py's actions for a transactional batch, by its base offset: an aborted
-#: transaction's data, and a marker whose transaction has no data left in the cleaned range
+    _TXN_KEEP_EMPTY = 4
+#: cleaner_txn.py's actions (bits) for a batch with a producer id, by its base offset: an aborted
+#: transaction's data, a marker whose transaction has no data left in the cleaned range, and an
+#: active producer's last batch (kept, emptied if need be)
 TXN_ABORTED = _TXN_ABORTED
 TXN_MARKER_GOES = _TXN_MARKER_GOES
+TXN_KEEP_EMPTY = _TXN_KEEP_EMPTY
 
 cdef extern from "_murmur3.h" nogil:
     void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
@@ -169,7 +172,7 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                 continue
             if (h.magic == 2 and (h.attrs & CONTROL_BIT)) or \
                     (txn is not None and h.magic == 2 and (h.attrs & TXN_BIT) and
-                     txn.get(h.base_offset, 0) == _TXN_ABORTED):
+                     (<int>txn.get(h.base_offset, 0)) & _TXN_ABORTED):
                 if h.last_offset > omap.latest_offset:
                     omap.latest_offset = h.last_offset     # Kafka's updateLatestOffset
                 pos += h.size
@@ -306,9 +309,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     and last offsets; a v2 batch that keeps tombstones gets a delete horizon (now +
     delete.retention.ms) if it has none, and past its horizon its tombstones go. The batch whose
     last offset is final_offset is kept even if empty. Stops before exceeding max_out bytes.
-    txn (cleaner_txn.py: by batch base offset) drops an aborted transaction's batches
+    txn (cleaner_txn.py: bits by batch base offset) drops an aborted transaction's batches
     (TXN_ABORTED) and lets a marker whose transaction has no data left go (TXN_MARKER_GOES):
     past its delete horizon, else kept with one set, as Kafka's cleanInto; other markers stay.
+    A batch with TXN_KEEP_EMPTY (an active producer's last) is kept even if emptied.
     """
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
@@ -348,10 +352,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 pos += h.size
                 continue
             txn_action = 0
-            if txn is not None and (h.attrs & TXN_BIT):
+            if txn is not None and <int64_t>ld64(p + pos + 43) >= 0:     # a producer id
                 txn_action = txn.get(h.base_offset, 0)
             is_control = (h.attrs & CONTROL_BIT) != 0
-            if is_control and txn_action != _TXN_MARKER_GOES:
+            if is_control and not (txn_action & _TXN_MARKER_GOES):
                 # a marker whose transaction still has data (or another control batch) stays
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
@@ -362,7 +366,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             has_horizon = (h.attrs & HORIZON_BIT) != 0
             retain_deletes = (not has_horizon) or now < h.base_timestamp
             # an aborted transaction's data goes; a marker that may go does past its horizon
-            drop = txn_action == _TXN_ABORTED or (is_control and not retain_deletes)
+            drop = (txn_action & _TXN_ABORTED) != 0 or (is_control and not retain_deletes)
             lat = (h.attrs & TS_TYPE_BIT) != 0
             # decode the records region (decompressing if needed)
             if (h.attrs & CODEC_MASK) == 0:
@@ -410,7 +414,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 _track_max(stats, h.max_timestamp, h.last_offset)
                 pos += h.size
                 continue
-            if nk == 0 and h.last_offset != final_offset:
+            if nk == 0 and h.last_offset != final_offset and not (txn_action & _TXN_KEEP_EMPTY):
                 # empty, or emptied: gone (an empty batch of an earlier clean too), as Kafka's
                 free(ranges)
                 stats.batches_dropped += 1

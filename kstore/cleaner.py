@@ -86,7 +86,6 @@ class LogToClean:
     clean_bytes: int
     dirty_bytes: int
     forced: bool = False
-    transactional: bool = False       # the log holds transactional batches (cleaner_txn.py)
 
     @property
     def ratio(self) -> float:
@@ -132,8 +131,10 @@ def _next_bases(segs: list[LogSegment]) -> list[int]:
 class Cleaner:
     """One cleaner thread's state: its OffsetMap and the clean of one log."""
 
-    def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io):
+    def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io,
+                 producer_expiration_ms: int = 86400000):
         self.offset_map = _core.OffsetMap(map_memory, load_factor)
+        self.producer_expiration_ms = producer_expiration_ms   # producer.id.expiration.ms
         self.lock = threading.Lock()     # one clean at a time per OffsetMap (thread vs clean_now)
         self.throttler = throttler
         self._time = time
@@ -147,8 +148,9 @@ class Cleaner:
         omap.clear()
         segs = lg.segments
         now = self._time.milliseconds()
-        # aborted transactions and markers that may go (None: no transactional batch)
-        txn = clean_actions(lg, ltc.first_uncleanable) if ltc.transactional else None
+        # aborted transactions, markers that may go, producers' last batches (None: no batch has
+        # a producer id)
+        txn = clean_actions(lg, ltc.first_uncleanable, now, self.producer_expiration_ms)
         # 1. the dedupe map over the dirty section
         nexts = _next_bases(segs)
         full = False
@@ -283,7 +285,8 @@ class LogCleaner:
     """The cleaner threads and their bookkeeping (LogCleaner + LogCleanerManager)."""
 
     def __init__(self, manager, threads: int, dedupe_buffer: int, load_factor: float,
-                 max_bytes_per_second: float, backoff_ms: int, time, io):
+                 max_bytes_per_second: float, backoff_ms: int, time, io,
+                 producer_expiration_ms: int = 86400000):
         self._manager = weakref.proxy(manager)      # the manager holds this: no reference cycle
         self._failures = manager.log_dir_failure_channel
         self._time = time
@@ -298,7 +301,8 @@ class LogCleaner:
         self.throttler = Throttler(max_bytes_per_second)
         n = max(1, threads)
         per_thread = min((1 << 31) - 1, dedupe_buffer // n)
-        self._cleaners = [Cleaner(per_thread, load_factor, self.throttler, time, io) for _ in range(n)]
+        self._cleaners = [Cleaner(per_thread, load_factor, self.throttler, time, io, producer_expiration_ms)
+                          for _ in range(n)]
         self._backoff_ms = backoff_ms
         self._threads_wanted = threads
         self._stop = threading.Event()
@@ -389,8 +393,7 @@ class LogCleaner:
                 continue
             if dirty == 0:
                 continue
-            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag,
-                             transactional=txn[1].transactional)
+            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
             if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
                 continue
             if best is None or ltc.ratio > best.ratio:

@@ -5,9 +5,9 @@ log's batches (offsets, producer, marker type, records, delete horizon) must be 
 cleaner leaves, and a fresh read_committed and read_uncommitted read what Kafka's would.
 
 The model is LogCleaner.doClean with CleanedTransactionMetadata over a `.txnindex` of aborted
-transactions (which kstore does not keep: it infers them from the batches left). It leaves out
-Kafka's retention of each active producer's last batch (lastRecordsOfActiveProducers: kstore
-keeps no producer state) and a full dedupe map (the map here holds every key). delete_records
+transactions and the producers' state as appended (kstore keeps neither: it infers them from the
+batches left), so each active producer's last batch stays (lastRecordsOfActiveProducers). It
+leaves out a full dedupe map (the map here holds every key). delete_records
 moves the log start only to a segment base at or below the last stable offset: kstore knows a
 transaction only from batches at or past the log start, so it neither holds the last stable
 offset at the log start for a transaction still open below it nor, in a clean, counts batches
@@ -23,6 +23,7 @@ from batch_helpers import CRC32C
 from cleaner_helpers import NOW, mgr
 
 RETENTION = 1000
+EXPIRATION = 2500      # producer.id.expiration.ms: every batch's timestamp is NOW
 KEYS = [b"k0", b"k1", b"k2", b"k3"]
 
 
@@ -112,6 +113,7 @@ class KafkaModel:
         self.open = {}                       # pid -> first offset
         self.first_dirty = 0
         self.start = 0                       # the log start offset
+        self.last_data = {}                  # pid -> its last data batch's last offset, or None
 
     def append(self, pid, recs, control=None):
         n = 1 if control is not None else len(recs)
@@ -121,7 +123,9 @@ class KafkaModel:
                      [(base + i, k, v) for i, (k, v) in enumerate(recs)], None)
             if pid >= 0:
                 self.open.setdefault(pid, base)
+                self.last_data[pid] = last
         else:
+            self.last_data.setdefault(pid, None)
             batch = (base, last, pid, control, [], None)
             first = self.open.pop(pid, None)
             if control == 0 and first is not None:
@@ -171,6 +175,13 @@ class KafkaModel:
         self.first_dirty = fu
         # cleanSegments over [0, fu), one CleanedTransactionMetadata
         meta = TxnMeta(aborted)
+        active = {p: d for p, d in self.last_data.items() if p in self.open or now - NOW < EXPIRATION}
+
+        def producers_last(b):
+            if b[2] not in active:
+                return False
+            d = active[b[2]]
+            return b[1] == d if d is not None else b[3] not in ("data", "plain")
         kept_index = []
         for i in idx:
             out = []
@@ -192,7 +203,7 @@ class KafkaModel:
                     kept = [r for r in recs if r[0] > latest or (
                         r[1] is not None and r[0] >= omap.get(r[1], -1)
                         and (r[2] is not None or horizon is None or now < horizon))]
-                final = last + 1 == fu
+                final = last + 1 == fu or (pid >= 0 and producers_last(b))
                 if control and kind != "empty-control":
                     if drop_recs:
                         if final:
@@ -315,7 +326,8 @@ def committed_read(d):
 @given(ops=st.lists(op, min_size=5, max_size=45))
 def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_factory, ops):
     d = tmp_path_factory.mktemp("c")
-    m, t = mgr(d, {"log.segment.bytes": "1000000", "log.cleaner.dedupe.buffer.size": str(1 << 20)})
+    m, t = mgr(d, {"log.segment.bytes": "1000000", "log.cleaner.dedupe.buffer.size": str(1 << 20),
+                   "producer.id.expiration.ms": str(EXPIRATION)})
     model = KafkaModel()
     n = 0
     with m:
