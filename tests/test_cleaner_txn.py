@@ -142,6 +142,14 @@ class KafkaModel:
         """The first unstable offset, never below the log start (maybeIncrementFirstUnstableOffset)."""
         return max(min(self.open.values(), default=self.leo), self.start)
 
+    def resegment(self, bases):
+        """Kafka's segments are kstore's (rolls by size, cleaned groups merged): the same
+        batches, split at those bases."""
+        flat = self.batches()
+        self.bases = list(bases)
+        self.segments = [[b for b in flat if lo <= b[0] < hi]
+                         for lo, hi in zip(self.bases, self.bases[1:] + [1 << 62])]
+
     def delete_records(self, offset):
         """DeleteRecords: the log start moves; the segments wholly below it go."""
         self.start = max(self.start, offset)
@@ -326,7 +334,7 @@ def committed_read(d):
 @given(ops=st.lists(op, min_size=5, max_size=45))
 def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_factory, ops):
     d = tmp_path_factory.mktemp("c")
-    m, t = mgr(d, {"log.segment.bytes": "1000000", "log.cleaner.dedupe.buffer.size": str(1 << 20),
+    m, t = mgr(d, {"log.segment.bytes": "700", "log.cleaner.dedupe.buffer.size": str(1 << 20),
                    "producer.id.expiration.ms": str(EXPIRATION)})
     model = KafkaModel()
     n = 0
@@ -361,10 +369,12 @@ def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_
                 model.roll()
             else:
                 t.sleep(o[1])
+                model.resegment(s.base_offset for s in lg.segments)
                 cleaned = m.clean_now()
                 assert bool(cleaned) == model.clean(t.milliseconds()), model.batches()
                 assert m.uncleanable_partitions() == {}
                 assert [b for b in log_batches(lg) if b[1] >= model.start] == [
                     b for b in model.batches() if b[1] >= model.start]
+            model.resegment(s.base_offset for s in lg.segments)
         assert [(r.offset, r.key, r.value) for r in lg] == model.uncommitted()
         assert committed_read(str(d)) == model.committed()
