@@ -127,13 +127,16 @@ cdef class OffsetMap:
 
 cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
                                 int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:
-    """Put every keyed record with offset >= first_dirty into the map; -1 if malformed."""
+    """Put every keyed record with offset >= first_dirty into the map; 1 when the map is full
+    before one of them (Kafka checks before each put), -1 if malformed."""
     cdef int32_t i
     cdef RecordFields f
     for i in range(count):
         if record_fields(p, pos, end, &f) < 0:
             return -1
         if f.key_len >= 0 and base + f.off_delta >= first_dirty:
+            if omap.size >= omap.capacity:
+                return 1
             omap._put(p + f.key_pos, f.key_len, base + f.off_delta)
         pos = f.end
     return 0
@@ -143,11 +146,12 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                      OffsetMap omap, dict txn=None, int64_t next_offset=-1):
     """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
     first_dirty, batch by batch, until a batch would overfill the map. Control batches and the
-    batches of aborted transactions (txn[base offset] == TXN_ABORTED, see cleaner_txn.py) are
+    batches of aborted transactions (txn[base offset] & TXN_ABORTED, see cleaner_txn.py) are
     skipped; every batch read moves the map's latest offset to its last offset (Kafka's
     updateLatestOffset), so the cleaned range ends after them, and data read to its end moves it
     to next_offset - 1 (the offset after the segment: Kafka's fast-forward over a compacted
-    gap). Returns (next_position, full)."""
+    gap). The map is full, as Kafka's, before a keyed record it has no room for: the records
+    put before it, in its batch too, stay mapped. Returns (next_position, full)."""
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
     cdef const uint8_t* p = m.ptr()
@@ -177,8 +181,6 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                     omap.latest_offset = h.last_offset     # Kafka's updateLatestOffset
                 pos += h.size
                 continue
-            if omap.size + h.count > omap.capacity:
-                return (pos, True)
             require_crc(p, pos, &h)
             if h.magic == 2 and (h.attrs & CODEC_MASK) == 0:
                 with nogil:
@@ -186,14 +188,16 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                                          h.count, first_dirty, omap)
                 if rc < 0:
                     raise corrupt("malformed record while building the offset map", pos)
+                if rc == 1:
+                    return (pos, True)
             else:
                 del tmp[:]
                 decode_batch(p, pos, &h, first_dirty, NO_LIMIT, tmp, True, False)
-                if omap.size + len(tmp) > omap.capacity:
-                    return (pos, True)
                 for o in tmp:
                     r = <Record>o
                     if r.key is not None:
+                        if omap.size >= omap.capacity:
+                            return (pos, True)
                         omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
             if h.last_offset > omap.latest_offset:
                 omap.latest_offset = h.last_offset         # past compacted gaps, as Kafka's

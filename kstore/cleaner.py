@@ -153,7 +153,6 @@ class Cleaner:
         txn = clean_actions(lg, ltc.first_uncleanable, now, self.producer_expiration_ms)
         # 1. the dedupe map over the dirty section
         nexts = _next_bases(segs)
-        full = False
         for s, nxt in zip(segs, nexts):
             if nxt <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
                 continue
@@ -164,11 +163,6 @@ class Cleaner:
             self.throttler.maybe_throttle(pos)
             if full:
                 break
-        if full and omap.latest_offset < ltc.first_dirty:
-            # not even the first dirty batch fits: a pass would never move forward
-            raise KStoreError(f"the dedupe map of {omap.capacity} keys cannot hold the batch at the "
-                              f"first dirty offset {ltc.first_dirty} of {lg.dir}: raise "
-                              f"log.cleaner.dedupe.buffer.size")
         stats.map_entries = omap.size
         # a dirty section with no keyed record (markers, aborted transactions) is cleaned too, as
         # Kafka's: its aborted batches, expired markers and tombstones go now, not at the next

@@ -654,21 +654,31 @@ def test_a_dirty_section_with_no_keyed_record_is_cleaned_as_kafkas(tmp_path):
         assert m.clean_now() == []
 
 
-def test_a_batch_larger_than_the_dedupe_map_marks_the_log_uncleanable(tmp_path):
-    """A first dirty batch with more records than the map holds can never be mapped: the log is
-    reported uncleanable, naming the setting, instead of a pass that never moves forward."""
+def test_a_full_dedupe_map_stops_inside_a_batch_as_kafkas(tmp_path):
+    """Kafka's map is full before a keyed record it has no room for (map.size <
+    maxDesiredMapSize, checked before each put): the records put before it, in its batch too,
+    stay mapped, and the pass ends after the last of them, so a batch with more keys than the
+    map holds is cleaned over several passes. Before, a batch had to fit whole: one larger than
+    the map was never mapped (the pass ended before it, or, as the first dirty batch, the
+    checkpoint moved past it: its duplicates were never cleaned)."""
     m, _t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 10),
                            "log.segment.bytes": "100000"})
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
         lg = m.log("c", 0)
-        lg.append([(b"k%d" % i, b"v") for i in range(20)])
+        lg.append([(b"k%d" % i, b"v") for i in range(20)])              # 0-19
+        lg.append([(b"k%d" % i, b"w") for i in range(3)])               # 20-22
         lg.roll()
-        assert m.clean_now() == []
-        why = m.uncleanable_partitions()[("c", 0)]
-        assert "cannot hold the batch at the first dirty offset 0" in why
-        assert "log.cleaner.dedupe.buffer.size" in why
-        assert len(contents(lg)) == 20
+        ends = []
+        while True:
+            stats = m.clean_now()
+            if not stats:
+                break
+            ends.append((stats[0].end_offset, stats[0].map_entries))
+        assert ends == [(9, 9), (18, 9), (23, 5)]          # 9 keys a pass (24 * 10 bytes * 0.9)
+        assert contents(lg) == [(i, b"k%d" % i, b"v") for i in range(3, 20)] + [
+            (20 + i, b"k%d" % i, b"w") for i in range(3)]
+        assert m.uncleanable_partitions() == {}
 
 
 def test_an_emptied_batch_goes_once_it_is_no_longer_the_rounds_last(tmp_path):
