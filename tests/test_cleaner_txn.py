@@ -6,8 +6,8 @@ cleaner leaves, and a fresh read_committed and read_uncommitted read what Kafka'
 
 The model is LogCleaner.doClean with CleanedTransactionMetadata over a `.txnindex` of aborted
 transactions and the producers' state as appended (kstore keeps neither: it infers them from the
-batches left), so each active producer's last batch stays (lastRecordsOfActiveProducers). It
-leaves out a full dedupe map (the map here holds every key). delete_records
+batches left), so each active producer's last batch stays (lastRecordsOfActiveProducers); the
+dedupe map holds 3, 7 or 29491 keys, so passes also end where it fills. delete_records
 moves the log start only to a segment base at or below the last stable offset: kstore knows a
 transaction only from batches at or past the log start, so it neither holds the last stable
 offset at the log start for a transaction still open below it nor, in a clean, counts batches
@@ -105,7 +105,8 @@ class KafkaModel:
     """A partition as Kafka keeps it: segments of batches, the .txnindex's aborted
     transactions (pid, first, last), the producers' open transactions, the cleaner checkpoint."""
 
-    def __init__(self):
+    def __init__(self, map_capacity):
+        self.map_capacity = map_capacity     # keys the dedupe map holds (slots * load factor)
         self.segments = [[]]                 # lists of batches; the last is active
         self.bases = [0]
         self.leo = 0
@@ -169,7 +170,7 @@ class KafkaModel:
         # buildOffsetMap over [first_dirty, fu): aborted batches stay out (collectAbortedTransactions:
         # the .txnindex entries whose marker is at or past the log start)
         aborted = sorted(e for e in self.txnindex if e[2] >= self.start)
-        latest, omap = fu - 1, {}
+        latest, omap, full = -1, {}, False
         first = max(j for j in idx if self.bases[j] <= self.first_dirty)
         meta = TxnMeta([e for e in aborted if e[2] >= self.bases[first]])
         for i in idx[first:]:
@@ -177,10 +178,22 @@ class KafkaModel:
                 if b[3] in ("data", "plain") and not meta.on_batch(b):
                     for off, k, _v in b[4]:
                         if k is not None and off >= self.first_dirty:
-                            omap[k] = off
+                            if len(omap) >= self.map_capacity:
+                                full = True         # before a put it has no room for
+                                break
+                            omap[k] = latest = off
+                    if full:
+                        break
                 elif b[3] not in ("data", "plain"):
                     meta.on_control(b)
-        self.first_dirty = fu
+                if b[1] >= self.first_dirty:
+                    latest = b[1]                   # updateLatestOffset
+            if full:
+                break
+            latest = min(nxt[i], fu) - 1            # a segment read whole: fast-forward
+        end = latest + 1
+        self.first_dirty = end
+        idx = [i for i in idx if self.bases[i] < end]
         # cleanSegments over [0, fu), one CleanedTransactionMetadata
         meta = TxnMeta(aborted)
         active = {p: d for p, d in self.last_data.items() if p in self.open or now - NOW < EXPIRATION}
@@ -233,8 +246,9 @@ class KafkaModel:
                     horizon = now + RETENTION
                 out.append((base, last, pid, kind, kept, horizon))
             self.segments[i] = out
-        # the .txnindex of the cleaned range keeps the ABORTs retained with data
-        self.txnindex = sorted([e for e in self.txnindex if e[2] >= fu] + kept_index)
+        # the .txnindex of the cleaned segments keeps the ABORTs retained with data
+        rest = self.bases[idx[-1] + 1] if idx else 0
+        self.txnindex = sorted([e for e in self.txnindex if e[2] >= rest] + kept_index)
         return True
 
     def batches(self):
@@ -331,18 +345,19 @@ def committed_read(d):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=st.lists(op, min_size=5, max_size=45))
-def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_factory, ops):
+@given(ops=st.lists(op, min_size=5, max_size=45), slots=st.sampled_from([1 << 15, 8, 4]))
+def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_factory, ops, slots):
     d = tmp_path_factory.mktemp("c")
-    m, t = mgr(d, {"log.segment.bytes": "700", "log.cleaner.dedupe.buffer.size": str(1 << 20),
+    m, t = mgr(d, {"log.segment.bytes": "700", "log.cleaner.dedupe.buffer.size": str(24 * slots),
                    "producer.id.expiration.ms": str(EXPIRATION)})
-    model = KafkaModel()
+    model = KafkaModel(int(slots * 0.9))
     n = 0
     with m:
         m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0",
                                 "delete.retention.ms": str(RETENTION)})
         lg = m.log("c", 0)
-        for o in ops + [("end", p, 1) for p in (1, 2, 3)] + [("roll",), ("clean", 0)] * 3:
+        for o in ops + [("end", p, 1) for p in (1, 2, 3)] + [("roll",), ("clean", 0)] * 3 + [
+                ("clean", 0)] * 20:
             n += 1
             if o[0] == "data":
                 recs = [(k, None if tomb and n % 3 == 0 else b"v%d" % n) for k, tomb in o[2]]
