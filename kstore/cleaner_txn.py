@@ -34,8 +34,9 @@ def first_uncleanable_by_lso(lg: "Log", lso: int) -> int:
     return base
 
 
-def _aborted(batches: list[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
-    """(first offset, producer id) of each aborted transaction with data in batches, sorted."""
+def _aborted(batches: list[tuple[int, int, int, int]], log_start: int) -> list[tuple[int, int]]:
+    """(first offset, producer id) of each aborted transaction with data in batches whose ABORT
+    is at or past the log start (Kafka's collectAbortedTransactions), sorted."""
     open_: dict[int, int] = {}
     out = []
     for base, _last, pid, kind in batches:
@@ -43,7 +44,7 @@ def _aborted(batches: list[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
             open_.setdefault(pid, base)
         elif kind != EMPTY_CONTROL:
             first = open_.pop(pid, None)
-            if first is not None and kind == ABORT:
+            if first is not None and kind == ABORT and base >= log_start:
                 out.append((first, pid))
     out.sort()
     return out
@@ -79,12 +80,12 @@ def clean_actions(lg: "Log", end: int, now: int, expiration_ms: int) -> Optional
     as bits: TXN_ABORTED for an aborted transaction's data, TXN_MARKER_GOES for a marker whose
     transaction has no data left before it in this clean (Kafka's onControlBatchRead),
     TXN_KEEP_EMPTY for an active producer's last batch; None when no batch has a producer id."""
-    every = list(producer_batches(lg, lg.log_start_offset))
+    every = list(producer_batches(lg, lg.segments[0].base_offset))
     if not every:
         return None
     actions: dict[int, int] = dict.fromkeys(_last_batches(every, now, expiration_ms), TXN_KEEP_EMPTY)
     batches = [(base, last, pid, kind) for base, last, pid, _e, kind, _ts in every if kind != IDEMPOTENT]
-    aborted = _aborted(batches)
+    aborted = _aborted(batches, lg.log_start_offset)
     ongoing_aborted: dict[int, bool] = {}     # pid -> a batch of it seen in this clean
     ongoing_committed: set[int] = set()
     i = 0

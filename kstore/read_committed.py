@@ -86,7 +86,23 @@ def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
 
 def _walk(lg: "Log", start: int, scan):
     """(view, batches) of each read from start to the log end, batches being what scan (a
-    _txn_scan walk) lists of the view's whole batches at or past the position."""
+    _txn_scan walk) lists of the view's whole batches at or past the position; from a start
+    below the log start, the batches before it still in the first segment come first."""
+    head = lg.segments[0] if lg.segments else None
+    pos = start
+    while head is not None and pos < lg.log_start_offset:
+        try:
+            view = head.read_batches(pos, SCAN_BYTES)
+        except (SegmentGoneError, ValueError, BufferError):
+            break                                # removed under the walk
+        if not view:
+            break
+        batches, last_whole, why = scan(view)
+        _check_walk(why, lg.dir, pos)
+        yield view, [b for b in batches if pos <= b[1] < lg.log_start_offset]
+        if last_whole < pos:
+            break
+        pos = last_whole + 1
     pos = max(start, lg.log_start_offset)
     while pos < lg.log_end_offset:
         try:
@@ -126,7 +142,8 @@ def transactional_batches(lg: "Log", start: int):
 
 def producer_batches(lg: "Log", start: int):
     """(base, last, producer id, producer epoch, type, max timestamp) of each v2 batch with a
-    producer id from `start` to the log end, in offset order: type IDEMPOTENT (a
+    producer id from `start` (below the log start: from what is left of the first segment, as
+    Kafka's cleaner reads it) to the log end, in offset order: type IDEMPOTENT (a
     non-transactional one), or as transactional_batches gives."""
     for view, batches in _walk(lg, start, producer_headers):
         for base, last, pid, attrs, epoch, max_ts, s, e in batches:

@@ -793,3 +793,32 @@ def test_an_active_producers_last_batch_is_kept_empty(tmp_path):
         assert len(m.clean_now()) == 1
         assert batches() == [(1, 7, COMMIT)]   # its transaction's batch was in this clean
         assert contents(lg) == [(3, b"k", b"plain3"), (5, b"k2", b"y")]
+
+
+def test_batches_left_below_the_log_start_count_in_a_clean_as_kafkas(tmp_path):
+    """Kafka's cleaner reads the whole first segment, the batches below the log start that it
+    still holds included, with the aborted transactions whose ABORT is at or past the log start:
+    an aborted transaction straddling the log start keeps its ABORT (no delete horizon) while its
+    batches below the start are in the clean, and they go. Before, kstore's walk began at the log
+    start: the ABORT got a horizon at once, and the aborted batches below the start stayed."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, producer_batches
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": "1000",
+                                "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append_batches(txn_batch(0, 7, [b"a0"], ts=IDLE))                # 0, key b"k"
+        lg.append_batches(txn_batch(0, 7, [b"a1"], ts=IDLE))                # 1
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))          # 2
+        lg.append([(b"k2", b"v3")])                                         # 3
+        lg.roll()
+        lg.delete_records(2)
+        assert len(m.clean_now()) == 1
+
+        def batches():
+            return [(b[0], b[4]) for b in producer_batches(lg, lg.segments[0].base_offset)]
+        assert batches() == [(2, ABORT)]
+        view = lg.read_batches(2, 1 << 20)
+        assert struct.unpack_from(">h", view, 21)[0] & 0x40 == 0           # no horizon yet
+        assert contents(lg) == [(3, b"k2", b"v3")]
