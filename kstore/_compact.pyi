@@ -29,9 +29,11 @@ class OffsetMap:
 
 TXN_ABORTED: int
 TXN_MARKER_GOES: int
+TXN_KEEP_EMPTY: int
 
 def build_offset_map(m: Mapping, start: int, end: int, first_dirty: int,
-                     omap: OffsetMap, txn: dict[int, int] | None = None) -> tuple[int, bool]: ...
+                     omap: OffsetMap, txn: dict[int, int] | None = None,
+                     next_offset: int = -1) -> tuple[int, bool]: ...
 
 @disjoint_base
 class CleanStats:

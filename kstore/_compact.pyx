@@ -18,10 +18,13 @@ import numpy as np
 cdef enum:
     _TXN_ABORTED = 1
     _TXN_MARKER_GOES = 2
-#: cleaner_txn.py's actions for a transactional batch, by its base offset: an aborted
-#: transaction's data, and a marker whose transaction has no data left in the cleaned range
+    _TXN_KEEP_EMPTY = 4
+#: cleaner_txn.py's actions (bits) for a batch with a producer id, by its base offset: an aborted
+#: transaction's data, a marker whose transaction has no data left in the cleaned range, and an
+#: active producer's last batch (kept, emptied if need be)
 TXN_ABORTED = _TXN_ABORTED
 TXN_MARKER_GOES = _TXN_MARKER_GOES
+TXN_KEEP_EMPTY = _TXN_KEEP_EMPTY
 
 cdef extern from "_murmur3.h" nogil:
     void ks_murmur3_128(const unsigned char *data, size_t len, uint64_t out[2])
@@ -124,25 +127,31 @@ cdef class OffsetMap:
 
 cdef Py_ssize_t _map_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t base,
                                 int32_t count, int64_t first_dirty, OffsetMap omap) noexcept nogil:
-    """Put every keyed record with offset >= first_dirty into the map; -1 if malformed."""
+    """Put every keyed record with offset >= first_dirty into the map; 1 when the map is full
+    before one of them (Kafka checks before each put), -1 if malformed."""
     cdef int32_t i
     cdef RecordFields f
     for i in range(count):
         if record_fields(p, pos, end, &f) < 0:
             return -1
         if f.key_len >= 0 and base + f.off_delta >= first_dirty:
+            if omap.size >= omap.capacity:
+                return 1
             omap._put(p + f.key_pos, f.key_len, base + f.off_delta)
         pos = f.end
     return 0
 
 
 def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_dirty,
-                     OffsetMap omap, dict txn=None):
+                     OffsetMap omap, dict txn=None, int64_t next_offset=-1):
     """Kafka's buildOffsetMapForSegment: put the keyed records of [start, end) with offset >=
     first_dirty, batch by batch, until a batch would overfill the map. Control batches and the
-    batches of aborted transactions (txn[base offset] == TXN_ABORTED, see cleaner_txn.py) are
+    batches of aborted transactions (txn[base offset] & TXN_ABORTED, see cleaner_txn.py) are
     skipped; every batch read moves the map's latest offset to its last offset (Kafka's
-    updateLatestOffset), so the cleaned range ends after them. Returns (next_position, full)."""
+    updateLatestOffset), so the cleaned range ends after them, and data read to its end moves it
+    to next_offset - 1 (the offset after the segment: Kafka's fast-forward over a compacted
+    gap). The map is full, as Kafka's, before a keyed record it has no room for: the records
+    put before it, in its batch too, stay mapped. Returns (next_position, full)."""
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
     cdef const uint8_t* p = m.ptr()
@@ -159,19 +168,19 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
             if hs != H_OK:
                 if hs == H_CORRUPT:
                     raise corrupt(why.decode("ascii"), pos)
+                if next_offset - 1 > omap.latest_offset:
+                    omap.latest_offset = next_offset - 1
                 return (pos, False)
             if h.last_offset < first_dirty:
                 pos += h.size
                 continue
             if (h.magic == 2 and (h.attrs & CONTROL_BIT)) or \
                     (txn is not None and h.magic == 2 and (h.attrs & TXN_BIT) and
-                     txn.get(h.base_offset, 0) == _TXN_ABORTED):
+                     (<int>txn.get(h.base_offset, 0)) & _TXN_ABORTED):
                 if h.last_offset > omap.latest_offset:
                     omap.latest_offset = h.last_offset     # Kafka's updateLatestOffset
                 pos += h.size
                 continue
-            if omap.size + h.count > omap.capacity:
-                return (pos, True)
             require_crc(p, pos, &h)
             if h.magic == 2 and (h.attrs & CODEC_MASK) == 0:
                 with nogil:
@@ -179,14 +188,16 @@ def build_offset_map(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t first_
                                          h.count, first_dirty, omap)
                 if rc < 0:
                     raise corrupt("malformed record while building the offset map", pos)
+                if rc == 1:
+                    return (pos, True)
             else:
                 del tmp[:]
                 decode_batch(p, pos, &h, first_dirty, NO_LIMIT, tmp, True, False)
-                if omap.size + len(tmp) > omap.capacity:
-                    return (pos, True)
                 for o in tmp:
                     r = <Record>o
                     if r.key is not None:
+                        if omap.size >= omap.capacity:
+                            return (pos, True)
                         omap._put(<const uint8_t*>PyBytes_AS_STRING(r.key), len(r.key), r.offset)
             if h.last_offset > omap.latest_offset:
                 omap.latest_offset = h.last_offset         # past compacted gaps, as Kafka's
@@ -302,9 +313,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
     and last offsets; a v2 batch that keeps tombstones gets a delete horizon (now +
     delete.retention.ms) if it has none, and past its horizon its tombstones go. The batch whose
     last offset is final_offset is kept even if empty. Stops before exceeding max_out bytes.
-    txn (cleaner_txn.py: by batch base offset) drops an aborted transaction's batches
+    txn (cleaner_txn.py: bits by batch base offset) drops an aborted transaction's batches
     (TXN_ABORTED) and lets a marker whose transaction has no data left go (TXN_MARKER_GOES):
     past its delete horizon, else kept with one set, as Kafka's cleanInto; other markers stay.
+    A batch with TXN_KEEP_EMPTY (an active producer's last) is kept even if emptied.
     """
     if start < 0 or end > m.length or start > end:
         raise ValueError("scan range outside mapping")
@@ -344,10 +356,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 pos += h.size
                 continue
             txn_action = 0
-            if txn is not None and (h.attrs & TXN_BIT):
+            if txn is not None and <int64_t>ld64(p + pos + 43) >= 0:     # a producer id
                 txn_action = txn.get(h.base_offset, 0)
             is_control = (h.attrs & CONTROL_BIT) != 0
-            if is_control and txn_action != _TXN_MARKER_GOES:
+            if is_control and not (txn_action & _TXN_MARKER_GOES):
                 # a marker whose transaction still has data (or another control batch) stays
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
@@ -358,7 +370,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             has_horizon = (h.attrs & HORIZON_BIT) != 0
             retain_deletes = (not has_horizon) or now < h.base_timestamp
             # an aborted transaction's data goes; a marker that may go does past its horizon
-            drop = txn_action == _TXN_ABORTED or (is_control and not retain_deletes)
+            drop = (txn_action & _TXN_ABORTED) != 0 or (is_control and not retain_deletes)
             lat = (h.attrs & TS_TYPE_BIT) != 0
             # decode the records region (decompressing if needed)
             if (h.attrs & CODEC_MASK) == 0:
@@ -397,7 +409,7 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 stats.tombstones_kept += 1
             # a kept marker of a transaction with no data left gets a horizon, as tombstones
             set_horizon = (tomb_kept or (is_control and nk > 0)) and not has_horizon
-            if nk == h.count and not set_horizon:
+            if nk == h.count and nk > 0 and not set_horizon:
                 free(ranges)
                 out += PyBytes_FromStringAndSize(<const char*>(p + pos), h.size)
                 stats.batches_copied += 1
@@ -406,7 +418,8 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
                 _track_max(stats, h.max_timestamp, h.last_offset)
                 pos += h.size
                 continue
-            if nk == 0 and h.last_offset != final_offset:
+            if nk == 0 and h.last_offset != final_offset and not (txn_action & _TXN_KEEP_EMPTY):
+                # empty, or emptied: gone (an empty batch of an earlier clean too), as Kafka's
                 free(ranges)
                 stats.batches_dropped += 1
                 pos += h.size
@@ -416,7 +429,10 @@ def filter_batches(Mapping m, Py_ssize_t start, Py_ssize_t end, OffsetMap omap, 
             new_base_ts = now + delete_retention_ms if set_horizon else h.base_timestamp
             attrs_new = h.attrs | (HORIZON_BIT if set_horizon else 0)
             if nk == 0:
-                attrs_new = attrs_new & ~CODEC_MASK
+                # Kafka's DefaultRecordBatch.writeEmptyHeader: no codec, no delete horizon, base
+                # timestamp -1 (the max timestamp stays)
+                attrs_new = attrs_new & ~(CODEC_MASK | HORIZON_BIT)
+                new_base_ts = -1
             obuf = <uint8_t*>malloc(h.size + rn + nk * 15 + V2_OVERHEAD)
             if obuf == NULL:
                 free(ranges)

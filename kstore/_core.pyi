@@ -7,7 +7,8 @@ from kstore._column_input import ColumnInput as ColumnInput
 from kstore._columnar import (Columns as Columns, ColumnsStatus as ColumnsStatus,
                               decode_columns as decode_columns)
 from kstore._compact import (CleanStats as CleanStats, OffsetMap as OffsetMap,
-                             TXN_ABORTED as TXN_ABORTED, TXN_MARKER_GOES as TXN_MARKER_GOES,
+                             TXN_ABORTED as TXN_ABORTED, TXN_KEEP_EMPTY as TXN_KEEP_EMPTY,
+                             TXN_MARKER_GOES as TXN_MARKER_GOES,
                              build_offset_map as build_offset_map, filter_batches as filter_batches)
 from kstore._crc import (_force_table_crc as _force_table_crc, crc32 as crc32, crc32c as crc32c,
                          crc32c_hw as crc32c_hw, crc32c_implementation as crc32c_implementation,

@@ -43,7 +43,7 @@ from kstore._scan import IndexCopy, extend_index_copy, index_valid_prefix
 from kstore._lines import murmur2, split_lines
 from kstore._column_input import ColumnInput
 from kstore._encode import BatchBuilder
-from kstore._compact import (CleanStats, OffsetMap, TXN_ABORTED, TXN_MARKER_GOES, build_offset_map,
+from kstore._compact import (CleanStats, OffsetMap, TXN_ABORTED, TXN_KEEP_EMPTY, TXN_MARKER_GOES, build_offset_map,
                              filter_batches)
 from kstore._columnar import Columns, ColumnsStatus, decode_columns
 

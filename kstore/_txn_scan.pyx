@@ -3,7 +3,7 @@
 """The walk a transaction scan makes over batch headers (read_committed.py: a consumer's last
 stable offset and aborted transactions, the cleaner's): compiled, with one Python tuple per
 transactional batch and none for the others."""
-from libc.stdint cimport uint8_t, int64_t
+from libc.stdint cimport uint8_t, int16_t, int64_t
 
 from kstore._format cimport *
 
@@ -31,5 +31,32 @@ def txn_headers(data):
             return out, last, f"{why.decode('ascii')} (batch at offset {ld64(p + pos)}, position {pos})"
         if h.magic == 2 and (h.attrs & TXN_BIT):
             out.append((h.base_offset, h.last_offset, ld64(p + pos + 43), h.attrs, pos, pos + h.size))
+        last = h.last_offset
+        pos += h.size
+
+
+def producer_headers(data):
+    """The cleaner's walk for producer state (cleaner_txn.py): as txn_headers, listing every v2
+    batch that has a producer id (idempotent or transactional) as (base, last, producer id,
+    attributes, producer epoch, max timestamp, start, end)."""
+    cdef const uint8_t[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
+    cdef BatchHeader h
+    cdef const char* why
+    cdef int hs
+    cdef int64_t last = -1, pid
+    cdef list out = []
+    while True:
+        hs = parse_header(p, pos, n, &h, &why)
+        if hs == H_END:
+            return out, last, None
+        if hs == H_CORRUPT:
+            return out, last, f"{why.decode('ascii')} (batch at offset {ld64(p + pos)}, position {pos})"
+        if h.magic == 2:
+            pid = ld64(p + pos + 43)
+            if pid >= 0:
+                out.append((h.base_offset, h.last_offset, pid, h.attrs, <int16_t>ld16(p + pos + 51),
+                            h.max_timestamp, pos, pos + h.size))
         last = h.last_offset
         pos += h.size

@@ -37,6 +37,8 @@ BROKER_KEYS: dict[str, tuple[Any, Parser]] = {
     "log.cleaner.io.buffer.size": (524288, int_parser(0)),
     "log.cleaner.io.max.bytes.per.second": (1.7976931348623157e308, double_parser(0.0, float("inf"))),
     "log.cleaner.backoff.ms": (15000, long_parser(0)),
+    # the cleaner keeps each producer's last batch until it expires (TransactionLogConfig)
+    "producer.id.expiration.ms": (86400000, int_parser(1)),
     # __consumer_offsets (group_coordinator.py), Kafka's GroupCoordinatorConfig defaults
     "offsets.topic.num.partitions": (50, int_parser(1)),
     "offsets.topic.segment.bytes": (104857600, int_parser(1)),

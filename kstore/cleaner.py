@@ -86,7 +86,6 @@ class LogToClean:
     clean_bytes: int
     dirty_bytes: int
     forced: bool = False
-    transactional: bool = False       # the log holds transactional batches (cleaner_txn.py)
 
     @property
     def ratio(self) -> float:
@@ -132,8 +131,10 @@ def _next_bases(segs: list[LogSegment]) -> list[int]:
 class Cleaner:
     """One cleaner thread's state: its OffsetMap and the clean of one log."""
 
-    def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io):
+    def __init__(self, map_memory: int, load_factor: float, throttler: Throttler, time, io,
+                 producer_expiration_ms: int = 86400000):
         self.offset_map = _core.OffsetMap(map_memory, load_factor)
+        self.producer_expiration_ms = producer_expiration_ms   # producer.id.expiration.ms
         self.lock = threading.Lock()     # one clean at a time per OffsetMap (thread vs clean_now)
         self.throttler = throttler
         self._time = time
@@ -147,37 +148,34 @@ class Cleaner:
         omap.clear()
         segs = lg.segments
         now = self._time.milliseconds()
-        # aborted transactions and markers that may go (None: no transactional batch)
-        txn = clean_actions(lg, ltc.first_uncleanable) if ltc.transactional else None
+        # aborted transactions, markers that may go, producers' last batches (None: no batch has
+        # a producer id)
+        txn = clean_actions(lg, ltc.first_uncleanable, now, self.producer_expiration_ms)
         # 1. the dedupe map over the dirty section
-        end_offset = ltc.first_dirty
         nexts = _next_bases(segs)
         for s, nxt in zip(segs, nexts):
             if nxt <= ltc.first_dirty or s.base_offset >= ltc.first_uncleanable:
                 continue
             m = s.mapping()
-            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap, txn)
+            pos, full = _core.build_offset_map(m, 0, min(s.size, m.length), ltc.first_dirty, omap, txn,
+                                               min(nxt, ltc.first_uncleanable))
             stats.bytes_read += pos
             self.throttler.maybe_throttle(pos)
             if full:
                 break
         stats.map_entries = omap.size
-        if omap.size:
-            end_offset = omap.latest_offset + 1
-        else:
-            end_offset = ltc.first_uncleanable
-        if omap.size == 0:
-            # nothing keyed in the dirty section: only move the checkpoint
-            stats.end_offset = end_offset
-            stats.duration_ms = (_time.perf_counter() - t0) * 1000
-            return stats
+        # a dirty section with no keyed record (markers, aborted transactions) is cleaned too, as
+        # Kafka's: its aborted batches, expired markers and tombstones go now, not at the next
+        # keyed clean
+        end_offset = max(omap.latest_offset + 1, ltc.first_dirty)
         # 2. legacy tombstones: Kafka's horizon is the last clean segment's mtime - delete.retention.ms
         clean_section = [s for s, nxt in zip(segs, nexts) if nxt <= ltc.first_dirty]
         legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms
         # 3. rewrite the segments below end_offset, in groups
         to_clean = [s for s in segs if s.base_offset < end_offset and s.base_offset < ltc.first_uncleanable]
-        # the round's final batch is kept even if emptied (Kafka), so the cleaned range keeps its end
-        final_offset = to_clean[-1].read_next_offset() - 1 if to_clean else -1
+        # the batch ending just before the first uncleanable offset is kept even if emptied
+        # (Kafka's upperBoundOffsetOfCleaningRound), so the cleaned range keeps its end
+        final_offset = ltc.first_uncleanable - 1
         for group in group_segments(to_clean, lg.config, end_offset):
             self._clean_group(lg, group, omap, now, legacy_horizon, final_offset, stats, txn)
         stats.end_offset = end_offset
@@ -281,7 +279,8 @@ class LogCleaner:
     """The cleaner threads and their bookkeeping (LogCleaner + LogCleanerManager)."""
 
     def __init__(self, manager, threads: int, dedupe_buffer: int, load_factor: float,
-                 max_bytes_per_second: float, backoff_ms: int, time, io):
+                 max_bytes_per_second: float, backoff_ms: int, time, io,
+                 producer_expiration_ms: int = 86400000):
         self._manager = weakref.proxy(manager)      # the manager holds this: no reference cycle
         self._failures = manager.log_dir_failure_channel
         self._time = time
@@ -296,7 +295,8 @@ class LogCleaner:
         self.throttler = Throttler(max_bytes_per_second)
         n = max(1, threads)
         per_thread = min((1 << 31) - 1, dedupe_buffer // n)
-        self._cleaners = [Cleaner(per_thread, load_factor, self.throttler, time, io) for _ in range(n)]
+        self._cleaners = [Cleaner(per_thread, load_factor, self.throttler, time, io, producer_expiration_ms)
+                          for _ in range(n)]
         self._backoff_ms = backoff_ms
         self._threads_wanted = threads
         self._stop = threading.Event()
@@ -387,8 +387,7 @@ class LogCleaner:
                 continue
             if dirty == 0:
                 continue
-            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag,
-                             transactional=txn[1].transactional)
+            ltc = LogToClean(tp, lg, fd, fu, clean, dirty, forced=lag)
             if not (ltc.ratio > lg.config.min_cleanable_dirty_ratio or lag):
                 continue
             if best is None or ltc.ratio > best.ratio:

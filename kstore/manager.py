@@ -193,7 +193,7 @@ class LogManager:
                 cleaner = LogCleaner(self, c["log.cleaner.threads"], c["log.cleaner.dedupe.buffer.size"],
                                      c["log.cleaner.io.buffer.load.factor"],
                                      c["log.cleaner.io.max.bytes.per.second"], c["log.cleaner.backoff.ms"],
-                                     self._time, self._io)
+                                     self._time, self._io, c["producer.id.expiration.ms"])
                 self.cleaner = self._deletions.cleaner = cleaner
                 if self._own_scheduler:
                     cleaner.start()

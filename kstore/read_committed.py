@@ -18,13 +18,13 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from kstore._core import Record, decode_batches
-from kstore._txn_scan import txn_headers
+from kstore._txn_scan import producer_headers, txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 
 if TYPE_CHECKING:
     from kstore.log import Log
 
-__all__ = ["TxnFilter", "skip_control_batches", "transactional_batches"]
+__all__ = ["TxnFilter", "producer_batches", "skip_control_batches", "transactional_batches"]
 
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
@@ -32,6 +32,7 @@ ABORT = 0
 COMMIT = 1
 DATA = -1             # transactional_batches: a data batch,
 EMPTY_CONTROL = -2    # a control batch a cleaner emptied (its records removed)
+IDEMPOTENT = -3       # producer_batches: a non-transactional batch with a producer id
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
 _LEN = struct.Struct(">qi")          # base offset, batch length
@@ -83,25 +84,33 @@ def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
     return struct.unpack_from(">hh", key)[1]
 
 
-def transactional_batches(lg: "Log", start: int):
-    """(base, last, producer id, type) of each transactional v2 batch from `start` to the log end,
-    in offset order: type DATA, EMPTY_CONTROL, or a marker's ControlRecordType (ABORT, COMMIT)."""
+def _walk(lg: "Log", start: int, scan):
+    """(view, batches) of each read from start to the log end, batches being what scan (a
+    _txn_scan walk) lists of the view's whole batches at or past the position; from a start
+    below the log start, the batches before it still in the first segment come first."""
+    head = lg.segments[0] if lg.segments else None
+    pos = start
+    while head is not None and pos < lg.log_start_offset:
+        try:
+            view = head.read_batches(pos, SCAN_BYTES)
+        except (SegmentGoneError, ValueError, BufferError):
+            break                                # removed under the walk
+        if not view:
+            break
+        batches, last_whole, why = scan(view)
+        _check_walk(why, lg.dir, pos)
+        yield view, [b for b in batches if pos <= b[1] < lg.log_start_offset]
+        if last_whole < pos:
+            break
+        pos = last_whole + 1
     pos = max(start, lg.log_start_offset)
     while pos < lg.log_end_offset:
         try:
             view = lg.read_batches(pos, SCAN_BYTES)
         except (OffsetOutOfRangeError, SegmentGoneError):
             return
-        batches, last_whole, why = txn_headers(view)
-        for base, last, pid, attrs, s, e in batches:
-            if last < pos:
-                continue
-            if not attrs & CONTROL:
-                yield base, last, pid, DATA
-            elif _COUNT.unpack_from(view, s + 57)[0] == 0:
-                yield base, last, pid, EMPTY_CONTROL
-            else:
-                yield base, last, pid, _marker_type(view[s:e], lg.dir, base)
+        batches, last_whole, why = scan(view)
+        yield view, [b for b in batches if b[1] >= pos]
         moved = last_whole >= pos
         if moved:
             pos = last_whole + 1
@@ -111,6 +120,34 @@ def transactional_batches(lg: "Log", start: int):
             if not nxt:
                 return
             pos = nxt[0]                         # a compacted segment's empty tail
+
+
+def _kind(view: memoryview, lg: "Log", attrs: int, base: int, s: int, e: int) -> int:
+    if not attrs & TRANSACTIONAL:
+        return IDEMPOTENT
+    if not attrs & CONTROL:
+        return DATA
+    if _COUNT.unpack_from(view, s + 57)[0] == 0:
+        return EMPTY_CONTROL
+    return _marker_type(view[s:e], lg.dir, base)
+
+
+def transactional_batches(lg: "Log", start: int):
+    """(base, last, producer id, type) of each transactional v2 batch from `start` to the log end,
+    in offset order: type DATA, EMPTY_CONTROL, or a marker's ControlRecordType (ABORT, COMMIT)."""
+    for view, batches in _walk(lg, start, txn_headers):
+        for base, last, pid, attrs, s, e in batches:
+            yield base, last, pid, _kind(view, lg, attrs, base, s, e)
+
+
+def producer_batches(lg: "Log", start: int):
+    """(base, last, producer id, producer epoch, type, max timestamp) of each v2 batch with a
+    producer id from `start` (below the log start: from what is left of the first segment, as
+    Kafka's cleaner reads it) to the log end, in offset order: type IDEMPOTENT (a
+    non-transactional one), or as transactional_batches gives."""
+    for view, batches in _walk(lg, start, producer_headers):
+        for base, last, pid, attrs, epoch, max_ts, s, e in batches:
+            yield base, last, pid, epoch, _kind(view, lg, attrs, base, s, e), max_ts
 
 
 def skip_control_batches(lg: "Log", pos: int) -> int:

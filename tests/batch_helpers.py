@@ -51,11 +51,12 @@ def recrc(raw: bytearray, pos: int = 0) -> None:
     struct.pack_into(">I", raw, pos + 17, CRC32C(bytes(raw[pos + 21:pos + size])))
 
 
-def txn_batch(base, pid, values=(), control=None, ts=NOW):
+def txn_batch(base, pid, values=(), control=None, ts=NOW, transactional=True):
     """A v2 batch of producer pid: transactional data records (values), or a control batch
-    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct."""
+    (control = 0 ABORT, 1 COMMIT) as a broker writes them; CRC-32C correct. transactional=False:
+    an idempotent producer's data batch."""
     import struct
-    attrs = 0x10 | (0x20 if control is not None else 0)
+    attrs = (0x10 if transactional else 0) | (0x20 if control is not None else 0)
     if control is not None:
         recs = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
     else:

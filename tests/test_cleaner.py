@@ -517,6 +517,9 @@ def test_a_clean_whose_dir_goes_offline_midway_writes_nothing_more_there(tmp_pat
 
 # -- transactions (Kafka's CleanedTransactionMetadata; LogCleanerTest's testAbortMarkerRemoval,
 # testCommitMarkerRemoval, testAbortedTransactionsAreNotCleanedAsCommitted, and the LSO bound) ----
+#: batch timestamps of producers idle past producer.id.expiration.ms (a day): Kafka's cleaner keeps
+#: no last batch of theirs (test_an_active_producers_last_batch_is_kept_empty has the active case)
+IDLE = NOW - 86_400_000
 def txn_batches_of(lg):
     from kstore.read_committed import transactional_batches
     return list(transactional_batches(lg, lg.log_start_offset))
@@ -548,13 +551,13 @@ def test_cleaning_transactions_as_kafka(tmp_path):
                                 "min.cleanable.dirty.ratio": "0.01"})
         lg = m.log("c", 0)
         lg.append([(b"k1", b"a")])                                   # 0
-        lg.append_batches(txn_batch(0, 7, [b"aborted"]))             # 1  k=b"k" pid 7
-        lg.append_batches(txn_batch(0, 8, [b"c8"]))                  # 2  k=b"k" pid 8
-        lg.append_batches(txn_batch(0, 7, control=ABORT))            # 3
-        lg.append_batches(txn_batch(0, 8, control=COMMIT))           # 4
+        lg.append_batches(txn_batch(0, 7, [b"aborted"], ts=IDLE))             # 1  k=b"k" pid 7
+        lg.append_batches(txn_batch(0, 8, [b"c8"], ts=IDLE))                  # 2  k=b"k" pid 8
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))            # 3
+        lg.append_batches(txn_batch(0, 8, control=COMMIT, ts=IDLE))           # 4
         lg.append([(b"k2", b"plain5")])                              # 5
         lg.roll()
-        lg.append_batches(txn_batch(0, 9, [b"open6"]))               # 6  pid 9, open: the LSO
+        lg.append_batches(txn_batch(0, 9, [b"open6"], ts=IDLE))               # 6  pid 9, open: the LSO
         lg.append([(b"k2", b"newer7")])                              # 7
         lg.roll()
         assert len(m.clean_now()) == 1
@@ -566,7 +569,7 @@ def test_cleaning_transactions_as_kafka(tmp_path):
                                       (6, 6, 9, DATA)]
         assert committed_view(str(tmp_path), "c") == [(0, b"k1", b"a"), (2, b"k", b"c8"),
                                                       (5, b"k2", b"plain5")]
-        lg.append_batches(txn_batch(0, 9, control=COMMIT))           # 8: the LSO is the end
+        lg.append_batches(txn_batch(0, 9, control=COMMIT, ts=IDLE))           # 8: the LSO is the end
         lg.append([(b"k3", b"x9")])                                  # 9
         lg.roll()
         assert len(m.clean_now()) == 1
@@ -615,10 +618,207 @@ def test_the_cleaned_range_ends_after_trailing_markers_as_kafkas(tmp_path):
         m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
         lg = m.log("c", 0)
         lg.append([(b"k", b"v0")])                                   # 0
-        lg.append_batches(txn_batch(0, 7, [b"v1"]))                  # 1  key b"k"
-        lg.append_batches(txn_batch(0, 7, control=COMMIT))           # 2
+        lg.append_batches(txn_batch(0, 7, [b"v1"], ts=IDLE))                  # 1  key b"k"
+        lg.append_batches(txn_batch(0, 7, control=COMMIT, ts=IDLE))           # 2
         lg.roll()
         stats = m.clean_now()
         assert [s.end_offset for s in stats] == [3]
         assert contents(lg) == [(1, b"k", b"v1")]
         assert m.clean_now() == []                                   # nothing dirty is left
+
+
+def test_a_dirty_section_with_no_keyed_record_is_cleaned_as_kafkas(tmp_path):
+    """Kafka cleans a dirty section whose only batches are an aborted transaction and its marker
+    (buildOffsetMap fast-forwards the map's latest offset to the end of the range it read, and
+    the segments below are cleaned whatever the map holds): the aborted records go. Before, an
+    empty map only moved the checkpoint, and a read_uncommitted reader read the aborted records
+    until a later clean that had keyed records."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k", b"v0")])                                       # 0
+        lg.roll()
+        assert [s.end_offset for s in m.clean_now()] == [1]
+        lg.append_batches(txn_batch(0, 7, [b"aborted1", b"aborted2"], ts=IDLE))   # 1-2, key b"k"
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))                # 3
+        lg.roll()
+        stats = m.clean_now()
+        assert [(s.end_offset, s.map_entries, s.records_removed) for s in stats] == [(4, 0, 2)]
+        assert contents(lg) == [(0, b"k", b"v0")]
+        # the marker stays: its transaction had data in this clean
+        assert txn_batches_of(lg) == [(3, 3, 7, ABORT)]
+        assert committed_view(str(tmp_path), "c") == [(0, b"k", b"v0")]
+        assert m.clean_now() == []
+
+
+def test_a_full_dedupe_map_stops_inside_a_batch_as_kafkas(tmp_path):
+    """Kafka's map is full before a keyed record it has no room for (map.size <
+    maxDesiredMapSize, checked before each put): the records put before it, in its batch too,
+    stay mapped, and the pass ends after the last of them, so a batch with more keys than the
+    map holds is cleaned over several passes. Before, a batch had to fit whole: one larger than
+    the map was never mapped (the pass ended before it, or, as the first dirty batch, the
+    checkpoint moved past it: its duplicates were never cleaned)."""
+    m, _t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 10),
+                           "log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append([(b"k%d" % i, b"v") for i in range(20)])              # 0-19
+        lg.append([(b"k%d" % i, b"w") for i in range(3)])               # 20-22
+        lg.roll()
+        ends = []
+        while True:
+            stats = m.clean_now()
+            if not stats:
+                break
+            ends.append((stats[0].end_offset, stats[0].map_entries))
+        assert ends == [(9, 9), (18, 9), (23, 5)]          # 9 keys a pass (24 * 10 bytes * 0.9)
+        assert contents(lg) == [(i, b"k%d" % i, b"v") for i in range(3, 20)] + [
+            (20 + i, b"k%d" % i, b"w") for i in range(3)]
+        assert m.uncleanable_partitions() == {}
+
+
+def test_an_emptied_batch_goes_once_it_is_no_longer_the_rounds_last(tmp_path):
+    """The batch before the first uncleanable offset is kept even when it loses every record
+    (Kafka's RETAIN_EMPTY), written as Kafka's DefaultRecordBatch.writeEmptyHeader (no records,
+    base timestamp -1, no delete horizon, its max timestamp kept); a later clean, where it is not
+    the last, removes it (an empty batch is retained for nothing, DELETE_EMPTY). Before, an empty
+    batch was copied as it was by every later clean: an aborted transaction's emptied batch, and
+    so its ABORT marker, stayed in the log for good."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, DATA
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append_batches(txn_batch(0, 7, [b"aborted0"], ts=IDLE + 5))   # 0, key b"k"
+        lg.roll()
+        lg.append_batches(txn_batch(0, 7, [b"aborted1"], ts=IDLE))                # 1
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))                # 2
+        lg.append([(b"k2", b"v3")])                                      # 3
+        assert [s.end_offset for s in m.clean_now()] == [1]             # the segment of 0 only
+        assert txn_batches_of(lg)[0] == (0, 0, 7, DATA)
+        head = bytes(lg.read_batches(0, 1 << 20)[:61])
+        attrs, delta, base_ts, max_ts, pid = struct.unpack_from(">hiqqq", head, 21)
+        count = struct.unpack_from(">i", head, 57)[0]
+        assert (attrs, delta, base_ts, max_ts, pid, count) == (0x10, 0, -1, IDLE + 5, 7, 0)
+        assert struct.unpack_from(">i", head, 8)[0] == 49                # a bare header
+        lg.roll()
+        assert [s.end_offset for s in m.clean_now()] == [4]
+        # the empty batch went, and 1's; the marker stays (1 was in this clean)
+        assert txn_batches_of(lg) == [(2, 2, 7, ABORT)]
+        assert contents(lg) == [(3, b"k2", b"v3")]
+
+
+def test_a_clean_stopped_by_a_full_map_inside_a_transaction(tmp_path):
+    """The dedupe map fills mid-segment: the pass cleans that segment whole (records past the
+    map's end kept, an aborted transaction's batch past it removed) and keeps only the batch
+    before the first uncleanable offset when emptied (Kafka's upperBoundOffsetOfCleaningRound),
+    not the last batch of the segment the map stopped in: that one, emptied, went. Later passes
+    finish; every key's last committed value survives and no aborted record is read. Before, the
+    emptied aborted batch at 6 stayed after the first pass."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, COMMIT, DATA
+    m, _t = mgr(tmp_path, {"log.cleaner.dedupe.buffer.size": str(24 * 10),
+                           "log.cleaner.io.buffer.load.factor": "0.5", "log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        for i in range(6):
+            lg.append([(b"k%d" % i, b"v%d" % i)])                        # 0-5
+        lg.append_batches(txn_batch(0, 7, [b"aborted6"], ts=IDLE))                # 6, key b"k"
+        lg.roll()
+        lg.append_batches(txn_batch(0, 8, [b"c8"], ts=IDLE))                      # 7, key b"k"
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))                # 8
+        lg.append_batches(txn_batch(0, 8, control=COMMIT, ts=IDLE))               # 9
+        lg.append([(b"k0", b"v10")])                                     # 10
+        lg.roll()
+        stats = m.clean_now()
+        assert [(s.end_offset, s.map_entries) for s in stats] == [(5, 5)]
+        assert txn_batches_of(lg) == [(7, 7, 8, DATA), (8, 8, 7, ABORT), (9, 9, 8, COMMIT)]
+        assert contents(lg) == [(i, b"k%d" % i, b"v%d" % i) for i in range(6)] + [
+            (7, b"k", b"c8"), (10, b"k0", b"v10")]
+        while m.clean_now():
+            pass
+        assert contents(lg) == [(i, b"k%d" % i, b"v%d" % i) for i in range(1, 6)] + [
+            (7, b"k", b"c8"), (10, b"k0", b"v10")]
+        assert committed_view(str(tmp_path), "c") == contents(lg)
+        assert m.uncleanable_partitions() == {}
+
+
+def test_an_active_producers_last_batch_is_kept_empty(tmp_path):
+    """Kafka's cleaner keeps the batch holding each active producer's last data offset (its last
+    sequence), emptied if its records go, idempotent or transactional, and so the transaction's
+    COMMIT with it (lastRecordsOfActiveProducers, RETAIN_EMPTY); once the producer has been idle
+    producer.id.expiration.ms the batch goes, and then its marker. Before, both emptied batches went
+    at the first clean: a broker taking over the log rebuilt no state for the producers."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import COMMIT, DATA, IDEMPOTENT, producer_batches
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000", "producer.id.expiration.ms": "10000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": "1000",
+                                "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append_batches(txn_batch(0, 7, [b"t0"]))                          # 0, key b"k"
+        lg.append_batches(txn_batch(0, 7, control=COMMIT))                   # 1
+        lg.append_batches(txn_batch(0, 5, [b"i2"], transactional=False))     # 2, key b"k"
+        lg.append([(b"k", b"plain3")])                                       # 3
+        lg.roll()
+
+        def batches():
+            return [(b[0], b[2], b[4]) for b in producer_batches(lg, 0)]
+
+        def counts():
+            view = lg.read_batches(0, 1 << 20)
+            out, p = [], 0
+            while p < len(view):
+                out.append(struct.unpack_from(">i", view, p + 57)[0])
+                p += 12 + struct.unpack_from(">i", view, p + 8)[0]
+            return out
+        assert len(m.clean_now()) == 1
+        assert contents(lg) == [(3, b"k", b"plain3")]
+        assert batches() == [(0, 7, DATA), (1, 7, COMMIT), (2, 5, IDEMPOTENT)]
+        assert counts() == [0, 1, 0, 1]
+        t.sleep(9999)                          # still active: an idle producer expires at 10000
+        lg.append([(b"k2", b"x")])
+        lg.roll()
+        assert len(m.clean_now()) == 1
+        assert batches() == [(0, 7, DATA), (1, 7, COMMIT), (2, 5, IDEMPOTENT)]
+        t.sleep(1)
+        lg.append([(b"k2", b"y")])
+        lg.roll()
+        assert len(m.clean_now()) == 1
+        assert batches() == [(1, 7, COMMIT)]   # its transaction's batch was in this clean
+        assert contents(lg) == [(3, b"k", b"plain3"), (5, b"k2", b"y")]
+
+
+def test_batches_left_below_the_log_start_count_in_a_clean_as_kafkas(tmp_path):
+    """Kafka's cleaner reads the whole first segment, the batches below the log start that it
+    still holds included, with the aborted transactions whose ABORT is at or past the log start:
+    an aborted transaction straddling the log start keeps its ABORT (no delete horizon) while its
+    batches below the start are in the clean, and they go. Before, kstore's walk began at the log
+    start: the ABORT got a horizon at once, and the aborted batches below the start stayed."""
+    from batch_helpers import txn_batch
+    from kstore.read_committed import ABORT, producer_batches
+    m, _t = mgr(tmp_path, {"log.segment.bytes": "100000"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "delete.retention.ms": "1000",
+                                "min.cleanable.dirty.ratio": "0.01"})
+        lg = m.log("c", 0)
+        lg.append_batches(txn_batch(0, 7, [b"a0"], ts=IDLE))                # 0, key b"k"
+        lg.append_batches(txn_batch(0, 7, [b"a1"], ts=IDLE))                # 1
+        lg.append_batches(txn_batch(0, 7, control=ABORT, ts=IDLE))          # 2
+        lg.append([(b"k2", b"v3")])                                         # 3
+        lg.roll()
+        lg.delete_records(2)
+        assert len(m.clean_now()) == 1
+
+        def batches():
+            return [(b[0], b[4]) for b in producer_batches(lg, lg.segments[0].base_offset)]
+        assert batches() == [(2, ABORT)]
+        view = lg.read_batches(2, 1 << 20)
+        assert struct.unpack_from(">h", view, 21)[0] & 0x40 == 0           # no horizon yet
+        assert contents(lg) == [(3, b"k2", b"v3")]

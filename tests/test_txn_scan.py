@@ -1,7 +1,8 @@
-"""kstore._txn_scan.txn_headers: the header walk of read_committed's transaction scans."""
+"""kstore._txn_scan: txn_headers, the header walk of read_committed's transaction scans, and
+producer_headers, the cleaner's walk for producer state."""
 import struct
 
-from kstore._txn_scan import txn_headers
+from kstore._txn_scan import producer_headers, txn_headers
 
 from batch_helpers import craft_v2
 
@@ -30,3 +31,17 @@ def test_the_walk_stops_at_a_partial_batch_and_names_malformed_bytes():
     assert (batches, last) == ([], 5)
     assert why == ("record size is smaller than the minimum record overhead (14) "
                    f"(batch at offset 6, position {len(craft_v2([(0, 0, b'k', b'v')], 5))})")
+
+
+def test_producer_headers_list_every_v2_batch_with_a_producer_id():
+    plain = craft_v2([(0, 0, b"k", b"v")], 0, max_ts=1234)
+    idem = bytearray(_txn(1, 5, attrs=0))
+    struct.pack_into(">h", idem, 51, 3)                      # producer epoch 3
+    data = plain + bytes(idem) + _txn(2, 7) + _txn(3, 7, attrs=0x30)
+    a = len(plain)
+    b = a + len(idem)
+    c = b + len(_txn(2, 7))
+    ts = struct.unpack_from(">q", idem, 35)[0]
+    assert producer_headers(data) == ([(1, 1, 5, 0, 3, ts, a, b), (2, 2, 7, 0x10, -1, ts, b, c),
+                                       (3, 3, 7, 0x30, -1, ts, c, len(data))], 3, None)
+    assert producer_headers(data[:-3])[1:] == (2, None)
