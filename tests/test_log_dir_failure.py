@@ -4,6 +4,7 @@ import errno
 import os
 import threading
 import time
+import traceback
 
 import pytest
 
@@ -150,7 +151,8 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
         assert acked[tp] == list(range(len(acked[tp])))
         if tp[0] == "t":          # retention kept a suffix; compaction keeps the last record
             assert [o for o, _k in seen[tp]] == list(range(seen[tp][0][0], len(acked[tp])))
-        assert seen[tp][-1][0] == acked[tp][-1]
+        assert seen[tp][-1][0] == acked[tp][-1], (          # (what refused it, if not)
+            tp, seen[tp][-3:], acked[tp][-3:], "".join(traceback.format_exception(refused[tp])))
     with LogManager([d1, d2], dict(cfg, **{"log.cleaner.enable": "false"})) as m:
         assert sorted(m.topics()) == ["k", "n"]
         for tp in offline:
