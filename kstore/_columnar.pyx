@@ -500,8 +500,8 @@ def decode_columns(Mapping m, Py_ssize_t pos, Py_ssize_t end, int64_t min_offset
             else:
                 # v0/v1 messages (a compressed wrapper holds several): rare, decoded as Records
                 tmp = []
-                decode_legacy(p, pos, &h, min_offset, NO_LIMIT, tmp, pos, verify_crc,
-                               0, 0, NO_TIMESTAMP, False)
+                decode_legacy(p, pos, &h, min_offset if min_offset > next_offset else next_offset,
+                              NO_LIMIT, tmp, pos, verify_crc, 0, 0, NO_TIMESTAMP, False)
                 for o in tmp:
                     rec = <Record>o
                     if rec.offset >= stop_offset:

@@ -340,7 +340,7 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
     cdef const char* why
     cdef const uint8_t* ip
     cdef int hs
-    cdef int64_t last_rel, offset
+    cdef int64_t last_rel, offset, prev = -1
     cdef bint lat = (h.magic == 1) and (h.attrs & TS_TYPE_BIT) != 0
     cdef uint32_t s, c
     if not legacy_lengths_ok(p, pos, h):
@@ -403,10 +403,12 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
             offset = h.base_offset - last_rel + ih.base_offset
         else:
             offset = ih.base_offset
-        if offset > h.base_offset:
-            # Kafka gives a wrapper its last message's offset; lookups find batches by it
-            raise corrupt(f"message inside a compressed wrapper has offset {offset}, past the "
-                          f"wrapper's {h.base_offset}", err_pos)
+        if offset > h.base_offset or offset <= prev:
+            # Kafka gives a wrapper its last message's offset (lookups find batches by it), and
+            # its messages increasing offsets
+            raise corrupt(f"message inside a compressed wrapper has offset {offset}, after "
+                          f"{prev}, the wrapper's being {h.base_offset}", err_pos)
+        prev = offset
         ih.base_offset = offset
         ih.last_offset = offset
         added += decode_legacy(ip, ipos, &ih, min_offset, max_records - added, out, err_pos,
@@ -556,8 +558,10 @@ cdef int read_range_c(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t en
             continue
         if used + h.size > max_bytes and (used > 0 or not min_one):
             break
-        added += decode_batch_in(m, p, pos, &h, min_offset, max_records - added, out, verify_crc,
-                                 include_control)
+        # (min_offset rises past each batch: a v0/v1 wrapper whose messages lie below the batch
+        # before it yields none of them, as Kafka's consumer skips offsets below its position)
+        added += decode_batch_in(m, p, pos, &h, min_offset if min_offset > next_offset else next_offset,
+                                 max_records - added, out, verify_crc, include_control)
         used += h.size
         if added >= max_records and len(out) > start_len:
             # stopped inside or at the end of this batch

@@ -394,7 +394,7 @@ def test_a_legacy_wrapper_holding_an_offset_past_its_own_is_corrupt(tmp_path):
     with kstore.Log.open(str(d)) as lg:
         assert lg.log_end_offset == 258
         with pytest.raises(CorruptRecordError, match=r"message inside a compressed wrapper has "
-                           r"offset 256, past the wrapper's 0 \(.*00000000000000000000\.log, position 0\)"):
+                           r"offset 256, after -1, the wrapper's being 0 \(.*00000000000000000000\.log, position 0\)"):
             lg.read(0)
         assert [(r.offset, r.value) for r in lg.read(1)] == [(257, b"v")]
     ok = _v0(256, gzip.compress(_v0(255, b"a") + _v0(256, b"b")), attrs=1)
@@ -412,3 +412,24 @@ def test_markers_passed_over_are_still_crc_checked():
     bad[-1] ^= 1                          # the ABORT marker's last byte (its control value)
     with pytest.raises(CorruptRecordError, match="CRC"):
         _core.decode_batches(bytes(bad) + data, -1, True)
+
+
+def test_a_legacy_wrapper_reaching_below_the_batch_before_it_yields_only_what_follows(tmp_path):
+    """A v0 wrapper at 8 holding messages 4..8 after a v2 batch of 1..5 (a fuzz find): its
+    messages below 6 are skipped, as Kafka's consumer skips offsets below its position, so a
+    read and iteration give 1..8 once each, in order (they gave 1..5, 4..8). Messages of one
+    wrapper whose offsets do not increase are a CorruptRecordError."""
+    import gzip
+    d = tmp_path / "t-0"
+    d.mkdir()
+    wrapper = _v0(8, gzip.compress(b"".join(_v0(o, b"w%d" % o) for o in range(4, 9))), attrs=1)
+    v2 = craft_v2([(i, 0, None, b"b%d" % (i + 1)) for i in range(5)], 1)
+    (d / "00000000000000000001.log").write_bytes(v2 + wrapper)
+    with kstore.Log.open(str(d)) as lg:
+        want = [(o, b"b%d" % o) for o in range(1, 6)] + [(o, b"w%d" % o) for o in range(6, 9)]
+        assert [(r.offset, r.value) for r in lg.read(1)] == want
+        assert [(r.offset, r.value) for r in lg] == want
+        assert [(r.offset, r.value) for r in lg.read(5, max_records=2)] == want[4:6]
+    bad = _v0(8, gzip.compress(_v0(7, b"a") + _v0(6, b"b") + _v0(8, b"c")), attrs=1)
+    with pytest.raises(CorruptRecordError, match="has offset 6, after 7"):
+        _core.decode_batches(bad, -1, True)
