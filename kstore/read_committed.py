@@ -113,6 +113,20 @@ def transactional_batches(lg: "Log", start: int):
             pos = nxt[0]                         # a compacted segment's empty tail
 
 
+def _data_batch_at(lg: "Log", base: int, last: int, pid: int) -> bool:
+    """Whether the log still holds, at [base, last], a transactional data batch of producer pid
+    with records (not removed or emptied by the cleaner). An unreadable position (a segment
+    gone under the read, the log end below it) counts as held: the next look decides."""
+    try:
+        view = lg.read_batches(base, V2_HEADER)
+    except (OffsetOutOfRangeError, SegmentGoneError):
+        return True
+    for b, lst, magic, attrs, p, s, _e in _batches(view, lg.dir, base):
+        return (b, lst, p) == (base, last, pid) and magic >= 2 and not attrs & CONTROL \
+            and _COUNT.unpack_from(view, s + 57)[0] > 0
+    return base >= lg.log_end_offset
+
+
 def skip_control_batches(lg: "Log", pos: int) -> int:
     """The offset after the control batches (transaction markers) that start at pos: a read
     there returns no records, yet the log end is past it."""
@@ -149,6 +163,7 @@ class TxnFilter:
         below the log start, as Kafka's firstUnstableOffset), else the log end (as far as
         scanned)."""
         self._scan(lg)
+        self._drop_cleaned(lg)
         first = min((f for f, _r in self.open.values()), default=self.scanned)
         return first if first >= lg.log_start_offset else min(lg.log_start_offset, self.scanned)
 
@@ -188,6 +203,24 @@ class TxnFilter:
                 if not nxt:
                     return
                 self.scanned = nxt[0]            # a compacted segment's empty tail
+
+    def _drop_cleaned(self, lg: "Log") -> None:
+        """Open transactions whose earliest data batch the cleaner removed (or emptied) since it
+        was scanned are over: the cleaner works only below the writer's last stable offset, so
+        their marker was written, and it may be gone too (removed with the transaction's last
+        data past delete.retention.ms), never to be scanned. Such a transaction no longer holds
+        the last stable offset; one whose data is still there (or below the log start) does."""
+        while self.open:
+            pid = min(self.open, key=lambda p: self.open[p][0])
+            ranges = self.open[pid][1]
+            base, last = ranges[0]
+            if base < lg.log_start_offset or _data_batch_at(lg, base, last, pid):
+                return
+            ranges.pop(0)
+            if ranges:
+                self.open[pid] = (ranges[0][0], ranges)
+            else:
+                del self.open[pid]
 
     def committed(self, recs: list[Record], pos: int, lso: int) -> tuple[list[Record], int]:
         """recs (read from pos) cut at lso, aborted ones dropped; and the position after the
