@@ -188,8 +188,12 @@ class TxnFilter:
                     continue
                 self.transactional = True
                 if attrs & CONTROL:
+                    # a marker the cleaner emptied ends its transaction, whose data is gone
+                    # (removed after this filter saw it open): not an abort, as Kafka's
+                    # containsAbortMarker
                     entry = self.open.pop(pid, None)
-                    if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
+                    if entry is not None and _COUNT.unpack_from(view, s + 57)[0] > 0 \
+                            and _marker_type(view[s:e], lg.dir, base) == ABORT:
                         self.aborted.extend(entry[1])
                         self.aborted.sort()
                 else:

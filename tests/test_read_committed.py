@@ -9,7 +9,7 @@ import time
 import kstore
 from kstore import Consumer, TopicPartition as TP
 
-from batch_helpers import txn_batch
+from batch_helpers import craft_v2, emptied_marker, txn_batch
 from writer_process import WriterProcess
 
 NOW = 1_700_000_000_000
@@ -97,3 +97,30 @@ def test_consume_follow_read_committed_goes_on_past_a_transaction_cleaned_away(t
     assert child.returncode == 0, err
     assert out == b"".join(b"Offset:%d\t%s\n" % (o, v) for o, v in every)
     assert err.endswith(b"Processed a total of 3 messages\n")
+
+
+
+def test_a_marker_emptied_by_the_cleaner_ends_the_transaction_a_reader_saw_open(tmp_path):
+    """pid 7's data, then a control batch of pid 7 with no records: what a reader that scanned
+    the transaction open finds after the cleaner removed its data and emptied its marker (kept as
+    its range's last batch), here on disk as such. The transaction is over and was not aborted
+    (Kafka's containsAbortMarker): a read_committed consumer reads on, and so does consume.
+    Before, both failed: CorruptRecordError "control batch at offset 1 ... has no control key"."""
+    d = str(tmp_path / "data")
+    os.makedirs(os.path.join(d, "t-0"))
+    with open(os.path.join(d, "t-0", "%020d.log" % 0), "wb") as f:
+        f.write(txn_batch(0, 7, [b"v"]) + emptied_marker(1, 7) + txn_batch(2, 8, [b"w"])
+                + txn_batch(3, 8, control=1) + craft_v2([(0, 0, b"z", b"plain")], 4))
+    with Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed") as c:
+        c.assign([TP("t", 0)])
+        got = []
+        for _ in range(3):
+            for recs in c.poll(200).values():
+                got += [(r.offset, r.value) for r in recs]
+        assert got == [(0, b"v"), (2, b"w"), (4, b"plain")]
+        assert c.position(TP("t", 0)) == 5
+    r = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                        "--from-beginning", "--isolation-level", "read_committed", "--print-offset"],
+                       cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                       capture_output=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, b"Offset:0\tv\nOffset:2\tw\nOffset:4\tplain\n"), r.stderr
