@@ -26,6 +26,7 @@ from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
                                     TimestampLookup)
+from kstore.read_skip import after_empty_read
 from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
@@ -583,18 +584,17 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         while offset < self._leo:
             if offset < self._log_start_offset:
                 offset = self._log_start_offset
+            end = self._leo
             try:
                 chunk = self.read(offset, max_bytes=max_bytes)
             except OffsetOutOfRangeError:
                 if offset < self._log_start_offset:
                     continue        # retention moved the start under the read: clamp again
                 raise
-            if not chunk:
-                # nothing at or after offset in this segment (a gap): skip to the next one
-                nxt = self._segments.higher(offset)
-                if nxt is None:
+            if not chunk:       # markers, emptied batches, empty tails: on to the next records
+                offset, before = after_empty_read(self, offset, end), offset
+                if offset == before:
                     return
-                offset = nxt.base_offset
                 continue
             yield chunk
             offset = chunk[-1].offset + 1

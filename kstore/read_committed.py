@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from kstore._core import Record, decode_batches
 from kstore._txn_scan import txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
+from kstore.read_skip import batch_heads
 
 if TYPE_CHECKING:
     from kstore.log import Log
@@ -34,39 +35,8 @@ DATA = -1             # transactional_batches: a data batch,
 EMPTY_CONTROL = -2    # a control batch a cleaner emptied (its records removed)
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
-_LEN = struct.Struct(">qi")          # base offset, batch length
-_ATTRS = struct.Struct(">hi")        # attributes at 21, last offset delta at 23
-_PID = struct.Struct(">q")           # producer id at 43
 _COUNT = struct.Struct(">i")         # records count at 57
 V2_HEADER = 61
-
-
-def _batches(view: memoryview, log_dir: str, first: int):
-    """(base, last, magic, attributes, producer id, start, end) of each whole batch in view."""
-    n = len(view)
-    pos = 0
-    while pos + 17 <= n:
-        base, length = _LEN.unpack_from(view, pos)
-        end = pos + 12 + length
-        if length < 5:       # shorter than any message: the walk would not move forward
-            raise CorruptRecordError(f"batch at offset {base} of {log_dir} has length {length} "
-                                     f"(reading from offset {first})")
-        if end > n:
-            break
-        magic = view[pos + 16]
-        if magic >= 2:
-            if 12 + length < V2_HEADER:
-                raise CorruptRecordError(f"batch at offset {base} of {log_dir} is {length} bytes, "
-                                         f"shorter than a v2 header (reading from offset {first})")
-            attrs, delta = _ATTRS.unpack_from(view, pos + 21)
-            pid = _PID.unpack_from(view, pos + 43)[0]
-            if delta < 0:
-                raise CorruptRecordError(f"batch at offset {base} of {log_dir} has a negative "
-                                         f"last offset delta {delta}")
-            yield base, base + delta, magic, attrs, pid, pos, end
-        else:
-            yield base, base, magic, 0, -1, pos, end
-        pos = end
 
 
 def _check_walk(why, log_dir: str, pos: int) -> None:
@@ -121,9 +91,8 @@ def _data_batch_at(lg: "Log", base: int, last: int, pid: int) -> bool:
         view = lg.read_batches(base, V2_HEADER)
     except (OffsetOutOfRangeError, SegmentGoneError):
         return True
-    for b, lst, magic, attrs, p, s, _e in _batches(view, lg.dir, base):
-        return (b, lst, p) == (base, last, pid) and magic >= 2 and not attrs & CONTROL \
-            and _COUNT.unpack_from(view, s + 57)[0] > 0
+    for b, lst, magic, attrs, p, count, _s, _e in batch_heads(view, lg.dir, base):
+        return (b, lst, p) == (base, last, pid) and magic >= 2 and not attrs & CONTROL and count > 0
     return base >= lg.log_end_offset
 
 
@@ -136,7 +105,7 @@ def skip_control_batches(lg: "Log", pos: int) -> int:
         except (OffsetOutOfRangeError, SegmentGoneError):
             return pos
         moved = False
-        for _base, last, magic, attrs, _pid, _s, _e in _batches(view, lg.dir, pos):
+        for _base, last, magic, attrs, _pid, _n, _s, _e in batch_heads(view, lg.dir, pos):
             if last < pos:
                 continue
             if magic < 2 or not attrs & CONTROL:
