@@ -577,16 +577,16 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         """Every record from log_start_offset to the end as of each chunk read."""
         return itertools.chain.from_iterable(self.iter_chunks())
 
-    def iter_chunks(self, start: Optional[int] = None,
-                    max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
-        """Records from start (default log_start_offset) in lists of about max_bytes of batches."""
+    def iter_chunks(self, start: Optional[int] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
+        """Records from start (default log_start_offset) in lists of about max_bytes of batches,
+        to the log end (a read-only log's once refreshed there, past markers or gaps too)."""
         offset = self._log_start_offset if start is None else start
-        while offset < self._leo:
+        while offset < self._leo or self.read_only and offset == self._leo:
             if offset < self._log_start_offset:
                 offset = self._log_start_offset
             end = self._leo
             try:
-                chunk = self.read(offset, max_bytes=max_bytes)
+                chunk = self.read(offset, max_bytes=max_bytes)     # (at the end: a refresh)
             except OffsetOutOfRangeError:
                 if offset < self._log_start_offset:
                     continue        # retention moved the start under the read: clamp again
