@@ -32,7 +32,7 @@ from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
 from kstore.row_split import split_rows
-from kstore.start_file import STANDALONE_CLEAN_MARKER
+from kstore.start_file import STANDALONE_CLEAN_MARKER, read_only_start
 from kstore.storage_errors import failed_error, storage_error, storage_op
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
@@ -112,7 +112,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             raise UnknownTopicError(f"partition directory {self.dir} does not exist (read-only open)")
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
-        self.refresh(log_start_offset)
+        self.refresh(log_start_offset if log_start_offset is not None else read_only_start(self._io, self.dir))
         warn_unreadable(self)          # a garbage .log is said, not shown as empty (log_tail.py)
 
     def refresh(self, log_start_offset: Optional[int] = None, *,
