@@ -112,3 +112,14 @@ def test_after_empty_read_never_passes_what_the_read_could_not_see(tmp_path):
         lg.append([(b"k", b"v")])
         assert after_empty_read(lg, 0, 0) == 0            # appended after a read at the end
         assert after_empty_read(lg, 1, 1) == 1
+
+
+@pytest.mark.parametrize("iso", ["read_uncommitted", "read_committed"])
+def test_consume_group_without_follow_ends_after_batches_compaction_cut(tmp_path, iso):
+    """`consume --group` without --follow stops once its positions reach the end offsets: it
+    printed both records and then never exited (its position stayed at 2 or 7, below the end,
+    9), until killed."""
+    d = str(tmp_path / "s")
+    _cut_batches(d)
+    out = _consume(d, tmp_path, "--group", "g", "--from-beginning", "--isolation-level", iso)
+    assert out == b"Offset:0\tv0\nOffset:1\tv1\n"
