@@ -579,14 +579,14 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
 
     def iter_chunks(self, start: Optional[int] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
         """Records from start (default log_start_offset) in lists of about max_bytes of batches,
-        to the log end (a read-only log's once refreshed there, past markers or gaps too)."""
+        to the end as of each chunk read (past markers and gaps: read_skip)."""
         offset = self._log_start_offset if start is None else start
-        while offset < self._leo or self.read_only and offset == self._leo:
+        while offset < self._leo:
             if offset < self._log_start_offset:
                 offset = self._log_start_offset
             end = self._leo
             try:
-                chunk = self.read(offset, max_bytes=max_bytes)     # (at the end: a refresh)
+                chunk = self.read(offset, max_bytes=max_bytes)
             except OffsetOutOfRangeError:
                 if offset < self._log_start_offset:
                     continue        # retention moved the start under the read: clamp again

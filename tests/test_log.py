@@ -576,9 +576,9 @@ def test_a_read_only_tail_loop_over_iter_chunks_finds_records_after_trailing_mar
     """A reader in this process tails a log whose writer (another process) ended it with
     transaction markers: `for chunk in lg.iter_chunks(pos)`, then `lg.wait_for(pos, ...)`, pos
     after the last record. The writer then appends a record; the loop returns it. Before, the
-    wait returned at once (the end is past pos, at the markers' end) and iter_chunks, having
-    passed the markers to the end it knew, never refreshed the read-only view: the loop spun and
-    never saw the record (found in a compacted transactional log under a cleaner)."""
+    wait returned at once (the end is past pos, at the markers' end) and the read at pos, below
+    the end the read-only view knew, never refreshed it: the loop spun and never saw the record
+    (found in a compacted transactional log under a cleaner; read_records now refreshes)."""
     from batch_helpers import txn_batch
     from writer_process import WriterProcess
     watchdog(60)
