@@ -316,7 +316,13 @@ def read_records(log, offset, max_records=None, Py_ssize_t max_bytes=1 << 20, *,
     except CorruptRecordError:
         done = 0               # the slow path reads again and names the file
     if done and log._segments is ss:
-        return out
+        if out or not log.read_only:
+            return out
+        # read-only, nothing from offset to the end it knows (transaction markers, batches a
+        # cleaner emptied): its writer may have appended records after them, which a read at
+        # the end would have refreshed to find; a tail loop waiting on an end already past
+        # offset would never see them. Refresh, then read again
+        log.refresh()
     return log._read_slow(offset, max_records, max_bytes, verify_crc)
 
 

@@ -25,6 +25,7 @@ from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
 from kstore.read_committed import TxnFilter, skip_control_batches
+from kstore.read_skip import after_empty_read
 from kstore.reader import StoreReader
 from kstore.subscription_state import SubscriptionState
 from kstore.topic_partition import TopicPartition
@@ -193,6 +194,7 @@ class Fetcher:
                 if lg.read_only:
                     _catch_up(lg)
                 new = self._new_log(tp, lg)
+                end = lg.log_end_offset          # what the read can see (after_empty_read)
                 recs = [] if new else lg.read(pos, budget, self.max_partition_bytes)
                 new = new or self._new_log(tp, lg)     # (the read's own refresh may find it)
             except UnknownTopicError:
@@ -214,7 +216,7 @@ class Fetcher:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
                     # tail; records all at or past the LSO are no gap: wait at the LSO
-                    nxt = after_empty_read(lg, pos) if read_nothing else skip_control_batches(lg, pos)
+                    nxt = after_empty_read(lg, pos, end) if read_nothing else skip_control_batches(lg, pos)
                 if nxt != pos:
                     self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
                 continue
@@ -374,16 +376,3 @@ def _catch_up(lg: Log) -> None:
     n = lg.notifier
     bell = n.current_bell(time.monotonic())
     n.catch_up(bell, bell.load() if bell is not None else 0)
-
-
-def after_empty_read(lg: Log, pos: int) -> int:
-    """Where a read from pos that returned no records goes on: past the transaction markers that
-    start at pos, to the batch after them (in whatever segment it lies); if none starts there,
-    the next segment's base (a compacted segment whose records at and after pos are gone)."""
-    nxt = skip_control_batches(lg, pos)
-    if nxt != pos or pos >= lg.log_end_offset:
-        return nxt
-    for s in lg.segments:
-        if s.base_offset > pos:
-            return s.base_offset
-    return pos

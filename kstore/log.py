@@ -26,12 +26,13 @@ from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
                                     TimestampLookup)
+from kstore.read_skip import after_empty_read
 from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
 from kstore.segment_reader import ColumnsEnd
 from kstore.row_split import split_rows
-from kstore.start_file import STANDALONE_CLEAN_MARKER
+from kstore.start_file import STANDALONE_CLEAN_MARKER, read_only_start
 from kstore.storage_errors import failed_error, storage_error, storage_op
 
 __all__ = ["Log", "LOG_DIR_LOCK", "STANDALONE_CLEAN_MARKER", "DEFAULT_MAX_BYTES", "split_rows",
@@ -111,7 +112,7 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             raise UnknownTopicError(f"partition directory {self.dir} does not exist (read-only open)")
         self._set_segments([])
         self._ro_refresh = ReadOnlyRefresh(self._io, self.dir)
-        self.refresh(log_start_offset)
+        self.refresh(log_start_offset if log_start_offset is not None else read_only_start(self._io, self.dir))
         warn_unreadable(self)          # a garbage .log is said, not shown as empty (log_tail.py)
 
     def refresh(self, log_start_offset: Optional[int] = None, *,
@@ -576,25 +577,24 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
         """Every record from log_start_offset to the end as of each chunk read."""
         return itertools.chain.from_iterable(self.iter_chunks())
 
-    def iter_chunks(self, start: Optional[int] = None,
-                    max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
-        """Records from start (default log_start_offset) in lists of about max_bytes of batches."""
+    def iter_chunks(self, start: Optional[int] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
+        """Records from start (default log_start_offset) in lists of about max_bytes of batches,
+        to the end as of each chunk read (past markers and gaps: read_skip)."""
         offset = self._log_start_offset if start is None else start
         while offset < self._leo:
             if offset < self._log_start_offset:
                 offset = self._log_start_offset
+            end = self._leo
             try:
                 chunk = self.read(offset, max_bytes=max_bytes)
             except OffsetOutOfRangeError:
                 if offset < self._log_start_offset:
                     continue        # retention moved the start under the read: clamp again
                 raise
-            if not chunk:
-                # nothing at or after offset in this segment (a gap): skip to the next one
-                nxt = self._segments.higher(offset)
-                if nxt is None:
+            if not chunk:       # markers, emptied batches, empty tails: on to the next records
+                offset, before = after_empty_read(self, offset, end), offset
+                if offset == before:
                     return
-                offset = nxt.base_offset
                 continue
             yield chunk
             offset = chunk[-1].offset + 1

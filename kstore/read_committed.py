@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from kstore._core import Record, decode_batches
 from kstore._txn_scan import producer_headers, txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
+from kstore.read_skip import batch_heads
 
 if TYPE_CHECKING:
     from kstore.log import Log
@@ -35,39 +36,8 @@ EMPTY_CONTROL = -2    # a control batch a cleaner emptied (its records removed)
 IDEMPOTENT = -3       # producer_batches: a non-transactional batch with a producer id
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
-_LEN = struct.Struct(">qi")          # base offset, batch length
-_ATTRS = struct.Struct(">hi")        # attributes at 21, last offset delta at 23
-_PID = struct.Struct(">q")           # producer id at 43
 _COUNT = struct.Struct(">i")         # records count at 57
 V2_HEADER = 61
-
-
-def _batches(view: memoryview, log_dir: str, first: int):
-    """(base, last, magic, attributes, producer id, start, end) of each whole batch in view."""
-    n = len(view)
-    pos = 0
-    while pos + 17 <= n:
-        base, length = _LEN.unpack_from(view, pos)
-        end = pos + 12 + length
-        if length < 5:       # shorter than any message: the walk would not move forward
-            raise CorruptRecordError(f"batch at offset {base} of {log_dir} has length {length} "
-                                     f"(reading from offset {first})")
-        if end > n:
-            break
-        magic = view[pos + 16]
-        if magic >= 2:
-            if 12 + length < V2_HEADER:
-                raise CorruptRecordError(f"batch at offset {base} of {log_dir} is {length} bytes, "
-                                         f"shorter than a v2 header (reading from offset {first})")
-            attrs, delta = _ATTRS.unpack_from(view, pos + 21)
-            pid = _PID.unpack_from(view, pos + 43)[0]
-            if delta < 0:
-                raise CorruptRecordError(f"batch at offset {base} of {log_dir} has a negative "
-                                         f"last offset delta {delta}")
-            yield base, base + delta, magic, attrs, pid, pos, end
-        else:
-            yield base, base, magic, 0, -1, pos, end
-        pos = end
 
 
 def _check_walk(why, log_dir: str, pos: int) -> None:
@@ -150,6 +120,19 @@ def producer_batches(lg: "Log", start: int):
             yield base, last, pid, epoch, _kind(view, lg, attrs, base, s, e), max_ts
 
 
+def _data_batch_at(lg: "Log", base: int, last: int, pid: int) -> bool:
+    """Whether the log still holds, at [base, last], a transactional data batch of producer pid
+    with records (not removed or emptied by the cleaner). An unreadable position (a segment
+    gone under the read, the log end below it) counts as held: the next look decides."""
+    try:
+        view = lg.read_batches(base, V2_HEADER)
+    except (OffsetOutOfRangeError, SegmentGoneError):
+        return True
+    for b, lst, magic, attrs, p, count, _s, _e in batch_heads(view, lg.dir, base):
+        return (b, lst, p) == (base, last, pid) and magic >= 2 and not attrs & CONTROL and count > 0
+    return base >= lg.log_end_offset
+
+
 def skip_control_batches(lg: "Log", pos: int) -> int:
     """The offset after the control batches (transaction markers) that start at pos: a read
     there returns no records, yet the log end is past it."""
@@ -159,7 +142,7 @@ def skip_control_batches(lg: "Log", pos: int) -> int:
         except (OffsetOutOfRangeError, SegmentGoneError):
             return pos
         moved = False
-        for _base, last, magic, attrs, _pid, _s, _e in _batches(view, lg.dir, pos):
+        for _base, last, magic, attrs, _pid, _n, _s, _e in batch_heads(view, lg.dir, pos):
             if last < pos:
                 continue
             if magic < 2 or not attrs & CONTROL:
@@ -186,6 +169,7 @@ class TxnFilter:
         below the log start, as Kafka's firstUnstableOffset), else the log end (as far as
         scanned)."""
         self._scan(lg)
+        self._drop_cleaned(lg)
         first = min((f for f, _r in self.open.values()), default=self.scanned)
         return first if first >= lg.log_start_offset else min(lg.log_start_offset, self.scanned)
 
@@ -210,8 +194,12 @@ class TxnFilter:
                     continue
                 self.transactional = True
                 if attrs & CONTROL:
+                    # a marker the cleaner emptied ends its transaction, whose data is gone
+                    # (removed after this filter saw it open): not an abort, as Kafka's
+                    # containsAbortMarker
                     entry = self.open.pop(pid, None)
-                    if entry is not None and _marker_type(view[s:e], lg.dir, base) == ABORT:
+                    if entry is not None and _COUNT.unpack_from(view, s + 57)[0] > 0 \
+                            and _marker_type(view[s:e], lg.dir, base) == ABORT:
                         self.aborted.extend(entry[1])
                         self.aborted.sort()
                 else:
@@ -225,6 +213,24 @@ class TxnFilter:
                 if not nxt:
                     return
                 self.scanned = nxt[0]            # a compacted segment's empty tail
+
+    def _drop_cleaned(self, lg: "Log") -> None:
+        """Open transactions whose earliest data batch the cleaner removed (or emptied) since it
+        was scanned are over: the cleaner works only below the writer's last stable offset, so
+        their marker was written, and it may be gone too (removed with the transaction's last
+        data past delete.retention.ms), never to be scanned. Such a transaction no longer holds
+        the last stable offset; one whose data is still there (or below the log start) does."""
+        while self.open:
+            pid = min(self.open, key=lambda p: self.open[p][0])
+            ranges = self.open[pid][1]
+            base, last = ranges[0]
+            if base < lg.log_start_offset or _data_batch_at(lg, base, last, pid):
+                return
+            ranges.pop(0)
+            if ranges:
+                self.open[pid] = (ranges[0][0], ranges)
+            else:
+                del self.open[pid]
 
     def committed(self, recs: list[Record], pos: int, lso: int) -> tuple[list[Record], int]:
         """recs (read from pos) cut at lso, aborted ones dropped; and the position after the

@@ -114,3 +114,12 @@ def partition_of(dir_: str) -> Optional[tuple[str, int]]:
 
 def _checkpoint_path(dir_: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(dir_)), LOG_START_OFFSET_CHECKPOINT)
+
+
+def read_only_start(io: FileOps, dir_: str) -> Optional[int]:
+    """Where a read-only open of dir_ starts at least: its log dir's checkpoint entry (a
+    LogManager's DeleteRecords inside a segment shows nowhere else) when the directory has no
+    start files of its own, as a standalone writable open (LogLoader); None otherwise."""
+    if io.exists(os.path.join(dir_, STANDALONE_CLEAN_MARKER)) or io.exists(os.path.join(dir_, LOG_START_FILE)):
+        return None         # a standalone writer's: refresh() reads LOG_START_FILE itself
+    return checkpointed_start(io, dir_)

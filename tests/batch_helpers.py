@@ -84,3 +84,12 @@ def markers_then_records(d: str) -> int:
         with open(os.path.join(d, "t-0", "%020d.log" % base), "wb") as f:
             f.write(data)
     return n + 2
+
+
+def emptied_marker(base, pid, ts=NOW):
+    """A control batch of producer pid with no records, as Kafka's cleaner leaves a marker whose
+    transaction has no data left when it is the last batch of a cleaned range."""
+    import struct
+    tail = struct.pack(">hiqqqhii", 0x30, 0, ts, ts, pid, 0, -1, 0)
+    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
+    return head + struct.pack(">I", CRC32C(tail)) + tail

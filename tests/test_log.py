@@ -585,3 +585,37 @@ def test_a_read_passes_over_markers_outside_its_byte_budget(tmp_path):
         assert [(r.offset, r.value) for r in lg.read(0, max_bytes=100)] == [(at, b"plain")]
         assert [(r.offset, r.value) for r in lg.read(5, max_records=1)] == [(at, b"plain")]
         assert lg.read(at + 2) == []
+
+
+def test_a_read_only_tail_loop_over_iter_chunks_finds_records_after_trailing_markers(tmp_path, watchdog):
+    """A reader in this process tails a log whose writer (another process) ended it with
+    transaction markers: `for chunk in lg.iter_chunks(pos)`, then `lg.wait_for(pos, ...)`, pos
+    after the last record. The writer then appends a record; the loop returns it. Before, the
+    wait returned at once (the end is past pos, at the markers' end) and the read at pos, below
+    the end the read-only view knew, never refreshed it: the loop spun and never saw the record
+    (found in a compacted transactional log under a cleaner; read_records now refreshes)."""
+    from batch_helpers import txn_batch
+    from writer_process import WriterProcess
+    watchdog(60)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)", "lg = m.log('t', 0)", "lg.append([(b'k', b'first')])",
+              f"lg.append_batches({b''.join(txn_batch(1 + i, 4, control=1) for i in range(3))!r})")
+        with kstore.StoreReader(d) as st:
+            lg = st.log("t", 0)
+            got, pos = [], 0
+            for _ in range(2):
+                for chunk in lg.iter_chunks(pos):
+                    got += [(r.offset, r.value) for r in chunk]
+                    pos = chunk[-1].offset + 1
+                assert lg.wait_for(pos, 1)
+            assert (got, pos, lg.log_end_offset) == ([(0, b"first")], 1, 4)
+            w.run("lg.append([(b'k', b'after')])")
+            for _ in range(3):
+                for chunk in lg.iter_chunks(pos):
+                    got += [(r.offset, r.value) for r in chunk]
+                    pos = chunk[-1].offset + 1
+            assert got == [(0, b"first"), (4, b"after")]
+    finally:
+        assert w.close() == 0

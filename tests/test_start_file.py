@@ -172,3 +172,29 @@ def test_a_reader_process_sees_the_start_across_a_writer_processs_switch(tmp_pat
         if kept is not None:
             kept.close()
         w.close()
+
+
+def test_a_read_only_open_starts_at_a_log_managers_delete_records(tmp_path, watchdog):
+    """A LogManager in another process deletes records inside a segment; Log.open(read_only=True)
+    of the partition, while it runs and after it closed, starts at the new start and iterates
+    from there, as a StoreReader and a standalone writable open do. Before, it started at the
+    segment's base: the deleted records came back (seen as "records below the start" by a
+    check of a compacted log against its read-only iteration)."""
+    from writer_process import WriterProcess
+    watchdog(60)
+    d = str(tmp_path / "data")
+    w = WriterProcess(d, str(tmp_path))
+    try:
+        w.run("m.create_topic('t', 1)", "lg = m.log('t', 0)",
+              "for i in range(100): lg.append([(b'k', b'v%d' % i)])", "lg.delete_records(55)")
+        bases = sorted(int(n[:20]) for n in os.listdir(os.path.join(d, "t-0")) if n.endswith(".log"))
+        assert bases[0] < 55 < bases[1]
+        with kstore.Log.open(os.path.join(d, "t-0"), read_only=True) as lg:
+            assert lg.log_start_offset == 55
+            assert _values(lg) == [b"v%d" % i for i in range(55, 100)]
+    finally:
+        assert w.close() == 0
+    with kstore.Log.open(os.path.join(d, "t-0"), read_only=True) as lg:
+        assert (lg.log_start_offset, _values(lg)[0]) == (55, b"v55")
+    with kstore.StoreReader(d) as st:
+        assert st.log("t", 0).log_start_offset == 55

@@ -20,7 +20,7 @@ from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
-from kstore.fetcher import after_empty_read
+from kstore.read_skip import after_empty_read
 from kstore.read_committed import TxnFilter
 from kstore.tools.java_text import as_java_text
 from kstore.tools.progress import Progress
@@ -217,6 +217,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         lg = store.log(args.topic, p, refresh=rescanned)
                         if recreated(p, lg):
                             continue
+                        end = lg.log_end_offset       # what the read can see
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
                         if recreated(p, lg):     # found by the read's own refresh
                             continue
@@ -251,9 +252,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             continue
                     if not recs:
                         # the end, transaction markers, or nothing left at or after the position
-                        # in its segment (a compacted tail): past the markers, else at the next
-                        # segment (fetcher.after_empty_read)
-                        nxt = after_empty_read(lg, positions[p])
+                        # in its segment (a compacted tail): on to the next batch with records
+                        nxt = after_empty_read(lg, positions[p], end)
                         skipped = skipped or nxt != positions[p]
                         positions[p] = nxt
                         continue
