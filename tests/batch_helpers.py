@@ -93,3 +93,35 @@ def emptied_marker(base, pid, ts=NOW):
     tail = struct.pack(">hiqqqhii", 0x30, 0, ts, ts, pid, 0, -1, 0)
     head = struct.pack(">qiib", base, 4 + 1 + 4 + len(tail), 0, 2)
     return head + struct.pack(">I", CRC32C(tail)) + tail
+
+
+#: Source for child-process scripts (kept self-contained: a child imports only kstore): varint(v),
+#: blob(b) and batch(pid, recs, control=None), a transactional batch as a producer (data: recs of
+#: (key, value), None allowed) or a broker (control: 0 ABORT, 1 COMMIT) writes it, offset 0
+TXN_BATCH_SOURCE = r"""
+import struct, time
+from kstore._core import crc32c
+
+def varint(v):
+    u, out = (v << 1) ^ (v >> 63), bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+def blob(b):
+    return varint(-1) if b is None else varint(len(b)) + b
+
+def batch(pid, recs, control=None):
+    if control is not None:
+        recs = [(struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
+    body = b""
+    for i, (k, v) in enumerate(recs):
+        rec = b"\x00" + varint(0) + varint(i) + blob(k) + blob(v) + varint(0)
+        body += varint(len(rec)) + rec
+    ts = int(time.time() * 1000)
+    tail = struct.pack(">hiqqqhii", 0x10 | (0x20 if control is not None else 0), len(recs) - 1,
+                       ts, ts, pid, 0, 0 if control is None else -1, len(recs)) + body
+    return struct.pack(">qiib", 0, 9 + len(tail), 0, 2) + struct.pack(">I", crc32c(tail)) + tail
+"""

@@ -17,37 +17,15 @@ import subprocess
 import sys
 
 import pytest
+from batch_helpers import TXN_BATCH_SOURCE
 
 import kstore
 
-WRITER = r"""
+WRITER = TXN_BATCH_SOURCE + r"""
 import json, random, struct, sys, time
 import kstore
-from kstore._core import crc32c
 d, seconds, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 
-def varint(v):
-    u, out = (v << 1) ^ (v >> 63), bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-def blob(b):
-    return varint(-1) if b is None else varint(len(b)) + b
-
-def batch(pid, recs, control=None):
-    if control is not None:
-        recs = [(struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
-    body = b""
-    for i, (k, v) in enumerate(recs):
-        rec = b"\x00" + varint(0) + varint(i) + blob(k) + blob(v) + varint(0)
-        body += varint(len(rec)) + rec
-    ts = int(time.time() * 1000)
-    tail = struct.pack(">hiqqqhii", 0x10 | (0x20 if control is not None else 0), len(recs) - 1,
-                       ts, ts, pid, 0, 0 if control is None else -1, len(recs)) + body
-    return struct.pack(">qiib", 0, 9 + len(tail), 0, 2) + struct.pack(">I", crc32c(tail)) + tail
 
 cfg = {"log.segment.bytes": "1500", "log.segment.delete.delay.ms": "0",
        "log.cleaner.backoff.ms": "50", "log.initial.task.delay.ms": "0"}

@@ -16,37 +16,17 @@ import sys
 import threading
 
 import pytest
+from batch_helpers import TXN_BATCH_SOURCE
 from thread_watchdog import join_all
 
 import kstore
 from kstore import TopicPartition as TP
 
-WRITER = r"""
+WRITER = TXN_BATCH_SOURCE + r"""
 import json, os, random, struct, sys, time
 import kstore
-from kstore._core import crc32c
 d, seconds, compact = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 
-def varint(v):
-    u, out = (v << 1) ^ (v >> 63), bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-def batch(pid, recs, control=None):
-    # a transactional batch as a producer (data) or a broker (control: 0 ABORT, 1 COMMIT) writes it
-    if control is not None:
-        recs = [(struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))]
-    body = b""
-    for i, (k, v) in enumerate(recs):
-        rec = b"\x00" + varint(0) + varint(i) + varint(len(k)) + k + varint(len(v)) + v + varint(0)
-        body += varint(len(rec)) + rec
-    ts = int(time.time() * 1000)
-    tail = struct.pack(">hiqqqhii", 0x10 | (0x20 if control is not None else 0), len(recs) - 1,
-                       ts, ts, pid, 0, 0 if control is None else -1, len(recs)) + body
-    return struct.pack(">qiib", 0, 9 + len(tail), 0, 2) + struct.pack(">I", crc32c(tail)) + tail
 
 cfg = {"log.segment.bytes": "2000", "log.segment.delete.delay.ms": "0",
        "log.cleaner.backoff.ms": "100", "log.initial.task.delay.ms": "0"}
