@@ -1,6 +1,7 @@
 """LogLoader: reopening, recovery after an unclean shutdown, missing or corrupt indexes, temporary
 and swap files, the overflow split (Kafka's LogLoaderTest)."""
 import os
+import time
 
 import pytest
 
@@ -284,6 +285,10 @@ def test_kill_9_of_a_writer_that_read_rolled_segments_rebuilds_no_index(tmp_path
         before = {p: open(p, "rb").read() for p in
                   (os.path.join(tmp_path, d, f) for d in ("t-0", "t-1")
                    for f in os.listdir(os.path.join(tmp_path, d)) if f.endswith("index"))}
+        # the clean open removes the marker on a thread (marker_gate.py); under load it may not
+        # have run yet, and a kill then would leave a clean store: wait for it (the watchdog bounds)
+        while os.path.exists(tmp_path / ".kafka_cleanshutdown"):
+            time.sleep(0.01)
     finally:
         w.p.kill()
         w.p.wait(timeout=30)
