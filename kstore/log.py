@@ -6,10 +6,9 @@ segment list and offsets without an extra attribute lookup. high_watermark equal
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from kstore import _core
 from kstore.clock import SYSTEM_TIME
@@ -26,7 +25,7 @@ from kstore.log_segments import LogSegments
 from kstore.log_tail import warn_unreadable
 from kstore.log_time_lookup import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
                                     TimestampLookup)
-from kstore.read_skip import after_empty_read
+from kstore.read_skip import LogFetch
 from kstore.ro_refresh import ReadOnlyRefresh
 from kstore.segment import LogSegment, SegmentRecovery
 from kstore.segment_ro import ReadOnlySegment
@@ -43,7 +42,7 @@ log = logging.getLogger("kstore.log")
 DEFAULT_MAX_BYTES = 1 << 20
 
 
-class Log(LeaderEpochs, LocalLog, TimestampLookup):
+class Log(LeaderEpochs, LocalLog, TimestampLookup, LogFetch):
     """A partition directory of segments. Open with ``Log.open``; use as a context manager."""
 
     def __init__(self, dir_: str, config: LogConfig, *, io: FileOps, time, scheduler=None,
@@ -572,29 +571,3 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup):
             # this segment grown again, skipping the offsets between.
             i += 1
             offset = max(resume, segs[i].base_offset)
-
-    def __iter__(self) -> Iterator[_core.Record]:
-        """Every record from log_start_offset to the end as of each chunk read."""
-        return itertools.chain.from_iterable(self.iter_chunks())
-
-    def iter_chunks(self, start: Optional[int] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[list[_core.Record]]:
-        """Records from start (default log_start_offset) in lists of about max_bytes of batches,
-        to the end as of each chunk read (past markers and gaps: read_skip)."""
-        offset = self._log_start_offset if start is None else start
-        while offset < self._leo:
-            if offset < self._log_start_offset:
-                offset = self._log_start_offset
-            end = self._leo
-            try:
-                chunk = self.read(offset, max_bytes=max_bytes)
-            except OffsetOutOfRangeError:
-                if offset < self._log_start_offset:
-                    continue        # retention moved the start under the read: clamp again
-                raise
-            if not chunk:       # markers, emptied batches, empty tails: on to the next records
-                offset, before = after_empty_read(self, offset, end), offset
-                if offset == before:
-                    return
-                continue
-            yield chunk
-            offset = chunk[-1].offset + 1

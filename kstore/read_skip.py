@@ -5,19 +5,22 @@ A read of a compacted or transactional log can return nothing below the log end:
 markers (a run of them longer than one read), batches the cleaner emptied, a batch whose records
 at and after the position were cleaned away, a segment's empty tail or a whole segment emptied.
 `after_empty_read` walks the batch headers (no record decoded) past exactly those, to the next
-batch that has records; `batch_heads` is the header walk, shared with read_committed.
+batch that has records; `batch_heads` is the header walk, shared with read_committed. LogFetch,
+a mixin of Log, gives readers the same step: `fetch` returns the records and where to go on,
+so a read + wait_for tail loop on a log that ends in markers sleeps instead of spinning.
 """
 from __future__ import annotations
 
+import itertools
 import struct
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 
 if TYPE_CHECKING:
-    from kstore.log import Log
+    from kstore._core import Record
 
-__all__ = ["after_empty_read", "batch_heads", "SCAN_BYTES", "CONTROL", "V2_HEADER"]
+__all__ = ["after_empty_read", "batch_heads", "LogFetch", "SCAN_BYTES", "CONTROL", "V2_HEADER"]
 
 CONTROL = 0x20
 #: bytes of batches looked at per read_batches call
@@ -60,7 +63,7 @@ def batch_heads(view: memoryview, log_dir: str, first: int
         pos = end
 
 
-def after_empty_read(lg: "Log", pos: int, end: int) -> int:
+def after_empty_read(lg: "LogFetch", pos: int, end: int) -> int:
     """Where a read from pos that returned no records goes on, end being the log end read
     before that read: past the batches below end with no record at or after pos (markers,
     emptied batches, the v2 batch holding pos, whose records from pos were cleaned away) and
@@ -90,3 +93,50 @@ def after_empty_read(lg: "Log", pos: int, end: int) -> int:
         if not moved:
             return pos
     return pos
+
+
+class LogFetch:
+    """Log's reads that carry a position (Kafka's fetch: records plus the offset to fetch next)."""
+
+    dir: str
+    _leo: int
+    _log_start_offset: int
+    if TYPE_CHECKING:
+        def read(self, offset: int, max_records: Optional[int] = None, max_bytes: int = 1 << 20,
+                 *, verify_crc: bool = True) -> list[Record]: ...
+        def read_batches(self, offset: int, max_bytes: int = 1 << 20) -> memoryview: ...
+
+    def fetch(self, offset: int, max_records: Optional[int] = None,
+              max_bytes: int = 1 << 20, *, verify_crc: bool = True) -> tuple[list[Record], int]:
+        """read(offset, ...) and the offset to read next: past the last record returned, or,
+        when none was, past the markers, emptied batches and gaps that read passed over (the
+        log end if nothing else is left), so a `records, pos = log.fetch(pos)` + `if not
+        records: log.wait_for(pos)` loop sleeps at the end of a log that ends in markers."""
+        end = self._leo
+        recs = self.read(offset, max_records, max_bytes, verify_crc=verify_crc)
+        if recs:
+            return recs, recs[-1].offset + 1
+        return recs, after_empty_read(self, offset, end)
+
+    def iter_chunks(self, start: Optional[int] = None,
+                    max_bytes: int = 1 << 20) -> Iterator[list[Record]]:
+        """Records from start (default log_start_offset) in lists of about max_bytes of batches,
+        to the end as of each chunk read (past markers and gaps)."""
+        offset = self._log_start_offset if start is None else start
+        while offset < self._leo:
+            offset = max(offset, self._log_start_offset)
+            try:
+                chunk, nxt = self.fetch(offset, max_bytes=max_bytes)
+            except OffsetOutOfRangeError:
+                if offset < self._log_start_offset:
+                    continue        # retention moved the start under the read: clamp again
+                raise
+            if nxt == offset:
+                return
+            if chunk:
+                yield chunk
+            offset = nxt
+
+    def __iter__(self) -> Iterator[Record]:
+        """Every record from log_start_offset to the end as of each chunk read."""
+        return itertools.chain.from_iterable(self.iter_chunks())

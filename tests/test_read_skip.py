@@ -123,3 +123,70 @@ def test_consume_group_without_follow_ends_after_batches_compaction_cut(tmp_path
     _cut_batches(d)
     out = _consume(d, tmp_path, "--group", "g", "--from-beginning", "--isolation-level", iso)
     assert out == b"Offset:0\tv0\nOffset:1\tv1\n"
+
+
+def test_fetch_returns_the_records_and_the_offset_to_read_next(tmp_path):
+    """Log.fetch: after records, the offset past the last one; after a read that returned none,
+    past the markers, emptied batches and gaps it passed over (the log end if nothing is left)."""
+    d = str(tmp_path / "cut")
+    end = _cut_batches(d)
+    with kstore.Log.open(os.path.join(d, "t-0"), read_only=True) as lg:
+        got = [(start, [r.offset for r in recs], nxt)
+               for start in range(end + 1) for recs, nxt in [lg.fetch(start)]]
+        assert got == [(0, [0, 1], 2), (1, [1], 2)] + [(s, [], end) for s in range(2, end + 1)]
+        assert [(r.offset, n) for recs, n in [lg.fetch(0, 1)] for r in recs] == [(0, 1)]
+    d = str(tmp_path / "markers")
+    end = _markers_then_records_in_one_segment(d)
+    with kstore.Log.open(os.path.join(d, "t-0"), read_only=True) as lg:
+        recs, nxt = lg.fetch(1, max_bytes=100)         # markers are outside the budget
+        assert ([(r.offset, r.value) for r in recs], nxt) == ([(end - 2, b"after"),
+                                                              (end - 1, b"last")], end)
+
+
+WRITER = r"""
+import sys, time
+import kstore
+sys.path.insert(0, sys.argv[2])
+from batch_helpers import txn_batch
+with kstore.Log.open(sys.argv[1], {}) as lg:
+    lg.append([(b"k", b"plain")])
+    lg.append_batches(txn_batch(0, 7, [b"t1", b"t2"]) + txn_batch(0, 7, control=1))
+    print("markers", flush=True)
+    sys.stdin.readline()
+    lg.append([(b"k", b"after")])
+    print("appended", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_fetch_tail_loop_sleeps_while_the_log_ends_in_markers(tmp_path, watchdog):
+    """A `records, pos = fetch(pos)` + `wait_for(pos)` loop in this process, beside a writer
+    process whose log ends in a COMMIT marker: the loop waits at the log end (a handful of
+    turns while the writer holds still) and wakes for the next record. A read() loop's pos
+    stays at the marker, below the log end, so its wait_for returned at once: a busy core."""
+    d = str(tmp_path / "t-0")
+    here = os.path.dirname(os.path.abspath(__file__))
+    with watchdog(60):
+        w = subprocess.Popen([sys.executable, "-c", WRITER, d, here], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        try:
+            assert w.stdout.readline() == b"markers\n"
+            with kstore.Log.open(d, read_only=True) as lg:
+                pos, got, turns = 0, [], 0
+                while len(got) < 4:
+                    recs, pos = lg.fetch(pos)
+                    got += [(r.offset, r.value) for r in recs]
+                    if recs:
+                        continue
+                    assert pos == lg.log_end_offset == 4
+                    turns += 1
+                    if turns == 3:          # asleep at the end: now the writer appends
+                        w.stdin.write(b"go\n")
+                        w.stdin.flush()
+                        assert w.stdout.readline() == b"appended\n"
+                    assert lg.wait_for(pos, 0.5) == (turns >= 3), turns
+                assert got == [(0, b"plain"), (1, b"t1"), (2, b"t2"), (4, b"after")]
+                assert turns == 3
+        finally:
+            w.stdin.close()
+            w.wait(30)

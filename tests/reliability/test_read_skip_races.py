@@ -5,8 +5,8 @@ delete.retention.ms 100) appends plain records and tombstones, four producers' t
 variant also moves the log start with delete_records and retention.bytes. Readers from the
 start until the writer's END record: Consumer read_uncommitted and read_committed, a group
 member closed and reopened every few polls (resuming at its commits), AsyncConsumer.getmany,
-a StoreReader tail loop (iter_chunks + wait_for), `kstore consume --follow` at both isolation
-levels and with --group.
+a StoreReader tail loop (fetch or iter_chunks, then wait_for at fetch's position), `kstore
+consume --follow` at both isolation levels and with --group.
 
 Each reader's records come in offset order, each once, each as written; and every record the
 log holds once the writer is done (a StoreReader's view, at or after where the reader started)
@@ -128,13 +128,18 @@ elif mode == "tail":
         lg = st.log("t", 0)
         pos = lg.log_start_offset
         while not done() and time.monotonic() < deadline:
+            budget = rng.choice([100, 5000, 1 << 20])
             try:
-                for chunk in lg.iter_chunks(pos, max_bytes=rng.choice([100, 5000, 1 << 20])):
-                    add(chunk)
-                    pos = chunk[-1].offset + 1
+                if rng.random() < 0.5:          # iter_chunks to the end, then fetch's position
+                    for chunk in lg.iter_chunks(pos, max_bytes=budget):
+                        add(chunk)
+                        pos = chunk[-1].offset + 1
+                recs, pos = lg.fetch(pos, max_bytes=budget)
+                add(recs)
             except kstore.OffsetOutOfRangeError:
                 pos = lg.log_start_offset
-            if not done():
+                continue
+            if not recs and not done():
                 lg.wait_for(pos, 0.2)
 else:                                    # consume --follow, more options after the mode
     r = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
