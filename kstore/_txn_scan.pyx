@@ -9,36 +9,10 @@ from kstore._format cimport *
 
 cdef uint8_t _empty_byte = 0
 
-def txn_headers(data):
-    """A transaction scan's walk (read_committed.py) over the whole batches of data (a
-    read_batches view): returns (batches, last_offset, why) where batches lists (base, last,
-    producer id, attributes, start, end) of each transactional v2 batch, last_offset is the last
-    offset of the last whole batch (-1 if none), and why says what is malformed at the position
-    after it (None when the data just ends there)."""
-    cdef const uint8_t[::1] mv = data
-    cdef Py_ssize_t n = mv.shape[0], pos = 0
-    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
-    cdef BatchHeader h
-    cdef const char* why
-    cdef int hs
-    cdef int64_t last = -1
-    cdef list out = []
-    while True:
-        hs = parse_header(p, pos, n, &h, &why)
-        if hs == H_END:
-            return out, last, None
-        if hs == H_CORRUPT:
-            return out, last, f"{why.decode('ascii')} (batch at offset {ld64(p + pos)}, position {pos})"
-        if h.magic == 2 and (h.attrs & TXN_BIT):
-            out.append((h.base_offset, h.last_offset, ld64(p + pos + 43), h.attrs, pos, pos + h.size))
-        last = h.last_offset
-        pos += h.size
-
-
-def producer_headers(data):
-    """The cleaner's walk for producer state (cleaner_txn.py): as txn_headers, listing every v2
-    batch that has a producer id (idempotent or transactional) as (base, last, producer id,
-    attributes, producer epoch, max timestamp, start, end)."""
+cdef tuple _walk(data, bint producers):
+    """The header walk both scans share: a tuple per listed batch (transactional v2 batches, or
+    with producers every v2 batch with a producer id), the last offset of the last whole batch
+    and what is malformed after it (None at the end of data)."""
     cdef const uint8_t[::1] mv = data
     cdef Py_ssize_t n = mv.shape[0], pos = 0
     cdef const uint8_t* p = &mv[0] if n else &_empty_byte
@@ -55,8 +29,26 @@ def producer_headers(data):
             return out, last, f"{why.decode('ascii')} (batch at offset {ld64(p + pos)}, position {pos})"
         if h.magic == 2:
             pid = ld64(p + pos + 43)
-            if pid >= 0:
+            if producers and pid >= 0:
                 out.append((h.base_offset, h.last_offset, pid, h.attrs, <int16_t>ld16(p + pos + 51),
                             h.max_timestamp, pos, pos + h.size))
+            elif not producers and h.attrs & TXN_BIT:
+                out.append((h.base_offset, h.last_offset, pid, h.attrs, pos, pos + h.size))
         last = h.last_offset
         pos += h.size
+
+
+def txn_headers(data):
+    """A transaction scan's walk (read_committed.py) over the whole batches of data (a
+    read_batches view): returns (batches, last_offset, why) where batches lists (base, last,
+    producer id, attributes, start, end) of each transactional v2 batch, last_offset is the last
+    offset of the last whole batch (-1 if none), and why says what is malformed at the position
+    after it (None when the data just ends there)."""
+    return _walk(data, False)
+
+
+def producer_headers(data):
+    """The cleaner's walk for producer state (cleaner_txn.py): as txn_headers, listing every v2
+    batch that has a producer id (idempotent or transactional) as (base, last, producer id,
+    attributes, producer epoch, max timestamp, start, end)."""
+    return _walk(data, True)
