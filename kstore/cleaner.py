@@ -168,9 +168,12 @@ class Cleaner:
         # Kafka's: its aborted batches, expired markers and tombstones go now, not at the next
         # keyed clean
         end_offset = max(omap.latest_offset + 1, ltc.first_dirty)
-        # 2. legacy tombstones: Kafka's horizon is the last clean segment's mtime - delete.retention.ms
-        clean_section = [s for s, nxt in zip(segs, nexts) if nxt <= ltc.first_dirty]
-        legacy_horizon = (clean_section[-1].largest_mtime() if clean_section else 0) - lg.config.delete_retention_ms
+        # 2. legacy tombstones: Kafka's horizon is the mtime of the last segment below the first
+        # dirty offset (logSegments(0, firstDirtyOffset): the one holding it, if it is inside a
+        # segment) - delete.retention.ms
+        clean_section = [s for s in segs if s.base_offset < ltc.first_dirty]
+        legacy_horizon = (clean_section[-1].largest_mtime() - lg.config.delete_retention_ms
+                          if clean_section else 0)
         # 3. rewrite the segments below end_offset, in groups
         to_clean = [s for s in segs if s.base_offset < end_offset and s.base_offset < ltc.first_uncleanable]
         # the batch ending just before the first uncleanable offset is kept even if emptied

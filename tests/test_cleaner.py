@@ -822,3 +822,44 @@ def test_batches_left_below_the_log_start_count_in_a_clean_as_kafkas(tmp_path):
         view = lg.read_batches(2, 1 << 20)
         assert struct.unpack_from(">h", view, 21)[0] & 0x40 == 0           # no horizon yet
         assert contents(lg) == [(3, b"k2", b"v3")]
+
+
+def test_legacy_tombstone_horizon_is_the_segment_holding_the_first_dirty_offset(tmp_path):
+    """v0/v1 tombstones have no delete horizon of their own: Kafka takes the last modified time
+    of the last segment of logSegments(0, firstDirtyOffset), minus delete.retention.ms, and
+    drops them from every segment modified before it. When the first dirty offset lies inside a
+    segment (a clean that filled its map stopped there) that segment is the one, not the one
+    before it. Segments [0..9] (a tombstone of a key no later record has, modified 10 days
+    ago), [10..19] (modified now; first dirty offset 15), [20..29], the active [30..]: Kafka's
+    horizon is now - 1 day, so the 10-day-old tombstone goes. Before, the horizon was taken
+    from [0..9] itself (10 days ago - 1 day) and the tombstone stayed."""
+    import time as _time
+    from kstore.checkpoint import CLEANER_OFFSET_CHECKPOINT
+    cfg = {"log.segment.bytes": "1000000"}
+    topic = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0",
+             "message.format.version": "0.10.2", "delete.retention.ms": str(DAY)}
+    m, t = mgr(tmp_path, cfg)
+    with m:
+        m.create_topic("c", 1, topic)
+        lg = m.log("c", 0)
+        for i in range(40):
+            if i and i % 10 == 0:
+                lg.roll()
+            k = b"gone" if i == 3 else b"k%d" % (i % 4 if i != 3 else 9)
+            lg.append([(k, None if i == 3 else b"v%d" % i, NOW)])
+        assert [s.base_offset for s in lg.segments] == [0, 10, 20, 30]
+    with open(os.path.join(tmp_path, CLEANER_OFFSET_CHECKPOINT), "w") as f:
+        f.write("0\n1\nc 0 15\n")
+    now = _time.time()
+    for base, age_days in ((0, 10), (10, 0), (20, 0)):
+        p = os.path.join(tmp_path, "c-0", "%020d.log" % base)
+        os.utime(p, (now - age_days * 86400, now - age_days * 86400))
+    m, t = mgr(tmp_path, cfg)
+    with m:
+        lg = m.log("c", 0)
+        assert (lg.read(3, 1)[0].key, lg.read(3, 1)[0].value) == (b"gone", None)
+        m.clean_now()
+        got = contents(lg)
+        assert (3, b"gone", None) not in got
+        # every other key keeps its latest value; nothing at or past 30 (active) changes
+        assert latest(got) == {b"k%d" % j: (36 + j, b"v%d" % (36 + j)) for j in range(4)}
