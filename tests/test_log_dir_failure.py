@@ -2,6 +2,7 @@
 on a dir, and tells disk errors (offline) from a file's own errors (raised as they are)."""
 import errno
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import traceback
 
 import pytest
 
+from kstore import Consumer, TopicPartition as TP
 from kstore.errors import LogDirOfflineError
 from kstore.fileio import FileOps
 from kstore.manager import LogManager
@@ -258,3 +260,90 @@ def test_a_refused_append_is_the_one_batch_in_doubt(tmp_path, how, watchdog, mon
         assert [" ".join(r.key.decode() for r in m.read(x, 0, 0, max_bytes=1 << 30))
                 for x in ("t", "s")] == expect
 
+
+_READ_DIR = r"""
+import sys, kstore
+with kstore.StoreReader(sys.argv[1]) as r:
+    for p in map(int, sys.argv[2:]):
+        print(" ".join(str(x.offset) for x in r.log("t", p).read(0, max_bytes=1 << 30)))
+"""
+
+
+def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watchdog):
+    """Kafka's handleLogDirFailure takes the dir's partitions offline: a fetch of one fails with
+    KAFKA_STORAGE_ERROR until the broker restarts. Before, the manager refused writes there but
+    still served reads (LogManager.read, log() and so read_columns, a Consumer's poll). Now each
+    raises LogDirOfflineError naming the partition and its dir, while a thread appends to every
+    partition and a consumer polls the other dir's, which keep working. Another process's
+    StoreReader, which cannot know, still reads the dir; a restart serves it again."""
+    watchdog(120)
+    ops = _DiskFullUnder()
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = LogManager([d1, d2], {"log.segment.bytes": "20000"}, io=ops)
+    m.create_topic("t", 4)
+    off1 = [p for p in range(4) if m.log_dir_of("t", p) == d1]
+    on2 = [p for p in range(4) if p not in off1]
+    assert off1 and on2
+    acked: dict[int, list[int]] = {p: [] for p in range(4)}
+    refused: dict[int, Exception] = {}
+    polled: dict[int, list[int]] = {p: [] for p in on2}
+    errors: list[BaseException] = []
+    stop, drained = threading.Event(), threading.Event()
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            for p in range(4):
+                if p not in refused:
+                    try:
+                        acked[p].append(m.append("t", b"k%d" % i, b"v" * 100, partition=p).offset)
+                    except LogDirOfflineError as e:
+                        refused[p] = e
+            i += 1
+
+    def consume():
+        try:
+            with Consumer(m, auto_offset_reset="earliest", max_poll_records=100000) as c:
+                c.assign([TP("t", p) for p in on2])
+                while not drained.is_set() or any(len(polled[p]) < len(acked[p]) for p in on2):
+                    for tp, recs in c.poll(20).items():
+                        polled[tp.partition].extend(r.offset for r in recs)
+        except BaseException as e:    # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=append, daemon=True),
+               threading.Thread(target=consume, daemon=True)]
+    for t in threads:
+        t.start()
+    while min(len(a) for a in acked.values()) < 100:
+        time.sleep(0.01)
+    p = off1[0]
+    c1 = Consumer(m, auto_offset_reset="earliest", max_poll_records=100000)
+    c1.assign([TP("t", p)])
+    assert [r.offset for r in c1.poll(0)[TP("t", p)]][:100] == list(range(100))
+    ops.under = d1
+    while set(refused) != set(off1):
+        time.sleep(0.01)
+    why = f"partition t-{p} is offline: its log dir {re.escape(d1)} is offline \\(.*No space left"
+    for read in (lambda: m.read("t", p, 0), lambda: m.log("t", p), lambda: c1.poll(0)):
+        with pytest.raises(LogDirOfflineError, match=why):
+            read()
+    for q in on2:                                   # the other dir goes on
+        assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)][:100] == list(range(100))
+    time.sleep(0.2)
+    stop.set()
+    threads[0].join(30)
+    drained.set()                                   # the consumer reads on to the end
+    threads[1].join(30)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert {q: polled[q] for q in on2} == {q: acked[q] for q in on2}
+    c1.close()
+    out = subprocess.run([sys.executable, "-c", _READ_DIR, d1, *map(str, off1)], timeout=60,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    on_disk = {q: [int(o) for o in line.split()] for q, line in zip(off1, out)}
+    for q in off1:          # what was acknowledged, and at most the refused batch (in doubt)
+        assert acked[q] == list(range(len(acked[q])))
+        assert on_disk[q] in (acked[q], acked[q] + [len(acked[q])])
+    m.close()
+    with LogManager([d1, d2]) as m:
+        for q in off1:
+            assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)] == on_disk[q]
