@@ -11,7 +11,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
-from kstore.errors import PartitionLoadError, UnknownTopicError
+from kstore.errors import LogDirOfflineError, PartitionLoadError, UnknownTopicError
 from kstore.log_dir_failure import LogDirFailureChannel
 
 if TYPE_CHECKING:
@@ -95,6 +95,16 @@ class LogRegistry:
         except KeyError:
             pass
         self.raise_missing(topic, partition)
+
+    def online_log(self, topic: str, partition: int) -> Log:
+        """The partition's log for a reader: LogDirOfflineError naming the partition and its dir
+        if that dir is offline (Kafka's fetch of an offline dir's partition: KAFKA_STORAGE_ERROR
+        until a restart); else as log()."""
+        lg, d = self.log_and_dir(topic, partition)
+        if (why := self._failures.reason(d)) is not None:
+            raise LogDirOfflineError(f"partition {topic}-{partition} is offline: its log dir {d} "
+                                     f"is offline ({why}); reopen the store once the disk is fixed")
+        return lg
 
     def log_dir_of(self, topic: str, partition: int) -> str:
         """The partition's log dir; the error of raise_missing if it is not loaded."""

@@ -323,7 +323,8 @@ class LogManager:
         return self._reg.partitions(topic)
 
     def log(self, topic: str, partition: int) -> Log:
-        return self._reg.log(topic, partition)
+        """The partition's log; LogDirOfflineError once its log dir is offline (as Kafka)."""
+        return self._reg.online_log(topic, partition)
 
     def logs(self) -> dict[tuple[str, int], Log]:
         return dict(self._reg.logs)

@@ -2,12 +2,16 @@
 on a dir, and tells disk errors (offline) from a file's own errors (raised as they are)."""
 import errno
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 import traceback
 
 import pytest
 
+from kstore import Consumer, TopicPartition as TP
 from kstore.errors import LogDirOfflineError
 from kstore.fileio import FileOps
 from kstore.manager import LogManager
@@ -82,9 +86,12 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
     cleaner run at a 50 ms beat while threads append to every partition, one dir's disk fills,
     and a topic spanning both dirs is deleted and another created. The offline dir's files stay
     byte for byte as they were; the online dir goes on (retention deletes, the deleted topic's
-    partitions are renamed for deletion, the new topic goes there alone). At the restart the
-    offline dir's logs hold exactly what was acknowledged, and the deleted topic's partitions
-    there are stray logs, renamed for deletion as Kafka's KRaft broker renames them."""
+    partitions are renamed for deletion, the new topic goes there alone). The offline dir's
+    logs hold what was acknowledged and at most the one batch whose append was refused (in
+    doubt, as in Kafka: see test_a_refused_append_is_the_one_batch_in_doubt; it flaked once
+    in ~100 loaded runs when it asked for exactly the acknowledged records), and so does the
+    restart; the deleted topic's partitions there are stray logs, renamed for deletion as
+    Kafka's KRaft broker renames them."""
     watchdog(180)
     ops = _DiskFullUnder()
     d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
@@ -99,8 +106,9 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
     parts = [("t", p) for p in range(4)] + [("k", p) for p in range(2)]
     dir_of = {tp: m.log_dir_of(*tp) for tp in parts}
     assert sorted(set(dir_of.values())) == [d1, d2]
+    logs = {tp: m.log(*tp) for tp in parts}   # held: these go on reading once their dir is offline
     acked = {tp: [] for tp in parts}
-    refused = {}
+    refused = {}                  # partition: (the error, the key of the refused append)
     stop = {"t": threading.Event(), "k": threading.Event()}
 
     def append(topic, partitions):
@@ -109,11 +117,11 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
             for p in partitions:
                 if (topic, p) in refused:
                     continue
+                key = b"k%d" % (i % 20)
                 try:
-                    acked[topic, p].append(
-                        m.append(topic, b"k%d" % (i % 20), b"v" * 200, partition=p).offset)
+                    acked[topic, p].append(m.append(topic, key, b"v" * 200, partition=p).offset)
                 except LogDirOfflineError as e:
-                    refused[topic, p] = e
+                    refused[topic, p] = (e, key)
             i += 1
     threads = [threading.Thread(target=append, args=("t", range(4)), daemon=True),
                threading.Thread(target=append, args=("k", range(2)), daemon=True)]
@@ -126,9 +134,9 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
     while set(refused) != set(offline):
         time.sleep(0.01)
     assert list(m.offline_dirs) == [d1] and "No space left" in m.offline_dirs[d1]
-    assert all("is offline" in str(e) or "No space left" in str(e) for e in refused.values())
-    seen = {tp: [(r.offset, r.key) for r in m.log(*tp).read(m.log(*tp).log_start_offset,
-                                                            max_bytes=1 << 30)] for tp in offline}
+    assert all("is offline" in str(e) or "No space left" in str(e) for e, _k in refused.values())
+    seen = {tp: [(r.offset, r.key) for r in logs[tp].read(logs[tp].log_start_offset,
+                                                          max_bytes=1 << 30)] for tp in offline}
     before = _files(d1)
     online_t = [p for p in range(4) if dir_of["t", p] == d2]
     start = {p: m.log("t", p).log_start_offset for p in online_t}
@@ -147,12 +155,14 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
     assert _files(d1) == before                        # nothing wrote to the offline dir
     assert ".kafka_cleanshutdown" not in os.listdir(d1)
     assert not any(n.startswith("t-") and not n.endswith("-delete") for n in os.listdir(d2))
-    for tp in offline:            # the acknowledged records, in order, none after the refusal
+    for tp in offline:       # the acknowledged records, in order, then at most the refused one
         assert acked[tp] == list(range(len(acked[tp])))
-        if tp[0] == "t":          # retention kept a suffix; compaction keeps the last record
-            assert [o for o, _k in seen[tp]] == list(range(seen[tp][0][0], len(acked[tp])))
-        assert seen[tp][-1][0] == acked[tp][-1], (          # (what refused it, if not)
-            tp, seen[tp][-3:], acked[tp][-3:], "".join(traceback.format_exception(refused[tp])))
+        extra = [r for r in seen[tp] if r[0] > acked[tp][-1]]
+        assert extra in ([], [(len(acked[tp]), refused[tp][1])]), (
+            tp, seen[tp][-3:], acked[tp][-3:], "".join(traceback.format_exception(refused[tp][0])))
+        assert seen[tp][-1][0] == acked[tp][-1] + len(extra)  # compaction keeps the last record
+        if tp[0] == "t":          # retention kept a suffix
+            assert [o for o, _k in seen[tp]] == list(range(seen[tp][0][0], seen[tp][-1][0] + 1))
     with LogManager([d1, d2], dict(cfg, **{"log.cleaner.enable": "false"})) as m:
         assert sorted(m.topics()) == ["k", "n"]
         for tp in offline:
@@ -164,3 +174,176 @@ def test_an_offline_dir_is_left_alone_by_retention_compaction_flush_and_topic_ch
             if topic == "t":
                 assert f"t-{p}" not in names
                 assert any(n.startswith(f"t-{p}.") and n.endswith("-delete") for n in names)
+
+
+
+class _FsyncFailsUnder(FileOps):
+    """Once armed, an fsync of a file under `under` fails with EIO: the disk fails after an
+    append's bytes reached the page cache, at the flush that flush.messages makes due."""
+
+    def __init__(self):
+        super().__init__()
+        self.under = None
+
+    def fsync(self, fd):
+        if self.under and os.readlink(f"/proc/self/fd/{fd}").startswith(self.under + os.sep):
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return super().fsync(fd)
+
+
+_READ_KEYS = r"""
+import sys, kstore
+with kstore.StoreReader(sys.argv[1]) as r:
+    for t in ("t", "s"):
+        print(" ".join(x.key.decode() for x in r.log(t, 0).read(0, max_bytes=1 << 30)))
+"""
+
+
+@pytest.mark.parametrize("how", ["own fsync", "dir failed meanwhile"])
+def test_a_refused_append_is_the_one_batch_in_doubt(tmp_path, how, watchdog, monkeypatch):
+    """Kafka's UnifiedLog.append writes the batch, then flushes if flush.messages is due, in one
+    maybeHandleIOException: an I/O error there (its own fsync, or its dir taken offline by
+    another log meanwhile, its handlers closed) fails the produce with KAFKA_STORAGE_ERROR while
+    the batch is in the log, and a restart recovers it. kstore's contract is Kafka's: a refused
+    append's batch may be in the log, the only record past what was acknowledged (the dir then
+    refuses every write). Its sibling in the dir, appended to by another thread meanwhile,
+    holds exactly what it was acknowledged; another process and the restart read the same.
+    (The second case is what made test_an_offline_dir_is_left_alone... flake: between the
+    append's write and its due flush, another log's ENOSPC took the dir offline.)"""
+    watchdog(60)
+    ops = _FsyncFailsUnder()
+    d = str(tmp_path / "d")
+    m = LogManager([d], {"log.flush.interval.messages": "4"}, io=ops)
+    m.create_topic("t", 1)
+    m.create_topic("s", 1, {"flush.messages": str(1 << 62)})     # the sibling never flushes
+    lg, sib = m.log("t", 0), m.log("s", 0)
+    acked: list[bytes] = []
+    refused: list[Exception] = []
+
+    def sibling():
+        i = 0
+        while not refused:
+            try:
+                m.append("s", b"s%d" % i, b"v", partition=0)
+                acked.append(b"s%d" % i)
+            except LogDirOfflineError as e:
+                refused.append(e)
+            i += 1
+    t = threading.Thread(target=sibling, daemon=True)
+    t.start()
+    assert [m.append("t", b"a%d" % i, b"v", partition=0).offset for i in range(3)] == [0, 1, 2]
+    while len(acked) < 50:
+        time.sleep(0.001)
+    if how == "own fsync":
+        ops.under = os.path.join(d, "t-0")
+    else:
+        flush = lg.flush
+
+        def failed_first(*args, **kw):          # another log's error, just before the flush
+            m.log_dir_failure_channel.mark_offline(d, OSError(errno.EIO, "Input/output error "
+                                                                         "(injected)"))
+            return flush(*args, **kw)
+        monkeypatch.setattr(lg, "flush", failed_first)
+    with pytest.raises(LogDirOfflineError, match=r"Input/output error \(injected\)"):
+        m.append("t", b"in-doubt", b"v", partition=0)      # the 4th: flush.messages is due
+    assert list(m.offline_dirs) == [d]
+    t.join(30)
+    assert not t.is_alive() and "is offline" in str(refused[0])
+    expect = ["a0 a1 a2 in-doubt", " ".join(k.decode() for k in acked)]
+    assert [" ".join(r.key.decode() for r in x.read(0, max_bytes=1 << 30)) for x in (lg, sib)] == expect
+    out = subprocess.run([sys.executable, "-c", _READ_KEYS, d], timeout=60, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == expect
+    ops.under = None
+    m.close()
+    with LogManager([d]) as m:
+        assert [" ".join(r.key.decode() for r in m.read(x, 0, 0, max_bytes=1 << 30))
+                for x in ("t", "s")] == expect
+
+
+_READ_DIR = r"""
+import sys, kstore
+with kstore.StoreReader(sys.argv[1]) as r:
+    for p in map(int, sys.argv[2:]):
+        print(" ".join(str(x.offset) for x in r.log("t", p).read(0, max_bytes=1 << 30)))
+"""
+
+
+def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watchdog):
+    """Kafka's handleLogDirFailure takes the dir's partitions offline: a fetch of one fails with
+    KAFKA_STORAGE_ERROR until the broker restarts. Before, the manager refused writes there but
+    still served reads (LogManager.read, log() and so read_columns, a Consumer's poll). Now each
+    raises LogDirOfflineError naming the partition and its dir, while a thread appends to every
+    partition and a consumer polls the other dir's, which keep working. Another process's
+    StoreReader, which cannot know, still reads the dir; a restart serves it again."""
+    watchdog(120)
+    ops = _DiskFullUnder()
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = LogManager([d1, d2], {"log.segment.bytes": "20000"}, io=ops)
+    m.create_topic("t", 4)
+    off1 = [p for p in range(4) if m.log_dir_of("t", p) == d1]
+    on2 = [p for p in range(4) if p not in off1]
+    assert off1 and on2
+    acked: dict[int, list[int]] = {p: [] for p in range(4)}
+    refused: dict[int, Exception] = {}
+    polled: dict[int, list[int]] = {p: [] for p in on2}
+    errors: list[BaseException] = []
+    stop, drained = threading.Event(), threading.Event()
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            for p in range(4):
+                if p not in refused:
+                    try:
+                        acked[p].append(m.append("t", b"k%d" % i, b"v" * 100, partition=p).offset)
+                    except LogDirOfflineError as e:
+                        refused[p] = e
+            i += 1
+
+    def consume():
+        try:
+            with Consumer(m, auto_offset_reset="earliest", max_poll_records=100000) as c:
+                c.assign([TP("t", p) for p in on2])
+                while not drained.is_set() or any(len(polled[p]) < len(acked[p]) for p in on2):
+                    for tp, recs in c.poll(20).items():
+                        polled[tp.partition].extend(r.offset for r in recs)
+        except BaseException as e:    # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=append, daemon=True),
+               threading.Thread(target=consume, daemon=True)]
+    for t in threads:
+        t.start()
+    while min(len(a) for a in acked.values()) < 100:
+        time.sleep(0.01)
+    p = off1[0]
+    c1 = Consumer(m, auto_offset_reset="earliest", max_poll_records=100000)
+    c1.assign([TP("t", p)])
+    assert [r.offset for r in c1.poll(0)[TP("t", p)]][:100] == list(range(100))
+    ops.under = d1
+    while set(refused) != set(off1):
+        time.sleep(0.01)
+    why = f"partition t-{p} is offline: its log dir {re.escape(d1)} is offline \\(.*No space left"
+    for read in (lambda: m.read("t", p, 0), lambda: m.log("t", p), lambda: c1.poll(0)):
+        with pytest.raises(LogDirOfflineError, match=why):
+            read()
+    for q in on2:                                   # the other dir goes on
+        assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)][:100] == list(range(100))
+    time.sleep(0.2)
+    stop.set()
+    threads[0].join(30)
+    drained.set()                                   # the consumer reads on to the end
+    threads[1].join(30)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert {q: polled[q] for q in on2} == {q: acked[q] for q in on2}
+    c1.close()
+    out = subprocess.run([sys.executable, "-c", _READ_DIR, d1, *map(str, off1)], timeout=60,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    on_disk = {q: [int(o) for o in line.split()] for q, line in zip(off1, out)}
+    for q in off1:          # what was acknowledged, and at most the refused batch (in doubt)
+        assert acked[q] == list(range(len(acked[q])))
+        assert on_disk[q] in (acked[q], acked[q] + [len(acked[q])])
+    m.close()
+    with LogManager([d1, d2]) as m:
+        for q in off1:
+            assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)] == on_disk[q]
