@@ -195,6 +195,11 @@ class Fetcher:
                     _catch_up(lg)
                 new = self._new_log(tp, lg)
                 end = lg.log_end_offset          # what the read can see (after_empty_read)
+                # read_committed: the LSO before the read, so that the records are cut at a
+                # stable offset of what the read saw or an earlier log, never of a later one
+                # (a truncation meanwhile can remove an open transaction whose records the
+                # read returned, and a later log's LSO is then past them)
+                lso = self._filter(tp, pos).stable_offset(lg) if self.read_committed and not new else 0
                 recs = [] if new else lg.read(pos, budget, self.max_partition_bytes)
                 new = new or self._new_log(tp, lg)     # (the read's own refresh may find it)
             except UnknownTopicError:
@@ -211,7 +216,7 @@ class Fetcher:
             nxt = recs[-1].offset + 1 if recs else pos
             read_nothing = not recs
             if self.read_committed:
-                recs, nxt = self._committed_only(tp, lg, pos, recs)
+                recs, nxt = self._committed_only(tp, lg, pos, recs, lso)
             if not recs:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
@@ -271,11 +276,10 @@ class Fetcher:
         return f
 
     def _committed_only(self, tp: TopicPartition, lg: Log, pos: int,
-                        recs: list[Record]) -> tuple[list[Record], int]:
-        """read_committed: the records below the last stable offset, aborted transactions'
-        dropped, and the position after those looked at."""
+                        recs: list[Record], lso: int) -> tuple[list[Record], int]:
+        """read_committed: the records below the last stable offset lso (found before they
+        were read), aborted transactions' dropped, and the position after those looked at."""
         f = self._filter(tp, pos)
-        lso = f.stable_offset(lg)
         self._stalled.pop(tp, None)
         if lso <= pos and lg.log_end_offset > pos:
             self._stalled[tp] = lg.log_end_offset

@@ -399,7 +399,12 @@ class LocalLog(LogStart):
                 self._start_moved()
 
     def _truncate_fully_locked(self, new_offset: int) -> None:     # lock held
-        for s in reversed(self._segments.segs):      # last first, as truncate_to
+        # at or past the end (the start moves up): oldest first, so that a reader listing the
+        # directory meanwhile sees the start move up, as by retention, never the end come
+        # down below its position (an out-of-range reset to the start: records read twice);
+        # below the end (a cut): last first, as truncate_to
+        segs = self._segments.segs
+        for s in (segs if new_offset >= self._leo else reversed(segs)):
             s.delete()
         seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)
         seg.make_active()

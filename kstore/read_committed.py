@@ -37,6 +37,7 @@ IDEMPOTENT = -3       # producer_batches: a non-transactional batch with a produ
 #: bytes of batches looked at per read_batches call
 SCAN_BYTES = 1 << 20
 _COUNT = struct.Struct(">i")         # records count at 57
+_HEAD = struct.Struct(">qi")         # base offset, batch length
 V2_HEADER = 61
 
 
@@ -90,6 +91,22 @@ def _walk(lg: "Log", start: int, scan):
             if not nxt:
                 return
             pos = nxt[0]                         # a compacted segment's empty tail
+
+
+def _last_head(view: memoryview, batches: list, last: int) -> tuple[int, bytes] | None:
+    """(base offset, first 21 bytes: base, length, epoch, magic, CRC) of the whole batch of
+    view ending at last; walked from the last transactional batch (batches: txn_headers')."""
+    pos = batches[-1][4] if batches else 0
+    n = len(view)
+    while pos + 21 <= n:
+        base, length = _HEAD.unpack_from(view, pos)
+        end = pos + 12 + length
+        if length < 9 or end > n:
+            return None
+        if end + 12 > n or _HEAD.unpack_from(view, end)[0] > last:
+            return base, bytes(view[pos:pos + 21])
+        pos = end
+    return None
 
 
 def _kind(view: memoryview, lg: "Log", attrs: int, base: int, s: int, e: int) -> int:
@@ -163,6 +180,9 @@ class TxnFilter:
         self.open: dict[int, tuple[int, list[tuple[int, int]]]] = {}   # pid -> (first, ranges)
         self.aborted: list[tuple[int, int]] = []     # [first, last] of aborted batches, sorted
         self.transactional = False                   # any transactional batch scanned
+        #: (offset, first 21 bytes) of the last whole batch scanned: a truncation below
+        #: `scanned` followed by appends past it changes them (the log end alone does not)
+        self._mark: tuple[int, bytes] | None = None
 
     def stable_offset(self, lg: "Log") -> int:
         """The last stable offset: the first offset of the earliest open transaction (never
@@ -173,9 +193,25 @@ class TxnFilter:
         first = min((f for f, _r in self.open.values()), default=self.scanned)
         return first if first >= lg.log_start_offset else min(lg.log_start_offset, self.scanned)
 
+    def _same_mark(self, lg: "Log") -> bool:
+        """Whether the last batch scanned is still in the log as it was scanned (or below the
+        log start, or unreadable now: the next look decides)."""
+        if self._mark is None or self._mark[0] < lg.log_start_offset:
+            return True
+        off, head = self._mark
+        try:
+            view = lg.read_batches(off, V2_HEADER)
+        except OffsetOutOfRangeError:
+            return False
+        except SegmentGoneError:
+            return True
+        return bytes(view[:len(head)]) == head
+
     def _scan(self, lg: "Log") -> None:
-        if lg.log_end_offset < self.scanned:
-            # truncated (or re-created) below what was scanned: what was learnt is void
+        if lg.log_end_offset < self.scanned or not self._same_mark(lg):
+            # truncated (or re-created) below what was scanned, even if appends have brought
+            # the end past it again: what was learnt is void
+            self._mark = None
             self.start = self.scanned = max(lg.log_start_offset, min(self.start, lg.log_end_offset))
             self.open.clear()
             self.aborted.clear()
@@ -207,6 +243,7 @@ class TxnFilter:
             moved = last_whole >= self.scanned
             if moved:
                 self.scanned = last_whole + 1
+                self._mark = _last_head(view, batches, last_whole)
             _check_walk(why, lg.dir, self.scanned)
             if not moved:
                 nxt = [s.base_offset for s in lg.segments if s.base_offset > self.scanned]

@@ -623,3 +623,28 @@ def test_a_partition_dir_made_by_another_opener_meanwhile_is_used(tmp_path):
         assert lg.append([(b"k", b"v")]).first_offset == 0
     with kstore.Log.open(path) as lg:
         assert [r.value for r in lg] == [b"v"]
+
+
+def test_truncate_fully_past_the_end_deletes_the_oldest_segment_first(log_dir):
+    """truncate_fully_and_start_at past the log end moves the start up: every listing of the
+    directory a reader can take meanwhile holds the newest segments (the start moved up, the
+    end not down), as retention leaves it. Before, the active segment went first: a reader in
+    between saw the log end below its position, reset to the log start and read records
+    again (test_read_committed_races)."""
+    from kstore.fileio import FileOps
+    listings = []
+
+    class Watch(FileOps):
+        def unlink(self, path):
+            super().unlink(path)
+            if path.endswith(".log"):
+                listings.append(sorted(int(f[:20]) for f in os.listdir(log_dir) if f.endswith(".log")))
+
+    with kstore.Log.open(log_dir, {"segment.bytes": 200}, io=Watch()) as lg:
+        for i in range(12):
+            lg.append([(None, b"v%d" % i * 10, NOW)])
+        bases = [s.base_offset for s in lg.segments]
+        assert len(bases) >= 3
+        lg.truncate_fully_and_start_at(lg.log_end_offset + 5)
+        assert listings == [bases[i + 1:] for i in range(len(bases))]
+        assert (lg.log_start_offset, lg.log_end_offset) == (17, 17)

@@ -124,3 +124,28 @@ def test_a_marker_emptied_by_the_cleaner_ends_the_transaction_a_reader_saw_open(
                        cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
                        capture_output=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, b"Offset:0\tv\nOffset:2\tw\nOffset:4\tplain\n"), r.stderr
+
+
+def test_a_cut_marker_written_again_as_an_abort_is_found_by_a_reader_that_scanned_past_it(tmp_path):
+    """A read_committed consumer (max 1 record a poll) returns plain record 0 and has scanned
+    pid 7's data at 1 and COMMIT at 2. The writer truncates to 2 (the COMMIT goes, the
+    transaction is open again), writes an ABORT of pid 7 at 2 and a record at 3: the log end is
+    past what the consumer scanned again. Its next polls return 3 only, as a fresh read of the
+    log. Before, the filter kept what it had scanned (only a log end below it voided that) and
+    returned the aborted record 1."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"plain", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"v"], ts=NOW) + txn_batch(1, 7, control=1, ts=NOW))
+        with Consumer(d, auto_offset_reset="earliest", isolation_level="read_committed",
+                      max_poll_records=1) as c:
+            c.assign([TP("t", 0)])
+            got = [(r.offset, r.value) for recs in c.poll(1000).values() for r in recs]
+            assert got == [(0, b"plain")]
+            lg.truncate_to(2)
+            lg.append_batches(txn_batch(0, 7, control=0, ts=NOW))
+            lg.append([(b"b", b"after", NOW)])
+            for _ in range(3):
+                got += [(r.offset, r.value) for recs in c.poll(200).values() for r in recs]
+            assert got == [(0, b"plain"), (3, b"after")]
+            assert c.position(TP("t", 0)) == 4

@@ -218,6 +218,9 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         if recreated(p, lg):
                             continue
                         end = lg.log_end_offset       # what the read can see
+                        # the LSO before the read (as the Fetcher: never a later log's)
+                        f = None if txns is None else txns.setdefault(p, TxnFilter(positions[p]))
+                        lso = f.stable_offset(lg) if f is not None else 0
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
                         if recreated(p, lg):     # found by the read's own refresh
                             continue
@@ -240,9 +243,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         continue
                     ahead.discard(p)
                     held.pop(p, None)
-                    if txns is not None and recs:
-                        f = txns.get(p) or txns.setdefault(p, TxnFilter(positions[p]))
-                        recs, nxt = f.committed(recs, positions[p], f.stable_offset(lg))
+                    if f is not None and recs:
+                        recs, nxt = f.committed(recs, positions[p], lso)
                         if not recs:
                             if nxt > positions[p]:
                                 positions[p] = nxt     # only aborted records: read on past them
