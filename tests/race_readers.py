@@ -7,7 +7,7 @@ consume's stderr]; READERS maps each reader's name to its extra options, RC name
 read_committed ones."""
 
 READER = r"""
-import asyncio, json, os, random, subprocess, sys, time
+import asyncio, json, os, random, signal, subprocess, sys, time
 import kstore
 from kstore import TopicPartition as TP
 d, mode, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -31,17 +31,24 @@ def consumer(**kw):
 class Rec(tuple):
     offset, key, value = property(lambda r: r[0]), property(lambda r: r[1]), property(lambda r: r[2])
 
-def cli(*extra):
+def cli(*extra, follow=False):
+    # --follow: stopped with SIGTERM once END is printed (exit 143, as Kafka's); its timeout is
+    # only a safety net, far above the pauses the tests make (all readers starting, a clean)
+    more = ["--follow", "--timeout-ms", "60000"] if follow else []
     p = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
                           "--from-beginning", "--print-offset", "--print-key", "--key-separator", "|",
-                          *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          *more, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     got = []
+    stopped = False
     for line in p.stdout:
         o, k, v = line.decode().rstrip("\n").split("|", 2)
         rec = Rec((int(o[len("Offset:"):]), k != "null" and k.encode(), v != "null" and v.encode()))
         add([rec], got)
+        if follow and v == "END" and not stopped:
+            p.send_signal(signal.SIGTERM)
+            stopped = True
     err = p.stderr.read()
-    assert p.wait(90) == 0, err[-2000:]
+    assert p.wait(90) == (143 if stopped else 0), err[-2000:]
     errs.append(err.decode()[-1500:])
     return [(o, k or None, v or None) for o, k, v in got]
 
@@ -99,7 +106,7 @@ elif mode == "once-rc":                  # plain consume, no --follow: must exit
         runs.append(cli("--isolation-level", "read_committed"))
     out = [r for run in runs for r in run]
 else:                                    # consume --follow, more options after the mode
-    for r in cli("--follow", "--timeout-ms", "3000", *sys.argv[4:]):
+    for r in cli(*sys.argv[4:], follow=True):
         out.append(r)
         if r[2] == "END":
             break
