@@ -19,8 +19,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer_types import OffsetAndTimestamp
-from kstore.errors import (InvalidConfigError, KStoreStateError, NoOffsetForPartitionError,
-                           OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError)
+from kstore.errors import (InvalidConfigError, KStoreStateError, LogDirOfflineError,
+                           NoOffsetForPartitionError, OffsetOutOfRangeError, SegmentGoneError,
+                           UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
@@ -154,6 +155,10 @@ class Fetcher:
                 st.seek(tp, self.offset_for_policy(tp, policy))
             except UnknownTopicError:
                 continue                     # not in the store (yet): no position
+            except LogDirOfflineError:
+                if only is not None:         # position(tp) asked for this one: say why not
+                    raise
+                continue                     # a poll's: retried at the next poll
         if no_offset:
             raise NoOffsetForPartitionError(
                 f"Undefined offset with no reset policy for partitions: {sorted(map(str, no_offset))}",
@@ -204,6 +209,11 @@ class Fetcher:
                 new = new or self._new_log(tp, lg)     # (the read's own refresh may find it)
             except UnknownTopicError:
                 continue                     # deleted (or not there yet): nothing to read
+            except LogDirOfflineError as e:
+                # Kafka's consumer takes a fetch's KAFKA_STORAGE_ERROR as retriable: nothing
+                # from this partition, the others go on (and their positions stay theirs)
+                log.debug("not reading %s: %s", tp, e)
+                continue
             except SegmentGoneError:
                 continue                     # a change raced the read: the next poll reads again
             except OffsetOutOfRangeError as e:
@@ -262,6 +272,8 @@ class Fetcher:
             except UnknownTopicError:
                 out.append(tp)
                 continue
+            except LogDirOfflineError:
+                continue                     # the same log, offline: its position stands
             if lg is not seen[0] or lg.incarnation != seen[1]:
                 out.append(tp)
         if out:
@@ -310,8 +322,8 @@ class Fetcher:
                 continue
             try:
                 logs.append(self.source.log(tp))
-            except UnknownTopicError:
-                continue
+            except (UnknownTopicError, LogDirOfflineError):
+                continue                     # nothing to wait for until a reopen
             pos = self.state.position(tp)
             assert pos is not None
             offsets.append(max(pos, self._stalled.get(tp, pos)))

@@ -68,7 +68,8 @@ def after_empty_read(lg: "LogFetch", pos: int, end: int) -> int:
     before that read: past the batches below end with no record at or after pos (markers,
     emptied batches, the v2 batch holding pos, whose records from pos were cleaned away) and
     the gaps between them, to the next batch with records, or to end if none is left below it.
-    pos itself if nothing can be passed (a segment gone under the look: the next read decides).
+    pos itself if nothing can be passed (a segment gone or the log cut under the look: the next
+    read decides).
 
     Only what the read must have looked at is passed over: a batch appended since has its
     base at or past end, and a data batch is passed only if it holds pos (the read started in
@@ -78,8 +79,9 @@ def after_empty_read(lg: "LogFetch", pos: int, end: int) -> int:
             view = lg.read_batches(pos, SCAN_BYTES)
         except (OffsetOutOfRangeError, SegmentGoneError):
             return pos
-        if not len(view):
-            return end                  # no batch at or after pos in any segment
+        if not len(view):               # no batch at or after pos in any segment: to end,
+            # unless the log ends below it now (truncated since end was read: nothing passed)
+            return end if lg.log_end_offset >= end else pos
         moved = False
         for base, last, magic, attrs, _pid, count, _s, _e in batch_heads(view, lg.dir, pos):
             if last < pos:
@@ -102,6 +104,8 @@ class LogFetch:
     _leo: int
     _log_start_offset: int
     if TYPE_CHECKING:
+        @property
+        def log_end_offset(self) -> int: ...
         def read(self, offset: int, max_records: Optional[int] = None, max_bytes: int = 1 << 20,
                  *, verify_crc: bool = True) -> list[Record]: ...
         def read_batches(self, offset: int, max_bytes: int = 1 << 20) -> memoryview: ...

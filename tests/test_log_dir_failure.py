@@ -273,7 +273,8 @@ def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watch
     """Kafka's handleLogDirFailure takes the dir's partitions offline: a fetch of one fails with
     KAFKA_STORAGE_ERROR until the broker restarts. Before, the manager refused writes there but
     still served reads (LogManager.read, log() and so read_columns, a Consumer's poll). Now each
-    raises LogDirOfflineError naming the partition and its dir, while a thread appends to every
+    raises LogDirOfflineError naming the partition and its dir (a Consumer's poll returns
+    nothing from it, as Kafka's retries a KAFKA_STORAGE_ERROR), while a thread appends to every
     partition and a consumer polls the other dir's, which keep working. Another process's
     StoreReader, which cannot know, still reads the dir; a restart serves it again."""
     watchdog(120)
@@ -324,9 +325,10 @@ def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watch
     while set(refused) != set(off1):
         time.sleep(0.01)
     why = f"partition t-{p} is offline: its log dir {re.escape(d1)} is offline \\(.*No space left"
-    for read in (lambda: m.read("t", p, 0), lambda: m.log("t", p), lambda: c1.poll(0)):
+    for read in (lambda: m.read("t", p, 0), lambda: m.log("t", p)):
         with pytest.raises(LogDirOfflineError, match=why):
             read()
+    assert c1.poll(0) == {}        # as Kafka's consumer: a retriable fetch error, nothing read
     for q in on2:                                   # the other dir goes on
         assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)][:100] == list(range(100))
     time.sleep(0.2)
@@ -347,3 +349,70 @@ def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watch
     with LogManager([d1, d2]) as m:
         for q in off1:
             assert [r.offset for r in m.read("t", q, 0, max_bytes=1 << 30)] == on_disk[q]
+
+
+def test_a_consumer_reads_on_past_an_offline_dir_and_loses_no_record(tmp_path, watchdog):
+    """Kafka's consumer treats a fetch's KAFKA_STORAGE_ERROR as retriable (FetchCollector
+    handleInitializeErrors: a metadata update, nothing raised): the partition yields nothing and
+    the others go on. A Consumer of partitions in both dirs, polling few records at a time while
+    a thread appends to all, sees one dir go offline: its polls never raise, it returns every
+    acknowledged record of the other dir's partitions in order and a gapless prefix of the
+    offline ones' (before: poll raised LogDirOfflineError after moving the positions of the
+    partitions it had read in that poll, whose records were lost), and its group commit and
+    close go on (the offsets topic is not in the offline dir)."""
+    watchdog(120)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = LogManager([d1, d2], {"offsets.topic.num.partitions": "1"})
+    m.create_topic("t", 4)
+    off1 = [p for p in range(4) if m.log_dir_of("t", p) == d1]
+    on2 = [p for p in range(4) if p not in off1]
+    assert off1 and on2
+    acked: dict[int, list[int]] = {p: [] for p in range(4)}
+    refused: dict[int, Exception] = {}
+    stop = threading.Event()
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            for p in range(4):
+                if p not in refused:
+                    try:
+                        acked[p].append(m.append("t", b"k%d" % i, b"v", partition=p).offset)
+                    except LogDirOfflineError as e:
+                        refused[p] = e
+            i += 1
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    polled: dict[int, list[int]] = {p: [] for p in range(4)}
+    c = Consumer(m, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                 max_poll_records=7)
+    c.assign([TP("t", p) for p in range(4)])
+
+    def poll():
+        for tp, recs in c.poll(0.02).items():
+            polled[tp.partition].extend(r.offset for r in recs)
+    while min(len(polled[p]) for p in range(4)) < 50:
+        poll()
+    m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+    while set(refused) != set(off1) or min(len(acked[q]) for q in on2) < len(acked[off1[0]]) + 200:
+        poll()
+    stop.set()
+    writer.join(30)
+    assert not writer.is_alive()
+    while any(len(polled[q]) < len(acked[q]) for q in on2):
+        poll()
+    poll()
+    assert {q: polled[q] for q in on2} == {q: acked[q] for q in on2}
+    for p in off1:               # what was read before the dir went offline, with no gap
+        assert polled[p] == list(range(len(polled[p]))) and len(polled[p]) >= 50
+        assert acked[p][:len(polled[p])] == polled[p]
+        assert c.position(TP("t", p)) == len(polled[p])
+    c.commit()
+    assert {p: c.committed(TP("t", p)) for p in range(4)} == {p: len(polled[p]) for p in range(4)}
+    c.close()
+    with Consumer(m, auto_offset_reset="earliest") as c2:   # no position there: position() says why
+        c2.assign([TP("t", off1[0])])
+        assert c2.poll(0) == {}
+        with pytest.raises(LogDirOfflineError, match=f"partition t-{off1[0]} is offline"):
+            c2.position(TP("t", off1[0]))
+    m.close()

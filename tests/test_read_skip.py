@@ -190,3 +190,27 @@ def test_a_fetch_tail_loop_sleeps_while_the_log_ends_in_markers(tmp_path, watchd
         finally:
             w.stdin.close()
             w.wait(30)
+
+
+def test_a_fetch_that_a_truncation_cuts_under_stays_at_the_new_end(tmp_path, monkeypatch):
+    """A truncation between fetch's look at the log end (10) and its read (at 5, now the end)
+    leaves the read empty and no batch at or after 5. fetch used to return the old end, 10, as
+    if records 5..9 had been passed over: a tail loop then waited past the offsets the next
+    appends take and never returned those records. The offset to read next is 5 (nothing was
+    passed: the next read decides), and the loop gets the records appended there."""
+    with kstore.Log.open(str(tmp_path / "t-0"), {}) as lg:
+        for i in range(10):
+            lg.append([(b"k", b"old%d" % i)])
+        read, cut = lg.read, []
+
+        def truncated_first(*args, **kw):
+            if not cut:
+                cut.append(lg.truncate_to(5))
+            return read(*args, **kw)
+        monkeypatch.setattr(lg, "read", truncated_first)
+        assert lg.fetch(5) == ([], 5) and cut == [True] and lg.log_end_offset == 5
+        for i in range(3):
+            lg.append([(b"k", b"new%d" % i)])
+        recs, nxt = lg.fetch(5)
+        assert ([(r.offset, r.value) for r in recs], nxt) == (
+            [(5, b"new0"), (6, b"new1"), (7, b"new2")], 8)
