@@ -252,7 +252,7 @@ def test_a_refused_append_is_the_one_batch_in_doubt(tmp_path, how, watchdog, mon
     expect = ["a0 a1 a2 in-doubt", " ".join(k.decode() for k in acked)]
     assert [" ".join(r.key.decode() for r in x.read(0, max_bytes=1 << 30)) for x in (lg, sib)] == expect
     out = subprocess.run([sys.executable, "-c", _READ_KEYS, d], timeout=60, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+                         text=True, check=True, cwd=str(tmp_path)).stdout.splitlines()
     assert out == expect
     ops.under = None
     m.close()
@@ -340,7 +340,7 @@ def test_an_offline_dirs_partitions_refuse_reads_until_a_restart(tmp_path, watch
     assert {q: polled[q] for q in on2} == {q: acked[q] for q in on2}
     c1.close()
     out = subprocess.run([sys.executable, "-c", _READ_DIR, d1, *map(str, off1)], timeout=60,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+                         capture_output=True, text=True, check=True, cwd=str(tmp_path)).stdout.splitlines()
     on_disk = {q: [int(o) for o in line.split()] for q, line in zip(off1, out)}
     for q in off1:          # what was acknowledged, and at most the refused batch (in doubt)
         assert acked[q] == list(range(len(acked[q])))

@@ -167,8 +167,10 @@ def test_a_fetch_tail_loop_sleeps_while_the_log_ends_in_markers(tmp_path, watchd
     d = str(tmp_path / "t-0")
     here = os.path.dirname(os.path.abspath(__file__))
     with watchdog(60):
+        # cwd: not the checkout, whose kstore/ (uncompiled in CI) `-c` would import first
         w = subprocess.Popen([sys.executable, "-c", WRITER, d, here], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                             stdout=subprocess.PIPE, cwd=str(tmp_path),
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         try:
             assert w.stdout.readline() == b"markers\n"
             with kstore.Log.open(d, read_only=True) as lg:
