@@ -92,6 +92,11 @@ class LogDirOfflineError(KStoreError):
     """A log directory hit an I/O error and takes no more writes until reopened."""
 
 
+class ApiTimeoutError(KStoreError):
+    """A Consumer call bounded by default_api_timeout_ms (or its own timeout_ms) ran out while a
+    retriable error lasted, e.g. a partition on an offline log dir: Kafka's TimeoutException."""
+
+
 class KafkaStorageError(LogDirOfflineError, OSError):
     """An I/O error (ENOSPC, EIO, EROFS, ...) in a log's file operation, naming the log; keeps the
     errno. Once raised, the log refuses writes (fsync is never retried) until it is reopened."""
