@@ -118,7 +118,8 @@ class LogManager:
                                  to_remove=self._logs_to_delete)
         self._deletions = TopicDeletions(self.log_dirs, self._cfg, self._topics, self._admin,
                                          self._failures, io=self._io, time=self._time)
-        self._expiry = OffsetsExpiry(self.log_dirs, self._cfg, io=self._io, time=self._time)
+        self._expiry = OffsetsExpiry(self.log_dirs, self._cfg, io=self._io, time=self._time,
+                                     failures=self._failures)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
                                   create_topic=self._create,
