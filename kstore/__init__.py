@@ -40,11 +40,12 @@ from kstore.async_consumer import AsyncConsumer  # noqa: E402
 from kstore.group_membership import CommitFailedError  # noqa: E402
 from kstore.errors import ConcurrentModificationError, NoOffsetForPartitionError  # noqa: E402
 from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError, WakeupError  # noqa: E402
+from kstore.errors import ApiTimeoutError, CoordinatorNotAvailableError  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
+    "ApiTimeoutError", "CoordinatorNotAvailableError", "LogManager", "RecordMetadata", "assign_replicas", "MockTime", "MockScheduler", "Scheduler",
     "LogDirLockedError", "TopicExistsError", "InvalidTopicError", "UnknownTopicError", "UnknownPartitionCountError", "KafkaStorageError",
     "AppendInfo", "CorruptRecordError", "DataLossError", "StoreReader", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",

@@ -39,7 +39,7 @@ from kstore.errors import InvalidConfigError, KStoreStateError
 from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_commits import ConsumerCommits
-from kstore.consumer_queries import ConsumerQueries
+from kstore.consumer_queries import DEFAULT_API_TIMEOUT_MS, ConsumerQueries
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import DEFAULT_CLOSE_TIMEOUT_S, Wakeup
@@ -68,7 +68,8 @@ class Consumer(ConsumerQueries, ConsumerCommits):
     ("read_uncommitted" | "read_committed"), max_partition_fetch_bytes, session_timeout_ms,
     heartbeat_interval_ms, max_poll_interval_ms, partition_assignment_strategy (names
     "range", "roundrobin" or assignor objects), consumer_timeout_ms (iteration stops after
-    that long without a record). listener: a ConsumerRebalanceListener. coordinator: a
+    that long without a record), default_api_timeout_ms (how long the offset queries retry an
+    offline partition). listener: a ConsumerRebalanceListener. coordinator: a
     GroupCoordinator to share (default: one on the store, closed with the consumer).
     """
 
@@ -81,6 +82,7 @@ class Consumer(ConsumerQueries, ConsumerCommits):
                  heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
                  partition_assignment_strategy: Sequence[Any] = ("range",),
                  consumer_timeout_ms: Optional[float] = None,
+                 default_api_timeout_ms: float = DEFAULT_API_TIMEOUT_MS,
                  listener: Optional[ConsumerRebalanceListener] = None,
                  coordinator: Any = None, io: Optional[FileOps] = None):
         check_settings(isolation_level, max_poll_records, group_id, max_poll_interval_ms)
@@ -91,6 +93,7 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         self.max_poll_records = max_poll_records
         self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
         self.max_poll_interval = max_poll_interval_ms / 1000
+        self.default_api_timeout_ms = default_api_timeout_ms
         self._group_settings: dict[str, Any] = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
                                     heartbeat_interval_ms=heartbeat_interval_ms,
                                     rebalance_timeout_ms=max_poll_interval_ms)

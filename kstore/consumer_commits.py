@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_wakeup import CloseTimeoutError, Wakeup
-from kstore.errors import KStoreError, KStoreStateError, UnknownTopicError, WakeupError
+from kstore.errors import (CoordinatorNotAvailableError, KStoreError, KStoreStateError,
+                           UnknownTopicError, WakeupError)
 from kstore.fetcher import Fetcher, LogSource
 from kstore.fileio import FileOps
 from kstore.subscription_state import SubscriptionState
@@ -99,6 +100,8 @@ class ConsumerCommits:
         due, self._next_commit = self._next_commit, time.monotonic() + self.auto_commit_interval
         try:        # wakeup() ends its flock wait (nothing written): the next poll commits
             self._commit_changed(self._consumed(), self._wake.pause)
+        except CoordinatorNotAvailableError as e:     # retriable: logged, tried again (Kafka)
+            log.warning("Asynchronous auto-commit of offsets failed due to retriable error: %s", e)
         except (WakeupError, KStoreStateError):
             self._next_commit = due
             if self._wake.closing is None:

@@ -1,23 +1,42 @@
 """A Consumer's questions about the store rather than its own reading: the topics and their
 partitions (Kafka's listTopics, partitionsFor) and the offsets at the log ends or at a time
 (beginningOffsets, endOffsets, offsetsForTimes). A mixin of `Consumer`: they use only its
-LogSource and Fetcher, and move nothing (positions, commits, the group)."""
+LogSource, Fetcher and Wakeup, and move nothing (positions, commits, the group).
+
+A partition on an offline log dir is Kafka's retriable KAFKA_STORAGE_ERROR: the offset queries
+retry it every RETRY_BACKOFF_S until their timeout (default_api_timeout_ms), then raise
+ApiTimeoutError; wakeup() ends the wait (WakeupError), as it ends a poll's, and a close() from
+another thread too (KStoreStateError)."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+import time
+from typing import Callable, Iterable, Mapping, Optional, TypeVar
 
 from kstore.consumer_types import OffsetAndTimestamp
+from kstore.consumer_wakeup import Wakeup
+from kstore.errors import ApiTimeoutError, InvalidConfigError, LogDirOfflineError
 from kstore.fetcher import Fetcher, LogSource
 from kstore.topic_partition import TopicPartition
 
-__all__ = ["ConsumerQueries"]
+__all__ = ["ConsumerQueries", "DEFAULT_API_TIMEOUT_MS", "RETRY_BACKOFF_S"]
+
+#: Kafka's default.api.timeout.ms: how long an offset query retries a retriable error
+DEFAULT_API_TIMEOUT_MS = 60000
+#: between attempts (Kafka's retry.backoff.ms, 100 ms)
+RETRY_BACKOFF_S = 0.1
+
+A = TypeVar("A")
+V = TypeVar("V")
 
 
 class ConsumerQueries:
-    """Consumer's metadata and offset queries (the consumer sets _source and _fetcher)."""
+    """Consumer's metadata and offset queries (the consumer sets _source, _fetcher, _wake and
+    default_api_timeout_ms)."""
 
     _source: LogSource
     _fetcher: Fetcher
+    _wake: Wakeup
+    default_api_timeout_ms: float
 
     def topics(self) -> set[str]:
         """The store's topics, looked up now."""
@@ -30,17 +49,55 @@ class ConsumerQueries:
         ps = self._source.partitions(topic)
         return set(ps) if ps else None
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Log start offsets."""
-        return {TopicPartition(*tp): self._fetcher.offset_for_policy(TopicPartition(*tp), "earliest")
-                for tp in partitions}
+    def beginning_offsets(self, partitions: Iterable[TopicPartition],
+                          timeout_ms: Optional[float] = None) -> dict[TopicPartition, int]:
+        """Log start offsets (ApiTimeoutError if one stays offline past timeout_ms)."""
+        return self._retrying({TopicPartition(*tp): None for tp in partitions}, timeout_ms,
+                              lambda tp, _v: self._fetcher.offset_for_policy(tp, "earliest"))
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Log ends (the last stable offsets under read_committed)."""
-        return {TopicPartition(*tp): self._fetcher.end_offset(TopicPartition(*tp)) for tp in partitions}
+    def end_offsets(self, partitions: Iterable[TopicPartition],
+                    timeout_ms: Optional[float] = None) -> dict[TopicPartition, int]:
+        """Log ends (the last stable offsets under read_committed); ApiTimeoutError as above."""
+        return self._retrying({TopicPartition(*tp): None for tp in partitions}, timeout_ms,
+                              lambda tp, _v: self._fetcher.end_offset(tp))
 
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          timeout_ms: Optional[float] = None
                           ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For each partition the earliest offset whose timestamp is >= the one given, with
         that record's timestamp; None where there is none (Kafka's offsetsForTimes)."""
-        return self._fetcher.offsets_for_times(timestamps)
+        return self._retrying({TopicPartition(*tp): ts for tp, ts in timestamps.items()},
+                              timeout_ms, lambda tp, ts: self._fetcher.offsets_for_times({tp: ts})[tp])
+
+    def _retrying(self, args: Mapping[TopicPartition, A], timeout_ms: Optional[float],
+                  query: Callable[[TopicPartition, A], V]) -> dict[TopicPartition, V]:
+        """query(tp, arg) for each partition; one on an offline dir is asked again every
+        RETRY_BACKOFF_S, sleeping on the wakeup bell, until timeout_ms (default
+        default_api_timeout_ms) has passed: then ApiTimeoutError naming it (Kafka's
+        fetchOffsetsByTimes: "Failed to get offsets by times in Nms")."""
+        ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms >= 0:
+            raise InvalidConfigError(f"timeout_ms must be a number >= 0, not {ms!r}")
+        start = time.monotonic()
+        out: dict[TopicPartition, V] = {}
+        while True:
+            self._wake.check()
+            offline: dict[TopicPartition, str] = {}
+            for tp, arg in args.items():
+                if tp not in out:
+                    try:
+                        out[tp] = query(tp, arg)
+                    except LogDirOfflineError as e:
+                        offline[tp] = str(e)
+            if not offline:
+                return {tp: out[tp] for tp in args}
+            now = time.monotonic()
+            left = start + ms / 1000 - now
+            if left <= 0:
+                why = "; ".join(f"{tp}: {e}" for tp, e in offline.items())
+                raise ApiTimeoutError(f"Failed to get offsets by times in "
+                                      f"{(now - start) * 1000:.0f}ms: {why}")
+            armed = self._wake.bell.arm()
+            self._wake.check_wait()          # a close() from another thread ends it too
+            self._wake.bell.sleep(armed, min(RETRY_BACKOFF_S, left))
+            self._wake.check_wait()

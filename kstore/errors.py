@@ -92,6 +92,17 @@ class LogDirOfflineError(KStoreError):
     """A log directory hit an I/O error and takes no more writes until reopened."""
 
 
+class ApiTimeoutError(KStoreError):
+    """A Consumer call bounded by default_api_timeout_ms (or its own timeout_ms) ran out while a
+    retriable error lasted, e.g. a partition on an offline log dir: Kafka's TimeoutException."""
+
+
+class CoordinatorNotAvailableError(KStoreError):
+    """A group's `__consumer_offsets` partition is on an offline log dir (or its write failed
+    on the disk): nothing was written there. Retriable, as Kafka's COORDINATOR_NOT_AVAILABLE /
+    NOT_COORDINATOR; what was committed before stays."""
+
+
 class KafkaStorageError(LogDirOfflineError, OSError):
     """An I/O error (ENOSPC, EIO, EROFS, ...) in a log's file operation, naming the log; keeps the
     errno. Once raised, the log refuses writes (fsync is never retried) until it is reopened."""

@@ -35,6 +35,7 @@ from kstore.group_records import (CONSUMER_PROTOCOL_TYPE, OFFSETS_TOPIC, GroupKe
                                   parse_group_value, parse_key, parse_offset_value,
                                   parse_subscription, partition_for)
 from kstore.log import Log
+from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.offsets_topic import GROUPS_DIR, CoordinatorLockTimeout, OffsetsTopic
 from kstore.topic_partition import TopicPartition
 from kstore.topics import HostedPartitions
@@ -86,12 +87,14 @@ class GroupCoordinator:
     def __init__(self, store: "LogManager | str | os.PathLike | Sequence[str]", *,
                  num_partitions: Optional[int] = None, lock_timeout: float = 30.0,
                  io: Optional[FileOps] = None, time=None,
-                 config: Optional[Mapping[str, Any] | BrokerConfig] = None) -> None:
+                 config: Optional[Mapping[str, Any] | BrokerConfig] = None,
+                 failures: Optional[LogDirFailureChannel] = None) -> None:
         """store: a LogManager (its log dirs and broker settings) or log dirs. config: broker
         keys (`offsets.*`) or a BrokerConfig when store is not a LogManager. num_partitions: the
         offsets topic's partition count if it does not exist yet (default
         offsets.topic.num.partitions, 50); once it exists it is fixed and a different explicit
-        value is refused."""
+        value is refused. failures: the log dirs' failure channel (default: a LogManager's):
+        a write to an offline dir's partition is refused (CoordinatorNotAvailableError)."""
         if isinstance(store, (str, os.PathLike, Sequence)):
             dirs = ([os.fspath(store)] if isinstance(store, (str, os.PathLike))
                     else [os.fspath(d) for d in store])
@@ -99,6 +102,7 @@ class GroupCoordinator:
         else:
             dirs = list(store.log_dirs)
             cfg = store.broker_config
+            failures = failures or getattr(store, "log_dir_failure_channel", None)  # a reader's: none
         if not dirs:
             raise InvalidConfigError("a GroupCoordinator needs at least one log dir")
         self.log_dirs = [os.path.abspath(d) for d in dirs]
@@ -115,7 +119,8 @@ class GroupCoordinator:
                                   config=LogConfig({"cleanup.policy": "compact",
                                                     "compression.type": "producer",
                                                     "segment.bytes": cfg["offsets.topic.segment.bytes"]}),
-                                  io=self._io, time=self._time, lock_timeout=lock_timeout)
+                                  io=self._io, time=self._time, lock_timeout=lock_timeout,
+                                  failures=failures)
         self.num_partitions = self.topic.num_partitions
         self._hosted = HostedPartitions(self.log_dirs, self._io)     # what commits may name
 

@@ -81,6 +81,12 @@ class LogRegistry:
         for d, why in self._failures.offline_dirs.items():   # gone offline as these were made
             self._dir_offline(d, why)
 
+    def online_logs(self) -> dict[TopicPartition, Log]:
+        """The logs whose dir is online (Kafka's currentLogs: handleLogDirFailure removes a failed
+        dir's logs, so allLogs, the cleaner and the scheduled tasks never see them again)."""
+        dir_of, offline = self.dir_of, self._failures.offline_dirs
+        return {tp: lg for tp, lg in self.logs.items() if dir_of.get(tp) not in offline}
+
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions, failed ones included; UnknownTopicError if it has none."""
         parts = self.parts.get(topic)

@@ -118,7 +118,8 @@ class LogManager:
                                  to_remove=self._logs_to_delete)
         self._deletions = TopicDeletions(self.log_dirs, self._cfg, self._topics, self._admin,
                                          self._failures, io=self._io, time=self._time)
-        self._expiry = OffsetsExpiry(self.log_dirs, self._cfg, io=self._io, time=self._time)
+        self._expiry = OffsetsExpiry(self.log_dirs, self._cfg, io=self._io, time=self._time,
+                                     failures=self._failures)
         self._producer = Producer(self._reg, self._failures,
                                   auto_create=self._cfg["auto.create.topics.enable"],
                                   create_topic=self._create,
@@ -327,7 +328,8 @@ class LogManager:
         return self._reg.online_log(topic, partition)
 
     def logs(self) -> dict[tuple[str, int], Log]:
-        return dict(self._reg.logs)
+        """Every log of an online dir; an offline dir's logs are gone until a restart (Kafka)."""
+        return self._reg.online_logs()
 
     def log_dir_of(self, topic: str, partition: int) -> str:
         return self._reg.log_dir_of(topic, partition)
@@ -457,10 +459,9 @@ class LogManager:
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):
         # the published registry, lock-free: a slow create_topic never holds up the tasks
-        dir_of, logs = self._reg.dir_of, self._reg.logs
-        items = [(tp, lg, dir_of.get(tp)) for tp, lg in logs.items()]
-        return [(tp, lg, d) for tp, lg, d in items
-                if d is not None and not self._failures.is_offline(d) and not lg.closed]
+        dir_of = self._reg.dir_of
+        items = [(tp, lg, dir_of.get(tp)) for tp, lg in self._reg.online_logs().items()]
+        return [(tp, lg, d) for tp, lg, d in items if d is not None and not lg.closed]
 
     def cleanup_logs(self) -> int:
         """Retention for non-compacted logs (compacted ones belong to the cleaner); returns the

@@ -22,8 +22,10 @@ from types import MethodType
 from typing import Callable, Optional, Sequence, cast
 
 from kstore.broker_config import BrokerConfig
+from kstore.errors import CoordinatorNotAvailableError
 from kstore.fileio import FileOps
 from kstore.files import OFFSETS_TOPIC
+from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.scheduler import weak_task
 from kstore.task_wait import TASK_LOCK_WAIT_S, PutOff, held_too_long, task_pause
 
@@ -41,8 +43,10 @@ COMPACTION = f"compaction of {OFFSETS_TOPIC}"
 class OffsetsExpiry:
     """One LogManager's offsets expiry: run() for a direct call, task() for its scheduler."""
 
-    def __init__(self, log_dirs: Sequence[str], cfg: BrokerConfig, *, io: FileOps, time) -> None:
+    def __init__(self, log_dirs: Sequence[str], cfg: BrokerConfig, *, io: FileOps, time,
+                 failures: Optional[LogDirFailureChannel] = None) -> None:
         self._dirs = list(log_dirs)
+        self._failures = failures
         self._cfg = cfg
         self._io = io
         self._time = time
@@ -57,7 +61,8 @@ class OffsetsExpiry:
         """A direct call: expire, then compact, every partition (the coordinator's 30 s flock
         waits); returns the offsets expired."""
         from kstore.group_coordinator import GroupCoordinator
-        with GroupCoordinator(self._dirs, config=self._cfg, io=self._io, time=self._time) as gc:
+        with GroupCoordinator(self._dirs, config=self._cfg, io=self._io, time=self._time,
+                              failures=self._failures) as gc:
             n = gc.expire_offsets()
             gc.compact(min_dirty_ratio=self._cfg.log_config().min_cleanable_dirty_ratio)
         return n
@@ -77,7 +82,7 @@ class OffsetsExpiry:
         pause = task_pause(self._closing, TASK_LOCK_WAIT_S)
         ratio = self._cfg.log_config().min_cleanable_dirty_ratio
         with GroupCoordinator(self._dirs, config=self._cfg, io=self._io, time=self._time,
-                              lock_timeout=TASK_LOCK_WAIT_S) as gc:
+                              lock_timeout=TASK_LOCK_WAIT_S, failures=self._failures) as gc:
             parts = sorted(gc.topic.existing_partitions())
             n, put_off = self._round(EXPIRY, parts, lambda p: gc.expire_offsets(sleep=pause, partitions=[p]))
             log.info("Removed %d expired offsets in %d milliseconds.", n,
@@ -101,6 +106,8 @@ class OffsetsExpiry:
         for i, p in enumerate(order):
             try:
                 total += do(p)
+            except CoordinatorNotAvailableError:
+                continue          # on an offline dir: not this store's to change until a restart
             except (PutOff, CoordinatorLockTimeout) as e:
                 # a flock wait's own TASK_LOCK_WAIT_S timeout can come first when a pause ends late
                 self._start[step] = p + 1

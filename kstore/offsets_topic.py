@@ -12,6 +12,11 @@ otherwise the stale Log is dropped without a flush (its idea of the files is not
 partition reopened, which recovers a tail a killed writer tore. Partition directories are made
 lazily, in the log dir already holding one, else the first.
 
+Under a LogManager its failure channel (log_dir_failure.py) is shared: a partition on an offline
+dir is refused before anything is written there (CoordinatorNotAvailableError, Kafka's
+coordinator being unavailable), a write's I/O error takes the dir offline as any log's, and a
+new partition (and the topic record) goes to the first online dir.
+
 The partition count is fixed once the topic is written: recorded with a topic id in
 `<first log dir>/.kstore-groups/offsets-topic.json`, made under a lock file so two first writers
 agree; a different explicit count is refused.
@@ -27,11 +32,13 @@ import time as _time
 from typing import Callable, Iterator, Optional, Sequence
 
 from kstore.config import LogConfig
-from kstore.errors import InvalidConfigError, KStoreError
+from kstore.errors import (CoordinatorNotAvailableError, InvalidConfigError, KStoreError,
+                           LogDirOfflineError)
 from kstore.fileio import FileOps
 from kstore.files import partition_dirs
 from kstore.group_records import OFFSETS_TOPIC
 from kstore.log import Log
+from kstore.log_dir_failure import LogDirFailureChannel
 from kstore.notify import NOTIFY_FILE
 from kstore.topics import new_topic_id, write_partition_metadata
 
@@ -79,8 +86,9 @@ class OffsetsTopic:
 
     def __init__(self, log_dirs: Sequence[str], *, num_partitions: Optional[int],
                  default_partitions: int, config: LogConfig, io: FileOps, time,
-                 lock_timeout: float) -> None:
+                 lock_timeout: float, failures: Optional[LogDirFailureChannel] = None) -> None:
         self.log_dirs = list(log_dirs)
+        self._failures = failures
         self._io = io
         self._time = time
         self._config = config
@@ -115,7 +123,16 @@ class OffsetsTopic:
             if self._io.exists(cand):
                 self._paths[p] = cand
                 return cand
-        return os.path.join(self.log_dirs[0], name)
+        return os.path.join(self._home(), name)
+
+    def _home(self) -> str:
+        """Where a new partition and the topic record go: the first log dir, or the first
+        online one under a LogManager (Kafka places a new log in a live dir only)."""
+        if self._failures is not None:
+            for d in self.log_dirs:
+                if not self._failures.is_offline(d):
+                    return d
+        return self.log_dirs[0]
 
     def existing_partitions(self) -> list[int]:
         found = []
@@ -152,7 +169,7 @@ class OffsetsTopic:
         file so two first writers agree; a different count recorded meanwhile is refused."""
         if self._recorded:
             return
-        d = os.path.join(self.log_dirs[0], GROUPS_DIR)
+        d = os.path.join(self._home(), GROUPS_DIR)
         self._mkdir(d)
         fd = self._wait_lock(os.path.join(d, _TOPIC_FILE_LOCK), directory=False,
                              what=f"{OFFSETS_TOPIC}'s record in {d}")
@@ -231,11 +248,13 @@ class OffsetsTopic:
         to be reopened next time."""
         if self.closed:
             raise KStoreError(f"{OFFSETS_TOPIC} of {self.log_dirs} is closed")
+        self._check_online(p)
         self._ensure_recorded()
         w = self._writer(p)
         self._acquire(w.lock, sleep)
         try:
             path = self.partition_path(p)
+            self._check_online(p)        # it may have gone offline while we waited
             if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
@@ -251,8 +270,12 @@ class OffsetsTopic:
                     write_partition_metadata(self._io, path, self._topic_id)
                 try:
                     yield lg
-                except BaseException:
+                except BaseException as e:
                     w.word = -1           # a failed or partial write: never reuse that Log
+                    if self._failures is not None and isinstance(e, LogDirOfflineError):
+                        raise CoordinatorNotAvailableError(
+                            f"The coordinator is not available: the write to {path} failed "
+                            f"and took its log dir offline: {e}") from e
                     raise
                 bell = lg.notifier.bell
                 # bit 0 is a waiter's armed bit (a reader waiting here): only the count matters
@@ -261,6 +284,20 @@ class OffsetsTopic:
                 self._io.unlock(fd)
         finally:
             w.lock.release()
+
+    def _check_online(self, p: int) -> None:
+        """CoordinatorNotAvailableError if the partition's log dir (or, before the topic is
+        recorded, the dir the record goes to: every dir is offline) is offline: nothing is
+        written."""
+        if self._failures is None:
+            return
+        path = self.partition_path(p)
+        for d in dict.fromkeys([os.path.dirname(path)] + ([] if self._recorded else [self._home()])):
+            why = self._failures.reason(d)
+            if why is not None:
+                raise CoordinatorNotAvailableError(
+                    f"The coordinator is not available: {path} is in log dir {d}, which is "
+                    f"offline ({why})")
 
     def wait_writers(self, p: int, *, sleep: Optional[Callable[[float], None]] = None) -> None:
         """Wait for the append in flight on an existing partition, if any (take its flock and
@@ -299,6 +336,12 @@ class OffsetsTopic:
         lg = Log.open(path, self._config, clean_shutdown=False, recovery_point=0, io=self._io,
                       time=self._time)
         w.log = lg
+        if (failures := self._failures) is not None:      # its I/O error fails its dir
+            d = os.path.dirname(path)
+
+            def failed(e: OSError) -> None:
+                failures.mark_offline(d, e)
+            lg.failure_listener = failed
         lg.attach_bell()        # the notification file mapped now (lazily made): its inode is ours
         try:
             w.notify_ino = self._io.stat_path(os.path.join(path, NOTIFY_FILE)).st_ino

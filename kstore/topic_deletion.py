@@ -142,7 +142,8 @@ class TopicDeletions:
                 self._failures.mark_offline(d, e)
         try:
             with GroupCoordinator(self._dirs, config=self._cfg, io=self._io, time=self._time,
-                                  lock_timeout=30.0 if pause is None else TASK_LOCK_WAIT_S) as gc:
+                                  lock_timeout=30.0 if pause is None else TASK_LOCK_WAIT_S,
+                                  failures=self._failures) as gc:
                 gc.on_topics_deleted(topics, sleep=pause)
             return True
         except (KStoreError, OSError) as e:

@@ -416,3 +416,109 @@ def test_a_consumer_reads_on_past_an_offline_dir_and_loses_no_record(tmp_path, w
         with pytest.raises(LogDirOfflineError, match=f"partition t-{off1[0]} is offline"):
             c2.position(TP("t", off1[0]))
     m.close()
+
+
+_TAIL_DIR = r"""
+import sys, kstore
+d, parts = sys.argv[1], [int(p) for p in sys.argv[2:]]
+with kstore.StoreReader(d) as r:
+    print("ready", flush=True)
+    while True:                      # reads until told to stop: each read a gapless prefix
+        for p in parts:
+            offs = [x.offset for x in r.log("t", p, refresh=True).read(0, max_bytes=1 << 30)]
+            assert offs == list(range(len(offs))), (p, offs[:5])
+        if sys.stdin.readline() != "again\n":
+            break
+        print("read", flush=True)
+    for p in parts:
+        lg = r.log("t", p, refresh=True)
+        print(" ".join(str(x.offset) for x in lg.read(0, max_bytes=1 << 30)))
+"""
+
+
+def test_logs_and_the_tasks_drop_an_offline_dirs_logs(tmp_path, watchdog):
+    """Kafka's handleLogDirFailure removes the failed dir's logs from currentLogs: allLogs, the
+    cleaner, retention, the flusher and the checkpoints never see them again. Before,
+    LogManager.logs() still listed them (the tasks skipped them one check at a time). While a
+    thread appends to every partition, the scheduler's tasks and the cleaner run at a 20 ms
+    beat and another process's StoreReader reads the dir, the dir goes offline: logs() is
+    exactly the other dir's partitions, the offline dir's files stay as they were, and the
+    reader reads there what was acknowledged (and at most the refused batch, in doubt)."""
+    watchdog(120)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    cfg = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "20",
+           "log.flush.scheduler.interval.ms": "20", "log.cleaner.backoff.ms": "20",
+           "log.flush.offset.checkpoint.interval.ms": "20", "log.flush.interval.ms": "100",
+           "log.flush.start.offset.checkpoint.interval.ms": "20"}
+    m = LogManager([d1, d2], cfg)
+    m.create_topic("t", 4, {"segment.bytes": "4000"})
+    m.create_topic("k", 2, {"cleanup.policy": "compact", "segment.bytes": "4000"})
+    off1 = [p for p in range(4) if m.log_dir_of("t", p) == d1]
+    on2 = [p for p in range(4) if p not in off1]
+    k2 = [("k", p) for p in range(2) if m.log_dir_of("k", p) == d2]
+    assert off1 and on2 and set(m.logs()) == {("t", p) for p in range(4)} | {("k", 0), ("k", 1)}
+    acked: dict[int, list[int]] = {p: [] for p in range(4)}
+    refused: dict[int, Exception] = {}
+    stop = threading.Event()
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            for p in range(4):
+                if p not in refused:
+                    try:
+                        acked[p].append(m.append("t", b"k%d" % (i % 10), b"v" * 50,
+                                                 partition=p).offset)
+                    except LogDirOfflineError as e:
+                        refused[p] = e
+            for p in range(2):                 # the cleaner's work, in both dirs
+                try:
+                    m.append("k", b"k%d" % (i % 10), b"v", partition=p)
+                except LogDirOfflineError:
+                    pass
+            i += 1
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    reader = subprocess.Popen([sys.executable, "-c", _TAIL_DIR, d1, *map(str, off1)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=str(tmp_path))
+    try:
+        assert reader.stdout.readline() == "ready\n"
+        while min(len(a) for a in acked.values()) < 300:
+            reader.stdin.write("again\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline() == "read\n"
+            time.sleep(0.01)
+        m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+        while set(refused) != set(off1):
+            time.sleep(0.01)
+        assert set(m.logs()) == {("t", p) for p in on2} | set(k2)
+        time.sleep(0.1)                        # whatever a task had begun before is done
+        before = _files(d1)
+        for _ in range(5):                     # the tasks and the reader go on beside the writer
+            reader.stdin.write("again\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline() == "read\n"
+            time.sleep(0.05)
+        m.flush_dirty_logs()
+        m.cleanup_logs()
+        m.checkpoint_recovery_offsets()
+        m.checkpoint_log_start_offsets()
+        m.clean_now()
+        assert set(m.logs()) == {("t", p) for p in on2} | set(k2)
+        assert _files(d1) == before
+        stop.set()
+        writer.join(30)
+        assert not writer.is_alive()
+        out, _err = reader.communicate("stop\n", timeout=60)
+        assert reader.returncode == 0
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait(30)
+    on_disk = {p: [int(o) for o in line.split()] for p, line in zip(off1, out.splitlines())}
+    for p in off1:
+        assert acked[p] == list(range(len(acked[p])))
+        assert on_disk[p] in (acked[p], acked[p] + [len(acked[p])]), (
+            len(on_disk[p]), len(acked[p]), on_disk[p][-3:], acked[p][-3:])
+    m.close()

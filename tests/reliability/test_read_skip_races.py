@@ -83,7 +83,7 @@ with kstore.LogManager(d, cfg) as m:
 """
 
 READER = r"""
-import asyncio, json, random, subprocess, sys, time
+import asyncio, json, random, signal, subprocess, sys, time
 import kstore
 from kstore import TopicPartition as TP
 d, mode, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -142,15 +142,22 @@ elif mode == "tail":
             if not recs and not done():
                 lg.wait_for(pos, 0.2)
 else:                                    # consume --follow, more options after the mode
-    r = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
-                        "--from-beginning", "--follow", "--print-offset", "--print-key",
-                        "--key-separator", "|", "--timeout-ms", "3000"] + sys.argv[4:],
-                       capture_output=True, timeout=90)
-    for line in r.stdout.decode().splitlines():
-        o, k, v = line.split("|", 2)
-        out.append((int(o[len("Offset:"):]), None if k == "null" else k, None if v == "null" else v))
-        if v == "END":
-            break
+    # stopped with SIGTERM once END is printed (exit 143, as Kafka's console consumer); its
+    # timeout is only a safety net, far above this test's pauses under load (race_readers.py)
+    p = subprocess.Popen([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                          "--from-beginning", "--follow", "--print-offset", "--print-key",
+                          "--key-separator", "|", "--timeout-ms", "60000"] + sys.argv[4:],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stopped = False
+    for line in p.stdout:
+        o, k, v = line.decode().rstrip("\n").split("|", 2)
+        if not stopped:
+            out.append((int(o[len("Offset:"):]), None if k == "null" else k, None if v == "null" else v))
+        if v == "END" and not stopped:
+            p.send_signal(signal.SIGTERM)
+            stopped = True
+    err = p.stderr.read()
+    assert p.wait(90) == (143 if stopped else 0), err[-2000:]
 print(json.dumps(out))
 """
 
