@@ -307,9 +307,7 @@ class LogNotifier:
         the page's stamp is the trusted one and its hints name new bytes in the log's last
         segment; True if the log end then passes offset. False: the wait's loop looks (nothing
         changed)."""
-        word = bell.arm()
-        end = bell.hints()[0]
-        stamp, base, size = bell.tail()
+        word, end, stamp, base, size = bell.woken()
         if stamp != self._stamp or stamp < 0:
             return False
         lg = self._log
