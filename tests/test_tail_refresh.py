@@ -175,6 +175,47 @@ def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
         assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
 
 
+def test_a_woken_consumer_wait_takes_the_tail_refresh(open_log, log_dir, tmp_path, watchdog):
+    # fetcher.wait_logs (Consumer.poll's sleep) over two logs: an append to the second wakes
+    # it, which learns it by the tail step (one pread of the new bytes, nothing listed, opened
+    # or stat'd) and returns; the first log, unchanged since its catch-up, reads nothing
+    from kstore.fetcher import wait_logs
+    watchdog(60)
+    other = open_log(path=str(tmp_path / "other-0"))
+    other.append([REC])
+    ro_other = open_log(path=str(tmp_path / "other-0"), read_only=True)
+    lg, ro, ops = _tailing(open_log, log_dir)
+    for n in (1, 1000):
+        end = lg.log_end_offset
+        before = ro.segments[-1].size
+        ops.reset()
+        t = threading.Thread(target=lambda n=n: (time.sleep(0.05), lg.append([REC] * n)))
+        t.start()
+        wait_logs([ro_other, ro], [ro_other.log_end_offset, end], 30)
+        join_all([t], 30)
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
+        assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
+
+
+def test_woken_reads_nothing_when_the_word_did_not_move(open_log, log_dir):
+    lg, ro, ops = _tailing(open_log, log_dir)
+    n = ro.notifier
+    bell = n.current_bell(time.monotonic())
+    ops.reset()
+    assert n.woken(bell, 1) is False and ops.read == {}      # caught up: the counter is seen
+    before = ro.segments[-1].size
+    lg.append([REC])
+    assert n.woken(bell, 1) is True and ro.log_end_offset == 3
+    assert ops.read == {"log": lg.segments[-1].size - before}     # one pread of the new batch
+    ops.reset()
+    assert n.woken(bell, 2) is False and ops.read == {}      # the same counter again
+    lg.roll()
+    lg.append([REC])
+    assert n.woken(bell, 3) is False and ro.log_end_offset == 3   # a new stamp: the full look
+    _catch_up(ro)
+    assert ro.log_end_offset == 4
+
+
 def test_every_descriptor_and_mapping_of_tail_refreshes_is_released(open_log, log_dir):
     # big batches pass the reader's mapping: remapped by the tail refresh (the old mapping
     # closed at once); a roll makes a new last segment; at close nothing is left open or mapped
