@@ -208,6 +208,23 @@ cdef class Bell:
         return (kn_load64(<int64_t*>(self.base + 16)), kn_load64(<int64_t*>(self.base + 24)),
                 kn_load64(<int64_t*>(self.base + 32)))
 
+    def woken(self) -> tuple:
+        """A waiter just woken: (word as re-armed, log end hint, list stamp, active base, active
+        size), arm() + hints()[0] + tail() in one call and that order (the size is stored
+        after the other hints), for the append-to-visible path (notify.LogNotifier._tail)."""
+        cdef uint32_t w
+        cdef int64_t end, stamp, owner
+        if self.closed:
+            return (0, -1, -1, -1, -1)
+        w = kn_arm(self.word)
+        end = kn_load64(<int64_t*>(self.base + 16))
+        stamp = kn_load64(<int64_t*>(self.base + 56))
+        owner = kn_load64(<int64_t*>(self.base + 64))
+        if owner <= 0 or stamp <= 0 or owner != kn_load64(<int64_t*>(self.base + 40)):
+            stamp = -1
+        return (w, end, stamp, kn_load64(<int64_t*>(self.base + 24)),
+                kn_load64(<int64_t*>(self.base + 48)))
+
     def sleep(self, uint32_t armed, double timeout, double settle=0.0) -> int:
         """FUTEX_WAIT while the word is `armed`, at most timeout seconds, GIL released. 0 woken,
         EAGAIN changed already, ETIMEDOUT, EINTR, ENOSYS (no futex on this system). settle: when

@@ -5,8 +5,9 @@
 offset / time index floor searches and entry writes."""
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memcpy
-from libc.stdlib cimport realloc, free
-from libc.errno cimport errno
+from libc.stdlib cimport malloc, realloc, free
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport pread
 from posix.mman cimport mmap, PROT_READ, PROT_WRITE, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED
 
 from kstore._format cimport *
@@ -96,37 +97,88 @@ class RecoverResult(dict):
         return self["epochs"]
 
 
+cdef struct _Run:
+    Py_ssize_t valid
+    int64_t last
+    int64_t max_ts
+    int64_t off_max
+    bint complete
+
+
+cdef void _validate_run(const uint8_t* p, Py_ssize_t n, int64_t base_offset, int64_t prev_last,
+                        bint verify_crc, _Run* out) noexcept nogil:
+    """validate_batches over n bytes at p (no Python objects: run without the GIL)."""
+    cdef Py_ssize_t pos = 0
+    cdef BatchHeader h
+    cdef const char* why
+    cdef int status
+    cdef uint32_t s, c
+    out.last, out.max_ts, out.off_max, out.complete = prev_last, NO_TIMESTAMP, -1, True
+    while True:
+        status = check_batch(p, pos, n, &h, base_offset, out.last, out.last >= 0, -1,
+                             verify_crc, &why, &s, &c)
+        if status == R_END:
+            out.complete = (n - pos) == 0 or not (n - pos < HEADER_UP_TO_MAGIC or
+                                                  pos + LOG_OVERHEAD + ld32(p + pos + 8) > n)
+            if n - pos >= 12 and ld32(p + pos + 8) == 0 and ld64(p + pos) == 0:
+                out.complete = True    # zero padding: nothing more to come at this position yet
+            break
+        if status != R_VALID:
+            break
+        if h.max_timestamp > out.max_ts:
+            out.max_ts = h.max_timestamp
+            out.off_max = h.last_offset
+        out.last = h.last_offset
+        pos += h.size
+    out.valid = pos
+
+
 def validate_batches(data, int64_t base_offset, int64_t prev_last_offset, bint verify_crc=True):
     """Validate a run of batches held in memory (a pread copy): returns (valid_bytes,
     last_offset (prev_last_offset if none), max_timestamp, offset_of_max_timestamp, complete)
     where complete is False when the data ended inside a batch (more may follow on disk)."""
     cdef const uint8_t[::1] mv = data
-    cdef Py_ssize_t n = mv.shape[0], pos = 0
-    cdef const uint8_t* p = &mv[0] if n else &_empty_byte
-    cdef BatchHeader h
-    cdef const char* why
-    cdef int status
-    cdef uint32_t s, c
-    cdef int64_t last = prev_last_offset, max_ts = NO_TIMESTAMP, off_max = -1
-    cdef bint complete = True
-    while True:
-        status = check_batch(p, pos, n, &h, base_offset, last, last >= 0, -1, verify_crc, &why,
-                             &s, &c)
-        if status == R_END:
-            complete = (n - pos) == 0 or not (n - pos < HEADER_UP_TO_MAGIC or
-                                              pos + LOG_OVERHEAD + ld32(p + pos + 8) > n)
-            if n - pos >= 12 and ld32(p + pos + 8) == 0 and ld64(p + pos) == 0:
-                complete = True    # zero padding: nothing more to come at this position yet
-            break
-        if status != R_VALID:
-            break
-        if h.max_timestamp > max_ts:
-            max_ts = h.max_timestamp
-            off_max = h.last_offset
-        last = h.last_offset
-        pos += h.size
-    return (pos, last, max_ts, off_max, complete)
+    cdef Py_ssize_t n = mv.shape[0]
+    cdef _Run r
+    _validate_run(&mv[0] if n else &_empty_byte, n, base_offset, prev_last_offset, verify_crc, &r)
+    return (r.valid, r.last, r.max_ts, r.off_max, r.complete)
 
+
+def pread_validate(int fd, Py_ssize_t n, int64_t offset, int64_t base_offset,
+                   int64_t prev_last_offset):
+    """validate_batches of the n bytes at offset of fd (pread, looping over short reads until
+    EOF), read and validated without the GIL and without a bytes copy: FileOps.pread_validate,
+    a read-only log's tail refresh on the append-to-visible path. Returns (bytes read,
+    valid_bytes, last_offset, max_timestamp, offset_of_max_timestamp); OSError if pread fails."""
+    cdef uint8_t* buf
+    cdef Py_ssize_t got = 0
+    cdef ssize_t k = 0
+    cdef int err = 0
+    cdef _Run r
+    if n < 0 or offset < 0:
+        raise ValueError(f"pread_validate of {n} bytes at {offset}")
+    buf = <uint8_t*>malloc(n if n > 0 else 1)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            while got < n:
+                k = pread(fd, buf + got, n - got, offset + got)
+                if k < 0:
+                    if errno == EINTR:
+                        continue
+                    err = errno
+                    break
+                if k == 0:
+                    break
+                got += k
+            if err == 0:
+                _validate_run(buf, got, base_offset, prev_last_offset, True, &r)
+        if err:
+            raise OSError(err, os.strerror(err))
+        return (got, r.valid, r.last, r.max_ts, r.off_max)
+    finally:
+        free(buf)
 
 
 def find_batch(Mapping m, Py_ssize_t start, Py_ssize_t end, int64_t target):

@@ -140,24 +140,50 @@ class AsyncWaiter:
                 usable = False
             elif ready:
                 done.append(w)
-        for w in done:
-            try:
-                w.loop.call_soon_threadsafe(_resolve, w.fut)
-            except RuntimeError:
-                pass                         # its loop is closed
         if done:
-            with self._lock:
-                self._waits = [w for w in self._waits if w not in done]
+            self._resolve(done)
             return False
         left = min(w.deadline for w in waits) - now
         slice_ = max(0.0, min(left, notify.SLICE_S))
         r = errno.ENOSYS
         if usable and len(bells) <= _notify.WAIT_ANY_MAX:
             bs = [b for b, _w in bells.values()]
-            r = _notify.wait_any(bs, [wd for _b, wd in bells.values()], slice_)
+            r = _notify.wait_any(bs, [wd for _b, wd in bells.values()], slice_, notify.SETTLE_S)
         if r == errno.ENOSYS:
             time.sleep(min(slice_, notify.POLL_S))
+        elif r == 0 or r == errno.EAGAIN:
+            # woken: read-only logs whose writer appended learn it by the tail step alone (the
+            # append-to-visible path); the rest waits for the next turn's catch-up
+            done = [w for w in waits if self._woken(w, now)]
+            if done:
+                self._resolve(done)
         return r in (errno.ETIMEDOUT, errno.ENOSYS)
+
+    def _resolve(self, done: list[_Wait]) -> None:
+        """Hand each done wait's result to its event loop; they leave the pending list."""
+        for w in done:
+            try:
+                w.loop.call_soon_threadsafe(_resolve, w.fut)
+            except RuntimeError:
+                pass                         # its loop is closed
+        with self._lock:
+            self._waits = [w for w in self._waits if w not in done]
+
+    @staticmethod
+    def _woken(w: _Wait, now: float) -> bool:
+        """Whether a log of w is past its offset by a woken waiter's tail step
+        (LogNotifier.woken); False leaves w to the next turn."""
+        try:
+            for lg, off in zip(w.logs, w.offsets):
+                if lg.read_only:
+                    bell = lg.notifier.current_bell(now)
+                    if bell is not None and lg.notifier.woken(bell, off):
+                        return True
+                elif lg.log_end_offset > off:
+                    return True
+        except (KStoreError, OSError):
+            return True                      # closed or deleted: the consumer finds out
+        return False
 
     @staticmethod
     def _arm(w: _Wait, now: float, quiet: bool, bells: dict) -> Optional[bool]:

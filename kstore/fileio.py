@@ -21,6 +21,7 @@ import sys
 from typing import Any, Optional
 
 from kstore._core import Mapping
+from kstore._scan import pread_validate, validate_batches
 from kstore.errors import UnusableFileError
 
 
@@ -114,6 +115,17 @@ class FileOps:
 
     def pread(self, fd: int, n: int, offset: int) -> bytes:
         return os.pread(fd, n, offset)
+
+    def pread_validate(self, fd: int, n: int, offset: int, base_offset: int,
+                       prev_last_offset: int) -> tuple[int, int, int, int, int]:
+        """(bytes read, then validate_batches' first four) of the n bytes at offset: one C call,
+        no copy, the GIL released (a read-only log's tail refresh). A subclass that overrides
+        pread (fault injection) has it called here instead, so it sees this read too."""
+        if type(self).pread is not FileOps.pread:
+            data = self.pread(fd, n, offset)
+            valid, last, mts, moff, _ = validate_batches(data, base_offset, prev_last_offset)
+            return len(data), valid, last, mts, moff
+        return pread_validate(fd, n, offset, base_offset, prev_last_offset)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

@@ -302,15 +302,14 @@ class LogNotifier:
             return False
         return (st.st_dev, st.st_ino) == self._ident
 
-    def _tail(self, bell: _notify.Bell, offset: int) -> bool:
-        """A read-only waiter just woken: catch_up's tail refresh without its other checks, when
-        the page's stamp is the trusted one and its hints name new bytes in the log's last
-        segment; True if the log end then passes offset. False: the wait's loop looks (nothing
-        changed)."""
-        word = bell.arm()
-        end = bell.hints()[0]
-        stamp, base, size = bell.tail()
-        if stamp != self._stamp or stamp < 0:
+    def woken(self, bell: _notify.Bell, offset: int) -> bool:
+        """A read-only waiter just woken (wait, fetcher.wait_logs): catch_up's tail refresh
+        without its other checks, when the word moved since the last catch-up and the page's
+        stamp is the trusted one and its hints name new bytes in the log's last segment; True
+        if the log end then passes offset. False: the wait's loop looks (nothing changed, or
+        the full catch-up must). Re-arms the word (the loop sleeps on it or arms it again)."""
+        word, end, stamp, base, size = bell.woken()
+        if stamp != self._stamp or stamp < 0 or word >> 1 == self._seen:
             return False
         lg = self._log
         with self._lock:
@@ -368,7 +367,7 @@ class LogNotifier:
             if lg.read_only:
                 lg.catch_up_index()    # what the woken path left (the word is armed: no loss)
             r = bell.sleep(word, min(left, SLICE_S), SETTLE_S)
-            if (r == 0 or r == errno.EAGAIN) and lg.read_only and self._tail(bell, offset):
+            if (r == 0 or r == errno.EAGAIN) and lg.read_only and self.woken(bell, offset):
                 return True
             if r == errno.ETIMEDOUT:
                 quiet = True           # a quiet slice: look at the hints whatever the word

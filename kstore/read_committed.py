@@ -18,7 +18,7 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from kstore._core import Record, decode_batches
-from kstore._txn_scan import producer_headers, txn_headers
+from kstore._txn_scan import last_whole_batch, producer_headers, txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 from kstore.read_skip import batch_heads
 
@@ -93,20 +93,15 @@ def _walk(lg: "Log", start: int, scan):
             pos = nxt[0]                         # a compacted segment's empty tail
 
 
-def _last_head(view: memoryview, batches: list, last: int) -> tuple[int, bytes] | None:
-    """(base offset, first 21 bytes: base, length, epoch, magic, CRC) of the whole batch of
-    view ending at last; walked from the last transactional batch (batches: txn_headers')."""
-    pos = batches[-1][4] if batches else 0
-    n = len(view)
-    while pos + 21 <= n:
-        base, length = _HEAD.unpack_from(view, pos)
-        end = pos + 12 + length
-        if length < 9 or end > n:
-            return None
-        if end + 12 > n or _HEAD.unpack_from(view, end)[0] > last:
-            return base, bytes(view[pos:pos + 21])
-        pos = end
-    return None
+def _last_head(view: memoryview, batches: list) -> tuple[int, bytes] | None:
+    """(base offset, first 21 bytes: base, length, epoch, magic, CRC) of the last whole batch
+    of view (the one txn_headers' last offset ends); walked in C from the last transactional
+    batch (batches: txn_headers')."""
+    pos = last_whole_batch(view, batches[-1][4] if batches else 0)
+    if pos < 0:
+        return None
+    base = _HEAD.unpack_from(view, pos)[0]
+    return base, bytes(view[pos:pos + 21])
 
 
 def _kind(view: memoryview, lg: "Log", attrs: int, base: int, s: int, e: int) -> int:
@@ -243,7 +238,7 @@ class TxnFilter:
             moved = last_whole >= self.scanned
             if moved:
                 self.scanned = last_whole + 1
-                self._mark = _last_head(view, batches, last_whole)
+                self._mark = _last_head(view, batches)
             _check_walk(why, lg.dir, self.scanned)
             if not moved:
                 nxt = [s.base_offset for s in lg.segments if s.base_offset > self.scanned]

@@ -228,9 +228,9 @@ class ReadOnlySegment(LogSegment):
             m = v.log_map
             if end - size > _TAIL_MAX or m is None:
                 return False
-            data = self._io.pread(fd, end - size, size)
-            valid, last, mts, moff, _ = _core.validate_batches(data, self.base_offset,
-                                                               self._ro_last_offset)
+            _, valid, last, mts, moff = self._io.pread_validate(fd, end - size, size,
+                                                                 self.base_offset,
+                                                                 self._ro_last_offset)
             if valid != end - size:
                 return False
             if m.length < end:

@@ -408,3 +408,65 @@ def test_memory_backed_tells_tmpfs(tmp_path):
         assert FileOps().memory_backed(fd) is True
     finally:
         os.close(fd)
+
+
+# -- pread_validate: the tail refresh's read (a Kafka broker's bytes, tests/data/dump) --------
+def _broker_v2() -> bytes:
+    from test_dump import _hex_file
+    return _hex_file("broker_v2.hex")[:218]     # three batches, offsets 0, 1-2, 3
+
+
+def test_pread_validate_reads_and_validates_kafka_batches_in_one_call(tmp_path):
+    data = _broker_v2()
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        io = FileOps()
+        assert io.pread_validate(fd, 218, 0, 0, -1) == (218, 218, 3, 1503229962141, 3)
+        # from the second batch (position 71), the first's last offset as the previous one
+        assert io.pread_validate(fd, 147, 71, 0, 0) == (147, 147, 3, 1503229962141, 3)
+        # past the end of the file: what is there; a cut batch is not valid
+        assert io.pread_validate(fd, 4096, 71, 0, 0) == (147, 147, 3, 1503229962141, 3)
+        assert io.pread_validate(fd, 100, 71, 0, 0)[:3] == (100, 76, 2)
+        # offsets that do not follow the previous batch's: nothing valid
+        assert io.pread_validate(fd, 147, 71, 0, 5)[:3] == (147, 0, 5)
+        assert io.pread_validate(fd, 0, 0, 0, -1) == (0, 0, -1, -1, -1)
+        with pytest.raises(ValueError):
+            io.pread_validate(fd, -1, 0, 0, -1)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as e:
+        FileOps().pread_validate(fd, 10, 0, 0, -1)            # closed: EBADF, as os.pread
+    assert e.value.errno == errno.EBADF
+
+
+def test_pread_validate_stops_at_a_corrupt_crc(tmp_path):
+    data = bytearray(_broker_v2())
+    data[147 + 61] ^= 0xFF                      # a record byte of the third batch
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(bytes(data))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert FileOps().pread_validate(fd, 218, 0, 0, -1)[:3] == (218, 147, 2)
+    finally:
+        os.close(fd)
+
+
+def test_pread_validate_goes_through_an_overridden_pread(tmp_path):
+    class Torn(FileOps):
+        """Injects a torn read: the last 10 bytes asked for never arrive."""
+        calls = 0
+
+        def pread(self, fd, n, offset):
+            Torn.calls += 1
+            return super().pread(fd, n, offset)[:-10]
+
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(_broker_v2())
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert Torn().pread_validate(fd, 218, 0, 0, -1)[:3] == (208, 147, 2)
+        assert Torn.calls == 1
+    finally:
+        os.close(fd)

@@ -78,6 +78,22 @@ def test_an_armed_word_is_cleared_by_the_next_bump():
     assert b.spin(b.load(), 0.001) is False
 
 
+def test_woken_is_arm_then_the_end_hint_then_tail_in_one_call(tmp_path):
+    path = str(tmp_path / "t-0")
+    with kstore.Log.open(path) as lg:
+        lg.append([(b"k", b"v")] * 3)
+        bell = lg.attach_bell()
+        w = bell.load()
+        woken = bell.woken()
+        assert woken == (w | 1, 3, bell.tail()[0], 0, lg.active_segment.size)
+        assert woken[2] > 0 and bell.load() == w | 1          # armed; a writer's stamp is usable
+    b = _notify.Bell.private()
+    b.bump_end(7, 0, 130)
+    assert b.woken() == (b.load(), 7, -1, 0, 130)             # no owner: the stamp is -1
+    b.close()
+    assert b.woken() == (0, -1, -1, -1, -1)
+
+
 def test_a_pre_wake_clears_the_waiter_bit_and_keeps_the_counter():
     b = _notify.Bell.private()
     w = b.load()

@@ -80,15 +80,38 @@ def _catch_up(ro) -> None:
     n.catch_up(bell, bell.arm())
 
 
+class _Plain(FileOps):
+    """Counts what Ops counts but the reads: FileOps' own pread_validate is used."""
+
+    def reset(self):
+        self.read: collections.Counter = collections.Counter()
+        self.meta: collections.Counter = collections.Counter()
+
+    def __init__(self):
+        self.reset()
+
+    def listdir(self, path):
+        self.meta["listdir"] += 1
+        return super().listdir(path)
+
+    def open(self, path, flags, mode=0o644):
+        self.meta["open"] += 1
+        return super().open(path, flags, mode)
+
+    def stat(self, fd):
+        self.meta["fstat"] += 1
+        return super().stat(fd)
+
+
 def _records(lg, start=0):
     return [(r.offset, r.key, r.value) for r in lg.read(start, max_bytes=1 << 24)]
 
 
-def _tailing(open_log, log_dir, cfg=None):
+def _tailing(open_log, log_dir, cfg=None, ops=None):
     """A writer and a read-only reader whose next catch-up is a tail refresh."""
     lg = open_log(cfg)
     lg.append([REC])
-    ops = Ops()
+    ops = Ops() if ops is None else ops
     ro = open_log(cfg, path=log_dir, read_only=True, io=ops)
     lg.append([REC])
     _catch_up(ro)                     # a full refresh: the stamp read before it is trusted
@@ -150,6 +173,47 @@ def test_a_woken_waiter_takes_the_tail_refresh(open_log, log_dir, watchdog):
         join_all([t], 30)
         assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
         assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
+
+
+def test_a_woken_consumer_wait_takes_the_tail_refresh(open_log, log_dir, tmp_path, watchdog):
+    # fetcher.wait_logs (Consumer.poll's sleep) over two logs: an append to the second wakes
+    # it, which learns it by the tail step (one pread of the new bytes, nothing listed, opened
+    # or stat'd) and returns; the first log, unchanged since its catch-up, reads nothing
+    from kstore.fetcher import wait_logs
+    watchdog(60)
+    other = open_log(path=str(tmp_path / "other-0"))
+    other.append([REC])
+    ro_other = open_log(path=str(tmp_path / "other-0"), read_only=True)
+    lg, ro, ops = _tailing(open_log, log_dir)
+    for n in (1, 1000):
+        end = lg.log_end_offset
+        before = ro.segments[-1].size
+        ops.reset()
+        t = threading.Thread(target=lambda n=n: (time.sleep(0.05), lg.append([REC] * n)))
+        t.start()
+        wait_logs([ro_other, ro], [ro_other.log_end_offset, end], 30)
+        join_all([t], 30)
+        assert ops.meta == {} and ops.read == {"log": lg.segments[-1].size - before}
+        assert ro.log_end_offset == end + n and _records(ro, end) == _records(lg, end)
+
+
+def test_woken_reads_nothing_when_the_word_did_not_move(open_log, log_dir):
+    lg, ro, ops = _tailing(open_log, log_dir)
+    n = ro.notifier
+    bell = n.current_bell(time.monotonic())
+    ops.reset()
+    assert n.woken(bell, 1) is False and ops.read == {}      # caught up: the counter is seen
+    before = ro.segments[-1].size
+    lg.append([REC])
+    assert n.woken(bell, 1) is True and ro.log_end_offset == 3
+    assert ops.read == {"log": lg.segments[-1].size - before}     # one pread of the new batch
+    ops.reset()
+    assert n.woken(bell, 2) is False and ops.read == {}      # the same counter again
+    lg.roll()
+    lg.append([REC])
+    assert n.woken(bell, 3) is False and ro.log_end_offset == 3   # a new stamp: the full look
+    _catch_up(ro)
+    assert ro.log_end_offset == 4
 
 
 def test_every_descriptor_and_mapping_of_tail_refreshes_is_released(open_log, log_dir):
@@ -230,10 +294,13 @@ def test_hints_that_do_not_match_the_bytes_change_nothing(open_log, log_dir):
     page.close()
 
 
-def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open_log, log_dir):
+@pytest.mark.parametrize("counted", [True, False], ids=["pread", "compiled"])
+def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open_log, log_dir,
+                                                                            counted):
     # Log.refresh_tail, what a woken waiter calls: the writer's (base, size) hints name the new
-    # bytes; True only when the last segment is that base and the bytes up to size validate
-    lg, ro, ops = _tailing(open_log, log_dir)
+    # bytes; True only when the last segment is that base and the bytes up to size validate.
+    # counted: an overriding FileOps.pread sees the read; else FileOps' compiled pread_validate
+    lg, ro, ops = _tailing(open_log, log_dir, ops=None if counted else _Plain())
     base, size = lg.segments[-1].base_offset, lg.segments[-1].size
     assert ro.refresh_tail(base, size) is True and ro.log_end_offset == 2   # nothing new
     lg.append([(b"%016d" % i, b"v" * 100) for i in range(1000)])
@@ -245,7 +312,7 @@ def test_refresh_tail_learns_exactly_the_validated_bytes_or_changes_nothing(open
     assert (ro.log_end_offset, ro.segments[-1].size) == (2, size) and ops.meta == {}
     ops.reset()
     assert ro.refresh_tail(base, end) is True
-    assert ops.meta == {} and ops.read == {"log": end - size}  # one pread, nothing listed
+    assert ops.meta == {} and ops.read == ({"log": end - size} if counted else {})  # one pread
     assert ro.log_end_offset == 1002 and ro.segments[-1].size == end
     assert _records(ro, 2) == _records(lg, 2)
     # a torn batch (a writer killed mid-copy): its bytes never become visible

@@ -2,6 +2,8 @@
 producer_headers, the cleaner's walk for producer state."""
 import struct
 
+import pytest
+
 from kstore._txn_scan import producer_headers, txn_headers
 
 from batch_helpers import craft_v2
@@ -45,3 +47,14 @@ def test_producer_headers_list_every_v2_batch_with_a_producer_id():
     assert producer_headers(data) == ([(1, 1, 5, 0, 3, ts, a, b), (2, 2, 7, 0x10, -1, ts, b, c),
                                        (3, 3, 7, 0x30, -1, ts, c, len(data))], 3, None)
     assert producer_headers(data[:-3])[1:] == (2, None)
+
+
+def test_last_whole_batch_is_the_start_of_the_last_well_formed_batch():
+    from kstore._txn_scan import last_whole_batch
+    data = b"".join(_txn(i, 7, 0x10) for i in range(3))
+    a, b = len(_txn(0, 7, 0x10)), 2 * len(_txn(0, 7, 0x10))
+    assert last_whole_batch(data) == b and last_whole_batch(data, a) == b
+    assert last_whole_batch(data[:-3]) == a                     # the last one cut short
+    assert last_whole_batch(data[:10]) == -1 and last_whole_batch(b"") == -1
+    with pytest.raises(ValueError):
+        last_whole_batch(data, len(data) + 1)
