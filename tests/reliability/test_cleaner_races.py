@@ -105,8 +105,11 @@ def written(o):                          # what the writer wrote at o (appended_
 
 
 reads = 0
+parent = os.getppid()
 with kstore.StoreReader(d) as r:
     while True:
+        if os.getppid() != parent:
+            sys.exit("the test is gone")   # never outlive a killed test run (no stop file comes)
         done = os.path.exists(stop)
         lg = r.log("c", 0, refresh=True)
         got = [(x.offset, x.key, x.value) for x in lg.read(lg.log_start_offset, max_bytes=1 << 30)]
