@@ -37,7 +37,8 @@ from kstore._scan import (batch_headers as batch_headers, find_batch as find_bat
                           ScanStatus as ScanStatus,
                           time_index_floor_slot_by_offset as time_index_floor_slot_by_offset,
                           time_index_lookup as time_index_lookup,
-                          validate_batches as validate_batches)
+                          validate_batches as validate_batches,
+                          pread_validate as pread_validate)
 from kstore._scan import (IndexCopy as IndexCopy, extend_index_copy as extend_index_copy,
                           index_valid_prefix as index_valid_prefix)
 

@@ -37,7 +37,8 @@ from kstore._mapping import batch_memory, set_batch_memory_limit
 from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_floor_slot,
                           offset_index_lookup, put_offset_entry, put_time_entry, recover_scan,
                           RecoverResult, ScanStatus,
-                          time_index_floor_slot_by_offset, time_index_lookup, validate_batches)
+                          time_index_floor_slot_by_offset, time_index_lookup, validate_batches,
+                          pread_validate)
 # the read-only refresh's index copies (segment_ro, index.load_copy)
 from kstore._scan import IndexCopy, extend_index_copy, index_valid_prefix
 from kstore._lines import murmur2, split_lines

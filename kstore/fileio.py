@@ -20,8 +20,7 @@ import struct
 import sys
 from typing import Any, Optional
 
-from kstore._core import Mapping
-from kstore._scan import pread_validate, validate_batches
+from kstore._core import Mapping, pread_validate, validate_batches
 from kstore.errors import UnusableFileError
 
 
