@@ -22,6 +22,7 @@ MODULES = {
     "_format": [],
     "_decode": [],
     "_scan": [],
+    "_index_copy": [],
     "_listing": [],
     "_txn_scan": [],
     "_lines": [],

@@ -39,8 +39,8 @@ from kstore._scan import (batch_headers as batch_headers, find_batch as find_bat
                           time_index_lookup as time_index_lookup,
                           validate_batches as validate_batches,
                           pread_validate as pread_validate)
-from kstore._scan import (IndexCopy as IndexCopy, extend_index_copy as extend_index_copy,
-                          index_valid_prefix as index_valid_prefix)
+from kstore._index_copy import (IndexCopy as IndexCopy, extend_index_copy as extend_index_copy,
+                                index_valid_prefix as index_valid_prefix)
 
 def index_position(index: Optional[Mapping], entries: int, base_offset: int, offset: int,
                    m: Mapping, end: int) -> int: ...

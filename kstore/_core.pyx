@@ -40,7 +40,7 @@ from kstore._scan import (batch_headers, find_batch, index_entry, offset_index_f
                           time_index_floor_slot_by_offset, time_index_lookup, validate_batches,
                           pread_validate)
 # the read-only refresh's index copies (segment_ro, index.load_copy)
-from kstore._scan import IndexCopy, extend_index_copy, index_valid_prefix
+from kstore._index_copy import IndexCopy, extend_index_copy, index_valid_prefix
 from kstore._lines import murmur2, split_lines
 from kstore._column_input import ColumnInput
 from kstore._encode import BatchBuilder

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from kstore import _core
-from kstore._scan import IndexCopy, extend_index_copy
+from kstore._core import IndexCopy, extend_index_copy
 from kstore.errors import CorruptRecordError, KafkaStorageError, KStoreStateError
 from kstore.fileio import FileOps, get_file_ops
 
@@ -354,7 +354,7 @@ class AbstractIndex:
         a refresh copies only what is new. Old copies are never closed (a reader thread may
         still use one) nor written below their published count; the count and the copy are
         read apart, so a larger count is published after the copy holding its entries, a
-        smaller one before the smaller copy (see _scan.extend_index_copy)."""
+        smaller one before the smaller copy (see _index_copy.extend_index_copy)."""
         n = len(data) // self.ENTRY_SIZE
         nbytes = n * self.ENTRY_SIZE
         old = self._entries

@@ -16,7 +16,6 @@ import time as _time
 from typing import Optional
 
 from kstore import _core
-from kstore._scan import index_valid_prefix
 from kstore.config import NO_LIMIT, LogConfig
 from kstore.errors import SegmentGoneError
 from kstore.fileio import FileOps
@@ -424,9 +423,9 @@ class ReadOnlySegment(LogSegment):
             while cap > 0:
                 want = min(window, cap)
                 data = self._io.pread(fd, want * esize, pos)
-                k = index_valid_prefix(data, esize, self.size, last_rel, prev)
+                k = _core.index_valid_prefix(data, esize, self.size, last_rel, prev)
                 if k == 0 and prev is not None and pos == n * esize and data[:esize].strip(b"\0") \
-                        and index_valid_prefix(data[:esize], esize, self.size, last_rel) == 1:
+                        and _core.index_valid_prefix(data[:esize], esize, self.size, last_rel) == 1:
                     # a valid entry that does not follow the last copied one: rewritten
                     n, prev, pos, cap, out = 0, None, 0, self.size // 26 + 1, []
                     continue

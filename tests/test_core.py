@@ -7,7 +7,7 @@ import pytest
 import kstore
 from kstore import _core
 
-MODULES = ["_crc", "_mapping", "_record", "_format", "_decode", "_scan", "_lines",
+MODULES = ["_crc", "_mapping", "_record", "_format", "_decode", "_scan", "_index_copy", "_lines",
            "_column_input", "_encode", "_compact", "_columnar"]
 
 

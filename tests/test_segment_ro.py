@@ -274,7 +274,7 @@ def test_an_index_rewritten_under_the_view_is_copied_again(open_log, log_dir):
 
 
 def test_index_valid_prefix_and_copy_growth():
-    from kstore._scan import extend_index_copy, index_valid_prefix
+    from kstore._index_copy import extend_index_copy, index_valid_prefix
 
     def oe(*pairs):
         return b"".join(struct.pack(">ii", k, p) for k, p in pairs)
