@@ -57,15 +57,24 @@ def _points(lg: "Log") -> _Points:
         return p
 
 
-def _read(segs: list["LogSegment"], off: int, n: int) -> Optional[memoryview]:
+ATTEMPTS = 4
+
+
+class _Gone(Exception):
+    """A segment of the listing a walk uses was removed under it."""
+
+
+def _read(segs: list["LogSegment"], off: int, n: int, strict: bool = False) -> Optional[memoryview]:
     """Whole batches from the one holding off, of the segment holding it (below the log start
-    too); None when that segment was removed under the read or has nothing there."""
+    too); None when it has nothing there, or (unless strict: _Gone) was removed under the read."""
     i = bisect_right([s.base_offset for s in segs], off) - 1
     if i < 0:
         return None
     try:
         v = segs[i].read_batches(off, n)
     except (SegmentGoneError, ValueError, BufferError):
+        if strict:
+            raise _Gone() from None
         return None
     return v if v is not None and len(v) else None
 
@@ -113,7 +122,20 @@ def open_at(lg: "Log", pos: int) -> tuple[State, Mark]:
     """The transactions open at pos: for each producer with a transactional data batch wholly
     below pos and no control batch of its own after it below pos, its first such batch; and the
     mark of the batch holding pos - 1 (None if none), which a caller rechecks to find a
-    truncation below pos. CorruptRecordError (naming the log and offset) on malformed bytes."""
+    truncation below pos. CorruptRecordError (naming the log and offset) on malformed bytes.
+    A segment removed under the walk (retention, a truncation; another process's, seen by a
+    read-only log) is never skipped, which would lose its transactions: the walk starts again
+    on the log's new listing; SegmentGoneError if that keeps happening (a reader retries)."""
+    for _ in range(ATTEMPTS):
+        try:
+            return _open_at(lg, pos)
+        except _Gone:
+            lg.refresh()                  # a read-only log lists its segments again
+    raise SegmentGoneError(f"{lg.dir}: segments removed again and again while finding the "
+                           f"transactions open at offset {pos}")
+
+
+def _open_at(lg: "Log", pos: int) -> tuple[State, Mark]:
     segs = lg.segments
     if not segs or pos <= segs[0].base_offset:
         return {}, None
@@ -121,7 +143,7 @@ def open_at(lg: "Log", pos: int) -> tuple[State, Mark]:
     bases = [s.base_offset for s in segs]
     i = max(0, bisect_right(bases, cur) - 1)
     while cur < pos and i < len(segs):
-        view = _read(segs, cur, SCAN_BYTES) if bases[i] <= cur else None
+        view = _read(segs, cur, SCAN_BYTES, strict=True) if bases[i] <= cur else None
         last_whole = -1
         if view is not None:
             batches, last_whole, why = txn_headers(view)
