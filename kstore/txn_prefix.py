@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kstore.log import Log
     from kstore.segment import LogSegment
 
-__all__ = ["Mark", "State", "open_at", "head_at"]
+__all__ = ["Mark", "State", "head_at", "kept_bases", "open_at"]
 
 CONTROL = 0x20
 SCAN_BYTES = 1 << 20
@@ -100,6 +100,8 @@ def _start(lg: "Log", segs: list["LogSegment"], pos: int) -> tuple[int, State]:
     else the first segment's base and no transaction."""
     pts = _points(lg)
     with pts.lock:
+        for b in [b for b in pts.points if b < segs[0].base_offset]:
+            del pts.points[b]            # below the first segment: never a start again
         kept = sorted((b for b in pts.points if segs[0].base_offset <= b <= pos), reverse=True)
         for b in kept:
             state, mark = pts.points[b]
@@ -107,6 +109,13 @@ def _start(lg: "Log", segs: list["LogSegment"], pos: int) -> tuple[int, State]:
                 return b, dict(state)
             del pts.points[b]
     return segs[0].base_offset, {}
+
+
+def kept_bases(lg: "Log") -> list[int]:
+    """The segment bases whose state is kept for lg (what a later walk may start from)."""
+    pts = _points(lg)
+    with pts.lock:
+        return sorted(pts.points)
 
 
 def _keep(lg: "Log", segs: list["LogSegment"], base: int, state: State) -> None:

@@ -6,7 +6,7 @@ import pytest
 import kstore
 from kstore.errors import SegmentGoneError
 from kstore.read_committed import TxnFilter
-from kstore.txn_prefix import open_at
+from kstore.txn_prefix import kept_bases, open_at
 
 from batch_helpers import txn_batch
 
@@ -64,3 +64,20 @@ def test_a_segment_gone_at_every_attempt_raises_segment_gone(tmp_path, monkeypat
         with pytest.raises(SegmentGoneError, match="offset 3") as e:
             open_at(lg, 3)
         assert lg.dir in str(e.value)
+
+
+def test_states_kept_below_the_first_segment_are_dropped(tmp_path):
+    """States are kept at each segment base a walk passes; once retention (here
+    delete_records) removes the segments below one, the states below the new first segment go
+    (a long-lived reader keeps one per live segment, not one per segment ever rolled), and
+    the transaction open across the move is still known from the state at the new first base."""
+    with _log(tmp_path) as lg:
+        lg.roll()
+        lg.append([(b"a", b"p4", NOW)])
+        assert [s.base_offset for s in lg.segments] == [0, 2, 4]
+        assert TxnFilter(5).stable_offset(lg) == 1
+        assert kept_bases(lg) == [2, 4]
+        lg.delete_records(4)
+        assert [s.base_offset for s in lg.segments] == [4]
+        assert TxnFilter(5).stable_offset(lg) == 4        # pid 7 open below the log start
+        assert kept_bases(lg) == [4]
