@@ -166,13 +166,20 @@ class Fetcher:
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
                           ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
-        """Consumer.offsets_for_times (Kafka's OffsetFetcher.offsetsForTimes)."""
+        """Consumer.offsets_for_times (Kafka's OffsetFetcher.offsetsForTimes); under
+        read_committed an offset at or past the last stable offset is None, as the broker's
+        ListOffsets answers a READ_COMMITTED request (only offsets below it are fetchable)."""
         out: dict[TopicPartition, Optional[OffsetAndTimestamp]] = {}
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or ts < 0:
                 raise InvalidConfigError(f"The target time for partition {tp} is {ts}. The target time cannot be negative.")
-            r = self.source.log(TopicPartition(*tp), fresh=True).fetch_offset_by_timestamp(ts)
-            out[TopicPartition(*tp)] = None if r is None else OffsetAndTimestamp(r[0], r[1])
+            tp = TopicPartition(*tp)
+            lg = self.source.log(tp, fresh=True)
+            lso = self.end_offset(tp, lg) if self.read_committed else None
+            r = lg.fetch_offset_by_timestamp(ts)
+            if r is not None and lso is not None and r[0] >= lso:
+                r = None
+            out[tp] = None if r is None else OffsetAndTimestamp(r[0], r[1])
         return out
 
     def _reset(self, tp: TopicPartition, pos: int, lg: Log, e: OffsetOutOfRangeError) -> None:

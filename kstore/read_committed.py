@@ -1,15 +1,20 @@
 """isolation_level="read_committed": the last stable offset and aborted transactions of a log.
 
 Kafka's consumer in read_committed mode returns records only below the partition's last stable
-offset (LSO: the first offset of the earliest transaction still open) and drops the batches of
-aborted transactions (the broker sends their ranges from its `.txnindex`). A kstore consumer
-finds both from the log itself: `TxnFilter` walks the v2 batch headers once, from the position
-it started at, keeping each producer's open transaction (its batch ranges) until the producer's
-control batch (an ABORT or COMMIT marker, ControlRecordType key: version int16, type int16)
-ends it; an aborted one's ranges are kept until the position passes them. One header parse per
-batch (no record decoded except a marker's); kstore-written logs have no transactional batches,
-so the filter only ever finds LSO = log end. Bytes are checked before use (CorruptRecordError
-naming the log and offset).
+offset (LSO: the first offset of the earliest transaction still open, across all producers,
+never below the log start; the broker's ProducerStateManager.firstUnstableOffset, whatever the
+fetch offset) and drops the batches of aborted transactions (the broker sends their ranges from
+its `.txnindex`). A kstore consumer finds both from the log itself: `TxnFilter` first learns
+the transactions open at the position it starts at (txn_prefix.open_at: a header walk from the
+first segment, kept per segment base), then walks the v2 batch headers forward, keeping each
+producer's open transaction (its batch ranges) until the producer's control batch (an ABORT or
+COMMIT marker, ControlRecordType key: version int16, type int16) ends it; an aborted one's
+ranges are kept until the position passes them. One header parse per batch (no record decoded
+except a marker's). Bytes are checked before use (CorruptRecordError naming the log and offset).
+Guarantee: a reader placed anywhere (seek, committed offset, --offset) returns no record at or
+past the first offset of a transaction open in the log, nor any aborted record; known limit: a
+transaction whose first batch lies in a segment deleted before this process first walked the
+log is not known (Kafka's producer snapshot keeps it).
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from kstore._core import Record, decode_batches
 from kstore._txn_scan import last_whole_batch, producer_headers, txn_headers
 from kstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentGoneError
 from kstore.read_skip import batch_heads
+from kstore.txn_prefix import open_at
 
 if TYPE_CHECKING:
     from kstore.log import Log
@@ -167,11 +173,13 @@ def skip_control_batches(lg: "Log", pos: int) -> int:
 
 
 class TxnFilter:
-    """One partition's transactions, scanned forward from `start`."""
+    """One partition's transactions, scanned forward from `start` (those open there learnt
+    first: txn_prefix.open_at)."""
 
     def __init__(self, start: int):
         self.start = start
         self.scanned = start                         # batches below this were looked at
+        self._primed = False                         # the transactions open at scanned learnt
         self.open: dict[int, tuple[int, list[tuple[int, int]]]] = {}   # pid -> (first, ranges)
         self.aborted: list[tuple[int, int]] = []     # [first, last] of aborted batches, sorted
         self.transactional = False                   # any transactional batch scanned
@@ -202,18 +210,35 @@ class TxnFilter:
             return True
         return bytes(view[:len(head)]) == head
 
+    def _prime(self, lg: "Log") -> None:
+        """Learn the transactions open at `scanned` that began below it (Kafka's LSO holds at
+        them whatever offset a fetch starts at), with the mark of the batch before it."""
+        self.open.clear()
+        state, self._mark = open_at(lg, self.scanned)
+        for pid, (base, last) in state.items():
+            self.open[pid] = (base, [(base, last)])
+        self.transactional = self.transactional or bool(state)
+        self._primed = True
+
     def _scan(self, lg: "Log") -> None:
         if lg.log_end_offset < self.scanned or not self._same_mark(lg):
             # truncated (or re-created) below what was scanned, even if appends have brought
             # the end past it again: what was learnt is void
             self._mark = None
             self.start = self.scanned = max(lg.log_start_offset, min(self.start, lg.log_end_offset))
-            self.open.clear()
             self.aborted.clear()
+            self._primed = False
+        if self.scanned < lg.log_start_offset:
+            # the log start passed what was scanned: learn afresh what is open there (a
+            # transaction begun below it holds the LSO at the log start, as in Kafka)
+            self.scanned = lg.log_start_offset
+            self._primed = False
+        if not self._primed:
+            self._prime(lg)
         while self.scanned < lg.log_end_offset:
             if self.scanned < lg.log_start_offset:
                 self.scanned = lg.log_start_offset
-                self.open.clear()
+                self._prime(lg)
                 continue
             try:
                 view = lg.read_batches(self.scanned, SCAN_BYTES)

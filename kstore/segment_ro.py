@@ -323,11 +323,14 @@ class ReadOnlySegment(LogSegment):
                 return pos, last, best, data[valid:]      # an invalid batch (torn, corrupt) or zeros
             if len(data) < want or pos + len(data) - valid >= flen:
                 return pos, last, best, None             # the file ends inside it: being written
-            # the window ended inside a batch: read that batch whole next (its length from its
-            # header; a hostile one is capped by the file's length)
+            # the window ended inside a batch: the next holds that batch whole (its length from
+            # its header; a hostile one is capped by the file's length), still growing if it
+            # fits in twice the window (small batches seldom end a window exactly)
             need = int.from_bytes(data[valid + 8:valid + 12], "big", signed=True) + 12 \
                 if len(data) - valid >= 12 else 0
-            window, big = max(need, 2 * (len(data) - valid)), True
+            grow = min(window * 2, _MAX_WINDOW)
+            window, big = (grow, False) if need <= grow else \
+                (max(need, 2 * (len(data) - valid)), True)
         return pos, last, best, None
 
     def _invalid_in_rolled(self, fd: int, pos: int, last: int) -> Optional[str]:

@@ -1,13 +1,18 @@
-"""read_committed.TxnFilter beside a writer process that compacts: the last stable offset a
-reader computes from the log itself, when the cleaner rewrites what the reader has scanned."""
+"""read_committed.TxnFilter: the last stable offset a reader computes from the log itself, beside
+a writer process that compacts what the reader has scanned, and for a reader placed inside a
+transaction still open (seek, committed offset, `kstore consume --offset`, AsyncConsumer)."""
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 import kstore
-from kstore import Consumer, TopicPartition as TP
+from kstore import AsyncConsumer, Consumer, TopicPartition as TP
+from kstore.read_committed import TxnFilter
 
 from batch_helpers import craft_v2, emptied_marker, txn_batch
 from writer_process import WriterProcess
@@ -149,3 +154,215 @@ def test_a_cut_marker_written_again_as_an_abort_is_found_by_a_reader_that_scanne
                 got += [(r.offset, r.value) for recs in c.poll(200).values() for r in recs]
             assert got == [(0, b"plain"), (3, b"after")]
             assert c.position(TP("t", 0)) == 4
+
+
+# -- a reader placed inside an open transaction ----------------------------------------------------
+T0 = TP("t", 0)
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def _polls(c, n=3) -> list:
+    got = []
+    for _ in range(n):
+        got += [(r.offset, r.value) for recs in c.poll(100).values() for r in recs]
+    return got
+
+
+def _cli(d: str, offset: int, cwd: str) -> list:
+    """`kstore consume --offset N --isolation-level read_committed` in a child process (a
+    read-only reader with no writer state): the (offset, value) pairs it prints."""
+    r = subprocess.run([sys.executable, "-m", "kstore", "consume", "--log-dirs", d, "--topic", "t",
+                        "--partition", "0", "--offset", str(offset), "--isolation-level",
+                        "read_committed", "--print-offset"], cwd=cwd, env=_env(),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = []
+    for ln in r.stdout.decode().splitlines():
+        o, v = ln.split("\t", 1)
+        out.append((int(o[len("Offset:"):]), v.encode()))
+    assert r.stderr.endswith(b"Processed a total of %d messages\n" % len(out)), r.stderr
+    return out
+
+
+def _async(d: str, offset: int) -> tuple[list, int]:
+    async def main():
+        async with AsyncConsumer(d, isolation_level="read_committed") as c:
+            c.assign([T0])
+            c.seek(T0, offset)
+            got = []
+            for _ in range(3):
+                for recs in (await c.getmany(timeout_ms=100)).values():
+                    got += [(r.offset, r.value) for r in recs]
+            return got, c.consumer.position(T0)
+    return asyncio.run(main())
+
+
+def _read(how: str, d: str, offset: int, cwd: str) -> tuple[list, int | None]:
+    """What a read_committed reader placed at offset returns now, and its position after (None
+    for the CLI): placed by seek, by a committed offset it resumes from, by --offset, or by an
+    AsyncConsumer's seek."""
+    if how == "cli":
+        return _cli(d, offset, cwd), None
+    if how == "async":
+        return _async(d, offset)
+    if how == "committed":
+        with Consumer(d, group_id="g", enable_auto_commit=False) as c:
+            c.assign([T0])
+            c.commit({T0: offset})
+        with Consumer(d, group_id="g", isolation_level="read_committed",
+                      enable_auto_commit=False) as c:
+            c.assign([T0])
+            return _polls(c), c.position(T0)
+    with Consumer(d, isolation_level="read_committed") as c:
+        c.assign([T0])
+        c.seek(T0, offset)
+        return _polls(c), c.position(T0)
+
+
+@pytest.mark.parametrize("how", ["seek", "committed", "cli", "async"])
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_a_reader_placed_inside_an_open_transaction_waits_for_its_marker(tmp_path, how, outcome):
+    """pid 7's transaction opens at 1 and is still open; plain records and pid 8's committed
+    transaction follow. A read_committed reader placed at 2 (after pid 7's first batch, which
+    it never reads) returns nothing: the last stable offset is 1, as Kafka's broker computes it
+    whatever the fetch offset; end_offsets says 1. Once pid 7's marker is written it returns
+    every committed record from 2 (pid 7's at 5 only if committed). Before, the reader never
+    saw pid 7's first batch: it returned 2 and 3 at once (past the open transaction)."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])                                          # 0
+        lg.append_batches(txn_batch(0, 7, [b"t7a"], ts=NOW))                     # 1
+        lg.append([(b"a", b"p2", NOW)])                                          # 2
+        lg.append_batches(txn_batch(0, 8, [b"t8"], ts=NOW) + txn_batch(0, 8, control=1, ts=NOW))
+        lg.append_batches(txn_batch(0, 7, [b"t7b"], ts=NOW))                     # 5
+        lg.append([(b"a", b"p6", NOW)])                                          # 6
+        with Consumer(d, isolation_level="read_committed") as c:
+            assert c.end_offsets([T0]) == {T0: 1}
+        got, pos = _read(how, d, 2, str(tmp_path))
+        assert got == [] and pos in (None, 2)
+        lg.append_batches(txn_batch(0, 7, control=1 if outcome == "commit" else 0, ts=NOW))  # 7
+        lg.append([(b"a", b"p8", NOW)])                                          # 8
+        got, pos = _read(how, d, 2, str(tmp_path))
+        t7 = [(5, b"t7b")] if outcome == "commit" else []
+        assert got == [(2, b"p2"), (3, b"t8")] + t7 + [(6, b"p6"), (8, b"p8")]
+        assert pos in (None, 9)
+
+
+def test_several_producers_open_hold_the_reader_at_the_earliest(tmp_path):
+    """pid 7 opens at 1, pid 8 at 2, pid 9 commits at 3-4, a plain record at 5. Readers at 5
+    and 3: nothing while either of 7 and 8 is open (the LSO is 1, then 2 once 7 commits), then
+    the committed records from their position once 8 aborts (its record at 2, below both
+    positions, is not theirs; a reader at 2 drops it)."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"t7"], ts=NOW) + txn_batch(0, 8, [b"t8"], ts=NOW)
+                          + txn_batch(0, 9, [b"t9"], ts=NOW) + txn_batch(0, 9, control=1, ts=NOW))
+        lg.append([(b"a", b"p5", NOW)])
+        with Consumer(d, isolation_level="read_committed") as c5, \
+                Consumer(d, isolation_level="read_committed") as c3:
+            for c, at in ((c5, 5), (c3, 3)):
+                c.assign([T0])
+                c.seek(T0, at)
+            assert (_polls(c5), _polls(c3), c5.end_offsets([T0])) == ([], [], {T0: 1})
+            lg.append_batches(txn_batch(0, 7, control=1, ts=NOW))                  # 6
+            assert (_polls(c5), _polls(c3), c5.end_offsets([T0])) == ([], [], {T0: 2})
+            assert _cli(d, 3, str(tmp_path)) == []
+            lg.append_batches(txn_batch(0, 8, control=0, ts=NOW))                  # 7
+            lg.append([(b"a", b"p8", NOW)])
+            assert _polls(c5) == [(5, b"p5"), (8, b"p8")]
+            assert _polls(c3) == [(3, b"t9"), (5, b"p5"), (8, b"p8")]
+            assert (c5.position(T0), c3.position(T0), c5.end_offsets([T0])) == (9, 9, {T0: 9})
+        assert _cli(d, 2, str(tmp_path)) == [(3, b"t9"), (5, b"p5"), (8, b"p8")]
+
+
+def test_a_transaction_open_across_segment_rolls(tmp_path):
+    """pid 7 opens at 1 in the first segment; plain records fill two more. A reader placed in
+    the last segment (a Consumer; a second one, which starts from the state kept at the last
+    segment's base; the CLI in another process) returns nothing until pid 7 commits. Then the
+    writer truncates to 1 (pid 7's batch goes), writes plain records from 1 and rolls at 2
+    again: the state kept at base 2 (pid 7 open) no longer holds (the batch before it
+    changed), and a new reader at 3 returns the new records."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"t7"], ts=NOW))
+        lg.roll()
+        for i in (2, 3):
+            lg.append([(b"a", b"p%d" % i, NOW)])
+        lg.roll()
+        lg.append([(b"a", b"p4", NOW)])
+        assert [s.base_offset for s in lg.segments] == [0, 2, 4]
+        assert (_read("seek", d, 4, str(tmp_path)), _read("seek", d, 3, str(tmp_path))) == (([], 4), ([], 3))
+        assert _cli(d, 4, str(tmp_path)) == []
+        lg.append_batches(txn_batch(0, 7, control=1, ts=NOW))                      # 5
+        assert _read("seek", d, 3, str(tmp_path)) == ([(3, b"p3"), (4, b"p4")], 6)
+        lg.truncate_to(1)
+        lg.append([(b"a", b"n1", NOW)])
+        lg.roll()
+        for i in (2, 3):
+            lg.append([(b"a", b"n%d" % i, NOW)])
+        assert [s.base_offset for s in lg.segments] == [0, 2]
+        assert _read("seek", d, 3, str(tmp_path)) == ([(3, b"n3")], 4)
+        assert _cli(d, 2, str(tmp_path)) == [(2, b"n2"), (3, b"n3")]
+
+
+def test_a_transaction_open_below_a_log_start_moved_inside_it(tmp_path):
+    """pid 7 opens at 1; plain records to 5; delete_records(3) moves the log start inside the
+    open transaction (its first batch stays on disk, in the first segment). Kafka keeps the
+    transaction open: the LSO is the log start, 3. A reader at 4 (and one reset to the earliest
+    offset) returns nothing until pid 7 commits, then the records from its position."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"t7"], ts=NOW))
+        for i in range(2, 6):
+            lg.append([(b"a", b"p%d" % i, NOW)])
+        lg.delete_records(3)
+        assert lg.log_start_offset == 3
+        with Consumer(d, isolation_level="read_committed") as c, \
+                Consumer(d, isolation_level="read_committed", auto_offset_reset="earliest") as e:
+            c.assign([T0])
+            c.seek(T0, 4)
+            e.assign([T0])
+            assert (_polls(c), _polls(e), c.end_offsets([T0])) == ([], [], {T0: 3})
+            assert (c.position(T0), e.position(T0)) == (4, 3)
+            assert _cli(d, 4, str(tmp_path)) == []
+            lg.append_batches(txn_batch(0, 7, control=1, ts=NOW))                  # 6
+            lg.append([(b"a", b"p7", NOW)])
+            assert _polls(c) == [(4, b"p4"), (5, b"p5"), (7, b"p7")]
+            assert _polls(e) == [(3, b"p3"), (4, b"p4"), (5, b"p5"), (7, b"p7")]
+        assert _cli(d, 4, str(tmp_path)) == [(4, b"p4"), (5, b"p5"), (7, b"p7")]
+
+
+def test_a_filter_walks_only_from_the_nearest_kept_segment_base(tmp_path, monkeypatch):
+    """The transactions open at a filter's start come from a header walk from the first
+    segment, once per log: a later filter on the same log walks only from the base of the
+    segment holding its start (the state kept there), and a filter at the first segment's base
+    walks nothing. A log of plain records only: LSO = log end."""
+    import kstore.txn_prefix
+    d = str(tmp_path / "data")
+    walked: list[int] = []
+    real = kstore.txn_prefix.txn_headers
+
+    def counting(view):
+        walked.append(len(view))
+        return real(view)
+    monkeypatch.setattr(kstore.txn_prefix, "txn_headers", counting)
+    with kstore.Log.open(os.path.join(d, "t-0"), {"segment.bytes": 2000}) as lg:
+        for i in range(100):
+            lg.append([(b"k%d" % i, b"v" * 100, NOW)])
+        segs = lg.segments
+        assert len(segs) > 5
+        end = lg.log_end_offset
+        assert TxnFilter(end).stable_offset(lg) == end
+        assert sum(walked) == sum(s.size for s in segs[:-1]) + segs[-1].size
+        walked.clear()
+        assert TxnFilter(segs[-2].base_offset + 2).stable_offset(lg) == end
+        assert sum(walked) == segs[-2].size            # from that segment's base only
+        walked.clear()
+        assert TxnFilter(segs[-1].base_offset).stable_offset(lg) == end and walked == []
+        assert TxnFilter(0).stable_offset(lg) == end and walked == []

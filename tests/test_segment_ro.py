@@ -173,6 +173,42 @@ def test_many_small_refreshes_equal_a_fresh_open_and_the_writers_index(open_log,
     assert [x.offset for x in ro.read(lo, max_records=5)] == list(range(lo, lo + 5))
 
 
+class CallCountingOps(CountingOps):
+    """CountingOps, with the number of pread calls per file name suffix."""
+
+    def reset(self):
+        super().reset()
+        self.calls = collections.Counter()
+
+    def pread(self, fd, n, offset):
+        self.calls[os.readlink(f"/proc/self/fd/{fd}").rsplit(".", 1)[1]] += 1
+        return super().pread(fd, n, offset)
+
+
+def test_validating_a_rolled_segment_of_small_batches_reads_it_in_growing_windows(open_log, log_dir):
+    # 4000 batches of ~150 bytes (600 KB) in a rolled segment: its first read validates it in
+    # windows doubling from a page to 256 KiB, whether or not a window ends on a batch boundary.
+    # Before, a window ending inside a batch was followed by one holding just that batch, then
+    # a page again: a pread per page or so (333 here; one per batch for batches of 1 KiB), most
+    # of a first read_committed walk's cost on a read-only log
+    lg = open_log({"segment.bytes": 16 << 20})
+    for i in range(4000):
+        lg.append([(b"k%d" % i, b"v" * 80)])
+    lg.roll()
+    lg.append([(b"last", b"v")])
+    lg.flush()
+    size = lg.segments[0].size
+    assert 4000 * 100 < size < 4000 * 200
+    ops = CallCountingOps()
+    ro = open_log(path=log_dir, read_only=True, io=ops)
+    ops.reset()
+    assert [r.offset for r in ro.read(3999, max_records=1)] == [3999]
+    # 4, 8, ..., 128 KiB (252 KiB in 6 reads), then 256 KiB windows for the rest
+    assert ops.calls["log"] <= 6 + -(-(size - (252 << 10)) // (128 << 10)) + 1
+    assert ops.read["log"] >= size
+    assert [r.offset for c in ro.iter_chunks() for r in c] == list(range(4001))
+
+
 def test_a_refresh_reads_only_what_is_new(open_log, log_dir):
     # nothing new: no index byte read, one page of the .log's zero runway at most, and once the
     # directory has settled no listing; a new batch: its bytes and the new index entries only
