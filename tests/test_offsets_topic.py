@@ -29,7 +29,8 @@ class _DiskFullUnder(FileOps):
         self.under = None
 
     def _check(self, fd):
-        if self.under and os.readlink(f"/proc/self/fd/{fd}").startswith(self.under + os.sep):
+        under = self.under              # once: the test disarms it while a thread appends
+        if under and os.readlink(f"/proc/self/fd/{fd}").startswith(under + os.sep):
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
     def zero_fill(self, fd, offset, length):
