@@ -184,14 +184,18 @@ cdef class Bell:
         """(list stamp, active base, active size) as the writer last stored them; the stamp is
         -1 when it cannot be used (never written, or not by the writer whose pid the page
         holds: an older kstore writer, which does not keep it)."""
-        cdef int64_t stamp, owner
         if self.closed:
             return (-1, -1, -1)
-        stamp = kn_load64(<int64_t*>(self.base + 56))
-        owner = kn_load64(<int64_t*>(self.base + 64))
+        return (self._stamp(), kn_load64(<int64_t*>(self.base + 24)),
+                kn_load64(<int64_t*>(self.base + 48)))
+
+    cdef int64_t _stamp(self):
+        """The list stamp, or -1 unless the pid that wrote it is the page's writer's."""
+        cdef int64_t stamp = kn_load64(<int64_t*>(self.base + 56))
+        cdef int64_t owner = kn_load64(<int64_t*>(self.base + 64))
         if owner <= 0 or stamp <= 0 or owner != kn_load64(<int64_t*>(self.base + 40)):
-            stamp = -1
-        return (stamp, kn_load64(<int64_t*>(self.base + 24)), kn_load64(<int64_t*>(self.base + 48)))
+            return -1
+        return stamp
 
     def load(self) -> int:
         """The word now."""
@@ -211,18 +215,14 @@ cdef class Bell:
     def woken(self) -> tuple:
         """A waiter just woken: (word as re-armed, log end hint, list stamp, active base, active
         size), arm() + hints()[0] + tail() in one call and that order (the size is stored
-        after the other hints), for the append-to-visible path (notify.LogNotifier._tail)."""
+        after the other hints), for the append-to-visible path (notify.LogNotifier.woken)."""
         cdef uint32_t w
-        cdef int64_t end, stamp, owner
+        cdef int64_t end
         if self.closed:
             return (0, -1, -1, -1, -1)
         w = kn_arm(self.word)
         end = kn_load64(<int64_t*>(self.base + 16))
-        stamp = kn_load64(<int64_t*>(self.base + 56))
-        owner = kn_load64(<int64_t*>(self.base + 64))
-        if owner <= 0 or stamp <= 0 or owner != kn_load64(<int64_t*>(self.base + 40)):
-            stamp = -1
-        return (w, end, stamp, kn_load64(<int64_t*>(self.base + 24)),
+        return (w, end, self._stamp(), kn_load64(<int64_t*>(self.base + 24)),
                 kn_load64(<int64_t*>(self.base + 48)))
 
     def sleep(self, uint32_t armed, double timeout, double settle=0.0) -> int:
