@@ -19,7 +19,7 @@ log is not known (Kafka's producer snapshot keeps it).
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from kstore._core import Record, decode_batches
@@ -63,40 +63,34 @@ def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
 
 def _walk(lg: "Log", start: int, scan):
     """(view, batches) of each read from start to the log end, batches being what scan (a
-    _txn_scan walk) lists of the view's whole batches at or past the position; from a start
-    below the log start, the batches before it still in the first segment come first."""
-    head = lg.segments[0] if lg.segments else None
+    _txn_scan walk) lists of the view's whole batches at or past the position. The segments
+    are read themselves, below the log start too (what is left of the first segment, as
+    Kafka's cleaner reads it), so the log start moving during the walk skips nothing; a segment
+    removed under the walk (retention: below the log start) is passed over, its batches gone."""
     pos = start
-    while head is not None and pos < lg.log_start_offset:
-        try:
-            view = head.read_batches(pos, SCAN_BYTES)
-        except (SegmentGoneError, ValueError, BufferError):
-            break                                # removed under the walk
-        if not view:
-            break
-        batches, last_whole, why = scan(view)
-        _check_walk(why, lg.dir, pos)
-        yield view, [b for b in batches if pos <= b[1] < lg.log_start_offset]
-        if last_whole < pos:
-            break
-        pos = last_whole + 1
-    pos = max(start, lg.log_start_offset)
     while pos < lg.log_end_offset:
-        try:
-            view = lg.read_batches(pos, SCAN_BYTES)
-        except (OffsetOutOfRangeError, SegmentGoneError):
+        segs = lg.segments
+        if not segs:
             return
-        batches, last_whole, why = scan(view)
-        yield view, [b for b in batches if b[1] >= pos]
-        moved = last_whole >= pos
-        if moved:
-            pos = last_whole + 1
-        _check_walk(why, lg.dir, pos)
+        bases = [sg.base_offset for sg in segs]
+        i = max(0, bisect_right(bases, pos) - 1)
+        pos = max(pos, bases[i])
+        try:
+            view = segs[i].read_batches(pos, SCAN_BYTES)
+        except (SegmentGoneError, ValueError, BufferError):
+            view = None                              # removed under the walk
+        moved = False
+        if view:
+            batches, last_whole, why = scan(view)
+            yield view, [b for b in batches if b[1] >= pos]
+            moved = last_whole >= pos
+            if moved:
+                pos = last_whole + 1
+            _check_walk(why, lg.dir, pos)
         if not moved:
-            nxt = [sg.base_offset for sg in lg.segments if sg.base_offset > pos]
-            if not nxt:
+            if i + 1 >= len(segs):
                 return
-            pos = nxt[0]                         # a compacted segment's empty tail
+            pos = bases[i + 1]                       # the next segment (a compacted one's tail)
 
 
 def _last_head(view: memoryview, batches: list) -> tuple[int, bytes] | None:

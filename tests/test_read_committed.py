@@ -366,3 +366,33 @@ def test_a_filter_walks_only_from_the_nearest_kept_segment_base(tmp_path, monkey
         walked.clear()
         assert TxnFilter(segs[-1].base_offset).stable_offset(lg) == end and walked == []
         assert TxnFilter(0).stable_offset(lg) == end and walked == []
+
+
+@pytest.mark.parametrize("where", ["first segment", "a later segment"])
+def test_a_producer_walk_lists_every_batch_while_the_log_start_moves(tmp_path, where):
+    """producer_batches (a clean's walk of the log) lists every batch from where it starts,
+    also when delete_records moves the log start during the walk. Before, the walk went on
+    from the new log start: the batches between the old one and the new one, still in the
+    first segment, were missed (a clean then took pid 8's COMMIT at 4 for a marker with no
+    data and dropped it, leaving its data at 3 for a reader to take for a transaction open at
+    the log start for good), and when the segment it was reading was removed meanwhile, the
+    walk ended there (a clean then missed every ABORT after it: their data went into the
+    dedupe map)."""
+    from kstore.read_committed import COMMIT, DATA, producer_batches
+    kinds = [(0, 7, DATA), (1, 7, COMMIT), (2, 9, DATA), (3, 8, DATA), (4, 8, COMMIT),
+             (5, 9, COMMIT), (6, 7, DATA)]
+    with kstore.Log.open(str(tmp_path / "t-0"), {"file.delete.delay.ms": "0"}) as lg:
+        for base, pid, kind in kinds:
+            lg.append_batches(txn_batch(base, pid, [b"v"] if kind == DATA else (),
+                                        control=None if kind == DATA else kind))
+            if where == "a later segment" and base == 2:
+                lg.roll()                                        # segments at 0, 3
+        lg.roll()                                                # and 7 (active)
+        if where == "first segment":
+            lg.delete_records(1)          # the walk reads below the log start, then from it
+        walk = producer_batches(lg, 0)
+        got = [next(walk)]
+        lg.delete_records(4)
+        got += list(walk)
+        assert lg.log_start_offset == 4
+        assert [(b[0], b[2], b[4]) for b in got] == kinds
