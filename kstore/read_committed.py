@@ -204,6 +204,18 @@ class TxnFilter:
             return True
         return bytes(view[:len(head)]) == head
 
+    def _emptied_below_start(self, lg: "Log") -> bool:
+        """Whether the log now holds nothing below its start, this filter having scanned to
+        that start and holding transactions begun below it: every segment was replaced at an
+        end it scanned to (truncate_fully_and_start_at, which ends every transaction in
+        Kafka; neither the end nor the mark, below the start, shows it) or retention removed
+        them all. What is open there is learnt afresh (open_at: a state kept at that base)."""
+        start = lg.log_start_offset
+        if self.scanned != start or all(f >= start for f, _r in self.open.values()):
+            return False
+        segs = lg.segments
+        return bool(segs) and segs[0].base_offset >= start
+
     def _prime(self, lg: "Log") -> None:
         """Learn the transactions open at `scanned` that began below it (Kafka's LSO holds at
         them whatever offset a fetch starts at), with the mark of the batch before it."""
@@ -222,7 +234,7 @@ class TxnFilter:
             self.start = self.scanned = max(lg.log_start_offset, min(self.start, lg.log_end_offset))
             self.aborted.clear()
             self._primed = False
-        if self.scanned < lg.log_start_offset:
+        if self.scanned < lg.log_start_offset or self._emptied_below_start(lg):
             # the log start passed what was scanned: learn afresh what is open there (a
             # transaction begun below it holds the LSO at the log start, as in Kafka)
             self.scanned = lg.log_start_offset

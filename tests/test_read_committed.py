@@ -396,3 +396,26 @@ def test_a_producer_walk_lists_every_batch_while_the_log_start_moves(tmp_path, w
         got += list(walk)
         assert lg.log_start_offset == 4
         assert [(b[0], b[2], b[4]) for b in got] == kinds
+
+
+def test_a_transaction_truncated_fully_away_at_the_scanned_end_holds_no_reader(tmp_path):
+    """pid 7 opens at 1 and never writes again; a reader waits at its LSO, 1, having scanned to
+    the log end, 3; truncate_fully_and_start_at(3) deletes every segment (Kafka's producer
+    state is cleared: no transaction open), then END at 3. The reader returns END. Before, its
+    filter kept pid 7 open (the end had not come down below what it scanned, and its mark was
+    below the new log start, so nothing said the log was replaced): the LSO stayed at the log
+    start for good. A transaction held below the log start is held only while its first batch
+    is still on disk (as a new reader learns it: txn_prefix), before and after the start moved."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"t7"], ts=NOW))                 # 1
+        lg.append([(b"a", b"p2", NOW)])
+        f = TxnFilter(0)
+        with Consumer(d, isolation_level="read_committed", auto_offset_reset="earliest") as c:
+            c.assign([T0])
+            assert (_polls(c), f.stable_offset(lg)) == ([(0, b"p0")], 1)
+            lg.truncate_fully_and_start_at(3)
+            lg.append([(b"end", b"END", NOW)])                              # 3
+            assert (_polls(c), f.stable_offset(lg)) == ([(3, b"END")], 4)
+            assert c.position(T0) == 4
