@@ -9,6 +9,11 @@ sets the horizon, as for tombstones); it also keeps each active producer's last 
 need be. kstore keeps no `.txnindex` and no producer state, so a clean finds both from one walk
 of the log's batch headers (read_committed.producer_batches): a producer's transaction runs from
 its first data batch to its next marker, and its state is that of its last batches there.
+One departure, below the log start only: Kafka takes an ABORT there for no abort (it collects
+aborted transactions from the log start), keeps the data and drops the marker; kstore's readers
+learn the transactions open at the log start from those bytes (txn_prefix: Kafka's producer
+state), where data with no marker after it is a transaction still open, so the marker stays
+while data of its transaction is before it.
 """
 from __future__ import annotations
 
@@ -88,6 +93,7 @@ def clean_actions(lg: "Log", end: int, now: int, expiration_ms: int) -> Optional
     aborted = _aborted(batches, lg.log_start_offset)
     ongoing_aborted: dict[int, bool] = {}     # pid -> a batch of it seen in this clean
     ongoing_committed: set[int] = set()
+    unmarked: set[int] = set()                # pids with a data batch since their last marker
     i = 0
     for base, last, pid, kind in batches:
         if base >= end:
@@ -96,6 +102,7 @@ def clean_actions(lg: "Log", end: int, now: int, expiration_ms: int) -> Optional
             ongoing_aborted.setdefault(aborted[i][1], False)
             i += 1
         if kind == DATA:
+            unmarked.add(pid)
             if pid in ongoing_aborted:
                 ongoing_aborted[pid] = True
                 actions[base] = actions.get(base, 0) | TXN_ABORTED
@@ -104,13 +111,19 @@ def clean_actions(lg: "Log", end: int, now: int, expiration_ms: int) -> Optional
             continue
         if kind == EMPTY_CONTROL:
             goes = True                       # emptied by an earlier clean
+        elif kind == ABORT and pid in ongoing_aborted:
+            goes = not ongoing_aborted.pop(pid)
         elif kind == ABORT:
-            goes = not ongoing_aborted.pop(pid, False)
+            # below the log start: not an aborted transaction to Kafka's cleaner, which keeps
+            # its data and drops the marker; kstore's readers find the transactions open at the
+            # log start from these bytes, so the marker stays while its data does
+            goes = pid not in unmarked
         elif kind == COMMIT:
             goes = pid not in ongoing_committed
             ongoing_committed.discard(pid)
         else:
             goes = False
+        unmarked.discard(pid)
         if goes:
             actions[base] = actions.get(base, 0) | TXN_MARKER_GOES
     return actions

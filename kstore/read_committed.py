@@ -19,7 +19,7 @@ log is not known (Kafka's producer snapshot keeps it).
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from kstore._core import Record, decode_batches
@@ -63,40 +63,34 @@ def _marker_type(view: memoryview, log_dir: str, base: int) -> int:
 
 def _walk(lg: "Log", start: int, scan):
     """(view, batches) of each read from start to the log end, batches being what scan (a
-    _txn_scan walk) lists of the view's whole batches at or past the position; from a start
-    below the log start, the batches before it still in the first segment come first."""
-    head = lg.segments[0] if lg.segments else None
+    _txn_scan walk) lists of the view's whole batches at or past the position. The segments
+    are read themselves, below the log start too (what is left of the first segment, as
+    Kafka's cleaner reads it), so the log start moving during the walk skips nothing; a segment
+    removed under the walk (retention: below the log start) is passed over, its batches gone."""
     pos = start
-    while head is not None and pos < lg.log_start_offset:
-        try:
-            view = head.read_batches(pos, SCAN_BYTES)
-        except (SegmentGoneError, ValueError, BufferError):
-            break                                # removed under the walk
-        if not view:
-            break
-        batches, last_whole, why = scan(view)
-        _check_walk(why, lg.dir, pos)
-        yield view, [b for b in batches if pos <= b[1] < lg.log_start_offset]
-        if last_whole < pos:
-            break
-        pos = last_whole + 1
-    pos = max(start, lg.log_start_offset)
     while pos < lg.log_end_offset:
-        try:
-            view = lg.read_batches(pos, SCAN_BYTES)
-        except (OffsetOutOfRangeError, SegmentGoneError):
+        segs = lg.segments
+        if not segs:
             return
-        batches, last_whole, why = scan(view)
-        yield view, [b for b in batches if b[1] >= pos]
-        moved = last_whole >= pos
-        if moved:
-            pos = last_whole + 1
-        _check_walk(why, lg.dir, pos)
+        bases = [sg.base_offset for sg in segs]
+        i = max(0, bisect_right(bases, pos) - 1)
+        pos = max(pos, bases[i])
+        try:
+            view = segs[i].read_batches(pos, SCAN_BYTES)
+        except (SegmentGoneError, ValueError, BufferError):
+            view = None                              # removed under the walk
+        moved = False
+        if view:
+            batches, last_whole, why = scan(view)
+            yield view, [b for b in batches if b[1] >= pos]
+            moved = last_whole >= pos
+            if moved:
+                pos = last_whole + 1
+            _check_walk(why, lg.dir, pos)
         if not moved:
-            nxt = [sg.base_offset for sg in lg.segments if sg.base_offset > pos]
-            if not nxt:
+            if i + 1 >= len(segs):
                 return
-            pos = nxt[0]                         # a compacted segment's empty tail
+            pos = bases[i + 1]                       # the next segment (a compacted one's tail)
 
 
 def _last_head(view: memoryview, batches: list) -> tuple[int, bytes] | None:
@@ -210,6 +204,18 @@ class TxnFilter:
             return True
         return bytes(view[:len(head)]) == head
 
+    def _emptied_below_start(self, lg: "Log") -> bool:
+        """Whether the log now holds nothing below its start, this filter having scanned to
+        that start and holding transactions begun below it: every segment was replaced at an
+        end it scanned to (truncate_fully_and_start_at, which ends every transaction in
+        Kafka; neither the end nor the mark, below the start, shows it) or retention removed
+        them all. What is open there is learnt afresh (open_at: a state kept at that base)."""
+        start = lg.log_start_offset
+        if self.scanned != start or all(f >= start for f, _r in self.open.values()):
+            return False
+        segs = lg.segments
+        return bool(segs) and segs[0].base_offset >= start
+
     def _prime(self, lg: "Log") -> None:
         """Learn the transactions open at `scanned` that began below it (Kafka's LSO holds at
         them whatever offset a fetch starts at), with the mark of the batch before it."""
@@ -228,7 +234,7 @@ class TxnFilter:
             self.start = self.scanned = max(lg.log_start_offset, min(self.start, lg.log_end_offset))
             self.aborted.clear()
             self._primed = False
-        if self.scanned < lg.log_start_offset:
+        if self.scanned < lg.log_start_offset or self._emptied_below_start(lg):
             # the log start passed what was scanned: learn afresh what is open there (a
             # transaction begun below it holds the LSO at the log start, as in Kafka)
             self.scanned = lg.log_start_offset

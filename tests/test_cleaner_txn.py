@@ -390,3 +390,47 @@ def test_cleans_of_random_transactional_workloads_match_kafkas_cleaner(tmp_path_
             model.resegment(s.base_offset for s in lg.segments)
         assert [(r.offset, r.key, r.value) for r in lg] == model.uncommitted()
         assert committed_read(str(d)) == model.committed()
+
+
+def test_an_abort_below_the_log_start_stays_while_its_data_does(tmp_path):
+    # Kafka's cleaner takes an ABORT below the log start for no abort: it keeps the data (here
+    # its producer's last data batch) and drops the marker. A fresh read_committed reader then
+    # found producer 1's data with no marker after it: a transaction open below the log start,
+    # holding the last stable offset at the log start for good (no record read). The marker
+    # stays while the data does; once the data goes, it goes as any marker (horizon, then gone).
+    m, t = mgr(tmp_path, {"log.segment.bytes": "100000", "producer.id.expiration.ms": "2500"})
+    with m:
+        m.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0",
+                                "delete.retention.ms": "100"})
+        lg = m.log("c", 0)
+        lg.append_batches(raw_batch(1, [(b"k1", b"aborted")]))      # 0
+        lg.append_batches(raw_batch(1, [], control=0))              # 1: ABORT
+        lg.append([(b"k2", b"p2")])                                  # 2
+        lg.append_batches(raw_batch(2, [(b"k3", b"c")]))           # 3
+        lg.append_batches(raw_batch(2, [], control=1))              # 4: COMMIT
+        lg.delete_records(2)
+        kept = [(0, 0, 1, "data", [(0, b"k1", b"aborted")], None), (1, 1, 1, 0, [], None),
+                (2, 2, -1, "plain", [(2, b"k2", b"p2")], None),
+                (3, 3, 2, "data", [(3, b"k3", b"c")], None), (4, 4, 2, 1, [], None)]
+        for n, k in enumerate([b"k4", b"k5"]):       # a marker going: a horizon, then gone
+            lg.roll()
+            lg.append([(k, b"x")])
+            assert m.clean_now()
+            kept.append((5 + n, 5 + n, -1, "plain", [(5 + n, k, b"x")], None))
+            assert log_batches(lg) == kept
+            t.sleep(1000)
+        assert committed_read(str(tmp_path)) == [(2, b"k2", b"p2"), (3, b"k3", b"c"),
+                                                 (5, b"k4", b"x"), (6, b"k5", b"x")]
+        t.sleep(2000)                                # producer 1 expired: its data may go
+        lg.roll()
+        lg.append([(b"k1", b"new")])                 # 7: k1's latest
+        kept = kept[1:] + [(7, 7, -1, "plain", [(7, b"k1", b"new")], None)]
+        horizons = [None, NOW + 4300, "gone"]
+        for n, horizon in enumerate(horizons):
+            lg.roll()
+            lg.append([(b"k%d" % (6 + n), b"x")])
+            assert m.clean_now()
+            kept.append((8 + n, 8 + n, -1, "plain", [(8 + n, b"k%d" % (6 + n), b"x")], None))
+            abort = [] if horizon == "gone" else [(1, 1, 1, 0, [], horizon)]
+            assert log_batches(lg) == abort + kept[1:]
+            t.sleep(200)

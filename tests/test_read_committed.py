@@ -366,3 +366,56 @@ def test_a_filter_walks_only_from_the_nearest_kept_segment_base(tmp_path, monkey
         walked.clear()
         assert TxnFilter(segs[-1].base_offset).stable_offset(lg) == end and walked == []
         assert TxnFilter(0).stable_offset(lg) == end and walked == []
+
+
+@pytest.mark.parametrize("where", ["first segment", "a later segment"])
+def test_a_producer_walk_lists_every_batch_while_the_log_start_moves(tmp_path, where):
+    """producer_batches (a clean's walk of the log) lists every batch from where it starts,
+    also when delete_records moves the log start during the walk. Before, the walk went on
+    from the new log start: the batches between the old one and the new one, still in the
+    first segment, were missed (a clean then took pid 8's COMMIT at 4 for a marker with no
+    data and dropped it, leaving its data at 3 for a reader to take for a transaction open at
+    the log start for good), and when the segment it was reading was removed meanwhile, the
+    walk ended there (a clean then missed every ABORT after it: their data went into the
+    dedupe map)."""
+    from kstore.read_committed import COMMIT, DATA, producer_batches
+    kinds = [(0, 7, DATA), (1, 7, COMMIT), (2, 9, DATA), (3, 8, DATA), (4, 8, COMMIT),
+             (5, 9, COMMIT), (6, 7, DATA)]
+    with kstore.Log.open(str(tmp_path / "t-0"), {"file.delete.delay.ms": "0"}) as lg:
+        for base, pid, kind in kinds:
+            lg.append_batches(txn_batch(base, pid, [b"v"] if kind == DATA else (),
+                                        control=None if kind == DATA else kind))
+            if where == "a later segment" and base == 2:
+                lg.roll()                                        # segments at 0, 3
+        lg.roll()                                                # and 7 (active)
+        if where == "first segment":
+            lg.delete_records(1)          # the walk reads below the log start, then from it
+        walk = producer_batches(lg, 0)
+        got = [next(walk)]
+        lg.delete_records(4)
+        got += list(walk)
+        assert lg.log_start_offset == 4
+        assert [(b[0], b[2], b[4]) for b in got] == kinds
+
+
+def test_a_transaction_truncated_fully_away_at_the_scanned_end_holds_no_reader(tmp_path):
+    """pid 7 opens at 1 and never writes again; a reader waits at its LSO, 1, having scanned to
+    the log end, 3; truncate_fully_and_start_at(3) deletes every segment (Kafka's producer
+    state is cleared: no transaction open), then END at 3. The reader returns END. Before, its
+    filter kept pid 7 open (the end had not come down below what it scanned, and its mark was
+    below the new log start, so nothing said the log was replaced): the LSO stayed at the log
+    start for good. A transaction held below the log start is held only while its first batch
+    is still on disk (as a new reader learns it: txn_prefix), before and after the start moved."""
+    d = str(tmp_path / "data")
+    with kstore.Log.open(os.path.join(d, "t-0")) as lg:
+        lg.append([(b"a", b"p0", NOW)])
+        lg.append_batches(txn_batch(0, 7, [b"t7"], ts=NOW))                 # 1
+        lg.append([(b"a", b"p2", NOW)])
+        f = TxnFilter(0)
+        with Consumer(d, isolation_level="read_committed", auto_offset_reset="earliest") as c:
+            c.assign([T0])
+            assert (_polls(c), f.stable_offset(lg)) == ([(0, b"p0")], 1)
+            lg.truncate_fully_and_start_at(3)
+            lg.append([(b"end", b"END", NOW)])                              # 3
+            assert (_polls(c), f.stable_offset(lg)) == ([(3, b"END")], 4)
+            assert c.position(T0) == 4

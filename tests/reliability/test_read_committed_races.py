@@ -1,7 +1,8 @@
 """Every reader, each in its own process, beside a transactional writer whose log start moves and
 whose tail is cut (reliability tier). The writer (a LogManager, 1200-byte segments, retention
 checks every 100 ms) appends plain records, four producers' transactions (four in ten
-aborted) and runs of markers of empty transactions, for 3 s, and moves the log start:
+aborted; more at the end if fewer than 4 records were) and runs of markers of empty
+transactions, for 3 s, and moves the log start:
 delete_records inside an open transaction, inside a run of markers or near the end,
 truncate_fully_and_start_at past the end, and retention.bytes / retention.ms ("delete"; the
 "compact,delete" variant cleans at min.cleanable.dirty.ratio 0 as well); the "truncate" variant
@@ -126,6 +127,13 @@ with kstore.LogManager(d, cfg) as m:
     for pid in list(open_txn):
         t = open_txn.pop(pid)
         t[2], _c = lg.append_batches(batch(pid, [], control=1))
+    while sum(len(t[1]) for t in txns if t[3]) <= 3:     # aborted records, however slow the run
+        pid = rng.randrange(1, 5)
+        k, v = "k%d" % rng.randrange(20), "t%d-%d" % (pid, n)
+        n += 1
+        first, _c = lg.append_batches(batch(pid, [(k.encode(), v.encode())]))
+        where.append((first, k, v))
+        txns.append([pid, [(first, v)], lg.append_batches(batch(pid, [], control=0))[0], True])
     if mode != "truncate":               # (time retention would remove END before a slow reader)
         m.alter_topic_config("t", dict(topic, **{"retention.ms": "-1"}))
     where.append((lg.append([(b"end", b"END")]).first_offset, "end", "END"))
