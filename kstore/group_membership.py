@@ -48,7 +48,7 @@ from kstore import _notify
 from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named, select_protocol
 from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError, WakeupError
 from kstore.fileio import FileOps, get_file_ops
-from kstore.group_files import GroupDir, GroupLockTimeoutError
+from kstore.group_files import GroupDir, GroupLockTimeoutError, live_members
 from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                   assignment_bytes, subscription_bytes)
 from kstore.notify import writer_bell
@@ -581,20 +581,3 @@ class GroupMember:
             return AssignmentChange(gen, frozenset(revoked), frozenset(assigned))
         return None
 
-
-def live_members(coordinator: "GroupCoordinator", group_id: str,
-                 io: Optional[FileOps] = None) -> Optional[list[MemberMetadata]]:
-    """The group's live members (their member files' flocks held), with their subscriptions
-    and their partitions in the current plan. None when no kstore member ever joined the
-    group here (no group directory: e.g. a broker's __consumer_offsets, whose GroupMetadata
-    record is then all there is to know). Takes no lock (flock attempts only): delete_group,
-    offset expiry and the consumer-groups tool call it."""
-    gdir = GroupDir(io or get_file_ops(), coordinator.log_dir_for(group_id), group_id)
-    if not gdir.exists():
-        return None
-    state = gdir.read_state() or {}
-    plan = state.get("assignment", {})
-    return [MemberMetadata(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
-                           m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),
-                           assignment_bytes([TopicPartition(t, p) for t, p in plan.get(m["member_id"], ())]))
-            for m in gdir.scan_members(reap=False)]
