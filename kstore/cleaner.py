@@ -453,6 +453,19 @@ class LogCleaner:
         log.error("cleaning %s-%d failed; marking it uncleanable", *ltc.tp, exc_info=e)
         self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
 
+    def uncleanable_partitions(self) -> dict[tuple[str, int], str]:
+        """The uncleanable partitions still among the manager's logs, with their errors."""
+        self.maintain_uncleanable()
+        return dict(self.uncleanable)
+
+    def maintain_uncleanable(self) -> None:
+        """Forget the uncleanable partitions no longer among the manager's logs: an offline
+        dir's, a deleted topic's (Kafka's maintainUncleanablePartitions, after each pass)."""
+        live = self._manager.logs()
+        for tp in list(self.uncleanable):
+            if tp not in live:
+                self.uncleanable.pop(tp, None)
+
     def run_pass(self) -> list[CleanerStats]:
         """Clean every log that is eligible now, once; returns the statistics of each clean.
 
@@ -473,6 +486,7 @@ class LogCleaner:
             if stats is not None:
                 out.append(stats)
         self._retention_for_compacted()
+        self.maintain_uncleanable()
         return out
 
     def _retention_for_compacted(self) -> None:
@@ -495,6 +509,7 @@ class LogCleaner:
     def _run(self, cleaner: Cleaner) -> None:
         try:
             while not self._stop.is_set():
+                self.maintain_uncleanable()
                 ltc = self.grab_filthiest()
                 if ltc is None:
                     self._retention_for_compacted()
