@@ -291,6 +291,7 @@ class LogCleaner:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)     # notified when a clean finishes
         self._in_progress: set = set()
+        self._passes = 0                # run_pass calls under way: the threads take none meanwhile
         #: each compacted log's transactions, scanned incrementally: its last stable offset
         self._txn: dict[tuple[str, int], tuple[Log, TxnFilter]] = {}
         self.uncleanable: dict[tuple[str, int], str] = {}
@@ -470,21 +471,29 @@ class LogCleaner:
         """Clean every log that is eligible now, once; returns the statistics of each clean.
 
         A clean a background thread has under way is waited for first, so when this returns every
-        log has been cleaned up to its active segment (the thread's clean or this pass's)."""
+        log has been cleaned up to its active segment (the thread's clean or this pass's). The
+        threads take no new log while a pass waits or runs: it is never starved by them."""
         out = []
         tried: set = set()
         cleaner = self._cleaners[0]
-        while True:
+        with self._done:
+            self._passes += 1
+        try:
+            while True:
+                with self._done:
+                    self._done.wait_for(lambda: not (self._in_progress - tried))
+                    ltc = self._grab_locked(tried)
+                if ltc is None:
+                    break
+                tried.add(ltc.tp)
+                with cleaner.lock:      # background thread 0 shares this OffsetMap
+                    stats = self._clean(cleaner, ltc)
+                if stats is not None:
+                    out.append(stats)
+        finally:
             with self._done:
-                self._done.wait_for(lambda: not (self._in_progress - tried))
-                ltc = self._grab_locked(tried)
-            if ltc is None:
-                break
-            tried.add(ltc.tp)
-            with cleaner.lock:      # background thread 0 shares this OffsetMap
-                stats = self._clean(cleaner, ltc)
-            if stats is not None:
-                out.append(stats)
+                self._passes -= 1
+                self._done.notify_all()
         self._retention_for_compacted()
         self.maintain_uncleanable()
         return out
@@ -510,7 +519,10 @@ class LogCleaner:
         try:
             while not self._stop.is_set():
                 self.maintain_uncleanable()
-                ltc = self.grab_filthiest()
+                with self._done:     # a run_pass goes first: a clean_now is never starved
+                    while self._passes and not self._stop.is_set():
+                        self._done.wait(1.0)
+                    ltc = self._grab_locked(frozenset())
                 if ltc is None:
                     self._retention_for_compacted()
                     self._stop.wait(self._backoff_ms / 1000)
