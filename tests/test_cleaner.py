@@ -879,7 +879,8 @@ def test_an_offline_dirs_uncleanable_partitions_are_forgotten(tmp_path, watchdog
     watchdog(60)
     d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
     m = LogManager([d1, d2], {"log.segment.bytes": "2000", "log.cleaner.backoff.ms": "20"})
-    m.create_topic("bad", 2, {"cleanup.policy": "compact"})
+    # not cleanable (the cleaner thread runs) until both are corrupt
+    m.create_topic("bad", 2, {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
     m.create_topic("good", 2, {"cleanup.policy": "compact"})
     assert {m.log_dir_of("bad", p) for p in range(2)} == {d1, d2}
     for p in range(2):
@@ -901,6 +902,7 @@ def test_an_offline_dirs_uncleanable_partitions_are_forgotten(tmp_path, watchdog
                 except LogDirOfflineError:
                     pass
             i += 1
+    m.alter_topic_config("bad", {"min.compaction.lag.ms": None})
     m.clean_now()
     assert set(m.uncleanable_partitions()) == {("bad", 0), ("bad", 1)}
     writer = threading.Thread(target=append, daemon=True)
