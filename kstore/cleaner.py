@@ -291,6 +291,7 @@ class LogCleaner:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)     # notified when a clean finishes
         self._in_progress: set = set()
+        self._passes = 0                # run_pass calls under way: the threads take none meanwhile
         #: each compacted log's transactions, scanned incrementally: its last stable offset
         self._txn: dict[tuple[str, int], tuple[Log, TxnFilter]] = {}
         self.uncleanable: dict[tuple[str, int], str] = {}
@@ -453,26 +454,48 @@ class LogCleaner:
         log.error("cleaning %s-%d failed; marking it uncleanable", *ltc.tp, exc_info=e)
         self.uncleanable[ltc.tp] = f"{type(e).__name__}: {e}"
 
+    def uncleanable_partitions(self) -> dict[tuple[str, int], str]:
+        """The uncleanable partitions still among the manager's logs, with their errors."""
+        self.maintain_uncleanable()
+        return dict(self.uncleanable)
+
+    def maintain_uncleanable(self) -> None:
+        """Forget the uncleanable partitions no longer among the manager's logs: an offline
+        dir's, a deleted topic's (Kafka's maintainUncleanablePartitions, after each pass)."""
+        live = self._manager.logs()
+        for tp in list(self.uncleanable):
+            if tp not in live:
+                self.uncleanable.pop(tp, None)
+
     def run_pass(self) -> list[CleanerStats]:
         """Clean every log that is eligible now, once; returns the statistics of each clean.
 
         A clean a background thread has under way is waited for first, so when this returns every
-        log has been cleaned up to its active segment (the thread's clean or this pass's)."""
+        log has been cleaned up to its active segment (the thread's clean or this pass's). The
+        threads take no new log while a pass waits or runs: it is never starved by them."""
         out = []
         tried: set = set()
         cleaner = self._cleaners[0]
-        while True:
+        with self._done:
+            self._passes += 1
+        try:
+            while True:
+                with self._done:
+                    self._done.wait_for(lambda: not (self._in_progress - tried))
+                    ltc = self._grab_locked(tried)
+                if ltc is None:
+                    break
+                tried.add(ltc.tp)
+                with cleaner.lock:      # background thread 0 shares this OffsetMap
+                    stats = self._clean(cleaner, ltc)
+                if stats is not None:
+                    out.append(stats)
+        finally:
             with self._done:
-                self._done.wait_for(lambda: not (self._in_progress - tried))
-                ltc = self._grab_locked(tried)
-            if ltc is None:
-                break
-            tried.add(ltc.tp)
-            with cleaner.lock:      # background thread 0 shares this OffsetMap
-                stats = self._clean(cleaner, ltc)
-            if stats is not None:
-                out.append(stats)
+                self._passes -= 1
+                self._done.notify_all()
         self._retention_for_compacted()
+        self.maintain_uncleanable()
         return out
 
     def _retention_for_compacted(self) -> None:
@@ -495,7 +518,11 @@ class LogCleaner:
     def _run(self, cleaner: Cleaner) -> None:
         try:
             while not self._stop.is_set():
-                ltc = self.grab_filthiest()
+                self.maintain_uncleanable()
+                with self._done:     # a run_pass goes first: a clean_now is never starved
+                    while self._passes and not self._stop.is_set():
+                        self._done.wait(1.0)
+                    ltc = self._grab_locked(frozenset())
                 if ltc is None:
                     self._retention_for_compacted()
                     self._stop.wait(self._backoff_ms / 1000)

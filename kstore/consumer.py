@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Optional, Sequence
 
 from kstore._core import Record
-from kstore.errors import InvalidConfigError, KStoreStateError
+from kstore.errors import CoordinatorNotAvailableError, InvalidConfigError, KStoreStateError
 from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_commits import ConsumerCommits
@@ -250,6 +250,8 @@ class Consumer(ConsumerQueries, ConsumerCommits):
                     return {}
                 try:
                     self._coordinate()
+                except CoordinatorNotAvailableError as e:    # retriable: owned ones still read
+                    log.debug("group %r: coordinator not available: %s", self.group_id, e)
                 except KStoreStateError:
                     if self._wake.closing is not None:    # close() ended a join's group.lock wait
                         return {}
@@ -408,7 +410,10 @@ class Consumer(ConsumerQueries, ConsumerCommits):
     def _group_changed(self) -> bool:
         """The wait's check: a rebalance reached this member (kept for the next _coordinate)."""
         if self._pending is None:
-            self._pending = self._member.poll()
+            try:
+                self._pending = self._member.poll()
+            except CoordinatorNotAvailableError:      # the next poll's _coordinate retries
+                return False
         return self._pending is not None
 
     def _apply(self, change) -> None:

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kstore.consumer_buffer import RecordBuffer
+from kstore.consumer_queries import retrying
 from kstore.consumer_wakeup import CloseTimeoutError, Wakeup
 from kstore.errors import (CoordinatorNotAvailableError, KStoreError, KStoreStateError,
                            UnknownTopicError, WakeupError)
@@ -50,6 +51,7 @@ class ConsumerCommits:
     _wake: Wakeup
     _next_commit: float
     _last_commit: dict[TopicPartition, int]
+    default_api_timeout_ms: float
 
     def _coord(self) -> Any:
         """The group's coordinator (the one given, else made at first use)."""
@@ -141,13 +143,21 @@ class ConsumerCommits:
             log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
             self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep)
 
-    def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
-        """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata."""
+    def committed(self, tp: TopicPartition, metadata: bool = False,
+                  timeout_ms: Optional[float] = None) -> Any:
+        """The group's committed offset of tp (None if none); metadata=True: its OffsetAndMetadata.
+        While the group's offsets partition is on an offline log dir (Kafka's retriable
+        COORDINATOR_NOT_AVAILABLE) it asks again until timeout_ms (default_api_timeout_ms), then
+        raises ApiTimeoutError; wakeup() and close() end the wait (consumer_queries.retrying)."""
         if self.group_id is None:
             raise KStoreStateError("committed needs a group_id (the consumer was made without one)")
-        self._wake.check()
         tp = TopicPartition(*tp)
-        got = self._coord().fetch_offsets(self.group_id, [tp]).get(tp)
+        ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        group = self.group_id
+        got = retrying(self._wake, ms, lambda: self._coord().fetch_offsets(group, [tp]).get(tp),
+                       lambda _ms, why: f"Timeout of {ms}ms expired before the last committed offset "
+                       f"for partitions [{tp}] could be determined. Try tuning default.api.timeout.ms "
+                       f"larger to relax the threshold. ({why})")
         return got if got is None or metadata else got.offset
 
     def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:

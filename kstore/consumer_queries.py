@@ -14,16 +14,19 @@ from typing import Callable, Iterable, Mapping, Optional, TypeVar
 
 from kstore.consumer_types import OffsetAndTimestamp
 from kstore.consumer_wakeup import Wakeup
-from kstore.errors import ApiTimeoutError, InvalidConfigError, LogDirOfflineError
+from kstore.errors import (ApiTimeoutError, CoordinatorNotAvailableError, InvalidConfigError,
+                           LogDirOfflineError)
 from kstore.fetcher import Fetcher, LogSource
 from kstore.topic_partition import TopicPartition
 
-__all__ = ["ConsumerQueries", "DEFAULT_API_TIMEOUT_MS", "RETRY_BACKOFF_S"]
+__all__ = ["ConsumerQueries", "DEFAULT_API_TIMEOUT_MS", "RETRY_BACKOFF_S", "RETRIABLE", "retrying"]
 
 #: Kafka's default.api.timeout.ms: how long an offset query retries a retriable error
 DEFAULT_API_TIMEOUT_MS = 60000
 #: between attempts (Kafka's retry.backoff.ms, 100 ms)
 RETRY_BACKOFF_S = 0.1
+#: the errors a Consumer call bounded by default_api_timeout_ms retries
+RETRIABLE = (LogDirOfflineError, CoordinatorNotAvailableError)
 
 A = TypeVar("A")
 V = TypeVar("V")
@@ -71,17 +74,11 @@ class ConsumerQueries:
 
     def _retrying(self, args: Mapping[TopicPartition, A], timeout_ms: Optional[float],
                   query: Callable[[TopicPartition, A], V]) -> dict[TopicPartition, V]:
-        """query(tp, arg) for each partition; one on an offline dir is asked again every
-        RETRY_BACKOFF_S, sleeping on the wakeup bell, until timeout_ms (default
-        default_api_timeout_ms) has passed: then ApiTimeoutError naming it (Kafka's
-        fetchOffsetsByTimes: "Failed to get offsets by times in Nms")."""
-        ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms >= 0:
-            raise InvalidConfigError(f"timeout_ms must be a number >= 0, not {ms!r}")
-        start = time.monotonic()
+        """query(tp, arg) for each partition; those on an offline dir are asked again as
+        `retrying` says (Kafka's fetchOffsetsByTimes: "Failed to get offsets by times in Nms")."""
         out: dict[TopicPartition, V] = {}
-        while True:
-            self._wake.check()
+
+        def attempt() -> dict[TopicPartition, V]:
             offline: dict[TopicPartition, str] = {}
             for tp, arg in args.items():
                 if tp not in out:
@@ -89,15 +86,33 @@ class ConsumerQueries:
                         out[tp] = query(tp, arg)
                     except LogDirOfflineError as e:
                         offline[tp] = str(e)
-            if not offline:
-                return {tp: out[tp] for tp in args}
-            now = time.monotonic()
-            left = start + ms / 1000 - now
-            if left <= 0:
-                why = "; ".join(f"{tp}: {e}" for tp, e in offline.items())
-                raise ApiTimeoutError(f"Failed to get offsets by times in "
-                                      f"{(now - start) * 1000:.0f}ms: {why}")
-            armed = self._wake.bell.arm()
-            self._wake.check_wait()          # a close() from another thread ends it too
-            self._wake.bell.sleep(armed, min(RETRY_BACKOFF_S, left))
-            self._wake.check_wait()
+            if offline:
+                raise LogDirOfflineError("; ".join(f"{tp}: {e}" for tp, e in offline.items()))
+            return {tp: out[tp] for tp in args}
+        return retrying(self._wake, self.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+                        attempt, lambda ms, why: f"Failed to get offsets by times in {ms:.0f}ms: {why}")
+
+
+def retrying(wake: Wakeup, timeout_ms: float, attempt: Callable[[], V],
+             message: Callable[[float, str], str]) -> V:
+    """attempt() until it returns. A retriable error (RETRIABLE: Kafka's KAFKA_STORAGE_ERROR,
+    COORDINATOR_NOT_AVAILABLE) is tried again every RETRY_BACKOFF_S, sleeping on the wakeup bell,
+    until timeout_ms has passed: then ApiTimeoutError(message(elapsed ms, the last error)).
+    wakeup() ends the wait (WakeupError), a close() from another thread too (KStoreStateError)."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0:
+        raise InvalidConfigError(f"timeout_ms must be a number >= 0, not {timeout_ms!r}")
+    start = time.monotonic()
+    while True:
+        wake.check()
+        try:
+            return attempt()
+        except RETRIABLE as e:
+            why = str(e)
+        now = time.monotonic()
+        left = start + timeout_ms / 1000 - now
+        if left <= 0:
+            raise ApiTimeoutError(message((now - start) * 1000, why))
+        armed = wake.bell.arm()
+        wake.check_wait()                # a close() from another thread ends it too
+        wake.bell.sleep(armed, min(RETRY_BACKOFF_S, left))
+        wake.check_wait()

@@ -19,9 +19,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer_types import OffsetAndTimestamp
-from kstore.errors import (InvalidConfigError, KStoreStateError, LogDirOfflineError,
-                           NoOffsetForPartitionError, OffsetOutOfRangeError, SegmentGoneError,
-                           UnknownTopicError)
+from kstore.errors import (CoordinatorNotAvailableError, InvalidConfigError, KStoreStateError,
+                           LogDirOfflineError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+                           SegmentGoneError, UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
@@ -140,7 +140,13 @@ class Fetcher:
         if not missing:
             return
         need_committed = [tp for tp in missing if st.pending_reset(tp) is None]
-        offsets = committed(need_committed) if need_committed and committed is not None else {}
+        try:
+            offsets = committed(need_committed) if need_committed and committed is not None else {}
+        except CoordinatorNotAvailableError:
+            if only is not None:             # position(tp): say why not
+                raise
+            # a poll's: the committed offsets are unknown, not absent (no reset): next poll's
+            missing, offsets = [tp for tp in missing if tp not in need_committed], {}
         no_offset = []
         for tp in missing:
             policy = st.pending_reset(tp)

@@ -134,6 +134,13 @@ class GroupCoordinator:
         the one that already holds it, else the first."""
         return os.path.dirname(self.topic.partition_path(self.partition_for(group_id)))
 
+    def check_available(self, group_id: str) -> int:
+        """The group's partition; CoordinatorNotAvailableError if its log dir is offline (under
+        a LogManager): Kafka's coordinator of that partition is unavailable, reads and writes."""
+        p = self.partition_for(group_id)
+        self.topic.check_online(p)
+        return p
+
     def _append(self, p: int, records: list, sleep: Optional[Callable[[float], None]] = None) -> None:
         with self.topic.locked(p, sleep=sleep) as lg:
             lg.append(records)
@@ -263,8 +270,9 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None
                       ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The group's committed offsets (only those of partitions, if given)."""
-        s = self._advance(self.partition_for(group_id))
+        """The group's committed offsets (only those of partitions, if given).
+        CoordinatorNotAvailableError (nothing read) while its partition's log dir is offline."""
+        s = self._advance(self.check_available(group_id))
         with s.lock:
             mine = dict(s.offsets.get(group_id, {}))
         if partitions is None:
@@ -285,8 +293,9 @@ class GroupCoordinator:
                        self._time.milliseconds())], sleep)
 
     def group(self, group_id: str) -> Optional[GroupMetadata]:
-        """The group's last GroupMetadata record (None: none, or deleted)."""
-        s = self._advance(self.partition_for(group_id))
+        """The group's last GroupMetadata record (None: none, or deleted); as fetch_offsets
+        while its log dir is offline."""
+        s = self._advance(self.check_available(group_id))
         with s.lock:
             return s.groups.get(group_id)
 

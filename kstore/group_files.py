@@ -30,13 +30,18 @@ import logging
 import os
 import re
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kstore.errors import InvalidConfigError, KStoreError
-from kstore.fileio import FileOps
+from kstore.fileio import FileOps, get_file_ops
+from kstore.group_records import MemberMetadata, assignment_bytes, subscription_bytes
+from kstore.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from kstore.group_coordinator import GroupCoordinator
 
 __all__ = ["GROUPS_DIR", "STATE_FILE", "LOCK_FILE", "MEMBERS_DIR", "OWNERS_DIR", "encode_name",
-           "decode_name", "GroupLockTimeoutError", "GroupDir"]
+           "decode_name", "GroupLockTimeoutError", "GroupDir", "live_members"]
 
 log = logging.getLogger("kstore.group")
 
@@ -412,3 +417,21 @@ def _valid_state(s: dict) -> bool:
                 for p in parts):
             return False
     return all(isinstance(k, str) and isinstance(v, int) for k, v in s["partitions"].items())
+
+
+def live_members(coordinator: "GroupCoordinator", group_id: str,
+                 io: Optional[FileOps] = None) -> Optional[list[MemberMetadata]]:
+    """The group's live members (their member files' flocks held), with their subscriptions
+    and their partitions in the current plan. None when no kstore member ever joined the
+    group here (no group directory: e.g. a broker's __consumer_offsets, whose GroupMetadata
+    record is then all there is to know). Takes no lock (flock attempts only): delete_group,
+    offset expiry and the consumer-groups tool call it."""
+    gdir = GroupDir(io or get_file_ops(), coordinator.log_dir_for(group_id), group_id)
+    if not gdir.exists():
+        return None
+    state = gdir.read_state() or {}
+    plan = state.get("assignment", {})
+    return [MemberMetadata(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
+                           m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),
+                           assignment_bytes([TopicPartition(t, p) for t, p in plan.get(m["member_id"], ())]))
+            for m in gdir.scan_members(reap=False)]

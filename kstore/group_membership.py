@@ -31,6 +31,8 @@ need, under the group's exclusive `group.lock`:
   offsets. Its commits then raise CommitFailedError; its consumer rejoins as a new member.
 
 A rebalance's GroupMetadata record waits <= 1 s for another process's offsets flock (then logged).
+Its log dir offline (coordinator.check_available): a join, poll or rebalance raises the retriable
+CoordinatorNotAvailableError, a leave only drops the flocks: nothing is written there.
 """
 from __future__ import annotations
 
@@ -46,9 +48,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequenc
 
 from kstore import _notify
 from kstore.assignors import ConsumerPartitionAssignor, RangeAssignor, assignor_named, select_protocol
-from kstore.errors import InvalidConfigError, KStoreError, KStoreStateError, WakeupError
+from kstore.errors import (CoordinatorNotAvailableError, InvalidConfigError, KStoreError,
+                           KStoreStateError, WakeupError)
 from kstore.fileio import FileOps, get_file_ops
-from kstore.group_files import GroupDir, GroupLockTimeoutError
+from kstore.group_files import GroupDir, GroupLockTimeoutError, live_members
 from kstore.group_records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                   assignment_bytes, subscription_bytes)
 from kstore.notify import writer_bell
@@ -199,6 +202,7 @@ class GroupMember:
         with self._lock:
             if self._closed or self._joined:
                 raise KStoreStateError(f"member {self.member_id} {'left' if self._closed else 'already joined'}")
+            self._coordinator.check_available(self.group_id)     # nothing made on an offline dir
             self._gdir.make(self._lock_timeout, self._interrupt)
             bell = self._bell = writer_bell(self.io, self._gdir.path)
             self._bell_ident = self._gdir.bell_ident()
@@ -213,6 +217,7 @@ class GroupMember:
                 self._bell = None
                 raise
             try:
+                self._coordinator.check_available(self.group_id)     # offline while we waited?
                 self._gdir.clean_temps()
                 live = self._gdir.scan_members(reap=True)
                 self._check_protocols(live)
@@ -255,6 +260,7 @@ class GroupMember:
             before = (self._seen, self._next_heartbeat, self._next_metadata)
             try:
                 self._seen = word
+                self._coordinator.check_available(self.group_id)     # retried after the backoff
                 state = self._gdir.read_state()
                 if now >= self._next_heartbeat:
                     self._next_heartbeat = now + self.heartbeat_interval_ms / 2000
@@ -287,7 +293,7 @@ class GroupMember:
                     released = True
                     self._owned.discard(tp)
                     self._revoking.discard(tp)
-            if released:
+            if released and self._available():
                 bell.ring(self._generation, 0, 0, 0)
 
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
@@ -371,6 +377,9 @@ class GroupMember:
             self._held.close_all()
             return
         try:
+            if not self._available():      # the flocks go (finally), nothing written there
+                log.warning("group %r: %s left, its log dir offline", self.group_id, self.member_id)
+                return
             fd = self._gdir.lock(self._lock_timeout if lock_timeout is None else lock_timeout)
             try:
                 member_fd, self._held.member_fd = self._held.member_fd, None
@@ -408,6 +417,13 @@ class GroupMember:
             raise KStoreStateError(f"member {self.member_id} of group {self.group_id!r} "
                                    f"{'left' if self._closed else 'has not joined'}")
         return self._bell
+
+    def _available(self) -> bool:
+        """Whether the group's log dir is online (coordinator.check_available)."""
+        try:
+            return self._coordinator.check_available(self.group_id) >= 0
+        except CoordinatorNotAvailableError:
+            return False
 
     def _resolve(self) -> list[str]:
         assert self._pattern is not None
@@ -472,6 +488,7 @@ class GroupMember:
         self._check_bell()
         fd = self._gdir.lock(self._lock_timeout, self._interrupt)
         try:
+            self._coordinator.check_available(self.group_id)     # offline while we waited?
             mfd = self._held.member_fd
             if mfd is not None and (self._meta_dirty or not self._gdir.is_alive(self.member_id)):
                 self._held.member_fd = self._gdir.update_member(mfd, self._meta())
@@ -581,20 +598,3 @@ class GroupMember:
             return AssignmentChange(gen, frozenset(revoked), frozenset(assigned))
         return None
 
-
-def live_members(coordinator: "GroupCoordinator", group_id: str,
-                 io: Optional[FileOps] = None) -> Optional[list[MemberMetadata]]:
-    """The group's live members (their member files' flocks held), with their subscriptions
-    and their partitions in the current plan. None when no kstore member ever joined the
-    group here (no group directory: e.g. a broker's __consumer_offsets, whose GroupMetadata
-    record is then all there is to know). Takes no lock (flock attempts only): delete_group,
-    offset expiry and the consumer-groups tool call it."""
-    gdir = GroupDir(io or get_file_ops(), coordinator.log_dir_for(group_id), group_id)
-    if not gdir.exists():
-        return None
-    state = gdir.read_state() or {}
-    plan = state.get("assignment", {})
-    return [MemberMetadata(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
-                           m["rebalance_timeout"], m["session_timeout"], subscription_bytes(m["topics"]),
-                           assignment_bytes([TopicPartition(t, p) for t, p in plan.get(m["member_id"], ())]))
-            for m in gdir.scan_members(reap=False)]

@@ -453,8 +453,9 @@ class LogManager:
         return self.cleaner.run_pass()
 
     def uncleanable_partitions(self) -> dict[tuple[str, int], str]:
-        """Partitions whose cleaning failed, with the error (cleaning skips them)."""
-        return dict(self.cleaner.uncleanable) if self.cleaner else {}
+        """Partitions whose cleaning failed, with the error (cleaning skips them); an offline
+        dir's and a deleted topic's are forgotten, as Kafka's cleaner forgets them."""
+        return self.cleaner.uncleanable_partitions() if self.cleaner else {}
 
     # -- scheduled tasks (also public) -----------------------------------------------------------
     def _each_log(self):

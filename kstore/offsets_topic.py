@@ -248,13 +248,13 @@ class OffsetsTopic:
         to be reopened next time."""
         if self.closed:
             raise KStoreError(f"{OFFSETS_TOPIC} of {self.log_dirs} is closed")
-        self._check_online(p)
+        self.check_online(p)
         self._ensure_recorded()
         w = self._writer(p)
         self._acquire(w.lock, sleep)
         try:
             path = self.partition_path(p)
-            self._check_online(p)        # it may have gone offline while we waited
+            self.check_online(p)        # it may have gone offline while we waited
             if w.log is None and not self._io.exists(path):
                 self._mkdir(os.path.dirname(path))
                 self._mkdir(path)
@@ -285,7 +285,7 @@ class OffsetsTopic:
         finally:
             w.lock.release()
 
-    def _check_online(self, p: int) -> None:
+    def check_online(self, p: int) -> None:
         """CoordinatorNotAvailableError if the partition's log dir (or, before the topic is
         recorded, the dir the record goes to: every dir is offline) is offline: nothing is
         written."""

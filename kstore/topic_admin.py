@@ -180,7 +180,9 @@ class TopicAdmin:
             self._topics.persist()
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> LogConfig:
-        """Set overrides (a value of None removes one); applied to every partition now and kept."""
+        """Set overrides (a value of None removes one); applied now to every partition of an
+        online dir (Kafka's updateTopicConfig: currentLogs) and kept in the online dirs' topic
+        config, which an offline dir's partitions load when the store is reopened."""
         with self._reg.lock:
             self._reg.partitions(name)
             overrides = dict(self._topics.overrides(name) or {})
@@ -192,7 +194,7 @@ class TopicAdmin:
             cfg = self._cfg.log_config(overrides)
             self._topics.set_overrides(name, cfg.overrides)
             self._topics.persist()
-            for (t, _p), lg in self._reg.logs.items():
+            for (t, _p), lg in self._reg.online_logs().items():
                 if t == name:
                     lg.update_config(cfg)
             return cfg

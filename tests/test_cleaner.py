@@ -863,3 +863,102 @@ def test_legacy_tombstone_horizon_is_the_segment_holding_the_first_dirty_offset(
         assert (3, b"gone", None) not in got
         # every other key keeps its latest value; nothing at or past 30 (active) changes
         assert latest(got) == {b"k%d" % j: (36 + j, b"v%d" % (36 + j)) for j in range(4)}
+
+
+def test_an_offline_dirs_uncleanable_partitions_are_forgotten(tmp_path, watchdog):
+    """Kafka's LogManager.handleLogDirFailure removes the dir's logs from currentLogs and the
+    cleaner's maintainUncleanablePartitions, after each pass, drops the uncleanable partitions
+    no longer among them. Before, uncleanable_partitions() still listed an offline dir's
+    partition; now only the online dir's stays, beside a thread appending to compacted
+    partitions of both dirs and the cleaner thread running at a 20 ms backoff. (Not Kafka's
+    LogCleanerManager.handleLogDirFailure: that one drops only the dir's checkpoints.)"""
+    import errno
+    import threading
+    from kstore.errors import LogDirOfflineError
+    from thread_watchdog import join_all
+    watchdog(60)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = LogManager([d1, d2], {"log.segment.bytes": "2000", "log.cleaner.backoff.ms": "20"})
+    # not cleanable (the cleaner thread runs) until both are corrupt
+    m.create_topic("bad", 2, {"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
+    m.create_topic("good", 2, {"cleanup.policy": "compact"})
+    assert {m.log_dir_of("bad", p) for p in range(2)} == {d1, d2}
+    for p in range(2):
+        for i in range(200):
+            m.append("bad", b"k%d" % (i % 3), b"v%d" % i, partition=p)
+        lg = m.log("bad", p)
+        lg.read(0)                                  # map it
+        with open(lg.segments[1].log_path, "r+b") as f:   # a bad record in a closed segment
+            f.seek(70)
+            f.write(b"\xff\xff\xff")
+    stop = threading.Event()
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            for p in range(2):
+                try:
+                    m.append("good", b"k%d" % (i % 5), b"v%d" % i, partition=p)
+                except LogDirOfflineError:
+                    pass
+            i += 1
+    m.alter_topic_config("bad", {"min.compaction.lag.ms": None})
+    m.clean_now()
+    assert set(m.uncleanable_partitions()) == {("bad", 0), ("bad", 1)}
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    try:
+        stop.wait(0.2)                              # the cleaner thread cleans "good" meanwhile
+        m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+        on = next(p for p in range(2) if m.log_dir_of("bad", p) == d2)
+        for _ in range(3):
+            got = m.uncleanable_partitions()
+            assert set(got) == {("bad", on)}
+            assert "Corrupt" in got[("bad", on)] or "CRC" in got[("bad", on)]
+            stop.wait(0.1)
+    finally:
+        stop.set()
+        join_all([writer], 30)
+    m.close()
+
+
+def test_a_deleted_topics_uncleanable_partition_is_forgotten(tmp_path, watchdog):
+    """Kafka's maintainUncleanablePartitions drops a deleted partition's entry too. Before, a
+    deleted topic stayed uncleanable, and a topic created again under its name was never
+    cleaned; now it is forgotten and the new topic is cleaned, beside a thread appending to
+    another compacted topic."""
+    import threading
+    from thread_watchdog import join_all
+    watchdog(60)
+    m, t = mgr(tmp_path, {"log.segment.bytes": "2000"})
+    stop = threading.Event()
+
+    def fill():
+        m.create_topic("bad", 1, {"cleanup.policy": "compact"})
+        for i in range(200):
+            m.append("bad", b"k%d" % (i % 3), b"v%d" % i, partition=0, timestamp=NOW)
+
+    def append():
+        while not stop.is_set():
+            m.append("other", b"k", b"v", partition=0, timestamp=NOW)
+    with m:
+        m.create_topic("other", 1, {"cleanup.policy": "compact"})
+        fill()
+        lg = m.log("bad", 0)
+        lg.read(0)
+        with open(lg.segments[1].log_path, "r+b") as f:     # a bad record in a closed segment
+            f.seek(70)
+            f.write(b"\xff\xff\xff")
+        m.clean_now()
+        assert set(m.uncleanable_partitions()) == {("bad", 0)}
+        writer = threading.Thread(target=append, daemon=True)
+        writer.start()
+        try:
+            m.delete_topic("bad")
+            assert m.uncleanable_partitions() == {}
+            fill()
+            stats = [s for s in m.clean_now() if s.topic == "bad"]
+            assert len(stats) == 1 and stats[0].records_removed > 0
+        finally:
+            stop.set()
+            join_all([writer], 30)

@@ -731,3 +731,131 @@ def test_a_signal_handlers_close_ends_a_rebalance_commit_in_the_same_thread(grou
         child.run("!b.close()")
     finally:
         child.close()
+
+
+# -- committed() while the group's offsets partition is on an offline log dir ----------------------
+
+_COMMITTED_ELSEWHERE = r"""
+import sys
+from kstore import Consumer, TopicPartition as TP
+with Consumer(sys.argv[2:], group_id=sys.argv[1], enable_auto_commit=False) as c:
+    print(" ".join(str(c.committed(TP("t", p))) for p in range(4)))
+"""
+
+
+def _two_groups(m):
+    """Two group ids whose offsets partitions (of 2) differ: (g, h, g's partition)."""
+    gc = GroupCoordinator(m)
+    try:
+        names = [f"g{i}" for i in range(50)]
+        g = names[0]
+        h = next(n for n in names if gc.partition_for(n) != gc.partition_for(g))
+        return g, h, gc.partition_for(g)
+    finally:
+        gc.close()
+
+
+@pytest.fixture
+def offline_offsets(tmp_path):
+    """A manager of d1, d2 (t: 4 partitions) where group g committed 10..13 into its offsets
+    partition in d1, then d1 went offline: (manager, d1, d2, g, h), h a group whose partition
+    is not made yet (its first commit goes to d2)."""
+    import errno
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = kstore.LogManager([d1, d2], {"offsets.topic.num.partitions": "2"})
+    m.create_topic("t", 4)
+    g, h, pg = _two_groups(m)
+    with Consumer(m, group_id=g, enable_auto_commit=False) as c:
+        c.commit({TP("t", p): 10 + p for p in range(4)})
+    assert os.path.isdir(os.path.join(d1, f"__consumer_offsets-{pg}"))
+    m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+    yield m, d1, d2, g, h
+    m.close()
+
+
+def test_committed_retries_an_offline_offsets_partition_until_its_timeout(offline_offsets, tmp_path,
+                                                                           watchdog):
+    """Before, committed() read the offline dir's partition at once (10). Kafka's OffsetFetch
+    gets COORDINATOR_NOT_AVAILABLE (retriable) and committed() retries until
+    default.api.timeout.ms (or its own timeout), then TimeoutException ("Timeout of Nms expired
+    before the last committed offset for partitions [t-0] could be determined"): here
+    ApiTimeoutError, never before the timeout, beside a thread appending to d2's partitions. A
+    poll leaves such partitions without a position (old code: read there; never reset), a
+    group whose partition is in d2 answers at once; another process and a restart read 10..13."""
+    import threading
+    from kstore import ApiTimeoutError, CoordinatorNotAvailableError
+    from thread_watchdog import join_all
+    watchdog(60)
+    m, d1, d2, g, h = offline_offsets
+    on = [p for p in range(4) if m.log_dir_of("t", p) == d2]
+    stop = threading.Event()
+
+    def append():
+        while not stop.is_set():
+            for p in on:
+                m.append("t", b"k", b"v", partition=p)
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    why = (r"Timeout of (300|200|0)ms expired before the last committed offset for partitions "
+           rf"\[t-1\] could be determined.*log dir {d1}, which is offline \(\[Errno 5\]")
+    try:
+        with Consumer(m, group_id=g, enable_auto_commit=False, default_api_timeout_ms=300) as c:
+            for kw, bound in (({}, 0.3), ({"timeout_ms": 200}, 0.2), ({"timeout_ms": 0}, 0),
+                              ({"timeout_ms": 200, "metadata": True}, 0.2)):
+                t0 = time.monotonic()
+                with pytest.raises(ApiTimeoutError, match=why):
+                    c.committed(TP("t", 1), **kw)
+                assert time.monotonic() - t0 >= bound         # never before the timeout
+            with pytest.raises(InvalidConfigError, match="timeout_ms must be a number"):
+                c.committed(TP("t", 1), timeout_ms=-1)
+        with Consumer(m, group_id=g, enable_auto_commit=False, auto_offset_reset="earliest") as c4:
+            c4.assign([TP("t", p) for p in on])
+            assert c4.poll(0) == {}        # committed unknown, not absent: no reset to earliest
+            with pytest.raises(CoordinatorNotAvailableError, match=f"log dir {d1}, which is offline"):
+                c4.position(TP("t", on[0]))
+        with Consumer(m, group_id=h, enable_auto_commit=False) as c2:
+            assert c2.committed(TP("t", 0)) is None
+            c2.commit({TP("t", p): 5 + p for p in range(4)})
+            assert [c2.committed(TP("t", p)) for p in range(4)] == [5, 6, 7, 8]
+        elsewhere = subprocess.run([sys.executable, "-c", _COMMITTED_ELSEWHERE, g, d1, d2], timeout=60,
+                                   check=True, capture_output=True, text=True, cwd=str(tmp_path))
+        assert elsewhere.stdout.split() == ["10", "11", "12", "13"]
+    finally:
+        stop.set()
+        join_all([writer], 30)
+    m.close()
+    with kstore.LogManager([d1, d2]) as m2, Consumer(m2, group_id=g, enable_auto_commit=False) as c3:
+        assert [c3.committed(TP("t", p)) for p in range(4)] == [10, 11, 12, 13]
+
+
+@pytest.mark.parametrize("how", ["wakeup", "close"])
+def test_wakeup_or_close_ends_committeds_retries(offline_offsets, how, watchdog):
+    """committed() waiting for an offline offsets partition sleeps on the consumer's bell, as
+    the offset queries do: wakeup() from another thread ends it with WakeupError (once: the
+    next call times out as its own timeout says), a close() with KStoreStateError, long
+    before its 60 s timeout."""
+    import threading
+    from kstore import ApiTimeoutError
+    from kstore.errors import KStoreStateError, WakeupError
+    from thread_watchdog import join_all
+    watchdog(60)
+    m, d1, d2, g, h = offline_offsets
+    c = Consumer(m, group_id=g, enable_auto_commit=False)
+    started = threading.Event()
+    gc = c._coord()
+    fetch = gc.fetch_offsets
+
+    def counted(*a, **kw):                   # says when committed() has begun its retries
+        started.set()
+        return fetch(*a, **kw)
+    gc.fetch_offsets = counted
+    stopper = threading.Thread(target=lambda: (started.wait(30), time.sleep(0.2),
+                                               c.wakeup() if how == "wakeup" else c.close()))
+    stopper.start()
+    with pytest.raises(WakeupError if how == "wakeup" else KStoreStateError):
+        c.committed(TP("t", 0), timeout_ms=60000)
+    join_all([stopper], 30)
+    if how == "wakeup":
+        with pytest.raises(ApiTimeoutError):
+            c.committed(TP("t", 0), timeout_ms=0)
+    c.close()

@@ -852,3 +852,97 @@ def test_a_rebalances_group_record_waits_at_most_a_second_for_another_processs_f
         c.close()
     finally:
         child.close()
+
+
+# -- a group whose log dir is offline -------------------------------------------------------------
+
+def _tree(d):
+    """{relative path: bytes (None for a dir)} of everything under d."""
+    out = {}
+    for root, dirs, files in os.walk(d):
+        for n in dirs:
+            out[os.path.relpath(os.path.join(root, n), d)] = None
+        for n in files:
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.relpath(os.path.join(root, n), d)] = f.read()
+    return out
+
+
+_COMMITTED = r"""
+import sys
+from kstore import Consumer, TopicPartition as TP
+with Consumer(sys.argv[1:], group_id="g", enable_auto_commit=False) as c:
+    print(" ".join(str(c.committed(TP("t", p))) for p in range(4)))
+"""
+
+
+def test_nothing_of_the_group_is_written_to_an_offline_dir(tmp_path, watchdog, caplog):
+    """Before, with the group's log dir (its __consumer_offsets partition's) offline, a join
+    made the group's directory, bell, group.lock, its member file, owner locks and a new
+    generation's state file there, and a leave wrote another state. Kafka: that partition's
+    coordinator is unavailable: JoinGroup/Heartbeat get COORDINATOR_NOT_AVAILABLE (retriable),
+    a member keeps fetching its partitions meanwhile. Now, beside a thread appending to the
+    online dir's partitions: a joined member's polls go on reading its online partitions (no
+    rebalance, auto-commit logged), its commit raises CoordinatorNotAvailableError, a new
+    member's poll returns {} without joining, their closes only drop flocks; every file under
+    d1/.kstore-groups is as before, and the earlier commit is what another process and a
+    restart read."""
+    import errno
+    import logging
+    import subprocess
+    import sys
+    from kstore import Consumer, CoordinatorNotAvailableError, LogManager
+    from thread_watchdog import join_all
+    watchdog(90)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = LogManager([d1, d2], {"offsets.topic.num.partitions": "1"})
+    m.create_topic("t", 4)
+    for p in range(4):
+        m.append_batch("t", p, [(b"k", b"v%d" % i, None) for i in range(30)])
+    on = [p for p in range(4) if m.log_dir_of("t", p) == d2]
+    earlier = {TP("t", p): 10 + p for p in range(4)}
+    a = Consumer(m, "t", group_id="g", auto_commit_interval_ms=0, heartbeat_interval_ms=100,
+                 session_timeout_ms=1000)
+    a.commit(earlier)
+    while a.assignment() != tps("t", 0, 1, 2, 3):
+        a.poll(50)
+    a.commit(earlier)                      # the poll's auto-commit moved them: back
+    for tp in earlier:
+        a.seek(tp, earlier[tp])
+    before = _tree(os.path.join(d1, GROUPS_DIR))
+    assert any(n.startswith(os.path.join("g", "members")) for n in before)
+    stop = threading.Event()
+
+    def append():
+        while not stop.is_set():
+            for p in on:
+                m.append("t", b"k", b"w", partition=p)
+    writer = threading.Thread(target=append, daemon=True)
+    m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+    writer.start()
+    try:
+        why = f"log dir {d1}, which is offline"
+        seen = set()
+        with caplog.at_level(logging.WARNING, "kstore"):
+            deadline = time.monotonic() + 30
+            while seen != {TP("t", p) for p in on} and time.monotonic() < deadline:
+                seen.update(a.poll(50))               # its heartbeats fail: no rebalance
+            a.poll(0)                                 # its auto-commit of them: refused, logged
+        assert seen == {TP("t", p) for p in on} and a.assignment() == tps("t", 0, 1, 2, 3)
+        assert any("retriable error" in r.getMessage() for r in caplog.records)
+        with pytest.raises(CoordinatorNotAvailableError, match=why):
+            a.commit({TP("t", on[0]): 25})
+        b = Consumer(m, "t", group_id="g", heartbeat_interval_ms=100, session_timeout_ms=1000)
+        assert b.poll(300) == {} and b.assignment() == set()     # no join: retried
+        b.close()
+        a.close()
+        assert _tree(os.path.join(d1, GROUPS_DIR)) == before
+        out = subprocess.run([sys.executable, "-c", _COMMITTED, d1, d2], timeout=60, check=True,
+                             capture_output=True, text=True, cwd=str(tmp_path)).stdout.split()
+        assert out == ["10", "11", "12", "13"]
+    finally:
+        stop.set()
+        join_all([writer], 30)
+    m.close()
+    with LogManager([d1, d2]) as m2, Consumer(m2, group_id="g", enable_auto_commit=False) as c:
+        assert {tp: c.committed(tp) for tp in earlier} == earlier

@@ -5,6 +5,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 from kstore.manager import LogManager
 
@@ -213,3 +214,96 @@ def test_legacy_tombstones_cleaned_beside_an_appender_and_a_reader(tmp_path, wat
     expect = [(o, written[o][0], written[o][1]) for o in sorted(last.values()) if o not in (3, 7)]
     assert final == expect
     assert (13, b"kept", None) in final and (23, b"kept-b", None) in final
+
+
+def test_clean_now_is_not_starved_by_the_cleaner_thread(tmp_path, watchdog):
+    """A busy writer keeps two compacted partitions (min.cleanable.dirty.ratio 0) dirty and the
+    cleaner thread (0 ms backoff) takes one the moment it puts the last one down, so
+    clean_now(), waiting for the thread's clean under way to end, waited on (a minute and
+    more here). Now the thread takes nothing new while a pass waits or runs: clean_now gets
+    its clean after at most the thread's clean under way (counted: the thread's "cleaned"
+    logs while clean_now ran), 30 times, beside another process reading the partitions."""
+    import logging
+    import threading
+    from thread_watchdog import join_all
+    watchdog(120)
+    m = LogManager(str(tmp_path), {"log.segment.bytes": "65536", "log.cleaner.backoff.ms": "0",
+                                    "log.segment.delete.delay.ms": "0"})
+    m.create_topic("c", 2, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
+    stop = threading.Event()
+    thread_cleans: list[str] = []
+    pass_running = threading.Event()
+
+    class Counting(logging.Handler):
+        def emit(self, record):
+            if (pass_running.is_set() and record.getMessage().startswith("cleaned ")
+                    and record.threadName.startswith("kafka-log-cleaner-thread")):
+                thread_cleans.append(record.getMessage())
+
+    def append():
+        i = 0
+        while not stop.is_set():
+            m.append("c", b"k%d" % (i % 20), b"v%d" % i, partition=i % 2)
+            i += 1
+            if i % 200 == 0:                # flat out, but the log's lock and the GIL free
+                time.sleep(0.002)           # now and then for the cleans to finish
+    reader = subprocess.Popen([sys.executable, "-c", READER_CHILD, str(tmp_path)],
+                              stdout=subprocess.DEVNULL, cwd=str(tmp_path.parent))
+    handler = Counting(logging.INFO)
+    lg = logging.getLogger("kstore.cleaner")
+    old_level = lg.level
+    lg.setLevel(logging.INFO)
+    lg.addHandler(handler)
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    try:
+        for _ in range(30):
+            done = threading.Event()
+            box: dict = {}
+
+            def run(box=box, done=done):
+                pass_running.set()
+                try:
+                    box["stats"] = m.clean_now()
+                finally:
+                    pass_running.clear()
+                    done.set()
+            thread_cleans.clear()
+            bases = [m.log("c", p).active_segment.base_offset for p in (0, 1)]
+            caller = threading.Thread(target=run, daemon=True)
+            caller.start()
+            while not done.is_set():         # the thread's cleans while the pass waits
+                # the thread's clean under way, and one it may have begun as clean_now was
+                # called, before the pass was registered: no more
+                assert len(thread_cleans) <= 2, f"clean_now starved: {thread_cleans}"
+                done.wait(0.01)
+            join_all([caller], 30)
+            assert "stats" in box           # every log cleaned up to its active segment then
+            for p in (0, 1):
+                cp = m.cleaner.first_dirty_offset(("c", p))
+                assert (m.log("c", p).log_start_offset if cp is None else cp) >= bases[p]
+    finally:
+        stop.set()
+        join_all([writer], 30)
+        lg.removeHandler(handler)
+        lg.setLevel(old_level)
+        reader.kill()
+        reader.wait(30)
+    m.close()
+
+
+READER_CHILD = r"""
+import os, sys, time
+from kstore import StoreReader
+from kstore.errors import KStoreError
+parent = os.getppid()
+with StoreReader(sys.argv[1]) as r:
+    while os.getppid() == parent:        # the test run gone: exit
+        for p in (0, 1):
+            try:
+                lg = r.log("c", p, refresh=True)
+                lg.read(lg.log_start_offset, 100)
+            except KStoreError:          # moved under the read (the cleaner): read again
+                pass
+        time.sleep(0.01)
+"""
