@@ -20,8 +20,8 @@ from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer_types import OffsetAndTimestamp
 from kstore.errors import (InvalidConfigError, KStoreStateError, LogDirOfflineError,
-                           NoOffsetForPartitionError, OffsetOutOfRangeError, SegmentGoneError,
-                           UnknownTopicError)
+                           LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+                           SegmentGoneError, UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
@@ -183,12 +183,42 @@ class Fetcher:
         return out
 
     def _reset(self, tp: TopicPartition, pos: int, lg: Log, e: OffsetOutOfRangeError) -> None:
-        """A position outside the log: reset as auto_offset_reset says (Kafka's rule), or raise."""
+        """A position outside the log: past its end after a cut, back to where the cut was
+        (_truncated); else reset as auto_offset_reset says (Kafka's rule), or raise."""
+        if pos > lg.log_end_offset and self._truncated(tp, pos, lg, True):
+            return
         policy = self.state.default_reset
         if policy == "none":
             raise OffsetOutOfRangeError(f"Offsets out of range with no configured reset policy for "
                                         f"partitions: {{{tp}: {pos}}} ({e})") from e
-        self.state.set_position(tp, self.offset_for_policy(tp, policy))
+        self.state.seek(tp, self.offset_for_policy(tp, policy))
+
+    def _truncated(self, tp: TopicPartition, pos: int, lg: Log, past_end: bool = False,
+                   fresh: bool = False) -> bool:
+        """KIP-320: whether tp's position was past a cut of the log (Log.diverging_epoch);
+        then it goes back to where its epoch ends ("Truncation detected", no record skipped);
+        with auto_offset_reset "none", LogTruncationError; with no such end (the epoch is older
+        than every entry), the reset policy. fresh: a read returned a later epoch than the
+        position's, which the log's entries may not know yet."""
+        ep = self.state.position_epoch(tp)
+        div = None if ep is None else lg.diverging_epoch(pos, ep, past_end, fresh)
+        if div is None:
+            return False
+        epoch, end = div
+        self._txn.pop(tp, None)
+        self._stalled.pop(tp, None)
+        if self.state.default_reset == "none":
+            raise LogTruncationError(
+                f"Truncation detected for partition {tp} at offset {pos} (epoch {ep}); the first "
+                f"offset known to diverge is {end if epoch >= 0 else 'unknown'} and no reset "
+                f"policy is set", {tp: end if epoch >= 0 else None})
+        if epoch < 0:
+            self.state.seek(tp, self.offset_for_policy(tp, self.state.default_reset))
+        else:
+            log.info("Truncation detected for partition %s at offset %d (epoch %d), resetting "
+                     "offset to the first offset known to diverge %d", tp, pos, ep, end)
+            self.state.seek(tp, end, epoch)
+        return True
 
     # -- reads -----------------------------------------------------------------------------------
     def fetch(self, max_records: int) -> dict[TopicPartition, list[Record]]:
@@ -206,6 +236,8 @@ class Fetcher:
                 if lg.read_only:
                     _catch_up(lg)
                 new = self._new_log(tp, lg)
+                if not new and self._truncated(tp, pos, lg):
+                    continue                     # (back where the cut was: read next poll)
                 end = lg.log_end_offset          # what the read can see (after_empty_read)
                 # read_committed: the LSO before the read, so that the records are cut at a
                 # stable offset of what the read saw or an earlier log, never of a later one
@@ -223,13 +255,22 @@ class Fetcher:
                 continue
             except SegmentGoneError:
                 continue                     # a change raced the read: the next poll reads again
+            except LogTruncationError:
+                raise
             except OffsetOutOfRangeError as e:
-                self._reset(tp, pos, lg, e)
+                if self._new_log(tp, lg):        # (its read's refresh found it)
+                    self._reset_new_log(tp, pos, lg)
+                else:
+                    self._reset(tp, pos, lg, e)
                 self._read_from[tp] = (lg, lg.incarnation)
                 continue
             if new:
                 self._reset_new_log(tp, pos, lg)
                 continue
+            ep = self.state.position_epoch(tp)
+            if recs and ep is not None and recs[0].leader_epoch > ep and \
+                    self._truncated(tp, pos, lg, fresh=True):
+                continue                         # (read from where the cut was next poll)
             nxt = recs[-1].offset + 1 if recs else pos
             read_nothing = not recs
             if self.read_committed:
@@ -243,7 +284,7 @@ class Fetcher:
                     self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
                 continue
             out[tp] = recs
-            self.state.set_position(tp, nxt)
+            self.state.set_position(tp, nxt, recs[-1].leader_epoch)
             self.state.rotate(tp)
             budget -= len(recs)
         return out
@@ -260,6 +301,7 @@ class Fetcher:
         records ("none": OffsetOutOfRangeError at every poll until a seek)."""
         self._txn.pop(tp, None)
         self._stalled.pop(tp, None)
+        self.state.seek(tp, pos)             # (its epoch is the old log's: no KIP-320 check)
         self._reset(tp, pos, lg, OffsetOutOfRangeError(
             f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
         self._read_from[tp] = (lg, lg.incarnation)
