@@ -129,7 +129,8 @@ class Fetcher:
         return self._filter(tp, lg.log_start_offset).stable_offset(lg)
 
     def update_positions(self, only: Optional[Sequence[TopicPartition]],
-                         committed: Optional[Callable[[list[TopicPartition]], dict[TopicPartition, int]]]
+                         committed: Optional[Callable[[list[TopicPartition]],
+                                                      dict[TopicPartition, tuple[int, Optional[int]]]]]
                          ) -> None:
         """Positions of partitions that have none (of only, if given): a pending seek_to_*,
         else the committed offset (committed: the group's, None without one), else
@@ -146,7 +147,7 @@ class Fetcher:
             policy = st.pending_reset(tp)
             try:
                 if policy is None and tp in offsets:
-                    st.seek(tp, offsets[tp])
+                    st.seek(tp, *offsets[tp])        # (its epoch: checked as any position's)
                     continue
                 policy = policy or st.default_reset
                 if policy == "none":

@@ -189,3 +189,31 @@ def test_a_consumer_in_this_process_beside_a_writer_process_that_cuts(tmp_path, 
             assert _poll(c, 30) == [(22 + i, b"y%d" % i, 1) for i in range(30)]
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("store", ["manager", "reader"])
+def test_a_group_resumes_from_a_committed_offset_past_a_cut(m, store):
+    """A commit of the positions carries the leader epoch of the record before each (Kafka's
+    OffsetAndMetadata.leaderEpoch); a member that resumes from it after the log was cut below
+    it and grew back past it goes back to the cut (Kafka validates a committed position as any
+    other), so the records appended there again are returned. Offsets given to commit() carry
+    no epoch, as Kafka's."""
+    lg = m.log("t", 0)
+    for i in range(10):
+        lg.append([(b"k", b"old%d" % i)])
+    src = m if store == "manager" else m.log_dirs
+    with Consumer(src, group_id="g", auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        assert len(_poll(c, 10)) == 10
+        c.commit()
+        assert c.committed(T0, metadata=True).leader_epoch == 0
+        c.commit({T0: 7})
+        assert c.committed(T0, metadata=True).leader_epoch is None
+        c.commit()
+        assert (c.committed(T0), c.committed(T0, metadata=True).leader_epoch) == (10, 0)
+    lg.truncate_to(6)
+    for i in range(8):
+        lg.append([(b"k", b"new%d" % i)])
+    with Consumer(src, group_id="g", auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        assert _poll(c, 8) == [(6 + i, b"new%d" % i, 1) for i in range(8)]
