@@ -194,15 +194,14 @@ class Fetcher:
                                         f"partitions: {{{tp}: {pos}}} ({e})") from e
         self.state.seek(tp, self.offset_for_policy(tp, policy))
 
-    def _truncated(self, tp: TopicPartition, pos: int, lg: Log, past_end: bool = False,
-                   fresh: bool = False) -> bool:
+    def _truncated(self, tp: TopicPartition, pos: int, lg: Log, past_end: bool = False) -> bool:
         """KIP-320: whether tp's position was past a cut of the log (Log.diverging_epoch);
         then it goes back to where its epoch ends ("Truncation detected", no record skipped);
         with auto_offset_reset "none", LogTruncationError; with no such end (the epoch is older
-        than every entry), the reset policy. fresh: a read returned a later epoch than the
-        position's, which the log's entries may not know yet."""
+        than every entry), the reset policy. Asked when a read at the position returned a later
+        epoch than the position's, or the position is past the log end (past_end)."""
         ep = self.state.position_epoch(tp)
-        div = None if ep is None else lg.diverging_epoch(pos, ep, past_end, fresh)
+        div = None if ep is None else lg.diverging_epoch(pos, ep, past_end)
         if div is None:
             return False
         epoch, end = div
@@ -237,8 +236,6 @@ class Fetcher:
                 if lg.read_only:
                     _catch_up(lg)
                 new = self._new_log(tp, lg)
-                if not new and self._truncated(tp, pos, lg):
-                    continue                     # (back where the cut was: read next poll)
                 end = lg.log_end_offset          # what the read can see (after_empty_read)
                 # read_committed: the LSO before the read, so that the records are cut at a
                 # stable offset of what the read saw or an earlier log, never of a later one
@@ -270,7 +267,7 @@ class Fetcher:
                 continue
             ep = self.state.position_epoch(tp)
             if recs and ep is not None and recs[0].leader_epoch > ep and \
-                    self._truncated(tp, pos, lg, fresh=True):
+                    self._truncated(tp, pos, lg):
                 continue                         # (read from where the cut was next poll)
             nxt = recs[-1].offset + 1 if recs else pos
             read_nothing = not recs

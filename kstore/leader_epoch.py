@@ -244,7 +244,7 @@ class LeaderEpochs:
         top = cache.latest_epoch
         cache.truncate_from_end(self._leo)
         cache.truncate_from_start(self._log_start_offset)
-        if 0 <= cache.latest_epoch < top:
+        if cache.latest_epoch < top:
             # a truncation's new epoch with nothing appended under it yet (_before_cut), or
             # whose appends a crash lost: kept at the log end, as a leader assigns its epoch's
             # start there (Kafka's makeLeader), so that epochs never go back
@@ -269,14 +269,15 @@ class LeaderEpochs:
 
     def epoch_entries(self, fresh: bool = False) -> list[EpochEntry]:
         """The leader epochs: a writable log's cache; a read-only log's leader-epoch-checkpoint
-        as its last refresh that listed the directory read it, or (fresh) as it is now (the
-        writer renames a new one in before the change of the log it stands for)."""
+        as last read, or (fresh) as it is now: read again if its stat changed (the writer
+        renames a new one in before the change of the log it stands for). A read-only log reads
+        it only when asked fresh (a consumer that read a later epoch or is past the end)."""
         if self._epochs is not None:
             return self._epochs.entries
         if fresh and self.read_only:
             with self._lock:
                 if not self._closed:
-                    self._ro_epochs = self._ro_refresh.saved_epochs(True)
+                    self._ro_epochs = self._ro_refresh.saved_epochs()
         return self._ro_epochs
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -284,17 +285,17 @@ class LeaderEpochs:
         it ends); (-1, -1) if epoch is below every entry (fetcher.py: a truncation detected)."""
         return end_offset_for(self.epoch_entries(), epoch, self._leo)
 
-    def diverging_epoch(self, pos: int, epoch: int, past_end: bool = False,
-                        fresh: bool = False) -> Optional[tuple[int, int]]:
-        """KIP-320's check of a reader's position pos after a record of leader epoch `epoch`:
-        made, as Kafka's consumer validates a position, while the log has a later epoch (or
-        the position is past the log end). None: no cut below pos. Else (the largest epoch <=
-        `epoch`, where it ends), that end below pos: records the reader returned were cut
-        there (and maybe appended again under a later epoch); (-1, -1): `epoch` is older than
-        every entry. A file ahead of its cut (the record at the end still of `epoch` or
-        earlier: _before_cut writes the file first) is no cut yet. fresh: see epoch_entries."""
-        entries = self.epoch_entries(fresh)
-        if epoch < 0 or not entries or (not past_end and entries[-1].epoch <= epoch):
+    def diverging_epoch(self, pos: int, epoch: int, past_end: bool = False) -> Optional[tuple[int, int]]:
+        """KIP-320's check of a reader's position pos after a record of leader epoch `epoch`,
+        made when a read at pos returned a later epoch, or pos is past the log end (past_end):
+        a cut below pos puts a later epoch at pos once the log grows back past it. None: no
+        cut below pos. Else (the largest epoch <= `epoch`, where it ends), that end below pos:
+        records the reader returned were cut there (and maybe appended again under a later
+        epoch); (-1, -1): `epoch` is older than every entry. A file ahead of its cut (the
+        record at the end still of `epoch` or earlier: _before_cut writes the file first) is
+        no cut yet."""
+        entries = self.epoch_entries(True)
+        if epoch < 0 or not entries:
             return None
         found, end = self.end_offset_for_epoch(epoch)
         if found >= 0 and end >= pos:

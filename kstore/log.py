@@ -138,7 +138,6 @@ class Log(LeaderEpochs, LocalLog, TimestampLookup, LogFetch):
                         self._ro_refresh.saved_start() or 0)     # a standalone writer's
             self._log_start_offset = min(start, self._leo)
             self._recovery_point = self._leo
-            self._ro_epochs = self._ro_refresh.saved_epochs()
 
     def _start_lowered(self, old: LogSegments, segs: LogSegments) -> bool:
         """Whether the writer truncated below the start this reader keeps (truncateFullyAndStartAt,

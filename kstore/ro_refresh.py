@@ -136,13 +136,9 @@ class ReadOnlyRefresh:
             self._saved = (key, read_saved_start(self._io, path, "log start file")[1])
         return self._saved[1]
 
-    def saved_epochs(self, fresh: bool = False) -> list[EpochEntry]:
+    def saved_epochs(self) -> list[EpochEntry]:
         """The writer's leader-epoch-checkpoint entries, [] if none or unreadable (epochs only
-        tell a consumer of a cut: fetcher.py). Read, as saved_start, only when the last scan
-        listed the directory (or fresh: a record of an epoch it does not know was read) and the
-        file's stat changed."""
-        if not (self._listed or fresh) and self._epochs is not None:
-            return self._epochs[1]
+        tell a consumer of a cut: fetcher.py); read again only if the file's stat changed."""
         path = os.path.join(self.watch.path, LEADER_EPOCH_CHECKPOINT)
         try:
             st = self._io.stat_path(path)

@@ -206,11 +206,11 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                 txns.pop(p, None)
             return True
 
-        def cut(p: int, lg, past_end: bool = False, fresh: bool = False) -> bool:
+        def cut(p: int, lg, past_end: bool = False) -> bool:
             """KIP-320 (Log.diverging_epoch): the position was past a cut of the log, whose
             records appended again below it would be skipped: back to where its epoch ends
             (unknown: the log start or end, as --from-beginning says), as Kafka's consumer."""
-            div = lg.diverging_epoch(positions[p], epochs.get(p, -1), past_end, fresh)
+            div = lg.diverging_epoch(positions[p], epochs.get(p, -1), past_end)
             if div is None:
                 return False
             new = div[1] if div[0] >= 0 else \
@@ -237,9 +237,6 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         lg = store.log(args.topic, p, refresh=rescanned)
                         if recreated(p, lg):
                             continue
-                        if cut(p, lg):
-                            skipped = True
-                            continue
                         end = lg.log_end_offset       # what the read can see
                         # the LSO before the read (as the Fetcher: never a later log's)
                         f = None if txns is None else txns.setdefault(p, TxnFilter(positions[p]))
@@ -248,7 +245,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         if recreated(p, lg):     # found by the read's own refresh
                             continue
                         if recs and recs[0].leader_epoch > epochs.get(p, -1) >= 0 and \
-                                cut(p, lg, fresh=True):
+                                cut(p, lg):
                             skipped = True
                             continue
                     except UnknownTopicError:
