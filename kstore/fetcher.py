@@ -272,14 +272,15 @@ class Fetcher:
             nxt = recs[-1].offset + 1 if recs else pos
             read_nothing = not recs
             if self.read_committed:
-                recs, nxt = self._committed_only(tp, lg, pos, recs, lso)
+                raw, (recs, nxt) = recs, self._committed_only(tp, lg, pos, recs, lso)
             if not recs:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
                     # tail; records all at or past the LSO are no gap: wait at the LSO
                     nxt = after_empty_read(lg, pos, end) if read_nothing else skip_control_batches(lg, pos)
-                if nxt != pos:
-                    self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
+                if nxt != pos:       # (or an aborted transaction skipped: its epoch is known)
+                    self.state.set_position(tp, nxt, _epoch_before(raw if self.read_committed
+                                                                   else [], nxt))
                 continue
             out[tp] = recs
             self.state.set_position(tp, nxt, recs[-1].leader_epoch)
@@ -375,6 +376,14 @@ class Fetcher:
             assert pos is not None
             offsets.append(max(pos, self._stalled.get(tp, pos)))
         return logs, offsets
+
+
+def _epoch_before(recs: Sequence[Record], offset: int) -> Optional[int]:
+    """The leader epoch of the last of recs below offset (None: none is)."""
+    for r in reversed(recs):
+        if r.offset < offset:
+            return r.leader_epoch
+    return None
 
 
 def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,

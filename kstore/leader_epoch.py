@@ -293,7 +293,10 @@ class LeaderEpochs:
         records the reader returned were cut there (and maybe appended again under a later
         epoch); (-1, -1): `epoch` is older than every entry. A file ahead of its cut (the
         record at the end still of `epoch` or earlier: _before_cut writes the file first) is
-        no cut yet."""
+        no cut yet. The epoch returned is the one the log goes on with at that end (the reader
+        goes back there: what it reads next, control batches included, is of that epoch or
+        later; a position whose epoch stayed the old one would find the same cut again after
+        passing markers it does not see)."""
         entries = self.epoch_entries(True)
         if epoch < 0 or not entries:
             return None
@@ -307,7 +310,9 @@ class LeaderEpochs:
                     return None
             except OffsetOutOfRangeError:
                 pass                             # (below the log start now)
-        return (found, end)
+        if found < 0:
+            return (found, end)
+        return (max([found] + [x.epoch for x in entries if x.start_offset <= end]), end)
 
     def _before_cut(self, offset: int) -> None:
         """A truncation below the log end is a new leader's (Kafka cuts a replica's log only when

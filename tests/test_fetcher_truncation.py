@@ -217,3 +217,26 @@ def test_a_group_resumes_from_a_committed_offset_past_a_cut(m, store):
     with Consumer(src, group_id="g", auto_offset_reset="earliest") as c:
         c.assign([T0])
         assert _poll(c, 8) == [(6 + i, b"new%d" % i, 1) for i in range(8)]
+
+
+@pytest.mark.parametrize("store", ["manager", "reader"])
+def test_read_committed_passes_a_cut_over_aborted_records_once(m, store):
+    """read_committed: a position past aborted records (skipped, never returned) that are cut
+    and written again, aborted again, under the new epoch. Back to the cut, the reader passes
+    the new aborted records and goes on: its position takes their epoch. Before, it kept the
+    old epoch, found the same cut again past them, and went back and forth for good."""
+    from batch_helpers import txn_batch
+    lg = m.log("t", 0)
+    lg.append([(b"k", b"c0")])
+    cut = lg.log_end_offset
+    lg.append_batches(txn_batch(0, 7, [b"a1", b"a2"]) + txn_batch(0, 7, control=0))   # 1-2, ABORT 3
+    with Consumer(m if store == "manager" else m.log_dirs, auto_offset_reset="earliest",
+                  isolation_level="read_committed", max_poll_records=1) as c:
+        c.assign([T0])
+        assert _poll(c, 1) == [(0, b"c0", 0)]
+        assert c.poll(100) == {} and c.position(T0) == 4
+        lg.truncate_to(cut)
+        lg.append_batches(txn_batch(0, 8, [b"b1", b"b2", b"b3"]) + txn_batch(0, 8, control=0))
+        lg.append([(b"k", b"c5")])                                      # 1-3, ABORT 4, 5
+        assert _poll(c, 1) == [(5, b"c5", 1)]
+        assert c.poll(100) == {} and c.position(T0) == 6

@@ -271,11 +271,13 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     ahead.discard(p)
                     held.pop(p, None)
                     if f is not None and recs:
-                        recs, nxt = f.committed(recs, positions[p], lso)
+                        raw, (recs, nxt) = recs, f.committed(recs, positions[p], lso)
                         if not recs:
                             if nxt > positions[p]:
                                 positions[p] = nxt     # only aborted records: read on past them
                                 skipped = True
+                                epochs[p] = max([r.leader_epoch for r in raw if r.offset < nxt]
+                                                or [epochs.get(p, -1)])
                             else:                      # at the last stable offset: wait for a
                                 held[p] = lg.log_end_offset     # marker (appended past the end)
                             continue
