@@ -19,7 +19,7 @@ from kstore.errors import (CorruptRecordError, DataLossError, IndexOffsetOverflo
                            InvalidConfigError, InvalidOffsetError, InvalidRecordError,
                            KStoreError, KStoreStateError, LogDirOfflineError,
                            LogDirLockedError, LogSegmentOffsetOverflowError,
-                           OffsetOutOfRangeError, RecordTooLargeError, TopicExistsError,
+                           OffsetOutOfRangeError, LogTruncationError, RecordTooLargeError, TopicExistsError,
                            InvalidTopicError, KafkaStorageError, UnknownTopicError,
                            UnknownPartitionCountError, UnsupportedCodecError)
 from kstore.fileio import FileOps, get_file_ops, set_file_ops  # noqa: E402
@@ -50,7 +50,7 @@ __all__ = [
     "AppendInfo", "CorruptRecordError", "DataLossError", "StoreReader", "FileOps", "IndexOffsetOverflowError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "KStoreError", "KStoreStateError", "Log",
     "LogConfig", "LogDirOfflineError", "LogSegment", "LogSegmentOffsetOverflowError",
-    "OffsetIndex", "OffsetOutOfRangeError", "Record", "RecordTooLargeError", "TimeIndex",
+    "OffsetIndex", "OffsetOutOfRangeError", "LogTruncationError", "Record", "RecordTooLargeError", "TimeIndex",
     "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
     "Consumer", "AsyncConsumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp",
     "NoOffsetForPartitionError", "StoreNotVisibleError", "UnsafeFilesystemError",

@@ -249,13 +249,14 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
                                    int64_t last_delta, int32_t count, bint lat,
                                    int64_t min_offset, Py_ssize_t max_records, list out,
                                    Py_ssize_t err_pos, BatchRecords* table=NULL,
-                                   int32_t first=0) except -1:
+                                   int32_t first=0, int32_t epoch=-1) except -1:
     """Decode `count` v2 records from p[pos:end) into out (skipping offsets < min_offset);
     stops after max_records. Returns the number appended. Offset deltas must increase and stay
     within the batch's last offset delta, so a batch never yields an offset twice or out of its
     range (compaction leaves gaps, never disorder). With table (a whole batch decoded from its
     first record, err_pos its position), fills the table as it goes. first: the index
-    in the batch of the record at pos (error messages)."""
+    in the batch of the record at pos (error messages). epoch: the batch's partitionLeaderEpoch,
+    each record's leader_epoch (Kafka's ConsumerRecord.leaderEpoch)."""
     cdef int32_t i
     cdef int64_t hcount, hk, hv, j
     cdef Py_ssize_t q, kq, vq
@@ -305,6 +306,7 @@ cdef Py_ssize_t _decode_v2_records(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
         r.value = PyBytes_FromStringAndSize(<const char*>(p + f.value_pos), f.value_len) \
             if f.value_len >= 0 else None
         r.timestamp_type = tstype
+        r.leader_epoch = epoch
         out.append(r)
         added += 1
         pos = f.end
@@ -369,6 +371,7 @@ cdef Py_ssize_t decode_legacy(const uint8_t* p, Py_ssize_t pos, BatchHeader* h,
         r.key = key
         r.value = PyBytes_FromStringAndSize(<const char*>(p + q), vlen) if vlen >= 0 else None
         r.headers = ()
+        r.leader_epoch = -1               # v0/v1: no leader epoch
         out.append(r)
         return 1
     if depth > 0:
@@ -439,7 +442,8 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
             n = _decode_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
                                    h.base_timestamp, h.max_timestamp,
                                    h.last_offset - h.base_offset, h.count,
-                                   (h.attrs & TS_TYPE_BIT) != 0, min_offset, NO_LIMIT, out, pos, t)
+                                   (h.attrs & TS_TYPE_BIT) != 0, min_offset, NO_LIMIT, out, pos, t,
+                                   0, ld32(p + pos + 12))
         except BaseException:
             free(t)
             raise
@@ -462,7 +466,7 @@ cdef Py_ssize_t _decode_remembered(Mapping m, const uint8_t* p, Py_ssize_t pos, 
     return _decode_v2_records(p, q, pos + h.size, h.base_offset, h.base_timestamp,
                               h.max_timestamp, h.last_offset - h.base_offset, count - i,
                               (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records, out, pos,
-                              NULL, i)
+                              NULL, i, ld32(p + pos + 12))
 
 
 cdef Py_ssize_t decode_batch(const uint8_t* p, Py_ssize_t pos, BatchHeader* h, int64_t min_offset,
@@ -496,7 +500,8 @@ cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, Bat
         return _decode_v2_records(p, pos + V2_OVERHEAD, pos + h.size, h.base_offset,
                                   h.base_timestamp, h.max_timestamp,
                                   h.last_offset - h.base_offset, h.count,
-                                  (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records, out, pos)
+                                  (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records, out, pos,
+                                  NULL, 0, ld32(p + pos + 12))
     if codec > 4:
         raise corrupt(f"invalid compression codec {codec}", pos)
     inner = decompress_value(codec, p + pos + V2_OVERHEAD, h.size - V2_OVERHEAD, pos)
@@ -505,7 +510,7 @@ cdef Py_ssize_t decode_batch_in(Mapping m, const uint8_t* p, Py_ssize_t pos, Bat
     rp = &mv[0] if n else &_empty_byte
     return _decode_v2_records(rp, 0, n, h.base_offset, h.base_timestamp, h.max_timestamp,
                               h.last_offset - h.base_offset, h.count, (h.attrs & TS_TYPE_BIT) != 0, min_offset, max_records,
-                              out, pos)
+                              out, pos, NULL, 0, ld32(p + pos + 12))
 
 cdef tuple read_range(Mapping m, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                       int64_t min_offset, Py_ssize_t max_records, Py_ssize_t max_bytes,

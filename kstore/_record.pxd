@@ -11,6 +11,7 @@ cdef class Record:
     cdef readonly object value
     cdef readonly tuple headers
     cdef readonly int timestamp_type     # 0 CreateTime, 1 LogAppendTime, -1 none
+    cdef readonly int leader_epoch       # the batch's partitionLeaderEpoch; -1 none (v0/v1, input)
 
 
 cdef class AppendInfo:

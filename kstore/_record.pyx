@@ -10,7 +10,8 @@ cdef tuple EMPTY_HEADERS = ()     # (CPython has one empty tuple)
 @cython.freelist(2048)
 @cython.no_gc
 cdef class Record:
-    """One record: offset, timestamp (ms, -1 if none), key, value (None = tombstone), headers.
+    """One record: offset, timestamp (ms, -1 if none), key, value (None = tombstone), headers;
+    read from a log, also leader_epoch: its batch's partition leader epoch (-1 for v0/v1).
 
     As an input to Log.append only key, value, timestamp and headers matter; offset is -1.
     """
@@ -24,6 +25,7 @@ cdef class Record:
         self.headers = EMPTY_HEADERS if not headers else tuple(tuple(h) for h in headers)
         self.offset = offset
         self.timestamp_type = timestamp_type if timestamp is not None else -1
+        self.leader_epoch = -1
 
     def __repr__(self):
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
@@ -41,9 +43,9 @@ cdef class Record:
 
     def __reduce__(self):
         return (_make_record, (self.offset, self.timestamp, self.key, self.value, self.headers,
-                               self.timestamp_type))
+                               self.timestamp_type, self.leader_epoch))
 
-def _make_record(offset, timestamp, key, value, headers, timestamp_type):
+def _make_record(offset, timestamp, key, value, headers, timestamp_type, leader_epoch=-1):
     cdef Record r = Record.__new__(Record)
     r.offset = offset
     r.timestamp = timestamp
@@ -51,6 +53,7 @@ def _make_record(offset, timestamp, key, value, headers, timestamp_type):
     r.value = value
     r.headers = headers
     r.timestamp_type = timestamp_type
+    r.leader_epoch = leader_epoch
     return r
 
 @cython.freelist(64)

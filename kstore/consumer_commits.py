@@ -14,6 +14,7 @@ maybeAutoCommitOffsetsSync).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -81,14 +82,20 @@ class ConsumerCommits:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
         with self._lock:
             self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
-            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause)
+            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause,
+                         offsets is None)
 
     def _commit(self, offsets: Mapping[TopicPartition, Any],
-                sleep: Optional[Callable[[float], None]] = None) -> None:
+                sleep: Optional[Callable[[float], None]] = None, positions: bool = False) -> None:
+        """Write offsets; positions: they are the consumer's own (commit() without offsets,
+        auto-commits), each committed with the leader epoch of the record before it."""
         if not offsets:
             return
         from kstore.group_records import OffsetAndMetadata
         values = {TopicPartition(*tp): OffsetAndMetadata.coerce(v) for tp, v in offsets.items()}
+        if positions:     # with the epoch of the record before each (Kafka's allConsumed())
+            values = {tp: dataclasses.replace(v, leader_epoch=self._position_epoch(tp, v.offset))
+                      for tp, v in values.items()}
         if self._member is not None:
             self._member.commit(values, sleep)       # CommitFailedError for a partition it lost
         else:
@@ -138,10 +145,19 @@ class ConsumerCommits:
             positions = {tp: o for tp, o in positions.items() if tp in owned}
         changed = {tp: o for tp, o in positions.items() if self._last_commit.get(tp) != o}
         try:
-            self._commit(changed, sleep)
+            self._commit(changed, sleep, True)
         except UnknownTopicError as e:       # deleted since read (Kafka: logged, the rest commits)
             log.warning("auto-commit left out %s: %s", sorted(map(str, e.partitions)), e)
-            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep)
+            self._commit({tp: o for tp, o in changed.items() if tp not in e.partitions}, sleep,
+                         True)
+
+    def _position_epoch(self, tp: TopicPartition, offset: int) -> Optional[int]:
+        """The leader epoch of the record before offset if offset is tp's position (a buffered
+        one's is not known: None, committed without an epoch)."""
+        try:
+            return self._state.position_epoch(tp) if self._state.position(tp) == offset else None
+        except KStoreStateError:
+            return None
 
     def committed(self, tp: TopicPartition, metadata: bool = False,
                   timeout_ms: Optional[float] = None) -> Any:
@@ -160,6 +176,10 @@ class ConsumerCommits:
                        f"larger to relax the threshold. ({why})")
         return got if got is None or metadata else got.offset
 
-    def _fetch_committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    def _fetch_committed(self, tps: Sequence[TopicPartition]
+                         ) -> dict[TopicPartition, tuple[int, Optional[int]]]:
+        """(offset, leader epoch) committed for tps: where a resumed position starts, checked
+        against truncations by its epoch (KIP-320, fetcher.py)."""
         got = self._coord().fetch_offsets(self.group_id, tps)
-        return {TopicPartition(*tp): o.offset for tp, o in got.items() if o.offset >= 0}
+        return {TopicPartition(*tp): (o.offset, o.leader_epoch) for tp, o in got.items()
+                if o.offset >= 0}

@@ -29,6 +29,16 @@ class OffsetOutOfRangeError(KStoreError):
     """The requested offset lies outside [log_start_offset, log_end_offset]."""
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """A consumer's position is past a truncation of its log, with auto_offset_reset "none"
+    (Kafka's LogTruncationException): divergent_offsets maps each such partition to the first
+    offset known to diverge; seek there (or elsewhere) to go on."""
+
+    def __init__(self, message: str, divergent_offsets: dict):
+        super().__init__(message)
+        self.divergent_offsets = divergent_offsets
+
+
 class ConcurrentModificationError(KStoreError):
     """A Consumer called from a second thread while another thread is inside one of its methods:
     Kafka's ConcurrentModificationException (the consumer is not safe for multi-threaded access;

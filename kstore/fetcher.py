@@ -20,8 +20,8 @@ from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer_types import OffsetAndTimestamp
 from kstore.errors import (CoordinatorNotAvailableError, InvalidConfigError, KStoreStateError,
-                           LogDirOfflineError, NoOffsetForPartitionError, OffsetOutOfRangeError,
-                           SegmentGoneError, UnknownTopicError)
+                           LogDirOfflineError, LogTruncationError, NoOffsetForPartitionError,
+                           OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError)
 from kstore.fileio import FileOps
 from kstore.log import Log
 from kstore.manager import LogManager
@@ -129,7 +129,8 @@ class Fetcher:
         return self._filter(tp, lg.log_start_offset).stable_offset(lg)
 
     def update_positions(self, only: Optional[Sequence[TopicPartition]],
-                         committed: Optional[Callable[[list[TopicPartition]], dict[TopicPartition, int]]]
+                         committed: Optional[Callable[[list[TopicPartition]],
+                                                      dict[TopicPartition, tuple[int, Optional[int]]]]]
                          ) -> None:
         """Positions of partitions that have none (of only, if given): a pending seek_to_*,
         else the committed offset (committed: the group's, None without one), else
@@ -152,7 +153,7 @@ class Fetcher:
             policy = st.pending_reset(tp)
             try:
                 if policy is None and tp in offsets:
-                    st.seek(tp, offsets[tp])
+                    st.seek(tp, *offsets[tp])        # (its epoch: checked as any position's)
                     continue
                 policy = policy or st.default_reset
                 if policy == "none":
@@ -189,12 +190,41 @@ class Fetcher:
         return out
 
     def _reset(self, tp: TopicPartition, pos: int, lg: Log, e: OffsetOutOfRangeError) -> None:
-        """A position outside the log: reset as auto_offset_reset says (Kafka's rule), or raise."""
+        """A position outside the log: past its end after a cut, back to where the cut was
+        (_truncated); else reset as auto_offset_reset says (Kafka's rule), or raise."""
+        if pos > lg.log_end_offset and self._truncated(tp, pos, lg, True):
+            return
         policy = self.state.default_reset
         if policy == "none":
             raise OffsetOutOfRangeError(f"Offsets out of range with no configured reset policy for "
                                         f"partitions: {{{tp}: {pos}}} ({e})") from e
-        self.state.set_position(tp, self.offset_for_policy(tp, policy))
+        self.state.seek(tp, self.offset_for_policy(tp, policy))
+
+    def _truncated(self, tp: TopicPartition, pos: int, lg: Log, past_end: bool = False) -> bool:
+        """KIP-320: whether tp's position was past a cut of the log (Log.diverging_epoch);
+        then it goes back to where its epoch ends ("Truncation detected", no record skipped);
+        with auto_offset_reset "none", LogTruncationError; with no such end (the epoch is older
+        than every entry), the reset policy. Asked when a read at the position returned a later
+        epoch than the position's, or the position is past the log end (past_end)."""
+        ep = self.state.position_epoch(tp)
+        div = None if ep is None else lg.diverging_epoch(pos, ep, past_end)
+        if div is None:
+            return False
+        epoch, end = div
+        self._txn.pop(tp, None)
+        self._stalled.pop(tp, None)
+        if self.state.default_reset == "none":
+            raise LogTruncationError(
+                f"Truncation detected for partition {tp} at offset {pos} (epoch {ep}); the first "
+                f"offset known to diverge is {end if epoch >= 0 else 'unknown'} and no reset "
+                f"policy is set", {tp: end if epoch >= 0 else None})
+        if epoch < 0:
+            self.state.seek(tp, self.offset_for_policy(tp, self.state.default_reset))
+        else:
+            log.info("Truncation detected for partition %s at offset %d (epoch %d), resetting "
+                     "offset to the first offset known to diverge %d", tp, pos, ep, end)
+            self.state.seek(tp, end, epoch)
+        return True
 
     # -- reads -----------------------------------------------------------------------------------
     def fetch(self, max_records: int) -> dict[TopicPartition, list[Record]]:
@@ -229,27 +259,37 @@ class Fetcher:
                 continue
             except SegmentGoneError:
                 continue                     # a change raced the read: the next poll reads again
+            except LogTruncationError:
+                raise
             except OffsetOutOfRangeError as e:
-                self._reset(tp, pos, lg, e)
+                if self._new_log(tp, lg):        # (its read's refresh found it)
+                    self._reset_new_log(tp, pos, lg)
+                else:
+                    self._reset(tp, pos, lg, e)
                 self._read_from[tp] = (lg, lg.incarnation)
                 continue
             if new:
                 self._reset_new_log(tp, pos, lg)
                 continue
+            ep = self.state.position_epoch(tp)
+            if recs and ep is not None and recs[0].leader_epoch > ep and \
+                    self._truncated(tp, pos, lg):
+                continue                         # (read from where the cut was next poll)
             nxt = recs[-1].offset + 1 if recs else pos
             read_nothing = not recs
             if self.read_committed:
-                recs, nxt = self._committed_only(tp, lg, pos, recs, lso)
+                raw, (recs, nxt) = recs, self._committed_only(tp, lg, pos, recs, lso)
             if not recs:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
                     # tail; records all at or past the LSO are no gap: wait at the LSO
                     nxt = after_empty_read(lg, pos, end) if read_nothing else skip_control_batches(lg, pos)
-                if nxt != pos:
-                    self.state.set_position(tp, nxt)   # (or an aborted transaction skipped)
+                if nxt != pos:       # (or an aborted transaction skipped: its epoch is known)
+                    self.state.set_position(tp, nxt, _epoch_before(raw if self.read_committed
+                                                                   else [], nxt))
                 continue
             out[tp] = recs
-            self.state.set_position(tp, nxt)
+            self.state.set_position(tp, nxt, recs[-1].leader_epoch)
             self.state.rotate(tp)
             budget -= len(recs)
         return out
@@ -266,6 +306,7 @@ class Fetcher:
         records ("none": OffsetOutOfRangeError at every poll until a seek)."""
         self._txn.pop(tp, None)
         self._stalled.pop(tp, None)
+        self.state.seek(tp, pos)             # (its epoch is the old log's: no KIP-320 check)
         self._reset(tp, pos, lg, OffsetOutOfRangeError(
             f"{tp} was deleted and re-created: position {pos} belongs to the old topic"))
         self._read_from[tp] = (lg, lg.incarnation)
@@ -341,6 +382,14 @@ class Fetcher:
             assert pos is not None
             offsets.append(max(pos, self._stalled.get(tp, pos)))
         return logs, offsets
+
+
+def _epoch_before(recs: Sequence[Record], offset: int) -> Optional[int]:
+    """The leader epoch of the last of recs below offset (None: none is)."""
+    for r in reversed(recs):
+        if r.offset < offset:
+            return r.leader_epoch
+    return None
 
 
 def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,

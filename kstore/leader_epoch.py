@@ -11,6 +11,10 @@ The cache follows the log as Kafka's does: a truncation removes the entries at o
 end (truncateFromEnd), a new log start folds the entries below it into one starting there
 (truncateFromStart), and every open applies both to what it read (a crash may have left the
 file behind the log: its writes after truncations are deferred, as Kafka's async flush).
+A truncation below the log end is a new leader's (Kafka cuts a replica's log only when its
+leader changed): it starts the next epoch at the new end, in the file before a record goes,
+and an open keeps the file's latest epoch at the log end, so epochs never go back; a consumer
+whose position is past a cut finds it by them (KIP-320: diverging_epoch, fetcher.py).
 
 `LeaderEpochs` is Log's part (a mixin, log.py): it loads the cache at a writable open, stamps
 appends, and keeps the file in step with truncations and log start changes: in memory under
@@ -22,7 +26,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from kstore.errors import KStoreError, UnusableFileError
+from kstore.errors import KStoreError, OffsetOutOfRangeError, UnusableFileError
 from kstore.fileio import FileOps
 
 if TYPE_CHECKING:
@@ -78,6 +82,18 @@ def parse_checkpoint(path: str, data: bytes) -> list[EpochEntry]:
             raise bad(f"line {n}: epochs and offsets must increase")
         out.append(e)
     return out
+
+
+def end_offset_for(entries: list[EpochEntry], epoch: int, log_end_offset: int) -> tuple[int, int]:
+    """Kafka's endOffsetFor (OffsetsForLeaderEpoch): (the largest epoch <= `epoch`, the start
+    offset of the first epoch above it, or the log end for the latest); (-1, -1) when `epoch` is
+    below every entry."""
+    if not entries or epoch < entries[0].epoch:
+        return (-1, -1)
+    for i, x in enumerate(entries):
+        if x.epoch > epoch:
+            return (entries[i - 1].epoch, x.start_offset)
+    return (entries[-1].epoch, log_end_offset)
 
 
 def format_checkpoint(entries: list[EpochEntry]) -> bytes:
@@ -176,18 +192,7 @@ class LeaderEpochFileCache:
                 self._dirty = True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """Kafka's endOffsetFor (OffsetsForLeaderEpoch): (the largest epoch <= `epoch`, the
-        start offset of the first epoch above it, or the log end for the latest); (-1, -1)
-        when `epoch` is below every entry."""
-        e = self._entries
-        if not e or epoch < e[0].epoch:
-            return (-1, -1)
-        if epoch >= e[-1].epoch:
-            return (e[-1].epoch, log_end_offset)
-        for i, x in enumerate(e):
-            if x.epoch > epoch:
-                return (e[i - 1].epoch, x.start_offset)
-        return (e[-1].epoch, log_end_offset)     # unreachable: the latest was handled above
+        return end_offset_for(self._entries, epoch, log_end_offset)
 
     def flush(self) -> None:
         """Write the file (atomically, through FileOps) if the entries changed since it was."""
@@ -215,6 +220,9 @@ class LeaderEpochs:
     _epoch = -1                        # the epoch appends carry
     _epoch_stale = False               # a truncation removed its entry: the next append adds it
     _epoch_truncations = 0             # _truncations when the cache last followed one
+    _ro_epochs: list[EpochEntry] = []  # a read-only log's (epoch_entries)
+    _ro_refresh: Any                   # a read-only log's (ro_refresh.ReadOnlyRefresh)
+    _lock: Any
 
     def _load_epochs(self) -> None:
         """A writable open, after its segments loaded: the cache read and fitted to the log
@@ -233,8 +241,14 @@ class LeaderEpochs:
             for epoch, start in report.epochs:
                 if epoch > cache.latest_epoch:
                     cache.assign(epoch, start)
+        top = cache.latest_epoch
         cache.truncate_from_end(self._leo)
         cache.truncate_from_start(self._log_start_offset)
+        if cache.latest_epoch < top:
+            # a truncation's new epoch with nothing appended under it yet (_before_cut), or
+            # whose appends a crash lost: kept at the log end, as a leader assigns its epoch's
+            # start there (Kafka's makeLeader), so that epochs never go back
+            cache.assign(top, self._leo)
         if cache.latest_epoch < 0:
             cache.assign(INITIAL_EPOCH, self._leo)
         cache.flush()
@@ -252,6 +266,68 @@ class LeaderEpochs:
     def leader_epoch_cache(self) -> Optional[LeaderEpochFileCache]:
         """The partition's leader epoch cache (writable logs)."""
         return self._epochs
+
+    def epoch_entries(self, fresh: bool = False) -> list[EpochEntry]:
+        """The leader epochs: a writable log's cache; a read-only log's leader-epoch-checkpoint
+        as last read, or (fresh) as it is now: read again if its stat changed (the writer
+        renames a new one in before the change of the log it stands for). A read-only log reads
+        it only when asked fresh (a consumer that read a later epoch or is past the end)."""
+        if self._epochs is not None:
+            return self._epochs.entries
+        if fresh and self.read_only:
+            with self._lock:
+                if not self._closed:
+                    self._ro_epochs = self._ro_refresh.saved_epochs()
+        return self._ro_epochs
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer on this log: (the largest epoch <= epoch, where
+        it ends); (-1, -1) if epoch is below every entry (fetcher.py: a truncation detected)."""
+        return end_offset_for(self.epoch_entries(), epoch, self._leo)
+
+    def diverging_epoch(self, pos: int, epoch: int, past_end: bool = False) -> Optional[tuple[int, int]]:
+        """KIP-320's check of a reader's position pos after a record of leader epoch `epoch`,
+        made when a read at pos returned a later epoch, or pos is past the log end (past_end):
+        a cut below pos puts a later epoch at pos once the log grows back past it. None: no
+        cut below pos. Else (the largest epoch <= `epoch`, where it ends), that end below pos:
+        records the reader returned were cut there (and maybe appended again under a later
+        epoch); (-1, -1): `epoch` is older than every entry. A file ahead of its cut (the
+        record at the end still of `epoch` or earlier: _before_cut writes the file first) is
+        no cut yet. The epoch returned is the one the log goes on with at that end (the reader
+        goes back there: what it reads next, control batches included, is of that epoch or
+        later; a position whose epoch stayed the old one would find the same cut again after
+        passing markers it does not see)."""
+        entries = self.epoch_entries(True)
+        if epoch < 0 or not entries:
+            return None
+        found, end = self.end_offset_for_epoch(epoch)
+        if found >= 0 and end >= pos:
+            return None
+        if found >= 0 and not past_end and end < self._leo:
+            try:
+                ahead = self.read(end, 1)        # type: ignore[attr-defined]  # Log's
+                if ahead and 0 <= ahead[0].leader_epoch <= epoch:
+                    return None
+            except OffsetOutOfRangeError:
+                pass                             # (below the log start now)
+        if found < 0:
+            return (found, end)
+        return (max([found] + [x.epoch for x in entries if x.start_offset <= end]), end)
+
+    def _before_cut(self, offset: int) -> None:
+        """A truncation below the log end is a new leader's (Kafka cuts a replica's log only when
+        its leader changed): appends after it carry a new epoch, starting at offset, written to
+        the file before a record goes, so a reader of records of the old epoch past offset can
+        tell, at any later look and after any crash, that they were cut (KIP-320, fetcher.py)."""
+        c = self._epochs
+        if c is None or offset >= self._leo:
+            return
+        epoch = max(c.latest_epoch, self._epoch) + 1
+        c.truncate_from_end(offset)
+        c.assign(epoch, offset)
+        c.flush()
+        self._epoch, self._epoch_stale = epoch, False
+        self._epoch_truncations = self._truncations + 1     # _ring keeps the entry at the end
 
     def _stamp_epoch(self, b: BatchBuilder) -> None:
         """Called for an append only while _epoch_stale (Log._lock held): a truncation removed

@@ -58,9 +58,7 @@ class LocalLog(LogStart):
         self._rng = _JITTER_RNG
         # the published segments: readers take this snapshot without the lock
         self._segments = LogSegments()
-        self._leo = 0
-        self._log_start_offset = 0
-        self._recovery_point = 0
+        self._leo = self._log_start_offset = self._recovery_point = 0
         self._closed = False
         self._failed: Optional[str] = None     # the I/O error that failed this log
         #: a LogManager's (log_registry.py): told of the I/O error that fails this log
@@ -145,6 +143,9 @@ class LocalLog(LogStart):
             if self._bell is None and not self.read_only and not self._closed:
                 self._bell = self.notifier.attach_writer()
             return self._bell or self.notifier.bell
+
+    def _before_cut(self, offset: int) -> None:
+        """Hook (lock held): a truncation to offset is about to be made (leader_epoch.py)."""
 
     def _ring(self) -> None:
         """Wake wait_for's waiters after a change other than an append (lock held)."""
@@ -370,6 +371,7 @@ class LocalLog(LogStart):
         if segs[0].base_offset > target_offset:
             self._truncate_fully_locked(target_offset)
             return
+        self._before_cut(target_offset)
         keep = [s for s in segs if s.base_offset <= target_offset]
         drop = [s for s in segs if s.base_offset > target_offset]
         # last first: a reader listing the directory sees a shorter log, never a hole
@@ -404,6 +406,7 @@ class LocalLog(LogStart):
         # down below its position (an out-of-range reset to the start: records read twice);
         # below the end (a cut): last first, as truncate_to
         segs = self._segments.segs
+        self._before_cut(new_offset)
         for s in (segs if new_offset >= self._leo else reversed(segs)):
             s.delete()
         seg = LogSegment(self.dir, new_offset, self._config, io=self._io, time=self._time, rng=self._rng)

@@ -110,7 +110,9 @@ take none.
                                 ro_refresh.py, is touched only there). Another exception: an
                                 append that restarts the log's leader epoch after a truncation
                                 removed its entry writes leader-epoch-checkpoint under it (once
-                                per such truncation, as Kafka's assign on a leader's append)
+                                per such truncation, as Kafka's assign on a leader's append),
+                                and so does a truncation below the log end, whose new epoch
+                                is in the file before a record goes (leader_epoch._before_cut)
                                 A writable log's notification page is attached under it too
                                 (LocalLog.attach_bell, once: at its first change, by the
                                 changing thread; its first wait, by the waiter; its close; or
@@ -123,7 +125,7 @@ take none.
                                 leader-epoch-checkpoint (leader_epoch.py; the write's fsyncs
                                 run under it, so an older snapshot never replaces a newer one).
                                 Under Log._lock only for in-memory updates (truncations, log
-                                start changes) and the exception above; the file is otherwise
+                                start changes) and the exceptions above; the file is otherwise
                                 written after Log._lock is released, or at close. Takes nothing
                                 but FileOps' leaves
   LogSegment._lock              a segment's mapping and descriptors (its flush fsyncs under it);

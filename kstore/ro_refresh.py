@@ -25,18 +25,21 @@ trust (a change after a step back could repeat a time).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from typing import Callable, Optional
 
-from kstore.errors import SegmentGoneError, UnknownTopicError
+from kstore.errors import KStoreError, SegmentGoneError, UnknownTopicError
 from kstore.fileio import FileOps
+from kstore.leader_epoch import LEADER_EPOCH_CHECKPOINT, EpochEntry, parse_checkpoint
 from kstore.log_loader import LogLoader
 from kstore.log_segments import LogSegments
 from kstore.segment_ro import ReadOnlySegment
 from kstore.start_file import LOG_START_FILE, read_saved_start
 
 Stamp = tuple[int, int, int, int, int, int]
+log = logging.getLogger("kstore.log")
 
 #: scans of a directory changing under every one before the refresh gives up
 SCAN_ATTEMPTS = 50
@@ -113,6 +116,7 @@ class ReadOnlyRefresh:
         self._identity: Optional[tuple[int, int]] = None   # the directory's (device, inode)
         self._listed = False        # the last scan listed the directory (it may have changed)
         self._saved: Optional[tuple[tuple[int, ...], Optional[int]]] = None   # (stat, start)
+        self._epochs: Optional[tuple[tuple[int, ...], list[EpochEntry]]] = None   # (stat, entries)
 
     def saved_start(self) -> Optional[int]:
         """The start a standalone writer saved in the directory (its DeleteRecords' or
@@ -131,6 +135,20 @@ class ReadOnlyRefresh:
         if self._saved is None or self._saved[0] != key:
             self._saved = (key, read_saved_start(self._io, path, "log start file")[1])
         return self._saved[1]
+
+    def saved_epochs(self) -> list[EpochEntry]:
+        """The writer's leader-epoch-checkpoint entries, [] if none or unreadable (epochs only
+        tell a consumer of a cut: fetcher.py); read again only if the file's stat changed."""
+        path = os.path.join(self.watch.path, LEADER_EPOCH_CHECKPOINT)
+        try:
+            st = self._io.stat_path(path)
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            if self._epochs is None or self._epochs[0] != key:
+                self._epochs = (key, parse_checkpoint(path, self._io.read_file(path)))
+        except (OSError, KStoreError) as e:      # (missing, replaced, malformed: no epochs)
+            log.debug("no leader epochs from %s: %s", path, e)
+            self._epochs = ((), [])
+        return self._epochs[1]
 
     @property
     def identity(self) -> Optional[tuple[int, int]]:

@@ -22,10 +22,11 @@ RESET_POLICIES = ("latest", "earliest", "none")
 
 
 class _PartitionState:
-    __slots__ = ("position", "paused", "reset")
+    __slots__ = ("position", "epoch", "paused", "reset")
 
     def __init__(self) -> None:
         self.position: Optional[int] = None
+        self.epoch: Optional[int] = None       # the leader epoch of the record before position
         self.paused = False
         self.reset: Optional[str] = None       # "earliest" / "latest": a pending seek
 
@@ -112,22 +113,32 @@ class SubscriptionState:
     def position(self, tp: TopicPartition) -> Optional[int]:
         return self._state(tp).position
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
+    def position_epoch(self, tp: TopicPartition) -> Optional[int]:
+        """The leader epoch of the record before the position (Kafka's FetchPosition.offsetEpoch;
+        None: unknown, the position is not validated against truncations)."""
+        return self._state(tp).epoch
+
+    def seek(self, tp: TopicPartition, offset: int, epoch: Optional[int] = None) -> None:
         if not isinstance(offset, int) or offset < 0:
             raise InvalidConfigError(f"seek offset must be a non-negative int, not {offset!r}")
         st = self._state(tp)
         st.position = offset
+        st.epoch = epoch if epoch is not None and epoch >= 0 else None
         st.reset = None
 
-    def set_position(self, tp: TopicPartition, offset: int) -> None:
-        """The fetcher's advance past records returned (or a gap, or a reset)."""
-        self._parts[tp].position = offset
+    def set_position(self, tp: TopicPartition, offset: int, epoch: Optional[int] = None) -> None:
+        """The fetcher's advance past records returned (epoch: the last one's; None keeps it),
+        or past a gap."""
+        st = self._parts[tp]
+        st.position = offset
+        if epoch is not None:
+            st.epoch = epoch if epoch >= 0 else None
 
     def request_reset(self, tp: TopicPartition, policy: str) -> None:
         """seek_to_beginning/end: applied lazily, at the next poll or position()."""
         st = self._state(tp)
         st.reset = policy
-        st.position = None
+        st.position = st.epoch = None
 
     def pending_reset(self, tp: TopicPartition) -> Optional[str]:
         return self._state(tp).reset

@@ -376,7 +376,8 @@ def test_read_committed_end_is_never_below_the_log_start(tmp_path):
 
 def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watchdog):
     """The consumer's view stays exact while another process rolls segments, truncates below
-    its position (Kafka's out-of-range reset) and deletes and re-creates the topic."""
+    its position (KIP-320's truncation detection; Kafka's out-of-range reset for a position
+    with no epoch) and deletes and re-creates the topic."""
     watchdog(90)
     d = str(tmp_path / "data")
     w = WriterProcess(d, str(tmp_path))
@@ -394,9 +395,12 @@ def test_beside_a_writer_process_that_rolls_truncates_and_deletes(tmp_path, watc
             assert late.position(TP("t", 0)) == 40
             w.run('m.log("t", 0).truncate_to(25)')
             w.run('for i in range(3): m.append_batch("t", 0, [(b"n%d" % i, b"y")])')   # 25..27
-            # position 40 is past the new end (28): reset, as Kafka's consumer does
+            # c's position 40 (after a record of epoch 0) is past the cut, which started epoch
+            # 1 at 25: back to 25, Kafka's consumer's "Truncation detected" (KIP-320), not to
+            # the start; late read nothing (no epoch): past the new end (28), its reset policy
             recs = c.poll(2000).get(TP("t", 0), [])
-            assert [r.offset for r in recs] == list(range(28)) and recs[25].key == b"n0"
+            assert [(r.offset, r.key, r.leader_epoch) for r in recs] == \
+                [(25, b"n0", 1), (26, b"n1", 1), (27, b"n2", 1)]
             assert late.poll(500) == {} and late.position(TP("t", 0)) == 28
             w.run('m.delete_topic("t")')
             assert c.poll(300) == {}                      # gone: nothing, no error

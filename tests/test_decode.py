@@ -433,3 +433,28 @@ def test_a_legacy_wrapper_reaching_below_the_batch_before_it_yields_only_what_fo
     bad = _v0(8, gzip.compress(_v0(7, b"a") + _v0(6, b"b") + _v0(8, b"c")), attrs=1)
     with pytest.raises(CorruptRecordError, match="has offset 6, after 7"):
         _core.decode_batches(bad, -1, True)
+
+
+def test_records_carry_their_batchs_leader_epoch(tmp_path):
+    """Every record read carries its batch's partitionLeaderEpoch (Kafka's
+    ConsumerRecord.leaderEpoch), plain and gzip batches, a whole-batch decode and a read that
+    starts inside a batch; -1 for v0/v1 messages and for records built as input; pickled."""
+    import gzip
+    import pickle
+    from broker_dirs import v2_batch, write_partition
+    recs = [(i, 0, b"k", b"v%d" % i) for i in range(3)]
+    data = (v2_batch(0, recs, leader_epoch=7)
+            + v2_batch(3, recs, leader_epoch=9, attrs=1, codec_payload=gzip.compress)
+            + v2_batch(6, [(0, 0, b"k", b"w" * 3000)] * 1, leader_epoch=11))
+    d = write_partition(str(tmp_path), "t-0", data)
+    with kstore.Log.open(d, read_only=True) as lg:
+        assert [(r.offset, r.leader_epoch) for r in lg.read(0)] == \
+            [(0, 7), (1, 7), (2, 7), (3, 9), (4, 9), (5, 9), (6, 11)]
+        assert [(r.offset, r.leader_epoch) for r in lg.read(1, 1)] == [(1, 7)]
+        assert [(r.offset, r.leader_epoch) for r in lg.read(4, 1)] == [(4, 9)]
+        assert pickle.loads(pickle.dumps(lg.read(6)[0])).leader_epoch == 11
+    legacy = str(tmp_path / "legacy")
+    with kstore.Log.open(legacy, {"message.format.version": "0.10.2"}) as lg:
+        lg.append([(b"k", b"v")])
+        assert [r.leader_epoch for r in lg.read(0)] == [-1]
+    assert kstore.Record(b"k", b"v").leader_epoch == -1

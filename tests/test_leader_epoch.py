@@ -117,8 +117,10 @@ def test_a_new_partition_starts_at_epoch_0_and_its_batches_carry_it(tmp_path):
 
 def test_a_brokers_partition_appends_with_its_epoch_and_follows_truncation(tmp_path):
     """A broker's partition at epoch 5 (checkpoint `3 0`, `5 10`): appends carry 5 and leave
-    the file alone; a truncation below 10 drops the entry and the next append starts epoch 5
-    again at its offset; DeleteRecords folds the entries below the new log start into one."""
+    the file alone; a truncation below 10 drops the entry and starts epoch 6 at the new end,
+    written before it returns (a truncation is a new leader's: KIP-320 readers see the cut), and
+    the appends after it carry 6; DeleteRecords folds the entries below the new log start into
+    one."""
     data = b"".join(v2_batch(o, [(0, 0, b"k", b"v%d" % o)], leader_epoch=3 if o < 10 else 5)
                     for o in range(12))
     d = write_partition(str(tmp_path), "t-0", data, extra={CKPT: b"0\n2\n3 0\n5 10\n"})
@@ -128,27 +130,31 @@ def test_a_brokers_partition_appends_with_its_epoch_and_follows_truncation(tmp_p
         assert read(d) == b"0\n2\n3 0\n5 10\n"
         assert epochs_on_disk(d)[-2:] == [(11, 5), (12, 5)]
         lg.truncate_to(8)
-        assert read(d) == b"0\n1\n3 0\n"
+        assert read(d) == b"0\n2\n3 0\n6 8\n" and lg.leader_epoch == 6
         assert lg.append([(b"k", b"again")]).first_offset == 8
-        assert read(d) == b"0\n2\n3 0\n5 8\n"
-        assert epochs_on_disk(d)[-2:] == [(7, 3), (8, 5)]
+        assert read(d) == b"0\n2\n3 0\n6 8\n"
+        assert epochs_on_disk(d)[-2:] == [(7, 3), (8, 6)]
         lg.append([(b"k", b"x")])
         assert lg.delete_records(5) == 5
-        assert read(d) == b"0\n2\n3 5\n5 8\n"
+        assert read(d) == b"0\n2\n3 5\n6 8\n"
         assert lg.delete_records(9) == 9
-        assert read(d) == b"0\n1\n5 9\n"
-        assert lg.leader_epoch_cache.entries == [(5, 9)]
+        assert read(d) == b"0\n1\n6 9\n"
+        assert lg.leader_epoch_cache.entries == [(6, 9)]
 
 
 def test_open_fits_a_stale_file_to_the_log(tmp_path):
-    """A crash can leave the file behind the log (its writes after truncations come after the
-    log's): the open applies truncateFromEnd(log end) and truncateFromStart(log start) and
-    writes the result, as Kafka's UnifiedLog does at load."""
+    """A crash can leave the file ahead of the log (a truncation's new epoch with nothing
+    appended under it, or appends a crash lost): the open applies truncateFromEnd(log end) and
+    truncateFromStart(log start), as Kafka's UnifiedLog does at load, then keeps the latest
+    epoch the file had at the log end, as a leader assigns its epoch's start there: epochs never
+    go back (a reader that saw epoch 4 must see the cut). The result is written."""
     data = b"".join(v2_batch(o, [(0, 0, b"k", b"v")], leader_epoch=2) for o in range(4))
     d = write_partition(str(tmp_path), "t-0", data, extra={CKPT: b"0\n3\n1 0\n2 2\n4 9\n"})
     with kstore.Log.open(d) as lg:
-        assert lg.leader_epoch == 2
-        assert read(d) == b"0\n2\n1 0\n2 2\n"
+        assert lg.leader_epoch == 4
+        assert read(d) == b"0\n3\n1 0\n2 2\n4 4\n"
+        assert lg.append([(b"k", b"v")]).first_offset == 4
+        assert epochs_on_disk(d)[-2:] == [(3, 2), (4, 4)]
 
 
 def test_a_malformed_checkpoint_isolates_its_partition_untouched(tmp_path, mock):
@@ -185,7 +191,8 @@ def test_topics_created_by_a_manager_start_at_epoch_0(tmp_path, mock):
 def test_the_file_follows_appends_truncations_and_deletions_on_other_threads(tmp_path, watchdog):
     """Appends, truncations, DeleteRecords and retention on three threads: after each step the
     cache is monotonic and within the log; after the close the file holds the cache's entries,
-    every batch carries epoch 0, and a reopen reads the same file back."""
+    each truncation started a new epoch, every batch carries the epoch of the entry covering
+    it, and a reopen reads the same file back."""
     watchdog(120)
     d = str(tmp_path / "t-0")
     lg = kstore.Log.open(d, {"segment.bytes": 2000, "retention.bytes": 6000})
@@ -216,10 +223,20 @@ def test_the_file_follows_appends_truncations_and_deletions_on_other_threads(tmp
     entries = lg.leader_epoch_cache.entries
     start = lg.log_start_offset
     lg.close()
-    assert entries == [(0, start)] and read(d) == format_checkpoint(entries)
-    assert {e for _b, e in epochs_on_disk(d)} == {0}
+    assert read(d) == format_checkpoint(entries) and entries[0].start_offset == start
+    assert all(a.epoch < b.epoch and a.start_offset < b.start_offset
+               for a, b in zip(entries, entries[1:]))
+    assert len(entries) > 1 and entries[-1].epoch == lg.leader_epoch
+    on_disk = [(b, e) for b, e in epochs_on_disk(d) if b >= start]
+    assert all(e == [x.epoch for x in entries if x.start_offset <= b][-1]
+                           for b, e in on_disk)
     with kstore.Log.open(d) as again:
-        assert again.leader_epoch_cache.entries == entries
+        # (a cut inside a batch removes the whole batch: the epoch of the last cut starts at
+        # the log end the reopen finds, if that is below where the cut asked)
+        leo = again.log_end_offset
+        kept = [x for x in entries if x.start_offset < leo]
+        assert again.leader_epoch_cache.entries == \
+            (entries if len(kept) == len(entries) else kept + [(entries[-1].epoch, leo)])
 
 
 @pytest.mark.parametrize("dangling", [False, True])
@@ -299,3 +316,47 @@ def test_recovery_epochs_come_from_the_scan_that_validates(tmp_path):
         assert lg.leader_epoch == 4
         assert lg.append([(b"k", b"new")]).first_offset == 3
     assert epochs_on_disk(d) == [(0, 1), (1, 1), (2, 4), (3, 4)]
+
+
+@pytest.mark.parametrize("how", ["truncate_to", "truncate_fully_and_start_at"])
+def test_a_cut_writes_its_new_epoch_before_any_record_goes(tmp_path, how):
+    """A truncation below the log end starts a new epoch at the new end, in the file before the
+    first segment file is cut, renamed or deleted (a crash in between leaves the new epoch over
+    records still there, never a cut with the old epoch, which a reader past it could not tell:
+    fetcher.py); truncate_fully_and_start_at below the end too, at or past it (the start moving
+    up, as retention) does not."""
+    seen: list = []
+    armed = []
+
+    class Watch(kstore.fileio.FileOps):
+        def _look(self, path):
+            if armed and not seen and path.endswith((".log", ".index", ".timeindex")):
+                seen.append(read(d))
+
+        def truncate(self, fd, length):
+            self._look(os.readlink(f"/proc/self/fd/{fd}"))
+            super().truncate(fd, length)
+
+        def rename(self, src, dst):
+            self._look(src)
+            super().rename(src, dst)
+
+        def unlink(self, path):
+            self._look(path)
+            super().unlink(path)
+
+    d = str(tmp_path / "t-0")
+    with kstore.Log.open(d, {"segment.bytes": 300}) as lg:
+        for i in range(12):
+            lg.append([(b"k", b"v%d" % i)])
+    with kstore.Log.open(d, {"segment.bytes": 300}, io=Watch()) as lg:
+        assert lg.log_end_offset == 12 and len(lg.segments) > 1
+        armed.append(True)
+        getattr(lg, how)(7)
+        assert seen == [b"0\n2\n0 0\n1 7\n"] and lg.leader_epoch == 1
+        assert read(d).endswith(b"1 7\n")
+        lg.append([(b"k", b"new")])
+        assert epochs_on_disk(d)[-1] == (7, 1)
+        if how == "truncate_fully_and_start_at":
+            lg.truncate_fully_and_start_at(20)          # past the end: no cut, no new epoch
+            assert lg.leader_epoch == 1 and lg.leader_epoch_cache.entries == [(1, 20)]

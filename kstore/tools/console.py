@@ -175,6 +175,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
         txns: Optional[dict[int, TxnFilter]] = {} if args.isolation_level == "read_committed" else None
         held: dict[int, int] = {}
         read_from: dict[int, tuple] = {}    # the log (and incarnation) of each position
+        epochs: dict[int, int] = {}         # the leader epoch of the record before each position
 
         def discover(first: bool) -> None:
             for _t, p in store.partitions(args.topic):
@@ -198,8 +199,27 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
             print(f"kstore consume: {args.topic}-{p} was deleted and re-created; reading it "
                   "from its start", file=err)
             positions[p] = lg.log_start_offset
+            epochs.pop(p, None)
             read_from[p] = (lg, lg.incarnation)
             ahead.discard(p)
+            if txns is not None:
+                txns.pop(p, None)
+            return True
+
+        def cut(p: int, lg, past_end: bool = False) -> bool:
+            """KIP-320 (Log.diverging_epoch): the position was past a cut of the log, whose
+            records appended again below it would be skipped: back to where its epoch ends
+            (unknown: the log start or end, as --from-beginning says), as Kafka's consumer."""
+            div = lg.diverging_epoch(positions[p], epochs.get(p, -1), past_end)
+            if div is None:
+                return False
+            new = div[1] if div[0] >= 0 else \
+                (lg.log_start_offset if args.from_beginning else lg.log_end_offset)
+            print(f"kstore consume: truncation detected for {args.topic}-{p} at offset "
+                  f"{positions[p]}; resuming at {new}", file=err)
+            positions[p] = new
+            epochs[p] = div[0]
+            held.pop(p, None)
             if txns is not None:
                 txns.pop(p, None)
             return True
@@ -224,6 +244,10 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                         recs = lg.read(positions[p], max_bytes=READ_CHUNK)
                         if recreated(p, lg):     # found by the read's own refresh
                             continue
+                        if recs and recs[0].leader_epoch > epochs.get(p, -1) >= 0 and \
+                                cut(p, lg):
+                            skipped = True
+                            continue
                     except UnknownTopicError:
                         if not args.follow:
                             raise
@@ -237,6 +261,9 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             continue
                         if p in ahead and positions[p] > lg.log_end_offset:
                             continue             # not there yet: the wait below is for it
+                        if positions[p] > lg.log_end_offset and cut(p, lg, past_end=True):
+                            skipped = True
+                            continue
                         positions[p] = _resume_at(lg, positions[p], f"{args.topic}-{p}", err)
                         if txns is not None:
                             txns.pop(p, None)
@@ -244,11 +271,13 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     ahead.discard(p)
                     held.pop(p, None)
                     if f is not None and recs:
-                        recs, nxt = f.committed(recs, positions[p], lso)
+                        raw, (recs, nxt) = recs, f.committed(recs, positions[p], lso)
                         if not recs:
                             if nxt > positions[p]:
                                 positions[p] = nxt     # only aborted records: read on past them
                                 skipped = True
+                                epochs[p] = max([r.leader_epoch for r in raw if r.offset < nxt]
+                                                or [epochs.get(p, -1)])
                             else:                      # at the last stable offset: wait for a
                                 held[p] = lg.log_end_offset     # marker (appended past the end)
                             continue
@@ -265,6 +294,7 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                     count += len(recs)
                     got += len(recs)
                     positions[p] = recs[-1].offset + 1
+                    epochs[p] = recs[-1].leader_epoch
                     if limit is not None and count >= limit:
                         break
                 _flush(out)                # out: now they count ("Processed a total")
