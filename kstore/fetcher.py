@@ -23,6 +23,7 @@ from kstore.errors import (CoordinatorNotAvailableError, InvalidConfigError, KSt
                            LogDirOfflineError, LogTruncationError, NoOffsetForPartitionError,
                            OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError)
 from kstore.fileio import FileOps
+from kstore.leader_epoch import epoch_before
 from kstore.log import Log
 from kstore.manager import LogManager
 from kstore.read_committed import TxnFilter, skip_control_batches
@@ -276,17 +277,16 @@ class Fetcher:
                     self._truncated(tp, pos, lg):
                 continue                         # (read from where the cut was next poll)
             nxt = recs[-1].offset + 1 if recs else pos
-            read_nothing = not recs
+            read_nothing, raw = not recs, recs
             if self.read_committed:
-                raw, (recs, nxt) = recs, self._committed_only(tp, lg, pos, recs, lso)
+                recs, nxt = self._committed_only(tp, lg, pos, recs, lso)
             if not recs:
                 if nxt == pos and tp not in self._stalled:
                     # transaction markers only, or (nothing read) a compacted segment's empty
                     # tail; records all at or past the LSO are no gap: wait at the LSO
                     nxt = after_empty_read(lg, pos, end) if read_nothing else skip_control_batches(lg, pos)
                 if nxt != pos:       # (or an aborted transaction skipped: its epoch is known)
-                    self.state.set_position(tp, nxt, _epoch_before(raw if self.read_committed
-                                                                   else [], nxt))
+                    self.state.set_position(tp, nxt, epoch_before(raw, nxt))
                 continue
             out[tp] = recs
             self.state.set_position(tp, nxt, recs[-1].leader_epoch)
@@ -382,14 +382,6 @@ class Fetcher:
             assert pos is not None
             offsets.append(max(pos, self._stalled.get(tp, pos)))
         return logs, offsets
-
-
-def _epoch_before(recs: Sequence[Record], offset: int) -> Optional[int]:
-    """The leader epoch of the last of recs below offset (None: none is)."""
-    for r in reversed(recs):
-        if r.offset < offset:
-            return r.leader_epoch
-    return None
 
 
 def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,

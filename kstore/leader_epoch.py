@@ -96,6 +96,15 @@ def end_offset_for(entries: list[EpochEntry], epoch: int, log_end_offset: int) -
     return (entries[-1].epoch, log_end_offset)
 
 
+def epoch_before(records: Any, offset: int) -> Optional[int]:
+    """The leader epoch of the last of records (in offset order) below offset; None if none is:
+    what a reader's position takes when it passes them, returned or not (KIP-320)."""
+    for r in reversed(records):
+        if r.offset < offset:
+            return r.leader_epoch
+    return None
+
+
 def format_checkpoint(entries: list[EpochEntry]) -> bytes:
     """The file's bytes for entries, as Kafka writes them."""
     lines = [str(VERSION), str(len(entries))] + [f"{e.epoch} {e.start_offset}" for e in entries]
@@ -280,11 +289,6 @@ class LeaderEpochs:
                     self._ro_epochs = self._ro_refresh.saved_epochs()
         return self._ro_epochs
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's OffsetsForLeaderEpoch answer on this log: (the largest epoch <= epoch, where
-        it ends); (-1, -1) if epoch is below every entry (fetcher.py: a truncation detected)."""
-        return end_offset_for(self.epoch_entries(), epoch, self._leo)
-
     def diverging_epoch(self, pos: int, epoch: int, past_end: bool = False) -> Optional[tuple[int, int]]:
         """KIP-320's check of a reader's position pos after a record of leader epoch `epoch`,
         made when a read at pos returned a later epoch, or pos is past the log end (past_end):
@@ -300,7 +304,7 @@ class LeaderEpochs:
         entries = self.epoch_entries(True)
         if epoch < 0 or not entries:
             return None
-        found, end = self.end_offset_for_epoch(epoch)
+        found, end = end_offset_for(entries, epoch, self._leo)
         if found >= 0 and end >= pos:
             return None
         if found >= 0 and not past_end and end < self._leo:

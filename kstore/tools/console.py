@@ -20,6 +20,7 @@ from kstore import _core, notify
 from kstore.tools.admin import UsageError, open_manager, open_reader, parse_time
 from kstore.errors import (InvalidConfigError, OffsetOutOfRangeError, SegmentGoneError, UnknownTopicError,
                            WakeupError)
+from kstore.leader_epoch import epoch_before
 from kstore.read_skip import after_empty_read
 from kstore.read_committed import TxnFilter
 from kstore.tools.java_text import as_java_text
@@ -276,8 +277,8 @@ def consume(args: argparse.Namespace, out: Optional[IO[bytes]] = None, err: Opti
                             if nxt > positions[p]:
                                 positions[p] = nxt     # only aborted records: read on past them
                                 skipped = True
-                                epochs[p] = max([r.leader_epoch for r in raw if r.offset < nxt]
-                                                or [epochs.get(p, -1)])
+                                e = epoch_before(raw, nxt)         # (of the aborted records passed)
+                                epochs[p] = epochs.get(p, -1) if e is None else e
                             else:                      # at the last stable offset: wait for a
                                 held[p] = lg.log_end_offset     # marker (appended past the end)
                             continue
