@@ -117,9 +117,9 @@ class Fetcher:
         self._read_from: dict[TopicPartition, tuple[Log, int]] = {}
 
     # -- positions -------------------------------------------------------------------------------
-    def offset_for_policy(self, tp: TopicPartition, policy: str) -> int:
+    def offset_for_policy(self, tp: TopicPartition, policy: str, lg: Optional[Log] = None) -> int:
         """Where "earliest" or "latest" puts tp now (the log start or end)."""
-        lg = self.source.log(tp, fresh=True)
+        lg = lg or self.source.log(tp, fresh=True)
         return lg.log_start_offset if policy == "earliest" else self.end_offset(tp, lg)
 
     def end_offset(self, tp: TopicPartition, lg: Optional[Log] = None) -> int:
@@ -142,6 +142,11 @@ class Fetcher:
         if not missing:
             return
         need_committed = [tp for tp in missing if st.pending_reset(tp) is None]
+        # the logs before the committed offsets are read: an offset read after is of that log
+        # (a deletion tombstones the offsets before the name can be created again), never of
+        # one created after it, whose first records it would skip (KIP-320 would take the old
+        # epoch's end for a cut); a partition with no log yet takes no committed offset
+        before = self._logs_now(need_committed) if committed is not None else {}
         try:
             offsets = committed(need_committed) if need_committed and committed is not None else {}
         except CoordinatorNotAvailableError:
@@ -153,14 +158,21 @@ class Fetcher:
         for tp in missing:
             policy = st.pending_reset(tp)
             try:
-                if policy is None and tp in offsets:
+                if policy is None and tp in offsets and tp in before:
                     st.seek(tp, *offsets[tp])        # (its epoch: checked as any position's)
+                    seen = before[tp]
+                    if seen is not None:
+                        self._read_from[tp] = seen
                     continue
+                if policy is None and tp in offsets:
+                    continue                 # no log when it was read: a deleted topic's offset
                 policy = policy or st.default_reset
                 if policy == "none":
                     no_offset.append(tp)
                     continue
-                st.seek(tp, self.offset_for_policy(tp, policy))
+                lg = self.source.log(tp, fresh=True)
+                st.seek(tp, self.offset_for_policy(tp, policy, lg))
+                self._read_from[tp] = (lg, lg.incarnation)
             except UnknownTopicError:
                 continue                     # not in the store (yet): no position
             except LogDirOfflineError:
@@ -292,6 +304,22 @@ class Fetcher:
             self.state.set_position(tp, nxt, recs[-1].leader_epoch)
             self.state.rotate(tp)
             budget -= len(recs)
+        return out
+
+    def _logs_now(self, tps: Sequence[TopicPartition]
+                  ) -> dict[TopicPartition, Optional[tuple[Log, int]]]:
+        """The log (and incarnation) of each of tps that has one now (None: offline, where a
+        committed offset stands unpinned); tps with no log are left out."""
+        out: dict[TopicPartition, Optional[tuple[Log, int]]] = {}
+        for tp in tps:
+            try:
+                lg = self.source.log(tp, fresh=True)
+            except UnknownTopicError:
+                continue
+            except LogDirOfflineError:
+                out[tp] = None
+                continue
+            out[tp] = (lg, lg.incarnation)
         return out
 
     def _new_log(self, tp: TopicPartition, lg: Log) -> bool:

@@ -859,3 +859,52 @@ def test_wakeup_or_close_ends_committeds_retries(offline_offsets, how, watchdog)
         with pytest.raises(ApiTimeoutError):
             c.committed(TP("t", 0), timeout_ms=0)
     c.close()
+
+
+@pytest.mark.parametrize("created_again", [True, False])
+def test_a_committed_offset_read_before_a_deletion_is_not_taken_into_the_new_topic(
+        tmp_path, watchdog, created_again):
+    """The window of a member resuming from its group's commit (CI's test_topic_deletion_txn_
+    races failure): the committed offset 100 of t is read, then t is deleted (its offsets
+    tombstoned) and created again with 40 records before the member's first read. The offset
+    belongs to the deleted log: the member starts the new one by auto_offset_reset (0), or,
+    while t is gone, waits for it. The old code took 100 into the new log, where KIP-320 saw
+    epoch 0 ending at 40 and went on from 40: the new topic's first 40 records were skipped."""
+    watchdog(60)
+    with kstore.LogManager(str(tmp_path / "data")) as m:
+        m.create_topic("t", 1)
+        m.append_batch("t", 0, [(None, b"old%d" % i) for i in range(100)])
+        with Consumer(m, "t", group_id="g", auto_offset_reset="earliest") as c:
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 100 and time.monotonic() < deadline:
+                got += [r.offset for r in c.poll(500).get(TP("t", 0), [])]
+            assert got == list(range(100))
+            c.commit()
+        c2 = Consumer(m, "t", group_id="g", auto_offset_reset="earliest")
+        read_committed = c2._fetch_committed
+
+        def racing(tps):
+            out = read_committed(tps)
+            assert out == {TP("t", 0): (100, 0)}
+            m.delete_topic("t")
+            if created_again:
+                m.create_topic("t", 1)
+                m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(40)])
+            return out
+        c2._fetch_committed = racing
+        try:
+            first = c2.poll(500)
+            assert first.get(TP("t", 0), []) == [] or created_again
+            c2._fetch_committed = read_committed
+            if not created_again:
+                m.create_topic("t", 1)
+                m.append_batch("t", 0, [(None, b"new%d" % i) for i in range(40)])
+            got = [(r.offset, r.value) for r in first.get(TP("t", 0), [])]
+            deadline = time.monotonic() + 20
+            while len(got) < 40 and time.monotonic() < deadline:
+                got += [(r.offset, r.value) for r in c2.poll(500).get(TP("t", 0), [])]
+            assert got == [(i, b"new%d" % i) for i in range(40)]
+            assert c2.position(TP("t", 0)) == 40
+        finally:
+            c2.close()
