@@ -38,6 +38,7 @@ from kstore.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord
                              OffsetAndTimestamp)
 from kstore.async_consumer import AsyncConsumer  # noqa: E402
 from kstore.group_membership import CommitFailedError  # noqa: E402
+from kstore.group_records import OffsetAndMetadata  # noqa: E402
 from kstore.errors import ConcurrentModificationError, NoOffsetForPartitionError  # noqa: E402
 from kstore.errors import StoreNotVisibleError, UnsafeFilesystemError, WakeupError  # noqa: E402
 from kstore.errors import ApiTimeoutError, CoordinatorNotAvailableError  # noqa: E402
@@ -53,6 +54,6 @@ __all__ = [
     "OffsetIndex", "OffsetOutOfRangeError", "LogTruncationError", "Record", "RecordTooLargeError", "TimeIndex",
     "UnsupportedCodecError", "crc32", "crc32c", "get_file_ops", "set_file_ops", "TopicPartition",
     "Consumer", "AsyncConsumer", "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndTimestamp",
-    "NoOffsetForPartitionError", "StoreNotVisibleError", "UnsafeFilesystemError",
+    "OffsetAndMetadata", "NoOffsetForPartitionError", "StoreNotVisibleError", "UnsafeFilesystemError",
     "CommitFailedError", "ConcurrentModificationError", "WakeupError",
 ]

@@ -26,6 +26,7 @@ from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
 from kstore.errors import KStoreError, KStoreStateError
+from kstore.group_records import OffsetAndMetadata
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncWaiter", "WAITER"]
@@ -314,7 +315,7 @@ class AsyncConsumer:
     async def position(self, tp: TopicPartition) -> int:
         return self._c.position(tp)
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
+    def seek(self, tp: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._c.seek(tp, offset)
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:

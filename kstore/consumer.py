@@ -45,6 +45,7 @@ from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
 from kstore.consumer_wakeup import DEFAULT_CLOSE_TIMEOUT_S, Wakeup
 from kstore.fetcher import INTERNAL_TOPICS, Fetcher, LogSource
 from kstore.fileio import FileOps
+from kstore.group_records import OffsetAndMetadata
 from kstore.notify import SLICE_S
 from kstore.poll_timer import POLL_TIMEOUT_EXPIRED, PollTimer
 from kstore.subscription_state import SubscriptionState
@@ -200,9 +201,15 @@ class Consumer(ConsumerQueries, ConsumerCommits):
             raise KStoreStateError(f"no position for {tp}: the partition is not in the store")
         return pos
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
+    def seek(self, tp: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        """The next poll reads tp from offset. An OffsetAndMetadata (as committed(tp,
+        metadata=True) returns) with a leader_epoch is checked against a truncation of the log
+        past it (KIP-320, Kafka's seek(tp, OffsetAndMetadata)); a plain offset is not."""
         tp = TopicPartition(*tp)
-        self._state.seek(tp, offset)
+        if isinstance(offset, OffsetAndMetadata):
+            self._state.seek(tp, offset.offset, offset.leader_epoch)
+        else:
+            self._state.seek(tp, offset)
         self._drop([tp], remove=False)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:

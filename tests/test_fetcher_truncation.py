@@ -240,3 +240,30 @@ def test_read_committed_passes_a_cut_over_aborted_records_once(m, store):
         lg.append([(b"k", b"c5")])                                      # 1-3, ABORT 4, 5
         assert _poll(c, 1) == [(5, b"c5", 1)]
         assert c.poll(100) == {} and c.position(T0) == 6
+
+
+def test_a_seek_with_a_committed_epoch_is_checked_a_plain_offset_is_not(m):
+    """Kafka's seek(tp, OffsetAndMetadata): the committed offset 10 with its leader epoch 0,
+    after a cut to 5 and 8 appended again in epoch 1, goes back to 5 (the records appended
+    again returned); seek(tp, 10) with no epoch goes on from 10, as Kafka's does."""
+    lg = m.log("t", 0)
+    for i in range(10):
+        lg.append([(b"k", b"old%d" % i)])
+    with Consumer(m, group_id="g", auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        assert len(_poll(c, 10)) == 10
+        c.commit()
+        committed = c.committed(T0, metadata=True)
+    assert (committed.offset, committed.leader_epoch) == (10, 0)
+    assert committed == kstore.OffsetAndMetadata(10, "", 0, committed.commit_timestamp)
+    assert lg.truncate_to(5)
+    for i in range(8):
+        lg.append([(b"k", b"new%d" % i)])
+    with Consumer(m, auto_offset_reset="earliest") as c:
+        c.assign([T0])
+        c.seek(T0, committed)
+        assert _poll(c, 8) == [(5 + i, b"new%d" % i, 1) for i in range(8)]
+        c.seek(T0, 10)
+        assert _poll(c, 3) == [(10 + i, b"new%d" % (5 + i), 1) for i in range(3)]
+        c.seek(T0, kstore.OffsetAndMetadata(10))           # no epoch: as a plain offset
+        assert _poll(c, 3) == [(10 + i, b"new%d" % (5 + i), 1) for i in range(3)]
