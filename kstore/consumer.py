@@ -39,7 +39,7 @@ from kstore.errors import CoordinatorNotAvailableError, InvalidConfigError, KSto
 from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_commits import ConsumerCommits
-from kstore.consumer_queries import DEFAULT_API_TIMEOUT_MS, ConsumerQueries
+from kstore.consumer_queries import DEFAULT_API_TIMEOUT_MS, ConsumerQueries, retrying
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import DEFAULT_CLOSE_TIMEOUT_S, Wakeup
@@ -187,15 +187,21 @@ class Consumer(ConsumerQueries, ConsumerCommits):
         return self._state.assignment()
 
     # -- positions -------------------------------------------------------------------------------
-    def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record poll returns for tp (found now if still unknown)."""
+    def position(self, tp: TopicPartition, timeout_ms: Optional[float] = None) -> int:
+        """The offset of the next record poll returns for tp (found now if still unknown: while
+        the group's offsets partition is offline, asked again until timeout_ms, default
+        default_api_timeout_ms, then ApiTimeoutError, as Kafka's position)."""
         tp = TopicPartition(*tp)
         if self._buffer:
             held = self._buffer.held()
             if tp in held:
                 return held[tp]
         if self._state.position(tp) is None:
-            self._fetcher.update_positions([tp], self._fetch_committed if self.group_id else None)
+            ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            retrying(self._wake, ms, lambda: self._fetcher.update_positions(
+                [tp], self._fetch_committed if self.group_id else None),
+                lambda _ms, why: f"Timeout of {ms}ms expired before the position for partition "
+                f"{tp} could be determined ({why})")
         pos = self._state.position(tp)
         if pos is None:
             raise KStoreStateError(f"no position for {tp}: the partition is not in the store")

@@ -72,18 +72,24 @@ class ConsumerCommits:
         gone = self._fetcher.stale(pos)      # a deleted topic's: never committed (fetcher.py)
         return {tp: o for tp, o in pos.items() if tp not in gone} if gone else pos
 
-    def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
+    def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None,
+               timeout_ms: Optional[float] = None) -> None:
         """Commit offsets (default: the positions of every assigned partition, i.e. after the
         records returned so far) to the group's `__consumer_offsets` partition, in one batch.
         When it returns the commit survives a kill -9 of this process. A group member commits
         only partitions it owns (CommitFailedError otherwise, as Kafka's). wakeup() raises
-        WakeupError here, also in its wait for another process's commit (nothing written)."""
+        WakeupError here, also in its wait for another process's commit (nothing written).
+        While the offsets partition's log dir is offline (Kafka's retriable COORDINATOR_NOT_
+        AVAILABLE) it tries again until timeout_ms (default_api_timeout_ms): ApiTimeoutError."""
         if self.group_id is None:
             raise KStoreStateError("commit needs a group_id (the consumer was made without one)")
+        ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
         with self._lock:
             self._wake.check()      # and its wait for the offsets flock: wakeup() ends it
-            self._commit(self._consumed() if offsets is None else offsets, self._wake.pause,
-                         offsets is None)
+            todo = self._consumed() if offsets is None else offsets
+            retrying(self._wake, ms, lambda: self._commit(todo, self._wake.pause, offsets is None),
+                     lambda _ms, why: f"Timeout of {ms}ms expired before successfully committing "
+                     f"offsets {{{', '.join(f'{tp}={o}' for tp, o in todo.items())}}} ({why})")
 
     def _commit(self, offsets: Mapping[TopicPartition, Any],
                 sleep: Optional[Callable[[float], None]] = None, positions: bool = False) -> None:

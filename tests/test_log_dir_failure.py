@@ -12,7 +12,7 @@ import traceback
 import pytest
 
 from kstore import Consumer, TopicPartition as TP
-from kstore.errors import LogDirOfflineError
+from kstore.errors import ApiTimeoutError, LogDirOfflineError
 from kstore.fileio import FileOps
 from kstore.manager import LogManager
 from kstore.log_dir_failure import LogDirFailureChannel
@@ -413,8 +413,12 @@ def test_a_consumer_reads_on_past_an_offline_dir_and_loses_no_record(tmp_path, w
     with Consumer(m, auto_offset_reset="earliest") as c2:   # no position there: position() says why
         c2.assign([TP("t", off1[0])])
         assert c2.poll(0) == {}
-        with pytest.raises(LogDirOfflineError, match=f"partition t-{off1[0]} is offline"):
-            c2.position(TP("t", off1[0]))
+        t0 = time.monotonic()                # (retried until its timeout, as Kafka's position)
+        with pytest.raises(ApiTimeoutError, match=f"Timeout of 200ms expired before the "
+                           f"position for partition t-{off1[0]} could be determined "
+                           f"\\(.*partition t-{off1[0]} is offline"):
+            c2.position(TP("t", off1[0]), timeout_ms=200)
+        assert time.monotonic() - t0 >= 0.2
     m.close()
 
 

@@ -8,10 +8,11 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
-from kstore import ApiTimeoutError, Consumer, CoordinatorNotAvailableError, LogManager, TopicPartition as TP
+from kstore import ApiTimeoutError, Consumer, LogManager, TopicPartition as TP
 from kstore.errors import LogDirOfflineError
 from kstore.fileio import FileOps
 from kstore.group_records import OffsetAndMetadata
@@ -73,7 +74,9 @@ def test_a_commit_to_an_offline_dirs_offsets_partition(tmp_path, how, watchdog, 
     itself and wrote to the failed disk (and returned), or, when its own write met the I/O
     error, raised KafkaStorageError and left the dir online for the manager. Now, while a
     thread appends to every partition of t (its dir's ones refused) and another process reads
-    the committed offsets: the commit raises CoordinatorNotAvailableError naming the dir, the
+    the committed offsets: the coordinator refuses the commit (CoordinatorNotAvailableError
+    naming the dir, retriable: Consumer.commit tries again until its timeout, then raises
+    ApiTimeoutError with it, as Kafka's commitSync), the
     offsets partition's files are as they were, the dir is offline in the manager, a poll's
     auto-commit logs the retriable error instead of raising, and the earlier commit is what
     another process and a restart read (this consumer's committed() is refused as Kafka's
@@ -111,13 +114,17 @@ def test_a_commit_to_an_offline_dirs_offsets_partition(tmp_path, how, watchdog, 
                 stop.wait(0.01)
             why = f"is in log dir {d1}, which is offline"
         else:     # a commit large enough for a pwrite is the first write to fail there
-            with pytest.raises(CoordinatorNotAvailableError, match=f"the write to {d1}/{OFFSETS} failed"):
-                c.commit({TP("t", 0): OffsetAndMetadata(99, "m" * 20000)})
+            with pytest.raises(ApiTimeoutError, match=f"before successfully committing offsets "
+                               f"{{t-0=.*}} .*the write to {d1}/{OFFSETS} failed"):
+                c.commit({TP("t", 0): OffsetAndMetadata(99, "m" * 20000)}, timeout_ms=0)
             why = f"is in log dir {d1}, which is offline \\(\\[Errno 28\\] No space left"
         assert list(m.offline_dirs) == [d1]
-        for _ in range(3):
-            with pytest.raises(CoordinatorNotAvailableError, match=why):
-                c.commit({TP("t", p): 20 + p for p in range(4)})
+        for ms in (0, 200):                  # retried until its timeout (Kafka's commitSync)
+            t0 = time.monotonic()
+            with pytest.raises(ApiTimeoutError, match=f"Timeout of {ms}ms expired before "
+                               "successfully committing offsets {t-0=20, t-1=21, t-2=22, t-3=23} .*" + why):
+                c.commit({TP("t", p): 20 + p for p in range(4)}, timeout_ms=ms)
+            assert time.monotonic() - t0 >= ms / 1000
         with caplog.at_level(logging.WARNING, "kstore.consumer"):
             got = c.poll(0)                  # reads the other dir's partitions
             assert got and all(m.log_dir_of(tp.topic, tp.partition) == d2 for tp in got)
