@@ -176,11 +176,7 @@ class AsyncWaiter:
         (LogNotifier.woken); False leaves w to the next turn."""
         try:
             for lg, off in zip(w.logs, w.offsets):
-                if lg.read_only:
-                    bell = lg.notifier.current_bell(now)
-                    if bell is not None and lg.notifier.woken(bell, off):
-                        return True
-                elif lg.log_end_offset > off:
+                if notify.woken_past(lg, lg.notifier.current_bell(now) if lg.read_only else None, off):
                     return True
         except (KStoreError, OSError):
             return True                      # closed or deleted: the consumer finds out

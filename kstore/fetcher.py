@@ -466,8 +466,7 @@ def wait_logs(logs: Sequence[Log], offsets: Sequence[int], timeout: float,
             extra = len(bells)
             try:
                 for i, (lg, off) in enumerate(zip(logs, offsets)):
-                    if lg.read_only and lg.notifier.woken(bs[extra + i], off) or \
-                            lg.log_end_offset > off:
+                    if notify.woken_past(lg, bs[extra + i], off):
                         return
             except (KStoreStateError, UnknownTopicError):
                 return

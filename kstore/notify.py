@@ -49,7 +49,7 @@ from kstore import _notify
 from kstore.errors import KStoreError, KStoreStateError
 from kstore.fileio import FileOps
 
-__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "SETTLE_S", "LogNotifier", "ring_hints", "wait_any",
+__all__ = ["NOTIFY_FILE", "SLICE_S", "RECHECK_S", "POLL_S", "SETTLE_S", "LogNotifier", "ring_hints", "wait_any", "woken_past",
            "writer_bell"]
 
 log = logging.getLogger("kstore.notify")
@@ -374,6 +374,15 @@ class LogNotifier:
             elif r == errno.ENOSYS:
                 time.sleep(min(left, POLL_S))
                 quiet = True
+
+
+def woken_past(lg: WaitableLog, bell: Optional[_notify.Bell], offset: int) -> bool:
+    """A waiter just woken on bell (lg's current one): whether lg's end passes offset, a
+    read-only log learning it by the tail step alone (LogNotifier.woken: the append-to-visible
+    path); False leaves the rest to the wait's next catch-up."""
+    if lg.read_only and bell is not None and lg.notifier.woken(bell, offset):
+        return True
+    return lg.log_end_offset > offset
 
 
 def wait_any(logs: Sequence[WaitableLog], offsets: Sequence[int],
