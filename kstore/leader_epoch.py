@@ -96,6 +96,17 @@ def end_offset_for(entries: list[EpochEntry], epoch: int, log_end_offset: int) -
     return (entries[-1].epoch, log_end_offset)
 
 
+def epoch_at(entries: list[EpochEntry], offset: int) -> Optional[int]:
+    """The leader epoch of the record at offset by the entries (the last one starting at or
+    below it); None if none does (no check can be made from it)."""
+    found = None
+    for x in entries:
+        if x.start_offset > offset:
+            break
+        found = x.epoch
+    return found
+
+
 def epoch_before(records: Any, offset: int) -> Optional[int]:
     """The leader epoch of the last of records (in offset order) below offset; None if none is:
     what a reader's position takes when it passes them, returned or not (KIP-320)."""

@@ -883,7 +883,8 @@ def test_nothing_of_the_group_is_written_to_an_offline_dir(tmp_path, watchdog, c
     coordinator is unavailable: JoinGroup/Heartbeat get COORDINATOR_NOT_AVAILABLE (retriable),
     a member keeps fetching its partitions meanwhile. Now, beside a thread appending to the
     online dir's partitions: a joined member's polls go on reading its online partitions (no
-    rebalance, auto-commit logged), its commit raises CoordinatorNotAvailableError, a new
+    rebalance, auto-commit logged), its commit is refused (CoordinatorNotAvailableError,
+    retried until its timeout: ApiTimeoutError), a new
     member's poll returns {} without joining, their closes only drop flocks; every file under
     d1/.kstore-groups is as before, and the earlier commit is what another process and a
     restart read."""
@@ -891,7 +892,7 @@ def test_nothing_of_the_group_is_written_to_an_offline_dir(tmp_path, watchdog, c
     import logging
     import subprocess
     import sys
-    from kstore import Consumer, CoordinatorNotAvailableError, LogManager
+    from kstore import Consumer, LogManager
     from thread_watchdog import join_all
     watchdog(90)
     d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
@@ -930,8 +931,9 @@ def test_nothing_of_the_group_is_written_to_an_offline_dir(tmp_path, watchdog, c
             a.poll(0)                                 # its auto-commit of them: refused, logged
         assert seen == {TP("t", p) for p in on} and a.assignment() == tps("t", 0, 1, 2, 3)
         assert any("retriable error" in r.getMessage() for r in caplog.records)
-        with pytest.raises(CoordinatorNotAvailableError, match=why):
-            a.commit({TP("t", on[0]): 25})
+        with pytest.raises(kstore.ApiTimeoutError, match=f"Timeout of 0ms expired before "
+                           f"successfully committing offsets {{t-{on[0]}=25}} .*{why}"):
+            a.commit({TP("t", on[0]): 25}, timeout_ms=0)      # (retried until its timeout)
         b = Consumer(m, "t", group_id="g", heartbeat_interval_ms=100, session_timeout_ms=1000)
         assert b.poll(300) == {} and b.assignment() == set()     # no join: retried
         b.close()

@@ -374,3 +374,131 @@ def test_stream_latest_offset_waits_for_new_data_instead_of_returning_at_once(tm
     off = ReadOptions.parse({"path": d, "subscribe": "t", "waitForDataMs": "0"}, streaming=True)
     assert off.wait_for_data_ms == 0
     assert ReadOptions.parse({"path": d, "subscribe": "t"}, streaming=True).wait_for_data_ms == 500
+
+
+def _stream_batch(r, start):
+    """One micro-batch of a KStoreStreamReader as Spark runs it (no SparkSession): the end,
+    the planned ranges and the (offset, value) rows its tasks read."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    end = r.latestOffset(start, ReadAllAvailable())
+    parts = r.partitions(start, end)
+    rows = [(o, v) for p in parts for b in r.read(p)
+            for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())]
+    return end, [(p.start, p.end) for p in parts], rows
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_stream_past_a_truncation_reads_what_was_appended_again(tmp_path, caplog, fail_on_data_loss):
+    """A streaming query read t-0 to 10; the log was cut to 5 and 8 records appended again
+    (5..12, leader epoch 1). Its next batch began at 10: the new 5..9 were never read. Now the
+    cut is found by the epoch of the record before 10 (0, ending at 5): failOnDataLoss=true
+    fails the batch (the records read at 5..9 are gone), false reads from 5, logged."""
+    import logging
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreStreamReader
+    d = make_store(str(tmp_path / "s"), partitions=1, n=10)
+    opts = ReadOptions.parse({"path": d, "subscribe": "t", "startingOffsets": "earliest",
+                              "failOnDataLoss": fail_on_data_loss, "waitForDataMs": "0"},
+                             streaming=True)
+    r = KStoreStreamReader(opts)
+    try:
+        end, ranges, rows = _stream_batch(r, r.initialOffset())
+        assert end == {"t": {"0": 10}} and ranges == [(0, 10)] and len(rows) == 10
+        with kstore.LogManager(d) as m:
+            lg = m.log("t", 0)
+            assert lg.truncate_to(5)
+            for i in range(8):
+                lg.append([(b"k", b"new%d" % i)])
+        if fail_on_data_loss == "true":
+            with pytest.raises(kstore.DataLossError, match=r"^t-0 was truncated below offset 10, "
+                               r"which the query had read up to: leader epoch 0 ends at 5\. Some "
+                               r"data may have been lost"):
+                _stream_batch(r, end)
+            return
+        with caplog.at_level(logging.WARNING, "kstore.spark"):
+            end2, ranges, rows = _stream_batch(r, end)
+        assert end2 == {"t": {"0": 13}} and ranges == [(5, 13)]
+        assert rows == [(5 + i, b"new%d" % i) for i in range(8)]
+        assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
+            "t-0 was truncated below offset 10, which the query had read up to: leader epoch 0 "
+            "ends at 5; reading it again from 5 (failOnDataLoss=false)"]
+        with kstore.LogManager(d) as m:          # no cut since: no check fires
+            m.log("t", 0).append([(b"k", b"more")])
+        end3, ranges, rows = _stream_batch(r, end2)
+        assert (end3, ranges, rows) == ({"t": {"0": 14}}, [(13, 14)], [(13, b"more")])
+        # a cut between latestOffset and the planning: the range stops at the log end (14),
+        # and the next batch, which Spark starts at the planned end (17), goes back to 14
+        with kstore.LogManager(d) as m:
+            m.log("t", 0).append([(b"k", b"x%d" % i) for i in range(3)])
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+        end4 = r.latestOffset(end3, ReadAllAvailable())
+        assert end4 == {"t": {"0": 17}}
+        with kstore.LogManager(d) as m:
+            assert m.log("t", 0).truncate_to(14)
+        assert [(p.start, p.end) for p in r.partitions(end3, end4)] == []
+        with kstore.LogManager(d) as m:
+            m.log("t", 0).append([(b"k", b"y%d" % i) for i in range(4)])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "kstore.spark"):
+            assert _stream_batch(r, end4)[1:] == ([(14, 18)], [(14 + i, b"y%d" % i) for i in range(4)])
+        assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
+            "t-0: offsets 14..16 were cut before the batch that planned them read them; reading "
+            "from 14 (failOnDataLoss=false)"]
+    finally:
+        r.stop()
+
+
+def test_a_stream_beside_a_thread_cutting_its_log_misses_nothing(tmp_path, watchdog):
+    """A writer thread appends to t-0 and cuts its tail now and then (a new leader epoch each
+    time) while a stream reader (failOnDataLoss=false) runs micro-batches: at the end, for every
+    offset of the final log, the last value the stream read there is the final one (nothing
+    appended again below a batch's start was skipped)."""
+    import random
+    import threading
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreStreamReader
+    from thread_watchdog import join_all
+    watchdog(120)
+    d = str(tmp_path / "s")
+    rng = random.Random(5)
+    with kstore.LogManager(d, {"log.segment.bytes": 4096}) as m:
+        m.create_topic("t", 1)
+        lg = m.log("t", 0)
+        stop = threading.Event()
+        cuts = [0]
+
+        def write():
+            n = 0
+            while not stop.is_set():
+                if rng.random() < 0.1 and lg.log_end_offset > 5:
+                    lg.truncate_to(lg.log_end_offset - rng.randint(1, 5))
+                    cuts[0] += 1
+                else:
+                    lg.append([(b"k", b"v%d" % n) for _ in range(rng.randint(1, 3))])
+                    n += 1
+                time.sleep(0.001)
+        opts = ReadOptions.parse({"path": d, "subscribe": "t", "startingOffsets": "earliest",
+                                  "failOnDataLoss": "false", "waitForDataMs": "10"},
+                                 streaming=True)
+        r = KStoreStreamReader(opts)
+        last: dict = {}
+        th = threading.Thread(target=write)
+        th.start()
+        try:
+            start = r.initialOffset()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                start, _ranges, rows = _stream_batch(r, start)
+                last.update(rows)
+            stop.set()
+            join_all([th], 30)
+            for _ in range(3):               # the batches after the last cut
+                start, _ranges, rows = _stream_batch(r, start)
+                last.update(rows)
+        finally:
+            stop.set()
+            join_all([th], 30)
+            r.stop()
+        final = {rec.offset: rec.value for rec in lg.read(0, 1 << 30, 1 << 30)}
+    assert cuts[0] > 20 and len(final) > 200
+    assert {o: last.get(o) for o in final} == final

@@ -79,7 +79,7 @@ def test_a_topic_deleted_between_a_tasks_batches_is_data_loss(tmp_path, watchdog
                 assert isinstance(rest[p], DataLossError)
                 assert str(rest[p]) == (
                     f"partition t-{p} no longer exists. Some data may have been lost: retention "
-                    "deleted it or the partition was recreated. If you want the query to go on, "
-                    "set the option 'failOnDataLoss' to false.")
+                    "deleted it, or the partition was truncated or recreated. If you want the "
+                    "query to go on, set the option 'failOnDataLoss' to false.")
     finally:
         assert w.close() == 0

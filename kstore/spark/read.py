@@ -23,16 +23,17 @@ from kstore.spark.options import OffsetKind, OffsetSpec, ReadOptions, TopicParti
 from kstore.spark.deploy import StoreIdentity, check, check_end, identify
 from kstore.spark import task_cache
 from kstore.spark.pushdown import Pruning
+from kstore.spark.stream_cuts import StreamCuts
 
 log = logging.getLogger("kstore.spark")
 
 
-def _data_loss(opts: ReadOptions, msg: str) -> None:
+def _data_loss(opts: ReadOptions, msg: str, then: str = "skipping what is gone") -> None:
     if opts.fail_on_data_loss:
-        raise DataLossError(msg + ". Some data may have been lost: retention deleted it or the "
-                            "partition was recreated. If you want the query to go on, set the "
-                            "option 'failOnDataLoss' to false.")
-    log.warning("%s; skipping what is gone (failOnDataLoss=false)", msg)
+        raise DataLossError(msg + ". Some data may have been lost: retention deleted it, or the "
+                            "partition was truncated or recreated. If you want the query to go "
+                            "on, set the option 'failOnDataLoss' to false.")
+    log.warning("%s; %s (failOnDataLoss=false)", msg, then)
 
 
 def _resolve(store: StoreReader, tp: TopicPartition, spec: OffsetSpec, is_end: bool,
@@ -270,6 +271,9 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # before the first trigger, which, as in Spark's Kafka source, is never delayed
         self._last_trigger: Optional[float] = None
         self.clock: Callable[[], float] = time.monotonic     # tests substitute a fake clock
+        #: where each partition's last batch read up to, its next start checked against a
+        #: truncation below it (KIP-320's check, as a consumer's position gets)
+        self._cuts = StreamCuts(lambda msg, then: _data_loss(self.opts, msg, then))
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -405,7 +409,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except UnknownTopicError:
                 _data_loss(self.opts, f"partition {tp[0]}-{tp[1]} no longer exists")
                 continue
-            s = begin.get(tp, log_start)
+            s = self._cuts.start(store, tp, begin.get(tp, log_start), log_start)
             if s < log_start:
                 _data_loss(self.opts, f"offsets {s}..{log_start - 1} of {tp[0]}-{tp[1]} were "
                                       f"deleted before they were read")
@@ -414,8 +418,10 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _data_loss(self.opts, f"{tp[0]}-{tp[1]}: end offset {e} is below start {s} "
                                       f"(the partition was recreated?)")
                 continue
-            if s < e:
-                ranges.append(KStoreRange(tp[0], tp[1], s, e, ident))
+            upto = self._cuts.plan(store, tp, s, e, log_end)
+            if s < upto:
+                ranges.append(KStoreRange(tp[0], tp[1], s, upto, ident))
+        self._cuts.planned()
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
