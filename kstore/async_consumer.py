@@ -20,16 +20,19 @@ import errno
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from kstore import _notify, notify
 from kstore._core import Record
 from kstore.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
-from kstore.errors import KStoreError, KStoreStateError
+from kstore.consumer_queries import RETRY_BACKOFF_S
+from kstore.errors import ApiTimeoutError, InvalidConfigError, KStoreError, KStoreStateError
 from kstore.group_records import OffsetAndMetadata
 from kstore.topic_partition import TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncWaiter", "WAITER"]
+
+V = TypeVar("V")
 
 
 class _Wait:
@@ -302,14 +305,33 @@ class AsyncConsumer:
             raise
 
     # -- the rest of the surface: the Consumer's, awaitable where aiokafka's is --------------------
-    async def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None) -> None:
-        self._c.commit(offsets)
+    async def commit(self, offsets: Optional[Mapping[TopicPartition, Any]] = None,
+                     timeout_ms: Optional[float] = None) -> None:
+        await self._retried(lambda ms: self._c.commit(offsets, timeout_ms=ms), timeout_ms)
 
-    async def committed(self, tp: TopicPartition) -> Optional[int]:
-        return self._c.committed(tp)
+    async def committed(self, tp: TopicPartition, timeout_ms: Optional[float] = None) -> Optional[int]:
+        return await self._retried(lambda ms: self._c.committed(tp, timeout_ms=ms), timeout_ms)
 
-    async def position(self, tp: TopicPartition) -> int:
-        return self._c.position(tp)
+    async def position(self, tp: TopicPartition, timeout_ms: Optional[float] = None) -> int:
+        return await self._retried(lambda ms: self._c.position(tp, timeout_ms=ms), timeout_ms)
+
+    async def _retried(self, call: Callable[[float], V], timeout_ms: Optional[float]) -> V:
+        """call(0): one try of a Consumer method that retries a retriable error (an offline
+        offsets dir or partition) until its timeout, tried again every RETRY_BACKOFF_S in the
+        event loop, whose other tasks run meanwhile (the Consumer's own wait would block it),
+        until timeout_ms (default_api_timeout_ms): then its ApiTimeoutError, for the whole wait."""
+        ms = self._c.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms >= 0:
+            raise InvalidConfigError(f"timeout_ms must be a number >= 0, not {ms!r}")
+        deadline = time.monotonic() + ms / 1000
+        while True:
+            try:
+                return call(0)
+            except ApiTimeoutError as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ApiTimeoutError(str(e).replace("Timeout of 0ms", f"Timeout of {ms}ms", 1)) from None
+            await asyncio.sleep(min(RETRY_BACKOFF_S, left))
 
     def seek(self, tp: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._c.seek(tp, offset)
@@ -320,15 +342,20 @@ class AsyncConsumer:
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
         self._c.seek_to_end(*partitions)
 
-    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                                timeout_ms: Optional[float] = None
                                 ) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:
-        return self._c.offsets_for_times(timestamps)
+        return await self._retried(lambda ms: self._c.offsets_for_times(timestamps, ms), timeout_ms)
 
-    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._c.beginning_offsets(partitions)
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition],
+                                timeout_ms: Optional[float] = None) -> dict[TopicPartition, int]:
+        tps = list(partitions)
+        return await self._retried(lambda ms: self._c.beginning_offsets(tps, ms), timeout_ms)
 
-    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._c.end_offsets(partitions)
+    async def end_offsets(self, partitions: Iterable[TopicPartition],
+                          timeout_ms: Optional[float] = None) -> dict[TopicPartition, int]:
+        tps = list(partitions)
+        return await self._retried(lambda ms: self._c.end_offsets(tps, ms), timeout_ms)
 
     def subscribe(self, topics: Iterable[str] = (), pattern: Any = None, listener: Any = None) -> None:
         self._c.subscribe(topics, pattern=pattern, listener=listener)

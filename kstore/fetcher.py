@@ -146,7 +146,7 @@ class Fetcher:
         # (a deletion tombstones the offsets before the name can be created again), never of
         # one created after it, whose first records it would skip (KIP-320 would take the old
         # epoch's end for a cut); a partition with no log yet takes no committed offset
-        before = self._logs_now(need_committed) if committed is not None else {}
+        before = self._logs_now(need_committed, only is not None) if committed is not None else {}
         try:
             offsets = committed(need_committed) if need_committed and committed is not None else {}
         except CoordinatorNotAvailableError:
@@ -306,20 +306,29 @@ class Fetcher:
             budget -= len(recs)
         return out
 
-    def _logs_now(self, tps: Sequence[TopicPartition]
+    def _logs_now(self, tps: Sequence[TopicPartition], rescan: bool
                   ) -> dict[TopicPartition, Optional[tuple[Log, int]]]:
         """The log (and incarnation) of each of tps that has one now (None: offline, where a
-        committed offset stands unpinned); tps with no log are left out."""
+        committed offset stands unpinned); tps with no log are left out, after a reader's
+        rescan if asked (position(): a poll's own rescan comes every RESCAN_S)."""
         out: dict[TopicPartition, Optional[tuple[Log, int]]] = {}
-        for tp in tps:
-            try:
-                lg = self.source.log(tp, fresh=True)
-            except UnknownTopicError:
-                continue
-            except LogDirOfflineError:
-                out[tp] = None
-                continue
-            out[tp] = (lg, lg.incarnation)
+        todo = list(tps)
+        for attempt in (0, 1):
+            unknown = []
+            for tp in todo:
+                try:
+                    lg = self.source.log(tp, fresh=True)
+                except UnknownTopicError:
+                    unknown.append(tp)
+                    continue
+                except LogDirOfflineError:
+                    out[tp] = None
+                    continue
+                out[tp] = (lg, lg.incarnation)
+            if not unknown or attempt or not rescan:
+                break
+            self.source.rescan(force=True)   # a reader's scan may predate the topic
+            todo = unknown
         return out
 
     def _new_log(self, tp: TopicPartition, lg: Log) -> bool:

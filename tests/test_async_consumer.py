@@ -542,3 +542,56 @@ def test_stop_takes_closes_timeout(store, watchdog, tmp_path, caplog):
         assert {tp: o.offset for tp, o in gc.fetch_offsets("g").items()} == {TP("t", 0): 1}
     assert [r.getMessage() for r in caplog.records if r.name == "kstore.consumer"] == [
         "Auto-commit of offsets {'t-0': 3} timed out before completion"]
+
+
+def test_retries_of_an_offline_offsets_dir_leave_the_event_loop_running(tmp_path, watchdog):
+    """commit, committed and position of a group whose offsets partition's dir is offline are
+    retried until their timeout (Kafka's), in the event loop: a ticker task runs meanwhile
+    (the Consumer's own retry would block the loop for default_api_timeout_ms, 60 s), then
+    ApiTimeoutError naming the whole timeout and the cause; the earlier commit stands."""
+    import errno
+    from test_consumer_commits import _two_groups
+    watchdog(60)
+    d1, d2 = str(tmp_path / "d1"), str(tmp_path / "d2")
+    m = kstore.LogManager([d1, d2], {"offsets.topic.num.partitions": "2"})
+    try:
+        m.create_topic("t", 4)
+        g, _h, _pg = _two_groups(m)
+        with kstore.Consumer(m, group_id=g, enable_auto_commit=False) as c:
+            c.commit({TP("t", p): 10 + p for p in range(4)})
+        m.log_dir_failure_channel.mark_offline(d1, OSError(errno.EIO, "Input/output error (injected)"))
+
+        async def main():
+            ac = AsyncConsumer(m, group_id=g, enable_auto_commit=False, default_api_timeout_ms=400)
+            ac.assign([TP("t", p) for p in range(4)])
+            ticks = []
+
+            async def ticker():
+                while True:
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.02)
+            tk = asyncio.create_task(ticker())
+            out = []
+            try:
+                for call in (lambda: ac.commit({TP("t", 0): 5}),
+                             lambda: ac.committed(TP("t", 0), timeout_ms=300),
+                             lambda: ac.position(TP("t", 0))):
+                    t0, n0 = time.monotonic(), len(ticks)
+                    with pytest.raises(kstore.ApiTimeoutError) as e:
+                        await call()
+                    out.append((str(e.value), time.monotonic() - t0, len(ticks) - n0))
+            finally:
+                tk.cancel()
+                await ac.stop()
+            return out
+        got = asyncio.run(main())
+        for (msg, took, ticked), (ms, what) in zip(got, ((400, "successfully committing offsets {t-0=5}"),
+                                                        (300, "the last committed offset for partitions [t-0] could be determined"),
+                                                        (400, "the position for partition t-0 could be determined"))):
+            assert msg.startswith(f"Timeout of {ms}ms expired before {what}"), msg
+            assert f"log dir {d1}, which is offline" in msg
+            assert took >= ms / 1000 and ticked >= 5, (msg, took, ticked)
+    finally:
+        m.close()
+    with kstore.LogManager([d1, d2]) as m2, kstore.Consumer(m2, group_id=g, enable_auto_commit=False) as c3:
+        assert [c3.committed(TP("t", p)) for p in range(4)] == [10, 11, 12, 13]

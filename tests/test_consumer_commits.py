@@ -909,3 +909,21 @@ def test_a_committed_offset_read_before_a_deletion_is_not_taken_into_the_new_top
             assert c2.position(TP("t", 0)) == 40
         finally:
             c2.close()
+
+
+def test_position_finds_a_committed_offset_of_a_topic_created_after_the_readers_scan(tmp_path):
+    """A reader-backed consumer made before topic t was created: position() takes the group's
+    committed offset (7), rescanning the store for t, as before update_positions pinned logs
+    (then it raised "the partition is not in the store" until the next periodic rescan)."""
+    d = str(tmp_path / "d")
+    with kstore.LogManager(d) as m:
+        m.create_topic("a", 1)
+        with Consumer(d, group_id="g", enable_auto_commit=False) as c:
+            m.create_topic("t", 1)
+            m.append_batch("t", 0, [(None, b"x%d" % i) for i in range(20)])
+            with Consumer(m, group_id="g", enable_auto_commit=False) as w:
+                w.commit({TP("t", 0): 7})
+            c.assign([TP("t", 0)])
+            assert c.committed(TP("t", 0)) == 7
+            assert c.position(TP("t", 0)) == 7
+            assert [r.offset for r in c.poll(2000)[TP("t", 0)]][:3] == [7, 8, 9]

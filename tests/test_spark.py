@@ -416,12 +416,14 @@ def test_a_stream_past_a_truncation_reads_what_was_appended_again(tmp_path, capl
                 _stream_batch(r, end)
             return
         with caplog.at_level(logging.WARNING, "kstore.spark"):
-            end2, ranges, rows = _stream_batch(r, end)
-        assert end2 == {"t": {"0": 13}} and ranges == [(5, 13)]
-        assert rows == [(5 + i, b"new%d" % i) for i in range(8)]
+            back, ranges, rows = _stream_batch(r, end)     # latestOffset goes back to the cut
+        assert (back, ranges, rows) == ({"t": {"0": 5}}, [], [])
         assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
             "t-0 was truncated below offset 10, which the query had read up to: leader epoch 0 "
             "ends at 5; reading it again from 5 (failOnDataLoss=false)"]
+        end2, ranges, rows = _stream_batch(r, back)
+        assert end2 == {"t": {"0": 13}} and ranges == [(5, 13)]
+        assert rows == [(5 + i, b"new%d" % i) for i in range(8)]
         with kstore.LogManager(d) as m:          # no cut since: no check fires
             m.log("t", 0).append([(b"k", b"more")])
         end3, ranges, rows = _stream_batch(r, end2)
@@ -440,12 +442,65 @@ def test_a_stream_past_a_truncation_reads_what_was_appended_again(tmp_path, capl
             m.log("t", 0).append([(b"k", b"y%d" % i) for i in range(4)])
         caplog.clear()
         with caplog.at_level(logging.WARNING, "kstore.spark"):
-            assert _stream_batch(r, end4)[1:] == ([(14, 18)], [(14 + i, b"y%d" % i) for i in range(4)])
+            assert _stream_batch(r, end4) == ({"t": {"0": 14}}, [], [])
         assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
             "t-0: offsets 14..16 were cut before the batch that planned them read them; reading "
             "from 14 (failOnDataLoss=false)"]
+        assert _stream_batch(r, {"t": {"0": 14}})[1:] == ([(14, 18)], [(14 + i, b"y%d" % i) for i in range(4)])
     finally:
         r.stop()
+
+
+@pytest.mark.parametrize("change", ["cut regrown to the same end", "deleted and created again"])
+def test_a_stream_with_nothing_new_after_a_change_under_it_reads_again(tmp_path, caplog, change):
+    """Read to 10; then the log was cut to 5 and grew back to exactly 10 (or the topic was
+    deleted and created again with 10 records): nothing looks new, but latestOffset returns the
+    cut (or the new log's start) as the end, so Spark plans a batch (an end equal to the start
+    plans none), which reports it (failOnDataLoss=true fails, false logs), and the next batch
+    reads the new records instead of none of them."""
+    import logging
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreStreamReader
+    for fail in ("true", "false"):
+        d = make_store(str(tmp_path / fail), partitions=1, n=10)
+        opts = ReadOptions.parse({"path": d, "subscribe": "t", "startingOffsets": "earliest",
+                                  "failOnDataLoss": fail, "waitForDataMs": "0"}, streaming=True)
+        r = KStoreStreamReader(opts)
+        try:
+            end, _ranges, rows = _stream_batch(r, r.initialOffset())
+            assert end == {"t": {"0": 10}} and len(rows) == 10
+            with kstore.LogManager(d) as m:
+                if change == "deleted and created again":
+                    m.delete_topic("t")
+                    m.create_topic("t", 1)
+                    lg = m.log("t", 0)
+                    lg.append([(b"k", b"%s%d" % (fail.encode(), i)) for i in range(10)])
+                    back, news = 0, ("t-0 was deleted and created again since the query read it "
+                                     "up to 10; reading the new one from its start 0")
+                else:
+                    lg = m.log("t", 0)
+                    lg.truncate_to(5)
+                    lg.append([(b"k", b"%s%d" % (fail.encode(), i)) for i in range(5, 10)])
+                    back, news = 5, ("t-0 was truncated below offset 10, which the query had "
+                                     "read up to: leader epoch 0 ends at 5; reading it again "
+                                     "from 5")
+                final = [(x.offset, x.value) for x in lg.read(0, 100, 1 << 20)]
+            from pyspark.sql.streaming.datasource import ReadAllAvailable
+            assert r.latestOffset(end, ReadAllAvailable()) == {"t": {"0": back}}
+            if fail == "true":
+                with pytest.raises(kstore.DataLossError, match="^" + news.split("; reading")[0]
+                                   + r"\. Some data may have been lost"):
+                    _stream_batch(r, end)
+                continue
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, "kstore.spark"):
+                assert _stream_batch(r, end) == ({"t": {"0": back}}, [], [])
+            assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
+                news + " (failOnDataLoss=false)"]
+            end2, ranges, rows = _stream_batch(r, {"t": {"0": back}})
+            assert end2 == {"t": {"0": 10}} and ranges == [(back, 10)] and rows == final[back:]
+        finally:
+            r.stop()
 
 
 def test_a_stream_beside_a_thread_cutting_its_log_misses_nothing(tmp_path, watchdog):
@@ -502,3 +557,49 @@ def test_a_stream_beside_a_thread_cutting_its_log_misses_nothing(tmp_path, watch
         final = {rec.offset: rec.value for rec in lg.read(0, 1 << 30, 1 << 30)}
     assert cuts[0] > 20 and len(final) > 200
     assert {o: last.get(o) for o in final} == final
+
+
+def test_a_cut_while_a_batch_is_planned_moves_its_start_back(tmp_path, caplog, monkeypatch):
+    """The window inside partitions(): its start (10) was checked, then the log is cut to 5 and
+    regrown to 20 before the end's epoch is read (from the new records, epoch 1). The start is
+    checked again after that read, so the range begins at 5, reported; the old order would
+    plan [10, 20) marked with epoch 1 and never read the new 5..9."""
+    import logging
+    from kstore.spark import stream_cuts
+    from kstore.spark.options import ReadOptions
+    from kstore.spark.read import KStoreStreamReader
+    d = make_store(str(tmp_path / "s"), partitions=1, n=10)
+    opts = ReadOptions.parse({"path": d, "subscribe": "t", "startingOffsets": "earliest",
+                              "failOnDataLoss": "false", "waitForDataMs": "0"}, streaming=True)
+    r = KStoreStreamReader(opts)
+    try:
+        end, _ranges, rows = _stream_batch(r, r.initialOffset())
+        assert end == {"t": {"0": 10}} and len(rows) == 10
+        with kstore.LogManager(d) as m:
+            m.log("t", 0).append([(b"k", b"old%d" % i) for i in range(10, 15)])
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+        end2 = r.latestOffset(end, ReadAllAvailable())
+        assert end2 == {"t": {"0": 15}}
+        real = stream_cuts.StreamCuts._epoch_before
+
+        def cut_first(store, tp, offset):
+            with kstore.LogManager(d) as m:
+                lg = m.log("t", 0)
+                lg.truncate_to(5)
+                lg.append([(b"k", b"new%d" % i) for i in range(5, 20)])
+            store.log(*tp, refresh=True)
+            return real(store, tp, offset)
+        monkeypatch.setattr(stream_cuts.StreamCuts, "_epoch_before", staticmethod(cut_first))
+        with caplog.at_level(logging.WARNING, "kstore.spark"):
+            parts = r.partitions(end, end2)
+        monkeypatch.setattr(stream_cuts.StreamCuts, "_epoch_before", staticmethod(real))
+        assert [(p.start, p.end) for p in parts] == [(5, 15)]
+        assert [x.getMessage() for x in caplog.records if x.name == "kstore.spark"] == [
+            "t-0 was truncated below offset 10 while the batch was planned: leader epoch 0 ends "
+            "at 5; reading it again from 5 (failOnDataLoss=false)"]
+        rows = [(o, v) for p in parts for b in r.read(p)
+                for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())]
+        assert rows == [(o, b"new%d" % o) for o in range(5, 15)]
+        assert _stream_batch(r, end2)[1:] == ([(15, 20)], [(o, b"new%d" % o) for o in range(15, 20)])
+    finally:
+        r.stop()

@@ -334,6 +334,9 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._from_json(start)
         store = self._fresh_store()
         latest = self._latest(store)
+        back = self._cut_back(store, begin, latest)
+        if back:          # a batch that goes back (StreamCuts.start reports it), nothing else
+            return self._to_json({**begin, **back})
         if self._target is None and all(tp in begin and latest[tp] <= begin[tp] for tp in latest):
             latest = self._wait_for_data(store, latest)
         if self._target is not None:
@@ -354,6 +357,21 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return start            # as Spark's: the start offsets, so no batch runs
             latest = admitted
         return self._to_json(rate_limit(begin, latest, max_rows) if max_rows else latest)
+
+    def _cut_back(self, store: StoreReader, begin: dict[TopicPartition, int],
+                  latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The partitions whose next batch must start below their start (StreamCuts.pending),
+        with where."""
+        out = {}
+        for tp in latest:
+            if tp in begin:
+                try:
+                    back = self._cuts.pending(store, tp, begin[tp], store.offsets(*tp, refresh=False)[0])
+                except UnknownTopicError:
+                    continue
+                if back is not None and back != begin[tp]:
+                    out[tp] = back
+        return out
 
     def _admit(self, min_rows: int, begin: dict[TopicPartition, int],
                latest: dict[TopicPartition, int], store: StoreReader
@@ -403,6 +421,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         store = self._fresh_store()
         ident = identify(self.opts.paths)
         ranges = []
+        self._cuts.begin()
         for tp, e in stop.items():
             try:
                 log_start, log_end = store.offsets(*tp)
@@ -418,7 +437,7 @@ class KStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _data_loss(self.opts, f"{tp[0]}-{tp[1]}: end offset {e} is below start {s} "
                                       f"(the partition was recreated?)")
                 continue
-            upto = self._cuts.plan(store, tp, s, e, log_end)
+            s, upto = self._cuts.plan(store, tp, s, e, log_end)
             if s < upto:
                 ranges.append(KStoreRange(tp[0], tp[1], s, upto, ident))
         self._cuts.planned()
