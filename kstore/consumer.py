@@ -39,7 +39,7 @@ from kstore.errors import CoordinatorNotAvailableError, InvalidConfigError, KSto
 from kstore.consumer_access import CLOSED, ThreadGuard, guard_methods
 from kstore.consumer_buffer import RecordBuffer
 from kstore.consumer_commits import ConsumerCommits
-from kstore.consumer_queries import DEFAULT_API_TIMEOUT_MS, ConsumerQueries, retrying
+from kstore.consumer_queries import RETRIABLE, DEFAULT_API_TIMEOUT_MS, ConsumerQueries, retrying
 from kstore.consumer_types import (ConsumerRebalanceListener, ConsumerRecord,
                                    OffsetAndTimestamp, check_settings)
 from kstore.consumer_wakeup import DEFAULT_CLOSE_TIMEOUT_S, Wakeup
@@ -198,10 +198,14 @@ class Consumer(ConsumerQueries, ConsumerCommits):
                 return held[tp]
         if self._state.position(tp) is None:
             ms = self.default_api_timeout_ms if timeout_ms is None else timeout_ms
-            retrying(self._wake, ms, lambda: self._fetcher.update_positions(
-                [tp], self._fetch_committed if self.group_id else None),
-                lambda _ms, why: f"Timeout of {ms}ms expired before the position for partition "
-                f"{tp} could be determined ({why})")
+
+            def update() -> None:
+                self._fetcher.update_positions([tp], self._fetch_committed if self.group_id else None)
+            try:            # (a wakeup() ends only the retries' wait: a listener may ask)
+                update()
+            except RETRIABLE:
+                retrying(self._wake, ms, update, lambda _ms, why: f"Timeout of {ms}ms expired "
+                         f"before the position for partition {tp} could be determined ({why})")
         pos = self._state.position(tp)
         if pos is None:
             raise KStoreStateError(f"no position for {tp}: the partition is not in the store")

@@ -113,6 +113,23 @@ def test_wakeup_makes_the_next_commit_and_committed_raise(group_store, watchdog)
         assert c.committed(TP("t", 0)) == 10
 
 
+def test_a_pending_wakeup_is_left_to_the_next_poll_by_a_position_found_at_once(group_store, watchdog):
+    """position() of a partition without one (a rebalance listener's, say) finds it from the
+    commit at once: a pending wakeup stays for the next poll (only a wait for an offline
+    offsets dir ends by it). A position() that took the wakeup broke a listener recording
+    positions beside a waking thread (test_consumer_commits_races)."""
+    watchdog(60)
+    d, _m = group_store
+    with Consumer(d, group_id="g", enable_auto_commit=False) as c:
+        c.commit({TP("t", 1): 4})
+        c.assign([TP("t", 0), TP("t", 1)])
+        c.wakeup()
+        assert c.position(TP("t", 1)) == 4
+        with pytest.raises(WakeupError):
+            c.poll(timeout_ms=5000)
+        assert [r.offset for r in c.poll(timeout_ms=5000).get(TP("t", 1), [])][:2] == [4, 5]
+
+
 def test_wakeup_interrupts_a_group_members_poll(group_store, watchdog):
     """A subscribed group member's poll sleeps on the logs and the group's bell: wakeup ends it;
     the member stays in the group with its partitions and its next poll goes on."""
